@@ -1,0 +1,12 @@
+// Everything of the idem public API.
+
+#ifndef IDEM_IDEM_H_
+#define IDEM_IDEM_H_
+
+#include "idem/function_ref.h"
+#include "idem/options.h"
+#include "idem/record.h"
+#include "idem/status.h"
+#include "idem/store.h"
+
+#endif  // IDEM_IDEM_H_

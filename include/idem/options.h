@@ -1,0 +1,112 @@
+// Options for opening a store and for each Begin call, and the small helpers that make request
+// identities (Fingerprint, NewRequestId).
+
+#ifndef IDEM_OPTIONS_H_
+#define IDEM_OPTIONS_H_
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace idem {
+
+// When a claim or a result is acknowledged, how much of a crash it survives.
+enum class Durability {
+  kSync,      // fsync before Begin/Complete/Fail/... return: survives power loss.
+              // Concurrent callers share one fsync (group commit).
+  kBuffered,  // written to the OS before returning: survives a process crash, not power loss.
+};
+
+// Who may open one store path at the same time.
+enum class Sharing {
+  kAuto,       // processes on one host share one store path (see docs/semantics.md).
+  kExclusive,  // one process only: a second process's Open fails with kBusy.
+};
+
+// The source of wall-clock time for leases and retention. Tests inject a manual clock; the
+// default is std::chrono::system_clock. Implementations must be thread-safe: Now() is called
+// from every caller thread and from RocksDB's compaction threads.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual std::chrono::system_clock::time_point Now() const = 0;
+};
+
+// The system clock.
+std::shared_ptr<const Clock> SystemClock();
+
+struct Options {
+  // How long a Begin's claim stays live when BeginOptions::lease is 0. A pending record whose
+  // lease has passed may be taken over by the next Begin. Execute renews the lease while its
+  // function runs. Default: 10 s.
+  std::chrono::milliseconds default_lease{std::chrono::seconds(10)};
+
+  // How long a record is kept, counted from the Begin that acquired it, when
+  // BeginOptions::retention is 0. Afterwards the record is absent for every read and is removed
+  // by Purge or compaction; a retry after that runs the request again. Default: 30 days.
+  std::chrono::milliseconds default_retention{std::chrono::hours(24 * 30)};
+
+  // See Durability. Default: kSync.
+  Durability durability = Durability::kSync;
+
+  // See Sharing. Default: kAuto.
+  Sharing sharing = Sharing::kAuto;
+
+  // Create the store directory when it does not exist. When false, opening a missing store
+  // returns kNotFound. Default: true.
+  bool create_if_missing = true;
+
+  // Open without ever writing: Begin/Complete/.../Purge return kInvalidArgument. Reads see the
+  // store as of Open (a RocksDB secondary instance), even while another process writes it.
+  // Used by `idem dump`, `get` and `stats`. Default: false.
+  bool read_only = false;
+
+  // Longest key accepted, in bytes. Keys are arbitrary bytes (NUL and 0xFF included). Default: 512.
+  std::size_t max_key_size = 512;
+
+  // Longest result, error text or checkpoint accepted, in bytes. Default: 1 MiB.
+  std::size_t max_result_size = 1 << 20;
+
+  // Longest type label or fingerprint accepted, in bytes. Default: 256.
+  std::size_t max_label_size = 256;
+
+  // How long Execute waits for another owner's in-progress attempt before giving up with
+  // kInProgress. Default: 30 s.
+  std::chrono::milliseconds execute_wait{std::chrono::seconds(30)};
+
+  // How often a background thread purges retention-expired records, so that an idle store is
+  // cleaned too (RocksDB's periodic compaction does not fire on an idle store). Each run costs
+  // in proportion to the records expired since the last one. 0 disables it. Default: 10 min.
+  std::chrono::milliseconds auto_purge_interval{std::chrono::minutes(10)};
+
+  // Memory RocksDB may use for its write buffers and block cache together, in bytes. Smaller
+  // saves memory on edge devices; larger speeds up reads of big stores. Default: 32 MiB.
+  std::size_t memory_budget = 32 << 20;
+
+  // Wall-clock source; null means the system clock. See Clock.
+  std::shared_ptr<const Clock> clock;
+};
+
+struct BeginOptions {
+  // A label such as "pay" or "refund", stored with the record for filtering and stats.
+  std::string_view type;
+  // A digest of the request payload (see Fingerprint). When both this and the stored
+  // fingerprint are non-empty and differ, Begin returns Outcome::kMismatch. Empty: not checked.
+  std::string_view fingerprint;
+  // Lease of the claim; 0 means Options::default_lease.
+  std::chrono::milliseconds lease{0};
+  // Retention of the record; 0 means Options::default_retention.
+  std::chrono::milliseconds retention{0};
+};
+
+// A stable digest of a request payload: the lowercase hex SHA-256 (64 characters).
+std::string Fingerprint(std::string_view payload);
+
+// A unique, time-ordered request id: a UUID version 7 in its 36-character text form.
+std::string NewRequestId();
+
+}  // namespace idem
+
+#endif  // IDEM_OPTIONS_H_

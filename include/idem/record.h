@@ -1,0 +1,53 @@
+// A stored idempotency record and its states.
+
+#ifndef IDEM_RECORD_H_
+#define IDEM_RECORD_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace idem {
+
+// The stored state of a key. Never change these values: they are persisted.
+enum class State : uint8_t { kPending = 0, kDone = 1, kFailed = 2 };
+
+struct Record {
+  using TimePoint = std::chrono::system_clock::time_point;
+
+  std::string key;
+  std::string type;  // label such as "pay", "refund"; for filtering and stats
+  State state = State::kPending;
+  // Derived on read, never stored: kPending and lease_deadline has passed ("timeout").
+  bool timed_out = false;
+  // kDone: the stored result; kFailed: the error text; kPending: empty.
+  std::string result;
+  // Digest of the request payload; empty: not checked.
+  std::string fingerprint;
+  // Recovery point saved by the owner while pending; kept across takeovers so that the next
+  // owner can reconcile.
+  std::string checkpoint;
+  // Fencing token of the latest attempt. Strictly increasing per key, and never reused by a
+  // store even after the key is forgotten or purged.
+  uint64_t token = 0;
+  // How many times the key was acquired.
+  uint32_t attempts = 0;
+  // Whether a kFailed record may be acquired again (true) or is final (false).
+  bool retryable = false;
+  // Times are stored with microsecond precision. `expires` is the end of retention.
+  TimePoint created, updated, lease_deadline, expires;
+
+  friend bool operator==(const Record&, const Record&) = default;
+};
+
+// "pending", "done", "failed".
+std::string_view StateName(State state);
+
+// The state as the tools show it: "pending", "done", "failed", or "timeout" for a pending record
+// whose lease has passed.
+std::string_view DisplayState(const Record& record);
+
+}  // namespace idem
+
+#endif  // IDEM_RECORD_H_

@@ -1,0 +1,182 @@
+// Store: an embedded idempotency store. "Run this request at most once per key, and answer every
+// retry with the first answer", with records persisted in RocksDB.
+//
+//   IDEM_ASSIGN_OR_RETURN(auto store, idem::Store::Open("/var/lib/app/idem"));
+//   auto execution = store->Execute(request_id, {.type = "pay"}, [&](idem::Attempt& attempt)
+//       -> idem::Result<std::string> { return bank.Charge(card, amount); });
+//
+// The state machine behind Begin is documented in docs/semantics.md.
+//
+// A Store is safe for concurrent use by multiple threads without external synchronization.
+// Opening one store directory twice in a process (however the path is spelled) gives two
+// handles on one underlying store.
+
+#ifndef IDEM_STORE_H_
+#define IDEM_STORE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idem/function_ref.h"
+#include "idem/options.h"
+#include "idem/record.h"
+#include "idem/status.h"
+
+namespace idem {
+
+// What Begin found.
+enum class Outcome {
+  kAcquired,    // the caller owns the key now: run the request, then Complete or Fail
+  kReplay,      // the request completed before: record.result is its result
+  kInProgress,  // another owner holds a live lease: retry after retry_after
+  kFailed,      // the request failed terminally before: record.result holds the error
+  kMismatch,    // the key was used with a different fingerprint: a client bug, do not retry
+};
+
+enum class Failure {
+  kRetryable,  // the next Begin acquires the key again
+  kTerminal,   // every later Begin returns Outcome::kFailed
+};
+
+struct Claim {
+  Outcome outcome = Outcome::kInProgress;
+  uint64_t token = 0;                        // kAcquired: the fencing token to pass back
+  bool took_over = false;                    // kAcquired after an expired or abandoned attempt
+  std::chrono::milliseconds retry_after{0};  // kInProgress: time left on the live lease
+  Record record;  // the record as stored after this call (for kMismatch: as stored)
+};
+
+// "acquired", "replay", "in_progress", "failed", "mismatch".
+std::string_view OutcomeName(Outcome outcome);
+
+class Store;
+
+// Handed to the function that Execute runs: who this attempt is, and a way to save progress.
+struct Attempt {
+  uint64_t token = 0;
+  bool took_over = false;
+  // The checkpoint saved by an earlier attempt (empty if none). Valid during the call.
+  std::string_view checkpoint;
+  uint32_t attempts = 0;  // 1 on the first attempt
+
+  // Saves a recovery point for the next owner should this attempt die (Store::SaveCheckpoint).
+  Status SaveCheckpoint(std::string_view data);
+
+  Store* store = nullptr;
+  std::string_view key;
+};
+
+struct Execution {
+  std::string result;
+  bool replayed = false;  // true: fn did not run in this call; result is the stored one
+  uint32_t attempts = 0;  // Record::attempts after this call
+};
+
+struct ScanOptions {
+  std::string_view prefix;       // only keys that start with it
+  std::string_view start_after;  // resume after this key (exclusive); empty: from the start
+};
+
+struct PurgeOptions {
+  bool dry_run = false;  // count what would be purged, delete nothing
+  bool compact = false;  // also compact the purged key range to reclaim disk space now
+};
+
+// Counts since this process opened the store.
+struct Counters {
+  uint64_t claims = 0;       // Begin -> kAcquired (takeovers included)
+  uint64_t replays = 0;      // Begin -> kReplay
+  uint64_t in_progress = 0;  // Begin -> kInProgress
+  uint64_t takeovers = 0;    // Begin -> kAcquired with took_over
+  uint64_t failed = 0;       // Begin -> kFailed
+  uint64_t mismatches = 0;   // Begin -> kMismatch
+  uint64_t lease_lost = 0;   // Complete/Fail/Extend/SaveCheckpoint -> kLeaseLost
+  uint64_t purged = 0;       // records removed by Purge
+};
+
+class Store {
+ public:
+  // Opens (or creates, see Options::create_if_missing) the store in directory `path`.
+  // Errors: kNotFound (missing and not created), kBusy (held by another process that excludes
+  // this one), kCorruption (unreadable or of a newer format), kIOError, kInvalidArgument.
+  static Result<std::unique_ptr<Store>> Open(std::string_view path, const Options& options = {});
+
+  Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  virtual ~Store();
+
+  // Claims `key` or reports what an earlier attempt left, per the table in docs/semantics.md.
+  // kInvalidArgument for an empty or oversized key or label, or a negative lease or retention.
+  virtual Result<Claim> Begin(std::string_view key, const BeginOptions& options = {}) = 0;
+
+  // The four calls below succeed only when `token` is the record's current token and the
+  // record is pending; otherwise they return kLeaseLost and change nothing. On a key with no
+  // record they return kNotFound.
+
+  // Stores `result` and marks the record done. Repeating it with the same token and result
+  // is OK (a retried call after a lost reply). kInvalidArgument if result is oversized.
+  virtual Status Complete(std::string_view key, uint64_t token, std::string_view result) = 0;
+  // Records a failure: kRetryable lets the next Begin acquire again, kTerminal is final.
+  // Repeating it with the same token, error and kind is OK.
+  virtual Status Fail(std::string_view key, uint64_t token, std::string_view error,
+                      Failure kind = Failure::kRetryable) = 0;
+  // Sets the lease deadline to now + lease (0: Options::default_lease).
+  virtual Status Extend(std::string_view key, uint64_t token, std::chrono::milliseconds lease) = 0;
+  // Stores a recovery point that survives a takeover (Record::checkpoint).
+  virtual Status SaveCheckpoint(std::string_view key, uint64_t token, std::string_view data) = 0;
+
+  // The record, or nullopt when there is none or its retention has expired.
+  virtual Result<std::optional<Record>> Get(std::string_view key) = 0;
+
+  // Removes a record whatever its state (an operator's tool). kNotFound if there is none.
+  virtual Status Forget(std::string_view key) = 0;
+
+  // Calls `visit` with each live record in key order until it returns false. Safe while other
+  // threads write; each record is read consistently, the scan as a whole is a snapshot.
+  // kCorruption (naming the key) on a record that cannot be decoded.
+  virtual Status Scan(const ScanOptions& options, FunctionRef<bool(const Record&)> visit) = 0;
+
+  // Removes records whose retention has expired; returns how many it removed (or would remove,
+  // with dry_run). Costs in proportion to the records expired since the last purge, not to the
+  // size of the store.
+  virtual Result<uint64_t> Purge(const PurgeOptions& options = {}) = 0;
+
+  virtual Counters GetCounters() const = 0;
+
+  // High level: runs fn at most once per key across threads (and processes sharing the store):
+  // Begin; on kAcquired run fn(Attempt&) and Complete with its value or Fail with its error; on
+  // kReplay return the stored result without running fn; on kInProgress wait for the owner
+  // (polling with backoff, at most Options::execute_wait) and return its outcome; on kFailed
+  // return Status kFailed with the stored error; on kMismatch return Status kMismatch.
+  // While fn runs, its lease is renewed in the background.
+  //
+  // fn: Result<std::string>(Attempt&) (or returning anything convertible to it). A non-OK
+  // status is recorded as a retryable failure and returned, except kFailed (made by
+  // idem::Terminal), which is recorded as terminal. An exception thrown by fn is recorded as a
+  // retryable failure and rethrown.
+  template <class Fn>
+  Result<Execution> Execute(std::string_view key, const BeginOptions& options, Fn&& fn) {
+    return ExecuteAttempts(key, options,
+                           [&fn](Attempt& attempt) -> Result<std::string> { return fn(attempt); });
+  }
+  template <class Fn>
+  Result<Execution> Execute(std::string_view key, Fn&& fn) {
+    return Execute(key, BeginOptions{}, std::forward<Fn>(fn));
+  }
+
+  // The options this handle was opened with.
+  virtual const Options& options() const = 0;
+
+ private:
+  Result<Execution> ExecuteAttempts(std::string_view key, const BeginOptions& options,
+                                    FunctionRef<Result<std::string>(Attempt&)> fn);
+};
+
+}  // namespace idem
+
+#endif  // IDEM_STORE_H_

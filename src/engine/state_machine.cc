@@ -1,0 +1,149 @@
+#include "engine/state_machine.h"
+
+#include <algorithm>
+#include <string>
+
+namespace idem::engine {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Time left until `deadline`, rounded up so a caller never retries a moment too early.
+milliseconds TimeLeft(TimePoint deadline, TimePoint now) {
+  auto left = std::chrono::ceil<milliseconds>(deadline - now);
+  return std::max(left, milliseconds(1));
+}
+
+// The end of retention: never before the lease ends, so a live claim cannot vanish.
+TimePoint RetentionEnd(TimePoint now, const BeginRequest& request) {
+  return std::max(now + request.retention, now + request.lease);
+}
+
+std::string StaleTokenMessage(const Record& record, uint64_t token) {
+  std::string message = "token " + std::to_string(token);
+  if (record.token != token) {
+    message += " is not the current token " + std::to_string(record.token);
+  } else {
+    message += " is current but the record is already ";
+    message += StateName(record.state);
+  }
+  return message;
+}
+
+}  // namespace
+
+std::optional<Record> Visible(std::optional<Record> stored, TimePoint now) {
+  if (!stored || IsExpired(*stored, now)) return std::nullopt;
+  stored->timed_out = stored->state == State::kPending && stored->lease_deadline <= now;
+  return stored;
+}
+
+BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginRequest& request,
+                          TimePoint now, uint64_t fresh_token) {
+  BeginDecision decision;
+  Claim& claim = decision.claim;
+  std::optional<Record> current = Visible(stored, now);
+
+  Record next;
+  if (!current) {
+    next.key = std::string(request.key);
+    next.type = std::string(request.type);
+    next.fingerprint = std::string(request.fingerprint);
+    next.token = fresh_token;
+    next.attempts = 1;
+    next.created = now;
+  } else {
+    const Record& record = *current;
+    if (!request.fingerprint.empty() && !record.fingerprint.empty() &&
+        request.fingerprint != record.fingerprint) {
+      claim.outcome = Outcome::kMismatch;
+      claim.record = record;
+      return decision;
+    }
+    switch (record.state) {
+      case State::kDone:
+        claim.outcome = Outcome::kReplay;
+        claim.record = record;
+        return decision;
+      case State::kFailed:
+        if (!record.retryable) {
+          claim.outcome = Outcome::kFailed;
+          claim.record = record;
+          return decision;
+        }
+        break;
+      case State::kPending:
+        if (!record.timed_out) {
+          claim.outcome = Outcome::kInProgress;
+          claim.retry_after = TimeLeft(record.lease_deadline, now);
+          claim.record = record;
+          return decision;
+        }
+        claim.took_over = true;
+        break;
+    }
+    next = record;
+    next.result.clear();
+    next.retryable = false;
+    if (next.fingerprint.empty()) next.fingerprint = std::string(request.fingerprint);
+    if (next.type.empty()) next.type = std::string(request.type);
+    // The fresh token is already above every token handed out; max() keeps the per-key order
+    // even if a store were ever restored from an older counter.
+    next.token = std::max(fresh_token, record.token + 1);
+    next.attempts = record.attempts + 1;
+  }
+  next.state = State::kPending;
+  next.timed_out = false;
+  next.updated = now;
+  next.lease_deadline = now + request.lease;
+  next.expires = RetentionEnd(now, request);
+
+  claim.outcome = Outcome::kAcquired;
+  claim.token = next.token;
+  claim.record = std::move(next);
+  decision.write = true;
+  return decision;
+}
+
+TransitionDecision DecideTransition(const std::optional<Record>& stored,
+                                    const TransitionRequest& request, TimePoint now) {
+  std::optional<Record> current = Visible(stored, now);
+  if (!current) return {Status::NotFound("no record for this key"), std::nullopt};
+  Record& record = *current;
+
+  if (record.state != State::kPending || record.token != request.token) {
+    // A repeat of the call that ended this attempt (its reply was lost) succeeds unchanged.
+    const bool same_token = record.token == request.token;
+    const bool repeated_complete = request.kind == TransitionKind::kComplete &&
+                                   record.state == State::kDone && record.result == request.payload;
+    const bool repeated_fail = request.kind == TransitionKind::kFail &&
+                               record.state == State::kFailed && record.result == request.payload &&
+                               record.retryable == (request.failure == Failure::kRetryable);
+    if (same_token && (repeated_complete || repeated_fail)) return {Status::OK(), std::nullopt};
+    return {Status::LeaseLost(StaleTokenMessage(record, request.token)), std::nullopt};
+  }
+
+  switch (request.kind) {
+    case TransitionKind::kComplete:
+      record.state = State::kDone;
+      record.result = std::string(request.payload);
+      break;
+    case TransitionKind::kFail:
+      record.state = State::kFailed;
+      record.result = std::string(request.payload);
+      record.retryable = request.failure == Failure::kRetryable;
+      break;
+    case TransitionKind::kExtend:
+      record.lease_deadline = now + request.lease;
+      record.expires = std::max(record.expires, record.lease_deadline);
+      break;
+    case TransitionKind::kSaveCheckpoint:
+      record.checkpoint = std::string(request.payload);
+      break;
+  }
+  record.updated = now;
+  record.timed_out = false;
+  return {Status::OK(), std::move(record)};
+}
+
+}  // namespace idem::engine

@@ -1,0 +1,74 @@
+#include "lease_keeper.h"
+
+#include <algorithm>
+
+namespace idem {
+namespace {
+
+std::chrono::milliseconds RenewalPeriod(std::chrono::milliseconds lease) {
+  return std::max(lease / 3, std::chrono::milliseconds(1));
+}
+
+}  // namespace
+
+LeaseKeeper& LeaseKeeper::Instance() {
+  static LeaseKeeper keeper;
+  return keeper;
+}
+
+LeaseKeeper::~LeaseKeeper() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+LeaseKeeper::Guard LeaseKeeper::Keep(Store* store, std::string_view key, uint64_t token,
+                                     std::chrono::milliseconds lease) {
+  std::lock_guard lock(mu_);
+  if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  const uint64_t id = next_id_++;
+  leases_.emplace(id, Lease{store, std::string(key), token, lease,
+                            std::chrono::steady_clock::now() + RenewalPeriod(lease)});
+  changed_.notify_all();
+  return Guard(this, id);
+}
+
+void LeaseKeeper::Remove(uint64_t id) {
+  std::unique_lock lock(mu_);
+  changed_.wait(lock, [&] { return renewing_ != id; });
+  leases_.erase(id);
+}
+
+void LeaseKeeper::Run() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (leases_.empty()) {
+      changed_.wait(lock);
+      continue;
+    }
+    auto due = std::min_element(leases_.begin(), leases_.end(), [](const auto& a, const auto& b) {
+      return a.second.next_renewal < b.second.next_renewal;
+    });
+    const auto now = std::chrono::steady_clock::now();
+    if (due->second.next_renewal > now) {
+      changed_.wait_until(lock, due->second.next_renewal);
+      continue;
+    }
+    const uint64_t id = due->first;
+    Lease lease = due->second;
+    due->second.next_renewal = now + RenewalPeriod(lease.lease);
+    renewing_ = id;
+    lock.unlock();
+    // A failure (lease lost, I/O error) is left to the attempt's own Complete or Fail, which
+    // reports it; renewing again later is harmless.
+    lease.store->Extend(lease.key, lease.token, lease.lease).ok();
+    lock.lock();
+    renewing_ = 0;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace idem

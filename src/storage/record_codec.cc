@@ -1,0 +1,177 @@
+#include "storage/record_codec.h"
+
+#include <cstring>
+
+namespace idem::storage {
+namespace {
+
+constexpr uint8_t kRetryableFlag = 1;
+constexpr uint8_t kKnownFlags = kRetryableFlag;
+
+void PutVarint32(std::string& out, uint32_t value) {
+  while (value >= 0x80) {
+    out += static_cast<char>(value | 0x80);
+    value >>= 7;
+  }
+  out += static_cast<char>(value);
+}
+
+void PutLengthPrefixed(std::string& out, std::string_view bytes) {
+  PutVarint32(out, static_cast<uint32_t>(bytes.size()));
+  out.append(bytes);
+}
+
+// Reads from the front of `in`, advancing it; false when `in` is too short or malformed.
+bool GetVarint32(std::string_view& in, uint32_t& value) {
+  value = 0;
+  for (int shift = 0; shift <= 28 && !in.empty(); shift += 7) {
+    const auto byte = static_cast<uint8_t>(in.front());
+    in.remove_prefix(1);
+    value |= static_cast<uint32_t>(byte & 0x7F) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+bool GetLengthPrefixed(std::string_view& in, std::string& out) {
+  uint32_t size = 0;
+  if (!GetVarint32(in, size) || size > in.size()) return false;
+  out.assign(in.data(), size);
+  in.remove_prefix(size);
+  return true;
+}
+
+Status Corrupt(std::string_view key, std::string_view what) {
+  return Status::Corruption("record " + EscapeKey(key) + ": " + std::string(what));
+}
+
+}  // namespace
+
+void PutFixed32(std::string& out, uint32_t value) {
+  char buffer[4];
+  for (int i = 0; i < 4; ++i) buffer[i] = static_cast<char>(value >> (8 * i));
+  out.append(buffer, sizeof(buffer));
+}
+
+void PutFixed64(std::string& out, uint64_t value) {
+  char buffer[8];
+  for (int i = 0; i < 8; ++i) buffer[i] = static_cast<char>(value >> (8 * i));
+  out.append(buffer, sizeof(buffer));
+}
+
+uint32_t GetFixed32(const char* in) {
+  uint32_t value = 0;
+  for (int i = 0; i < 4; ++i)
+    value |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+  return value;
+}
+
+uint64_t GetFixed64(const char* in) {
+  uint64_t value = 0;
+  for (int i = 0; i < 8; ++i)
+    value |= static_cast<uint64_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+  return value;
+}
+
+int64_t ToMicros(std::chrono::system_clock::time_point time) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(time.time_since_epoch()).count();
+}
+
+std::chrono::system_clock::time_point FromMicros(int64_t micros) {
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::microseconds(micros)));
+}
+
+std::chrono::system_clock::time_point TruncateToMicros(std::chrono::system_clock::time_point time) {
+  return FromMicros(ToMicros(time));
+}
+
+std::string EncodeRecord(const Record& record) {
+  std::string out;
+  out.reserve(kFixedHeaderSize + 8 + record.type.size() + record.fingerprint.size() +
+              record.result.size() + record.checkpoint.size());
+  out += static_cast<char>(kRecordFormatVersion);
+  PutFixed64(out, static_cast<uint64_t>(ToMicros(record.expires)));
+  out += static_cast<char>(record.state);
+  out += static_cast<char>(record.retryable ? kRetryableFlag : 0);
+  PutFixed64(out, record.token);
+  PutFixed32(out, record.attempts);
+  PutFixed64(out, static_cast<uint64_t>(ToMicros(record.created)));
+  PutFixed64(out, static_cast<uint64_t>(ToMicros(record.updated)));
+  PutFixed64(out, static_cast<uint64_t>(ToMicros(record.lease_deadline)));
+  PutLengthPrefixed(out, record.type);
+  PutLengthPrefixed(out, record.fingerprint);
+  PutLengthPrefixed(out, record.result);
+  PutLengthPrefixed(out, record.checkpoint);
+  return out;
+}
+
+Result<Record> DecodeRecord(std::string_view key, std::string_view value) {
+  if (value.empty()) return Corrupt(key, "value is empty");
+  const auto version = static_cast<uint8_t>(value[0]);
+  if (version != kRecordFormatVersion) {
+    return Corrupt(key, "unknown record format version " + std::to_string(version) +
+                            " (this library reads version " + std::to_string(kRecordFormatVersion) +
+                            ")");
+  }
+  if (value.size() < kFixedHeaderSize) {
+    return Corrupt(key, "value is " + std::to_string(value.size()) +
+                            " bytes, shorter than the header of " +
+                            std::to_string(kFixedHeaderSize));
+  }
+  const char* p = value.data();
+  Record record;
+  record.key = std::string(key);
+  record.expires = FromMicros(static_cast<int64_t>(GetFixed64(p + 1)));
+  const auto state = static_cast<uint8_t>(p[9]);
+  if (state > static_cast<uint8_t>(State::kFailed)) {
+    return Corrupt(key, "unknown state " + std::to_string(state));
+  }
+  record.state = static_cast<State>(state);
+  const auto flags = static_cast<uint8_t>(p[10]);
+  if ((flags & ~kKnownFlags) != 0) return Corrupt(key, "unknown flags " + std::to_string(flags));
+  record.retryable = (flags & kRetryableFlag) != 0;
+  record.token = GetFixed64(p + 11);
+  record.attempts = GetFixed32(p + 19);
+  record.created = FromMicros(static_cast<int64_t>(GetFixed64(p + 23)));
+  record.updated = FromMicros(static_cast<int64_t>(GetFixed64(p + 31)));
+  record.lease_deadline = FromMicros(static_cast<int64_t>(GetFixed64(p + 39)));
+
+  std::string_view rest = value.substr(kFixedHeaderSize);
+  if (!GetLengthPrefixed(rest, record.type) || !GetLengthPrefixed(rest, record.fingerprint) ||
+      !GetLengthPrefixed(rest, record.result) || !GetLengthPrefixed(rest, record.checkpoint)) {
+    return Corrupt(key, "a length-prefixed field runs past the end of the value");
+  }
+  if (!rest.empty()) {
+    return Corrupt(key, std::to_string(rest.size()) + " unexpected bytes after the last field");
+  }
+  return record;
+}
+
+std::optional<int64_t> PeekExpiresMicros(std::string_view value) {
+  if (value.size() < kFixedHeaderSize || static_cast<uint8_t>(value[0]) != kRecordFormatVersion) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(GetFixed64(value.data() + kExpiresOffset));
+}
+
+std::string EscapeKey(std::string_view key, std::size_t max_bytes) {
+  std::string out;
+  const std::size_t shown = std::min(key.size(), max_bytes);
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto byte = static_cast<uint8_t>(key[i]);
+    if (byte >= 0x20 && byte < 0x7F && byte != '\\') {
+      out += static_cast<char>(byte);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xF];
+    }
+  }
+  if (shown < key.size()) out += "...";
+  return "\"" + out + "\"";
+}
+
+}  // namespace idem::storage

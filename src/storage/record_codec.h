@@ -1,0 +1,52 @@
+// The on-disk encoding of a record's value (the key is the RocksDB key itself).
+// Documented in docs/format.md: change it only together with that page and a new version.
+
+#ifndef IDEM_STORAGE_RECORD_CODEC_H_
+#define IDEM_STORAGE_RECORD_CODEC_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idem/record.h"
+#include "idem/status.h"
+
+namespace idem::storage {
+
+// Never change these values: they are persisted.
+inline constexpr uint8_t kRecordFormatVersion = 1;
+// The retention expiry sits at a fixed offset so the compaction filter reads it without
+// decoding the whole record.
+inline constexpr std::size_t kExpiresOffset = 1;
+inline constexpr std::size_t kFixedHeaderSize = 47;
+
+// Times are stored as signed microseconds since the Unix epoch.
+int64_t ToMicros(std::chrono::system_clock::time_point time);
+std::chrono::system_clock::time_point FromMicros(int64_t micros);
+// `time` truncated to what the format stores, so that a record reads back equal.
+std::chrono::system_clock::time_point TruncateToMicros(std::chrono::system_clock::time_point time);
+
+std::string EncodeRecord(const Record& record);
+
+// Decodes a value stored under `key`. kCorruption naming the problem on a damaged value or an
+// unknown format version; never reads past `value`.
+Result<Record> DecodeRecord(std::string_view key, std::string_view value);
+
+// The retention expiry of an encoded value; nullopt when the header is unreadable.
+std::optional<int64_t> PeekExpiresMicros(std::string_view value);
+
+// Key bytes made printable for messages and logs: printable ASCII as is, others as \xNN,
+// cut after `max_bytes`.
+std::string EscapeKey(std::string_view key, std::size_t max_bytes = 64);
+
+// The fixed-width little-endian integers of the format.
+void PutFixed32(std::string& out, uint32_t value);
+void PutFixed64(std::string& out, uint64_t value);
+uint32_t GetFixed32(const char* in);
+uint64_t GetFixed64(const char* in);
+
+}  // namespace idem::storage
+
+#endif  // IDEM_STORAGE_RECORD_CODEC_H_

@@ -1,0 +1,395 @@
+#include "storage/rocksdb_storage.h"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/compaction_filter.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#include <rocksdb/write_buffer_manager.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include "storage/record_codec.h"
+#include "storage/rocksdb_status.h"
+
+namespace idem::storage {
+namespace {
+
+constexpr char kByExpiryFamily[] = "by_expiry";
+constexpr char kMetaFamily[] = "meta";
+constexpr char kFormatVersionKey[] = "format_version";
+constexpr char kTokenCeilingKey[] = "token_ceiling";
+// Purge deletes records in batches of this many keys, holding their stripe locks meanwhile.
+constexpr std::size_t kPurgeBatch = 256;
+
+rocksdb::Slice AsSlice(std::string_view bytes) { return {bytes.data(), bytes.size()}; }
+
+// Expiry index key: the expiry as big-endian microseconds with the sign bit flipped (so that
+// byte order is time order, pre-1970 included), then the record key.
+std::string ExpiryIndexKey(int64_t expires_micros, std::string_view key) {
+  const uint64_t biased = static_cast<uint64_t>(expires_micros) ^ (uint64_t{1} << 63);
+  std::string out;
+  out.reserve(8 + key.size());
+  for (int shift = 56; shift >= 0; shift -= 8) out += static_cast<char>(biased >> shift);
+  out.append(key);
+  return out;
+}
+
+int64_t ExpiryOfIndexKey(std::string_view index_key) {
+  uint64_t biased = 0;
+  for (int i = 0; i < 8; ++i) biased = (biased << 8) | static_cast<uint8_t>(index_key[i]);
+  return static_cast<int64_t>(biased ^ (uint64_t{1} << 63));
+}
+
+rocksdb::WriteOptions WriteOptionsFor(Durability durability) {
+  rocksdb::WriteOptions options;
+  options.sync = durability == Durability::kSync;
+  return options;
+}
+
+// Drops records whose retention expired while RocksDB compacts. Reads only the fixed-offset
+// expiry, never decodes. Runs on RocksDB's compaction threads: one instance per compaction, so
+// no shared state; noexcept because RocksDB cannot handle exceptions from callbacks.
+class ExpiredRecordFilter final : public rocksdb::CompactionFilter {
+ public:
+  explicit ExpiredRecordFilter(int64_t now_micros) : now_micros_(now_micros) {}
+
+  bool Filter(int /*level*/, const rocksdb::Slice& /*key*/, const rocksdb::Slice& value,
+              std::string* /*new_value*/, bool* /*value_changed*/) const noexcept override {
+    // An unreadable header is kept: the reader reports it as corruption, never silently lost.
+    const auto expires = PeekExpiresMicros(std::string_view(value.data(), value.size()));
+    return expires.has_value() && *expires <= now_micros_;
+  }
+  const char* Name() const noexcept override { return "idem.ExpiredRecordFilter"; }
+
+ private:
+  const int64_t now_micros_;
+};
+
+class ExpiredRecordFilterFactory final : public rocksdb::CompactionFilterFactory {
+ public:
+  explicit ExpiredRecordFilterFactory(std::shared_ptr<const Clock> clock)
+      : clock_(std::move(clock)) {}
+
+  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
+      const rocksdb::CompactionFilter::Context& /*context*/) noexcept override {
+    return std::make_unique<ExpiredRecordFilter>(ToMicros(clock_->Now()));
+  }
+  const char* Name() const noexcept override { return "idem.ExpiredRecordFilterFactory"; }
+
+ private:
+  const std::shared_ptr<const Clock> clock_;
+};
+
+struct SharedResources {
+  std::shared_ptr<rocksdb::Cache> cache;
+  std::shared_ptr<rocksdb::WriteBufferManager> write_buffers;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RocksDbStorage>> RocksDbStorage::Open(const RocksDbConfig& config) {
+  std::unique_ptr<RocksDbStorage> storage(new RocksDbStorage());
+  IDEM_RETURN_IF_ERROR(storage->Initialize(config));
+  return storage;
+}
+
+Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
+  path_ = config.path;
+  // Half the budget caches blocks; the other half bounds the memtables of all column families.
+  auto resources = std::make_shared<SharedResources>();
+  resources->cache = rocksdb::NewLRUCache(std::max<std::size_t>(config.memory_budget / 2, 1 << 20));
+  resources->write_buffers = std::make_shared<rocksdb::WriteBufferManager>(
+      std::max<std::size_t>(config.memory_budget / 2, 1 << 20), resources->cache);
+  keep_alive_ = resources;
+
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = config.create_if_missing;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  db_options.write_buffer_manager = resources->write_buffers;
+  db_options.keep_log_file_num = 4;
+  db_options.max_manifest_file_size = 64 << 20;
+  if (config.read_only) db_options.max_open_files = -1;  // required by secondary instances
+
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.block_cache = resources->cache;
+  // Most Begins look up a key that does not exist yet: a Bloom filter answers without I/O.
+  table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table_options.cache_index_and_filter_blocks = true;
+  table_options.pin_l0_filter_and_index_blocks_in_cache = true;
+
+  const std::size_t write_buffer =
+      std::clamp<std::size_t>(config.memory_budget / 8, 1 << 20, 64 << 20);
+  rocksdb::ColumnFamilyOptions records_options;
+  records_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
+  records_options.write_buffer_size = write_buffer;
+  records_options.compaction_filter_factory =
+      std::make_shared<ExpiredRecordFilterFactory>(config.clock);
+  records_options.level_compaction_dynamic_level_bytes = true;
+  // Rewrites old files now and then so the compaction filter sees long-lived expired records.
+  records_options.periodic_compaction_seconds = 24 * 60 * 60;
+
+  rocksdb::ColumnFamilyOptions small_options;
+  small_options.write_buffer_size = std::max<std::size_t>(write_buffer / 4, 1 << 20);
+  small_options.level_compaction_dynamic_level_bytes = true;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, records_options},
+      {kByExpiryFamily, small_options},
+      {kMetaFamily, small_options},
+  };
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status opened;
+  if (config.read_only) {
+    char scratch[] = "/tmp/idem-secondary-XXXXXX";
+    if (mkdtemp(scratch) == nullptr) {
+      return Status::IOError("cannot create a scratch directory for a read-only open");
+    }
+    secondary_path_ = scratch;
+    opened =
+        rocksdb::DB::OpenAsSecondary(db_options, path_, secondary_path_, families, &handles_, &db);
+  } else {
+    opened = rocksdb::DB::Open(db_options, path_, families, &handles_, &db);
+  }
+  if (!opened.ok()) return FromRocksDbOpen(opened, path_);
+  db_.reset(db);
+  records_ = handles_[0];
+  by_expiry_ = handles_[1];
+  meta_ = handles_[2];
+
+  std::string value;
+  rocksdb::Status read = db_->Get(rocksdb::ReadOptions(), meta_, kFormatVersionKey, &value);
+  if (read.ok()) {
+    const uint32_t version = value.size() == 4 ? GetFixed32(value.data()) : 0;
+    if (version != kStoreFormatVersion) {
+      return Status::Corruption("store " + path_ + " has format version " +
+                                std::to_string(version) + "; this library reads version " +
+                                std::to_string(kStoreFormatVersion));
+    }
+  } else if (!read.IsNotFound()) {
+    return FromRocksDb(read, "reading the format version of " + path_);
+  } else if (!config.read_only) {
+    std::string encoded;
+    PutFixed32(encoded, kStoreFormatVersion);
+    IDEM_RETURN_IF_ERROR(
+        FromRocksDb(db_->Put(WriteOptionsFor(Durability::kSync), meta_, kFormatVersionKey, encoded),
+                    "writing the format version of " + path_));
+  }
+  if (config.read_only) return Status::OK();
+
+  read = db_->Get(rocksdb::ReadOptions(), meta_, kTokenCeilingKey, &value);
+  uint64_t start = 1;
+  if (read.ok() && value.size() == 8) {
+    start = GetFixed64(value.data());
+  } else if (read.ok()) {
+    return Status::Corruption("store " + path_ + ": token ceiling is " +
+                              std::to_string(value.size()) + " bytes, expected 8");
+  } else if (!read.IsNotFound()) {
+    return FromRocksDb(read, "reading the token ceiling of " + path_);
+  }
+  // Tokens below the stored ceiling may have been handed out before a crash: skip them all.
+  next_token_ = start;
+  IDEM_RETURN_IF_ERROR(PersistTokenCeiling(start + kTokenBlock));
+  return Status::OK();
+}
+
+RocksDbStorage::~RocksDbStorage() {
+  if (db_) {
+    for (auto* handle : handles_) db_->DestroyColumnFamilyHandle(handle);
+    db_->Close().PermitUncheckedError();
+    db_.reset();
+  }
+  if (!secondary_path_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(secondary_path_, ignored);
+  }
+}
+
+Status RocksDbStorage::PersistTokenCeiling(uint64_t ceiling) {
+  std::string encoded;
+  PutFixed64(encoded, ceiling);
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(db_->Put(WriteOptionsFor(Durability::kSync), meta_, kTokenCeilingKey, encoded),
+                  "saving the token ceiling"));
+  token_ceiling_.store(ceiling);
+  return Status::OK();
+}
+
+Result<uint64_t> RocksDbStorage::NextToken() {
+  const uint64_t token = next_token_.fetch_add(1);
+  if (token >= token_ceiling_.load()) {
+    std::lock_guard lock(token_mu_);
+    while (token >= token_ceiling_.load()) {
+      IDEM_RETURN_IF_ERROR(PersistTokenCeiling(token_ceiling_.load() + kTokenBlock));
+    }
+  }
+  return token;
+}
+
+std::size_t RocksDbStorage::StripeIndex(std::string_view key) const {
+  return std::hash<std::string_view>{}(key) % kStripes;
+}
+
+std::mutex& RocksDbStorage::StripeFor(std::string_view key) { return stripes_[StripeIndex(key)]; }
+
+Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability durability) {
+  std::lock_guard lock(StripeFor(key));
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Read(key));
+  std::optional<Record> next = decide(stored);
+  if (!next) return Status::OK();
+
+  rocksdb::WriteBatch batch;
+  const std::string encoded = EncodeRecord(*next);
+  rocksdb::Status s = batch.Put(records_, AsSlice(key), encoded);
+  const int64_t expires = ToMicros(next->expires);
+  if (!stored || ToMicros(stored->expires) != expires) {
+    if (stored) s = batch.Delete(by_expiry_, ExpiryIndexKey(ToMicros(stored->expires), key));
+    if (s.ok()) s = batch.Put(by_expiry_, ExpiryIndexKey(expires, key), rocksdb::Slice());
+  }
+  if (s.ok()) s = db_->Write(WriteOptionsFor(durability), &batch);
+  return FromRocksDb(s, "writing record " + EscapeKey(key));
+}
+
+Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, AsSlice(key), &value);
+  if (s.IsNotFound()) return std::optional<Record>();
+  if (!s.ok()) return FromRocksDb(s, "reading record " + EscapeKey(key));
+  IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, value.ToStringView()));
+  return std::optional<Record>(std::move(record));
+}
+
+Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability) {
+  std::lock_guard lock(StripeFor(key));
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, AsSlice(key), &value);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return FromRocksDb(s, "reading record " + EscapeKey(key));
+  rocksdb::WriteBatch batch;
+  s = batch.Delete(records_, AsSlice(key));
+  // An undecodable value has no readable expiry; its index entry, if any, is dropped by the
+  // next purge that reaches it (purge skips index entries without a matching record).
+  if (const auto expires = PeekExpiresMicros(value); s.ok() && expires) {
+    s = batch.Delete(by_expiry_, ExpiryIndexKey(*expires, key));
+  }
+  if (s.ok()) s = db_->Write(WriteOptionsFor(durability), &batch);
+  if (!s.ok()) return FromRocksDb(s, "removing record " + EscapeKey(key));
+  return true;
+}
+
+Status RocksDbStorage::Scan(const ScanOptions& options, FunctionRef<bool(Record&&)> visit) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), records_));
+  const std::string_view start = options.start_after.empty() || options.start_after < options.prefix
+                                     ? options.prefix
+                                     : options.start_after;
+  for (it->Seek(AsSlice(start)); it->Valid(); it->Next()) {
+    const std::string_view key = it->key().ToStringView();
+    if (key.substr(0, options.prefix.size()) != options.prefix) break;
+    if (!options.start_after.empty() && key == options.start_after) continue;
+    IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, it->value().ToStringView()));
+    if (!visit(std::move(record))) return Status::OK();
+  }
+  return FromRocksDb(it->status(), "scanning records");
+}
+
+Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& options) {
+  std::lock_guard purge_lock(purge_mu_);
+  const int64_t now_micros = ToMicros(now);
+  // Index entries at or before `now` are due; iterate up to (now + 1 microsecond).
+  const std::string end = ExpiryIndexKey(now_micros + 1, {});
+  rocksdb::ReadOptions read_options;
+  const rocksdb::Slice upper(end);
+  read_options.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, by_expiry_));
+
+  uint64_t purged = 0;
+  std::string smallest_key, largest_key, last_index_key;
+  std::vector<std::pair<int64_t, std::string>> batch;
+  auto flush = [&]() -> Status {
+    IDEM_ASSIGN_OR_RETURN(uint64_t deleted, DeleteDue(batch, now_micros));
+    purged += deleted;
+    batch.clear();
+    return Status::OK();
+  };
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const std::string_view index_key = it->key().ToStringView();
+    std::string key(index_key.substr(8));
+    const int64_t expires = ExpiryOfIndexKey(index_key);
+    last_index_key.assign(index_key);
+    if (smallest_key.empty() || key < smallest_key) smallest_key = key;
+    if (key > largest_key) largest_key = key;
+    if (options.dry_run) {
+      IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Read(key));
+      if (stored && ToMicros(stored->expires) == expires) ++purged;
+      continue;
+    }
+    batch.emplace_back(expires, std::move(key));
+    if (batch.size() == kPurgeBatch) IDEM_RETURN_IF_ERROR(flush());
+  }
+  IDEM_RETURN_IF_ERROR(FromRocksDb(it->status(), "scanning the expiry index"));
+  if (options.dry_run || last_index_key.empty()) return purged;
+  IDEM_RETURN_IF_ERROR(flush());
+
+  // One range tombstone instead of a point delete per entry: the next purge's seek does not
+  // walk over thousands of tombstones. The range ends just after the last entry visited, so an
+  // entry written meanwhile beyond it is kept.
+  last_index_key += '\0';
+  IDEM_RETURN_IF_ERROR(FromRocksDb(
+      db_->DeleteRange(WriteOptionsFor(Durability::kBuffered), by_expiry_,
+                       ExpiryIndexKey(std::numeric_limits<int64_t>::min(), {}), last_index_key),
+      "trimming the expiry index"));
+  if (options.compact && purged > 0) {
+    const rocksdb::Slice begin(smallest_key), end_key(largest_key);
+    IDEM_RETURN_IF_ERROR(
+        FromRocksDb(db_->CompactRange(rocksdb::CompactRangeOptions(), records_, &begin, &end_key),
+                    "compacting purged records"));
+  }
+  return purged;
+}
+
+Result<uint64_t> RocksDbStorage::DeleteDue(
+    const std::vector<std::pair<int64_t, std::string>>& entries, int64_t now_micros) {
+  if (entries.empty()) return uint64_t{0};
+  // Lock the stripes of the whole batch in index order: Update holds one stripe at a time, so
+  // this cannot deadlock, and no Update can re-create a key between our read and our delete.
+  std::vector<std::size_t> stripes;
+  stripes.reserve(entries.size());
+  for (const auto& entry : entries) stripes.push_back(StripeIndex(entry.second));
+  std::sort(stripes.begin(), stripes.end());
+  stripes.erase(std::unique(stripes.begin(), stripes.end()), stripes.end());
+  for (std::size_t stripe : stripes) stripes_[stripe].lock();
+  struct Unlock {
+    RocksDbStorage* self;
+    const std::vector<std::size_t>& stripes;
+    ~Unlock() {
+      for (std::size_t stripe : stripes) self->stripes_[stripe].unlock();
+    }
+  } unlock{this, stripes};
+
+  rocksdb::WriteBatch batch;
+  uint64_t due = 0;
+  for (const auto& [expires, key] : entries) {
+    std::string value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, key, &value);
+    if (s.IsNotFound()) continue;  // forgotten, or removed by compaction already
+    if (!s.ok()) return FromRocksDb(s, "reading record " + EscapeKey(key));
+    // The record must still carry the expiry this entry names: a record re-acquired since has
+    // a newer expiry and its own index entry.
+    const auto stored_expires = PeekExpiresMicros(value);
+    if (!stored_expires || *stored_expires != expires || expires > now_micros) continue;
+    s = batch.Delete(records_, key);
+    if (!s.ok()) return FromRocksDb(s, "purging record " + EscapeKey(key));
+    ++due;
+  }
+  // Buffered: a purge lost in a crash is simply done again by the next one.
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(db_->Write(WriteOptionsFor(Durability::kBuffered), &batch), "purging records"));
+  return due;
+}
+
+}  // namespace idem::storage

@@ -1,0 +1,171 @@
+// Damaged stores: record bytes, an unknown format version, damaged database files, and a store
+// held by another process. Each must give a clear status, never a crash or a wrong answer.
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_util.h"
+
+namespace {
+
+using idem::Status;
+using idem_test::OpenStore;
+using idem_test::TempDir;
+using idem_test::TestOptions;
+namespace fs = std::filesystem;
+
+// Writes `value` under `key` in column family `family` of the store's RocksDB, bypassing idem.
+void PutRaw(const std::string& store_path, const std::string& family, const std::string& key,
+            const std::string& value) {
+  rocksdb::DBOptions options;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, {}}, {"by_expiry", {}}, {"meta", {}}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(options, store_path + "/db", families, &handles, &db).ok());
+  rocksdb::ColumnFamilyHandle* handle = family == "meta" ? handles[2] : handles[0];
+  EXPECT_TRUE(db->Put(rocksdb::WriteOptions(), handle, key, value).ok());
+  for (auto* h : handles) EXPECT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+  delete db;
+}
+
+TEST(Corruption, DamagedRecordBytesAreReportedNamingTheKey) {
+  TempDir dir;
+  const std::string key("bad\0key", 7);
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("good"));
+    ASSERT_OK(store->Complete("good", claim.token, "fine"));
+    ASSERT_OK_AND_ASSIGN(auto bad, store->Begin(key));
+    ASSERT_OK(store->Complete(key, bad.token, "soon damaged"));
+  }
+  PutRaw(dir.StorePath(), "default", key, std::string("\x01garbage", 8));
+
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  auto got = store->Get(key);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(got.status().message().find("bad\\x00key"), std::string::npos)
+      << got.status().message();
+  // Begin must not overwrite what it cannot read.
+  EXPECT_CODE(store->Begin(key).status(), kCorruption);
+  EXPECT_CODE(store->Complete(key, 1, "x"), kCorruption);
+  // Other records are untouched.
+  ASSERT_OK_AND_ASSIGN(auto good, store->Get("good"));
+  ASSERT_TRUE(good.has_value());
+  EXPECT_EQ(good->result, "fine");
+  // A scan stops at the damaged record and says which one.
+  EXPECT_CODE(store->Scan({}, [](const idem::Record&) { return true; }), kCorruption);
+  // The operator's way out: forget it, then the key works again.
+  ASSERT_OK(store->Forget(key));
+  ASSERT_OK_AND_ASSIGN(auto fresh, store->Begin(key));
+  EXPECT_EQ(fresh.outcome, idem::Outcome::kAcquired);
+}
+
+TEST(Corruption, AnUnknownRecordVersionIsNotMisread) {
+  TempDir dir;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k"));
+    ASSERT_OK(store->Complete("k", claim.token, "v1 result"));
+  }
+  std::string future(64, '\0');
+  future[0] = 9;
+  PutRaw(dir.StorePath(), "default", "k", future);
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  auto got = store->Get("k");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(got.status().message().find("version 9"), std::string::npos);
+}
+
+TEST(Corruption, AStoreOfANewerFormatIsRefusedAtOpen) {
+  TempDir dir;
+  { IDEM_ASSERT_OPEN(store, dir.StorePath()); }
+  PutRaw(dir.StorePath(), "meta", "format_version", std::string("\x02\0\0\0", 4));
+  auto opened = idem::Store::Open(dir.StorePath(), TestOptions());
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(opened.status().message().find("format version 2"), std::string::npos)
+      << opened.status().message();
+}
+
+TEST(Corruption, DamagedDatabaseFilesGiveAStatusNotACrash) {
+  TempDir dir;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    for (int i = 0; i < 100; ++i) {
+      const std::string key = "key-" + std::to_string(i);
+      ASSERT_OK_AND_ASSIGN(auto claim, store->Begin(key));
+      ASSERT_OK(store->Complete(key, claim.token, std::string(200, 'r')));
+    }
+  }
+  // Overwrite the middle of every table and manifest file with garbage.
+  int damaged = 0;
+  for (const auto& entry : fs::directory_iterator(dir.StorePath() + "/db")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".sst") == std::string::npos && name.find(".log") == std::string::npos &&
+        name.rfind("MANIFEST", 0) != 0) {
+      continue;
+    }
+    std::fstream file(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = fs::file_size(entry.path());
+    file.seekp(static_cast<std::streamoff>(size / 2));
+    const std::string garbage(std::min<std::uintmax_t>(size / 4 + 1, 512), '\x5a');
+    file.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+    ++damaged;
+  }
+  ASSERT_GT(damaged, 0);
+  auto opened = idem::Store::Open(dir.StorePath(), TestOptions());
+  if (!opened.ok()) {
+    EXPECT_TRUE(opened.status().code() == Status::Code::kCorruption ||
+                opened.status().code() == Status::Code::kIOError)
+        << opened.status().ToString();
+    return;
+  }
+  // Opened: every read either answers correctly or reports the damage.
+  for (int i = 0; i < 100; ++i) {
+    auto got = (*opened)->Get("key-" + std::to_string(i));
+    if (got.ok() && got->has_value()) EXPECT_EQ((*got)->result, std::string(200, 'r'));
+  }
+}
+
+TEST(Corruption, AStoreHeldByAnotherProcessIsBusy) {
+  TempDir dir;
+  { IDEM_ASSERT_OPEN(store, dir.StorePath()); }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    idem::Options options = TestOptions();
+    options.sharing = idem::Sharing::kExclusive;
+    auto store = idem::Store::Open(dir.StorePath(), options);
+    const char byte = store.ok() ? 'y' : 'n';
+    if (write(ready[1], &byte, 1) != 1) _exit(2);
+    pause();
+    _exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(byte, 'y');
+  idem::Options options = TestOptions();
+  options.sharing = idem::Sharing::kExclusive;
+  auto opened = idem::Store::Open(dir.StorePath(), options);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), Status::Code::kBusy) << opened.status().ToString();
+  // Once the holder is gone, the store opens again with everything in it.
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+}
+
+}  // namespace

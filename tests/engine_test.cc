@@ -1,0 +1,350 @@
+// The state machine, exhaustively: every stored situation crossed with every request, at times
+// before and after the lease and the retention, with and without fingerprints.
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/state_machine.h"
+
+namespace idem::engine {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const TimePoint kStart = TimePoint(std::chrono::hours(24 * 365 * 50));
+constexpr milliseconds kLease = seconds(10);
+constexpr milliseconds kRetention = std::chrono::hours(1);
+constexpr uint64_t kStoredToken = 40;
+constexpr uint64_t kFreshToken = 1000;
+
+// The situations a stored record can be in, as seen at time `kStart + 1s`.
+enum class Situation {
+  kNone,
+  kRetentionExpired,
+  kPendingLive,
+  kPendingTimedOut,
+  kDone,
+  kFailedRetryable,
+  kFailedTerminal,
+};
+
+const std::vector<Situation> kSituations = {Situation::kNone,          Situation::kRetentionExpired,
+                                            Situation::kPendingLive,   Situation::kPendingTimedOut,
+                                            Situation::kDone,          Situation::kFailedRetryable,
+                                            Situation::kFailedTerminal};
+
+std::string Name(Situation s) {
+  switch (s) {
+    case Situation::kNone:
+      return "none";
+    case Situation::kRetentionExpired:
+      return "retention-expired";
+    case Situation::kPendingLive:
+      return "pending-live";
+    case Situation::kPendingTimedOut:
+      return "pending-timed-out";
+    case Situation::kDone:
+      return "done";
+    case Situation::kFailedRetryable:
+      return "failed-retryable";
+    case Situation::kFailedTerminal:
+      return "failed-terminal";
+  }
+  return "?";
+}
+
+const TimePoint kNow = kStart + seconds(1);
+
+std::optional<Record> Stored(Situation situation, std::string_view fingerprint) {
+  if (situation == Situation::kNone) return std::nullopt;
+  Record r;
+  r.key = "k";
+  r.type = "pay";
+  r.fingerprint = std::string(fingerprint);
+  r.checkpoint = "step-1";
+  r.token = kStoredToken;
+  r.attempts = 3;
+  r.created = kStart - seconds(100);
+  r.updated = kStart - seconds(1);
+  r.lease_deadline = kNow + seconds(5);
+  r.expires = kNow + kRetention;
+  switch (situation) {
+    case Situation::kNone:
+      break;
+    case Situation::kRetentionExpired:
+      r.state = State::kDone;
+      r.result = "old";
+      r.expires = kNow;  // expiry is inclusive: at `expires` the record is gone
+      break;
+    case Situation::kPendingLive:
+      r.state = State::kPending;
+      break;
+    case Situation::kPendingTimedOut:
+      r.state = State::kPending;
+      r.lease_deadline = kNow;  // a lease ends at its deadline
+      break;
+    case Situation::kDone:
+      r.state = State::kDone;
+      r.result = "receipt";
+      break;
+    case Situation::kFailedRetryable:
+      r.state = State::kFailed;
+      r.result = "bank unreachable";
+      r.retryable = true;
+      break;
+    case Situation::kFailedTerminal:
+      r.state = State::kFailed;
+      r.result = "card declined";
+      break;
+  }
+  return r;
+}
+
+BeginRequest Request(std::string_view fingerprint) {
+  return {.key = "k",
+          .type = "pay",
+          .fingerprint = fingerprint,
+          .lease = kLease,
+          .retention = kRetention};
+}
+
+// The api.md table, written out row by row.
+struct BeginExpectation {
+  Outcome outcome;
+  bool took_over = false;
+  bool write = false;
+};
+
+BeginExpectation ExpectedBegin(Situation situation) {
+  switch (situation) {
+    case Situation::kNone:
+    case Situation::kRetentionExpired:
+      return {Outcome::kAcquired, false, true};
+    case Situation::kPendingLive:
+      return {Outcome::kInProgress};
+    case Situation::kPendingTimedOut:
+      return {Outcome::kAcquired, true, true};
+    case Situation::kDone:
+      return {Outcome::kReplay};
+    case Situation::kFailedRetryable:
+      return {Outcome::kAcquired, false, true};
+    case Situation::kFailedTerminal:
+      return {Outcome::kFailed};
+  }
+  return {Outcome::kMismatch};
+}
+
+bool HasLiveRecord(Situation s) {
+  return s != Situation::kNone && s != Situation::kRetentionExpired;
+}
+
+TEST(Engine, BeginFollowsTheTableForEverySituationAndFingerprint) {
+  // (stored fingerprint, requested fingerprint, mismatch expected when a live record exists)
+  const std::vector<std::tuple<std::string, std::string, bool>> fingerprints = {{"", "", false},
+                                                                                {"", "aa", false},
+                                                                                {"aa", "", false},
+                                                                                {"aa", "aa", false},
+                                                                                {"aa", "bb", true}};
+  for (Situation situation : kSituations) {
+    for (const auto& [stored_fp, requested_fp, differ] : fingerprints) {
+      SCOPED_TRACE(Name(situation) + " stored fp '" + stored_fp + "' requested '" + requested_fp +
+                   "'");
+      const std::optional<Record> stored = Stored(situation, stored_fp);
+      const BeginDecision d = DecideBegin(stored, Request(requested_fp), kNow, kFreshToken);
+      BeginExpectation want = ExpectedBegin(situation);
+      if (differ && HasLiveRecord(situation)) want = {Outcome::kMismatch};
+      EXPECT_EQ(d.claim.outcome, want.outcome);
+      EXPECT_EQ(d.claim.took_over, want.took_over);
+      EXPECT_EQ(d.write, want.write);
+
+      const Record& r = d.claim.record;
+      switch (d.claim.outcome) {
+        case Outcome::kAcquired: {
+          EXPECT_EQ(d.claim.token, kFreshToken);
+          EXPECT_EQ(r.token, kFreshToken);
+          EXPECT_EQ(r.state, State::kPending);
+          EXPECT_FALSE(r.timed_out);
+          EXPECT_TRUE(r.result.empty());
+          EXPECT_EQ(r.lease_deadline, kNow + kLease);
+          EXPECT_EQ(r.expires, kNow + kRetention);
+          EXPECT_EQ(r.updated, kNow);
+          const bool fresh = !HasLiveRecord(situation);
+          EXPECT_EQ(r.attempts, fresh ? 1u : 4u);
+          EXPECT_EQ(r.created, fresh ? kNow : kStart - seconds(100));
+          // The checkpoint survives a takeover and a retry; a fresh record has none.
+          EXPECT_EQ(r.checkpoint, fresh ? "" : "step-1");
+          // The first non-empty fingerprint sticks.
+          const std::string want_fp =
+              fresh ? requested_fp : (stored_fp.empty() ? requested_fp : stored_fp);
+          EXPECT_EQ(r.fingerprint, want_fp);
+          break;
+        }
+        case Outcome::kInProgress:
+          EXPECT_EQ(d.claim.retry_after, seconds(5));
+          EXPECT_EQ(r.token, kStoredToken);
+          break;
+        case Outcome::kReplay:
+          EXPECT_EQ(r.result, "receipt");
+          break;
+        case Outcome::kFailed:
+          EXPECT_EQ(r.result, "card declined");
+          break;
+        case Outcome::kMismatch:
+          EXPECT_EQ(r.fingerprint, stored_fp);
+          EXPECT_EQ(d.claim.token, 0u);
+          break;
+      }
+    }
+  }
+}
+
+TEST(Engine, BeginKeepsTokensIncreasingPerKeyEvenWithASmallFreshToken) {
+  const auto stored = Stored(Situation::kFailedRetryable, "");
+  const BeginDecision d = DecideBegin(stored, Request(""), kNow, /*fresh_token=*/7);
+  EXPECT_EQ(d.claim.token, kStoredToken + 1);
+}
+
+TEST(Engine, RetryAfterRoundsUpAndIsAtLeastOneMillisecond) {
+  auto stored = Stored(Situation::kPendingLive, "");
+  stored->lease_deadline = kNow + std::chrono::microseconds(1500);
+  EXPECT_EQ(DecideBegin(stored, Request(""), kNow, kFreshToken).claim.retry_after, milliseconds(2));
+  stored->lease_deadline = kNow + std::chrono::microseconds(1);
+  EXPECT_EQ(DecideBegin(stored, Request(""), kNow, kFreshToken).claim.retry_after, milliseconds(1));
+}
+
+TEST(Engine, RetentionNeverEndsBeforeTheLease) {
+  BeginRequest request = Request("");
+  request.retention = milliseconds(5);
+  const BeginDecision d = DecideBegin(std::nullopt, request, kNow, kFreshToken);
+  EXPECT_EQ(d.claim.record.expires, kNow + kLease);
+}
+
+enum class Call { kComplete, kFail, kFailTerminal, kExtend, kCheckpoint };
+const std::vector<Call> kCalls = {Call::kComplete, Call::kFail, Call::kFailTerminal, Call::kExtend,
+                                  Call::kCheckpoint};
+
+TransitionRequest MakeTransition(Call call, uint64_t token, std::string_view payload) {
+  TransitionRequest request;
+  request.token = token;
+  request.payload = payload;
+  request.lease = seconds(30);
+  switch (call) {
+    case Call::kComplete:
+      request.kind = TransitionKind::kComplete;
+      break;
+    case Call::kFail:
+      request.kind = TransitionKind::kFail;
+      break;
+    case Call::kFailTerminal:
+      request.kind = TransitionKind::kFail;
+      request.failure = Failure::kTerminal;
+      break;
+    case Call::kExtend:
+      request.kind = TransitionKind::kExtend;
+      break;
+    case Call::kCheckpoint:
+      request.kind = TransitionKind::kSaveCheckpoint;
+      break;
+  }
+  return request;
+}
+
+TEST(Engine, TransitionsNeedTheCurrentTokenOnAPendingRecord) {
+  for (Situation situation : kSituations) {
+    for (Call call : kCalls) {
+      for (uint64_t token : {kStoredToken, kStoredToken - 1, kStoredToken + 1}) {
+        SCOPED_TRACE(Name(situation) + " call " + std::to_string(static_cast<int>(call)) +
+                     " token " + std::to_string(token));
+        const auto stored = Stored(situation, "");
+        const TransitionDecision d =
+            DecideTransition(stored, MakeTransition(call, token, "payload"), kNow);
+        if (!HasLiveRecord(situation)) {
+          EXPECT_EQ(d.status.code(), Status::Code::kNotFound);
+          EXPECT_FALSE(d.write);
+          continue;
+        }
+        const bool pending =
+            situation == Situation::kPendingLive || situation == Situation::kPendingTimedOut;
+        if (!pending || token != kStoredToken) {
+          EXPECT_EQ(d.status.code(), Status::Code::kLeaseLost) << d.status.ToString();
+          EXPECT_FALSE(d.write);
+          continue;
+        }
+        // The owner may still finish after its lease passed, as long as nobody took over.
+        ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+        ASSERT_TRUE(d.write);
+        const Record& r = *d.write;
+        EXPECT_EQ(r.updated, kNow);
+        EXPECT_EQ(r.token, kStoredToken);
+        EXPECT_EQ(r.attempts, 3u);
+        switch (call) {
+          case Call::kComplete:
+            EXPECT_EQ(r.state, State::kDone);
+            EXPECT_EQ(r.result, "payload");
+            break;
+          case Call::kFail:
+          case Call::kFailTerminal:
+            EXPECT_EQ(r.state, State::kFailed);
+            EXPECT_EQ(r.result, "payload");
+            EXPECT_EQ(r.retryable, call == Call::kFail);
+            break;
+          case Call::kExtend:
+            EXPECT_EQ(r.state, State::kPending);
+            EXPECT_EQ(r.lease_deadline, kNow + seconds(30));
+            EXPECT_FALSE(r.timed_out);
+            break;
+          case Call::kCheckpoint:
+            EXPECT_EQ(r.state, State::kPending);
+            EXPECT_EQ(r.checkpoint, "payload");
+            break;
+        }
+      }
+    }
+  }
+}
+
+TEST(Engine, RepeatingTheFinalCallWithTheSameTokenAndPayloadIsOk) {
+  auto done = Stored(Situation::kDone, "");
+  auto same =
+      DecideTransition(done, MakeTransition(Call::kComplete, kStoredToken, "receipt"), kNow);
+  EXPECT_TRUE(same.status.ok());
+  EXPECT_FALSE(same.write);
+  auto other = DecideTransition(done, MakeTransition(Call::kComplete, kStoredToken, "x"), kNow);
+  EXPECT_EQ(other.status.code(), Status::Code::kLeaseLost);
+  auto stale = DecideTransition(done, MakeTransition(Call::kComplete, 1, "receipt"), kNow);
+  EXPECT_EQ(stale.status.code(), Status::Code::kLeaseLost);
+
+  auto failed = Stored(Situation::kFailedTerminal, "");
+  EXPECT_TRUE(DecideTransition(
+                  failed, MakeTransition(Call::kFailTerminal, kStoredToken, "card declined"), kNow)
+                  .status.ok());
+  // The same error as retryable is a different call.
+  EXPECT_EQ(
+      DecideTransition(failed, MakeTransition(Call::kFail, kStoredToken, "card declined"), kNow)
+          .status.code(),
+      Status::Code::kLeaseLost);
+}
+
+TEST(Engine, ExtendPushesRetentionPastTheNewLease) {
+  auto stored = Stored(Situation::kPendingLive, "");
+  stored->expires = kNow + seconds(20);
+  auto d = DecideTransition(stored, MakeTransition(Call::kExtend, kStoredToken, ""), kNow);
+  ASSERT_TRUE(d.write);
+  EXPECT_EQ(d.write->expires, kNow + seconds(30));
+}
+
+TEST(Engine, VisibleHidesExpiredRecordsAndDerivesTimeout) {
+  EXPECT_FALSE(Visible(Stored(Situation::kRetentionExpired, ""), kNow));
+  EXPECT_FALSE(Visible(std::nullopt, kNow));
+  EXPECT_TRUE(Visible(Stored(Situation::kPendingTimedOut, ""), kNow)->timed_out);
+  EXPECT_FALSE(Visible(Stored(Situation::kPendingLive, ""), kNow)->timed_out);
+  // A done record whose lease deadline passed is not "timed out": only pending ones are.
+  EXPECT_FALSE(Visible(Stored(Situation::kDone, ""), kNow + seconds(60))->timed_out);
+}
+
+}  // namespace
+}  // namespace idem::engine
