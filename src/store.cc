@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "engine/state_machine.h"
+#include "sharing/process.h"
 #include "storage/record_codec.h"
 #include "storage/rocksdb_storage.h"
 
@@ -188,6 +189,7 @@ class LocalStore final : public Store {
         .fingerprint = options.fingerprint,
         .lease = options.lease.count() > 0 ? options.lease : options_.default_lease,
         .retention = options.retention.count() > 0 ? options.retention : options_.default_retention,
+        .holder = sharing::ThisProcessHolder(),
     };
     IDEM_ASSIGN_OR_RETURN(uint64_t fresh_token, core_->storage().NextToken());
     const TimePoint now = core_->Now();
@@ -195,7 +197,10 @@ class LocalStore final : public Store {
     IDEM_RETURN_IF_ERROR(core_->storage().Update(
         key,
         [&](const std::optional<Record>& stored) -> std::optional<Record> {
-          decision = engine::DecideBegin(stored, request, now, fresh_token);
+          const bool holder_is_dead =
+              options_.take_over_dead_holders && stored && stored->state == State::kPending &&
+              stored->lease_deadline > now && sharing::HolderIsDead(stored->holder);
+          decision = engine::DecideBegin(stored, request, now, fresh_token, holder_is_dead);
           if (!decision.write) return std::nullopt;
           return decision.claim.record;
         },
@@ -365,6 +370,7 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
   std::lock_guard registry_lock(RegistryMutex());
   IDEM_ASSIGN_OR_RETURN(DirectoryId id, PrepareDirectory(directory, effective));
   auto& registry = Registry();
+  std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
   if (auto existing = registry[id].lock()) {
     if (existing->read_only() && !effective.read_only) {
       return Status::Busy("store " + directory.string() +

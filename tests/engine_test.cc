@@ -208,6 +208,51 @@ TEST(Engine, BeginKeepsTokensIncreasingPerKeyEvenWithASmallFreshToken) {
   EXPECT_EQ(d.claim.token, kStoredToken + 1);
 }
 
+TEST(Engine, AcquiringRecordsTheHolder) {
+  BeginRequest request = Request("");
+  request.holder = {.pid = 12, .process_start = 34, .request_id = 56, .took_over = true};
+  const BeginDecision fresh = DecideBegin(std::nullopt, request, kNow, kFreshToken);
+  EXPECT_EQ(fresh.claim.record.holder,
+            (Holder{.pid = 12, .process_start = 34, .request_id = 56, .took_over = false}));
+  const BeginDecision taken =
+      DecideBegin(Stored(Situation::kPendingTimedOut, ""), request, kNow, kFreshToken);
+  EXPECT_TRUE(taken.claim.record.holder.took_over);
+  EXPECT_EQ(taken.claim.record.holder.request_id, 56u);
+}
+
+TEST(Engine, AResentBeginGetsItsOwnClaimBack) {
+  auto stored = Stored(Situation::kPendingLive, "");
+  stored->holder = {.pid = 1, .process_start = 2, .request_id = 77, .took_over = true};
+  BeginRequest request = Request("");
+  request.holder = {.pid = 1, .process_start = 2, .request_id = 77};
+  const BeginDecision d = DecideBegin(stored, request, kNow, kFreshToken);
+  EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
+  EXPECT_EQ(d.claim.token, kStoredToken);
+  EXPECT_TRUE(d.claim.took_over);
+  EXPECT_FALSE(d.write);
+  // Another call from the same process is a different request: it must wait.
+  request.holder.request_id = 78;
+  EXPECT_EQ(DecideBegin(stored, request, kNow, kFreshToken).claim.outcome, Outcome::kInProgress);
+  // Request id 0 means "unknown" and never matches.
+  stored->holder.request_id = 0;
+  request.holder.request_id = 0;
+  EXPECT_EQ(DecideBegin(stored, request, kNow, kFreshToken).claim.outcome, Outcome::kInProgress);
+}
+
+TEST(Engine, ALiveLeaseOfADeadHolderIsTakenOver) {
+  const auto stored = Stored(Situation::kPendingLive, "");
+  const BeginDecision d =
+      DecideBegin(stored, Request(""), kNow, kFreshToken, /*holder_is_dead=*/true);
+  EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
+  EXPECT_TRUE(d.claim.took_over);
+  EXPECT_EQ(d.claim.record.attempts, 4u);
+  // A dead holder changes nothing for records that are not pending.
+  for (Situation s : {Situation::kDone, Situation::kFailedTerminal}) {
+    EXPECT_EQ(DecideBegin(Stored(s, ""), Request(""), kNow, kFreshToken, true).claim.outcome,
+              ExpectedBegin(s).outcome);
+  }
+}
+
 TEST(Engine, RetryAfterRoundsUpAndIsAtLeastOneMillisecond) {
   auto stored = Stored(Situation::kPendingLive, "");
   stored->lease_deadline = kNow + std::chrono::microseconds(1500);

@@ -24,6 +24,7 @@ Record FullRecord() {
   r.updated = FromMicros(1'800'000'000'000'001);
   r.lease_deadline = FromMicros(1'800'000'010'000'000);
   r.expires = FromMicros(1'802'592'000'000'000);
+  r.holder = {.pid = 4242, .process_start = 987654321, .request_id = ~0ULL, .took_over = true};
   return r;
 }
 
@@ -77,7 +78,7 @@ TEST(RecordCodec, TrailingBytesBadStateAndBadFlagsAreCorruption) {
   bad_state[9] = 3;
   EXPECT_EQ(DecodeRecord("k", bad_state).status().code(), Status::Code::kCorruption);
   std::string bad_flags = value;
-  bad_flags[10] = 4;
+  bad_flags[10] = 8;
   EXPECT_EQ(DecodeRecord("k", bad_flags).status().code(), Status::Code::kCorruption);
 }
 

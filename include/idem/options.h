@@ -85,6 +85,11 @@ struct Options {
   // saves memory on edge devices; larger speeds up reads of big stores. Default: 32 MiB.
   std::size_t memory_budget = 32 << 20;
 
+  // Take over a pending claim at once, without waiting for its lease, when the process that
+  // acquired it has died (its pid is gone, or now belongs to a process started later). Turn it
+  // off when the processes sharing a store see different PID namespaces. Default: true.
+  bool take_over_dead_holders = true;
+
   // Wall-clock source; null means the system clock. See Clock.
   std::shared_ptr<const Clock> clock;
 };

@@ -13,6 +13,18 @@ namespace idem {
 // The stored state of a key. Never change these values: they are persisted.
 enum class State : uint8_t { kPending = 0, kDone = 1, kFailed = 2 };
 
+// Who acquired a record's current attempt, and how. Recorded by Begin so that a claim whose
+// process has died can be taken over without waiting for its lease, and so that a Begin resent
+// after a lost reply gets its own claim back instead of kInProgress.
+struct Holder {
+  uint32_t pid = 0;            // the acquiring process (0: unknown)
+  uint64_t process_start = 0;  // its start time (clock ticks after boot), so a reused pid differs
+  uint64_t request_id = 0;     // random id of the acquiring Begin call
+  bool took_over = false;      // the attempt took over an expired or abandoned one
+
+  friend bool operator==(const Holder&, const Holder&) = default;
+};
+
 struct Record {
   using TimePoint = std::chrono::system_clock::time_point;
 
@@ -35,6 +47,8 @@ struct Record {
   uint32_t attempts = 0;
   // Whether a kFailed record may be acquired again (true) or is final (false).
   bool retryable = false;
+  // The holder of the latest attempt.
+  Holder holder;
   // Times are stored with microsecond precision. `expires` is the end of retention.
   TimePoint created, updated, lease_deadline, expires;
 

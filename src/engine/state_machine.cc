@@ -39,7 +39,7 @@ std::optional<Record> Visible(std::optional<Record> stored, TimePoint now) {
 }
 
 BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginRequest& request,
-                          TimePoint now, uint64_t fresh_token) {
+                          TimePoint now, uint64_t fresh_token, bool holder_is_dead) {
   BeginDecision decision;
   Claim& claim = decision.claim;
   std::optional<Record> current = Visible(stored, now);
@@ -73,7 +73,16 @@ BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginReques
         }
         break;
       case State::kPending:
-        if (!record.timed_out) {
+        if (request.holder.request_id != 0 &&
+            request.holder.request_id == record.holder.request_id) {
+          // The same Begin again, its first reply lost (a client resends after a failover).
+          claim.outcome = Outcome::kAcquired;
+          claim.token = record.token;
+          claim.took_over = record.holder.took_over;
+          claim.record = record;
+          return decision;
+        }
+        if (!record.timed_out && !holder_is_dead) {
           claim.outcome = Outcome::kInProgress;
           claim.retry_after = TimeLeft(record.lease_deadline, now);
           claim.record = record;
@@ -97,6 +106,9 @@ BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginReques
   next.updated = now;
   next.lease_deadline = now + request.lease;
   next.expires = RetentionEnd(now, request);
+
+  next.holder = request.holder;
+  next.holder.took_over = claim.took_over;
 
   claim.outcome = Outcome::kAcquired;
   claim.token = next.token;

@@ -33,6 +33,9 @@ struct BeginRequest {
   std::string_view fingerprint;
   std::chrono::milliseconds lease;      // > 0, defaults already applied
   std::chrono::milliseconds retention;  // > 0, defaults already applied
+  // The caller's process and this Begin call's random id (took_over is ignored). A request id
+  // equal to the stored holder's marks a resent Begin: it gets the same claim back.
+  Holder holder;
 };
 
 struct BeginDecision {
@@ -41,9 +44,10 @@ struct BeginDecision {
 };
 
 // Decides Begin. `fresh_token` is a token the store has never handed out; it is used when the
-// key is acquired.
+// key is acquired. `holder_is_dead`: the process holding the stored pending claim is known to
+// have died, so its claim is taken over without waiting for the lease.
 BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginRequest& request,
-                          TimePoint now, uint64_t fresh_token);
+                          TimePoint now, uint64_t fresh_token, bool holder_is_dead = false);
 
 enum class TransitionKind { kComplete, kFail, kExtend, kSaveCheckpoint };
 

@@ -6,7 +6,8 @@ namespace idem::storage {
 namespace {
 
 constexpr uint8_t kRetryableFlag = 1;
-constexpr uint8_t kKnownFlags = kRetryableFlag;
+constexpr uint8_t kTookOverFlag = 2;
+constexpr uint8_t kKnownFlags = kRetryableFlag | kTookOverFlag;
 
 void PutVarint32(std::string& out, uint32_t value) {
   while (value >= 0x80) {
@@ -94,12 +95,16 @@ std::string EncodeRecord(const Record& record) {
   out += static_cast<char>(kRecordFormatVersion);
   PutFixed64(out, static_cast<uint64_t>(ToMicros(record.expires)));
   out += static_cast<char>(record.state);
-  out += static_cast<char>(record.retryable ? kRetryableFlag : 0);
+  out += static_cast<char>((record.retryable ? kRetryableFlag : 0) |
+                           (record.holder.took_over ? kTookOverFlag : 0));
   PutFixed64(out, record.token);
   PutFixed32(out, record.attempts);
   PutFixed64(out, static_cast<uint64_t>(ToMicros(record.created)));
   PutFixed64(out, static_cast<uint64_t>(ToMicros(record.updated)));
   PutFixed64(out, static_cast<uint64_t>(ToMicros(record.lease_deadline)));
+  PutFixed32(out, record.holder.pid);
+  PutFixed64(out, record.holder.process_start);
+  PutFixed64(out, record.holder.request_id);
   PutLengthPrefixed(out, record.type);
   PutLengthPrefixed(out, record.fingerprint);
   PutLengthPrefixed(out, record.result);
@@ -132,11 +137,15 @@ Result<Record> DecodeRecord(std::string_view key, std::string_view value) {
   const auto flags = static_cast<uint8_t>(p[10]);
   if ((flags & ~kKnownFlags) != 0) return Corrupt(key, "unknown flags " + std::to_string(flags));
   record.retryable = (flags & kRetryableFlag) != 0;
+  record.holder.took_over = (flags & kTookOverFlag) != 0;
   record.token = GetFixed64(p + 11);
   record.attempts = GetFixed32(p + 19);
   record.created = FromMicros(static_cast<int64_t>(GetFixed64(p + 23)));
   record.updated = FromMicros(static_cast<int64_t>(GetFixed64(p + 31)));
   record.lease_deadline = FromMicros(static_cast<int64_t>(GetFixed64(p + 39)));
+  record.holder.pid = GetFixed32(p + 47);
+  record.holder.process_start = GetFixed64(p + 51);
+  record.holder.request_id = GetFixed64(p + 59);
 
   std::string_view rest = value.substr(kFixedHeaderSize);
   if (!GetLengthPrefixed(rest, record.type) || !GetLengthPrefixed(rest, record.fingerprint) ||

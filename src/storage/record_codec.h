@@ -20,7 +20,7 @@ inline constexpr uint8_t kRecordFormatVersion = 1;
 // The retention expiry sits at a fixed offset so the compaction filter reads it without
 // decoding the whole record.
 inline constexpr std::size_t kExpiresOffset = 1;
-inline constexpr std::size_t kFixedHeaderSize = 47;
+inline constexpr std::size_t kFixedHeaderSize = 67;
 
 // Times are stored as signed microseconds since the Unix epoch.
 int64_t ToMicros(std::chrono::system_clock::time_point time);
