@@ -1,21 +1,24 @@
-// Store::Open and the local store: validation, the engine's decisions applied through the
-// storage layer, counters, the background purge, and the per-process registry that keeps one
-// RocksDB instance per store directory.
-
-#include "idem/store.h"
+// Store::Open and the store handle. A handle validates its arguments, applies its defaults and
+// passes each call to its StoreCore, which holds the process's role for the store directory:
+// owner (a LocalBackend on RocksDB, serving the other processes over the store's socket),
+// client (a RemoteBackend talking to the owner), or read-only reader (a RocksDB secondary).
+// When the owner dies, a client's call fails over: it takes the owner lock and becomes the
+// owner, or reconnects to whoever did, and resends the call.
 
 #include <sys/stat.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
 
-#include "engine/state_machine.h"
+#include "backend.h"
+#include "local_backend.h"
+#include "sharing/owner_lock.h"
 #include "sharing/process.h"
-#include "storage/record_codec.h"
+#include "sharing/remote_backend.h"
+#include "sharing/server.h"
 #include "storage/rocksdb_storage.h"
 
 namespace idem {
@@ -23,55 +26,18 @@ namespace {
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
-using TimePoint = std::chrono::system_clock::time_point;
 
 class SystemClockImpl final : public Clock {
  public:
-  TimePoint Now() const override { return std::chrono::system_clock::now(); }
+  std::chrono::system_clock::time_point Now() const override {
+    return std::chrono::system_clock::now();
+  }
 };
 
-// Where a store directory keeps its RocksDB files. Later the lock file and socket of the
-// sharing layer sit beside it.
+// Where a store directory keeps its RocksDB files; the owner lock and socket sit beside it.
 constexpr char kDatabaseDir[] = "db";
-
-struct AtomicCounters {
-  std::atomic<uint64_t> claims{0}, replays{0}, in_progress{0}, takeovers{0}, failed{0},
-      mismatches{0}, lease_lost{0}, purged{0};
-
-  void Count(const Claim& claim) {
-    switch (claim.outcome) {
-      case Outcome::kAcquired:
-        claims.fetch_add(1, std::memory_order_relaxed);
-        if (claim.took_over) takeovers.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case Outcome::kReplay:
-        replays.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case Outcome::kInProgress:
-        in_progress.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case Outcome::kFailed:
-        failed.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case Outcome::kMismatch:
-        mismatches.fetch_add(1, std::memory_order_relaxed);
-        break;
-    }
-  }
-
-  Counters Snapshot() const {
-    Counters c;
-    c.claims = claims.load();
-    c.replays = replays.load();
-    c.in_progress = in_progress.load();
-    c.takeovers = takeovers.load();
-    c.failed = failed.load();
-    c.mismatches = mismatches.load();
-    c.lease_lost = lease_lost.load();
-    c.purged = purged.load();
-    return c;
-  }
-};
+// How many records a handle's Scan asks its backend for at a time.
+constexpr std::size_t kScanPageSize = 1024;
 
 // Identity of a store directory, whatever the spelling of its path.
 struct DirectoryId {
@@ -88,80 +54,163 @@ std::recursive_mutex& RegistryMutex() {
   return mu;
 }
 
+// Being the owner: the lock, the storage, and (when sharing) the server. Members are destroyed
+// in reverse order: the server stops calling the backend before it closes, and the lock is
+// released only after RocksDB has closed.
+struct Ownership {
+  std::unique_ptr<sharing::OwnerLock> lock;
+  std::shared_ptr<LocalBackend> backend;
+  std::unique_ptr<sharing::Server> server;
+};
+
 // One per open store directory in this process, shared by every handle on it.
 class StoreCore {
  public:
-  StoreCore(std::unique_ptr<storage::Storage> storage, std::shared_ptr<const Clock> clock,
-            bool read_only, milliseconds auto_purge_interval)
-      : storage_(std::move(storage)), clock_(std::move(clock)), read_only_(read_only) {
-    if (!read_only_ && auto_purge_interval > milliseconds(0)) {
-      purge_thread_ = std::thread([this, auto_purge_interval] { PurgeLoop(auto_purge_interval); });
-    }
-  }
+  StoreCore(fs::path directory, DirectoryId id, const Options& options)
+      : directory_(std::move(directory)),
+        address_(sharing::SocketAddressFor(directory_.string(), id.device, id.inode)),
+        options_(options) {}
 
   ~StoreCore() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    stop_.notify_all();
-    if (purge_thread_.joinable()) purge_thread_.join();
     std::lock_guard registry_lock(RegistryMutex());
-    storage_.reset();
+    std::lock_guard lock(mu_);
+    backend_.reset();
+    ownership_.reset();
   }
 
-  storage::Storage& storage() { return *storage_; }
-  bool read_only() const { return read_only_; }
-  AtomicCounters& counters() { return counters_; }
+  // Takes up the process's role for the store.
+  Status Start() {
+    std::lock_guard lock(mu_);
+    if (options_.read_only) {
+      IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
+      backend_ = std::make_shared<LocalBackend>(std::move(storage), options_);
+      return Status::OK();
+    }
+    IDEM_ASSIGN_OR_RETURN(backend_, AcquireBackend());
+    return Status::OK();
+  }
 
-  // Now, at the precision records store, so that what a call returns equals what it stored.
-  TimePoint Now() const { return storage::TruncateToMicros(clock_->Now()); }
+  bool read_only() const { return options_.read_only; }
 
-  Result<uint64_t> Purge(const PurgeOptions& options) {
-    IDEM_ASSIGN_OR_RETURN(uint64_t count, storage_->Purge(Now(), options));
-    if (!options.dry_run) counters_.purged.fetch_add(count, std::memory_order_relaxed);
-    return count;
+  // Runs `call(backend, resent)` on the current backend; when that backend lost the owner, fails
+  // over and runs it again with resent = true.
+  template <class Call>
+  auto Run(Call&& call) -> std::invoke_result_t<Call&, Backend&, bool> {
+    std::shared_ptr<Backend> backend = Current();
+    for (bool resent = false;; resent = true) {
+      auto result = call(*backend, resent);
+      if (!backend->lost()) return result;
+      Result<std::shared_ptr<Backend>> next = Failover(backend);
+      if (!next.ok()) return next.status();
+      backend = std::move(next).value();
+    }
   }
 
  private:
-  void PurgeLoop(milliseconds interval) {
-    std::unique_lock lock(mu_);
-    while (!stop_.wait_for(lock, interval, [this] { return stopping_; })) {
-      lock.unlock();
-      // A failed background purge is retried at the next interval; a caller's own Purge
-      // reports the error.
-      static_cast<void>(Purge(PurgeOptions{}));
-      lock.lock();
+  std::shared_ptr<Backend> Current() {
+    std::lock_guard lock(mu_);
+    return backend_;
+  }
+
+  Result<std::shared_ptr<Backend>> Failover(const std::shared_ptr<Backend>& lost) {
+    std::lock_guard lock(mu_);
+    if (backend_ == lost) {
+      Log("lost the owner of store " + directory_.string() + "; failing over");
+      IDEM_ASSIGN_OR_RETURN(backend_, AcquireBackend());
+    }
+    return backend_;
+  }
+
+  // Becomes the owner, or a client of the owner; retries while the owner is starting or has
+  // just died, up to options.failover_timeout. mu_ held.
+  Result<std::shared_ptr<Backend>> AcquireBackend() {
+    const auto give_up_at = std::chrono::steady_clock::now() + options_.failover_timeout;
+    milliseconds pause(1);
+    Status last_error;
+    for (;;) {
+      IDEM_ASSIGN_OR_RETURN(auto owner_lock,
+                            sharing::OwnerLock::TryAcquire(directory_.string(), options_.sharing));
+      if (owner_lock) return BecomeOwner(std::move(owner_lock));
+
+      const std::optional<sharing::OwnerInfo> owner =
+          sharing::OwnerLock::ReadOwner(directory_.string());
+      const std::string holder = owner ? " by pid " + std::to_string(owner->pid) : "";
+      if (options_.sharing == Sharing::kExclusive) {
+        return Status::Busy("store " + directory_.string() + " is held" + holder +
+                            "; Sharing::kExclusive needs it alone");
+      }
+      if (owner && owner->exclusive) {
+        return Status::Busy("store " + directory_.string() + " is held exclusively" + holder);
+      }
+      Result<std::unique_ptr<sharing::RemoteBackend>> remote =
+          sharing::RemoteBackend::Connect(address_);
+      if (remote.ok()) return std::shared_ptr<Backend>(std::move(remote).value());
+      last_error = remote.status();
+
+      if (std::chrono::steady_clock::now() >= give_up_at) {
+        return Status::Unavailable(
+            "could not reach the owner of store " + directory_.string() + holder + " within " +
+            std::to_string(options_.failover_timeout.count()) + " ms: " + last_error.message());
+      }
+      // The owner holds the lock but is still opening RocksDB, or has just died.
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, milliseconds(50));
+    }
+  }
+
+  // mu_ held, `owner_lock` taken.
+  Result<std::shared_ptr<Backend>> BecomeOwner(std::unique_ptr<sharing::OwnerLock> owner_lock) {
+    auto ownership = std::make_unique<Ownership>();
+    ownership->lock = std::move(owner_lock);
+    IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
+    ownership->backend = std::make_shared<LocalBackend>(std::move(storage), options_);
+    if (options_.sharing == Sharing::kAuto) {
+      sharing::ServerOptions server_options;
+      // A request carries at most a key, a label or two and one payload.
+      server_options.max_frame =
+          options_.max_key_size + 2 * options_.max_label_size + options_.max_result_size + 4096;
+      server_options.log = [this](std::string_view message) { Log(message); };
+      IDEM_ASSIGN_OR_RETURN(ownership->server,
+                            sharing::Server::Start(address_, *ownership->backend, server_options));
+    }
+    std::shared_ptr<Backend> backend = ownership->backend;
+    ownership_ = std::move(ownership);
+    return backend;
+  }
+
+  Result<std::unique_ptr<storage::Storage>> OpenStorage() {
+    storage::RocksDbConfig config;
+    config.path = (directory_ / kDatabaseDir).string();
+    config.create_if_missing = options_.create_if_missing;
+    config.read_only = options_.read_only;
+    config.memory_budget = options_.memory_budget;
+    config.clock = options_.clock;
+    IDEM_ASSIGN_OR_RETURN(auto storage, storage::RocksDbStorage::Open(config));
+    return std::unique_ptr<storage::Storage>(std::move(storage));
+  }
+
+  void Log(std::string_view message) const {
+    if (options_.log) {
+      options_.log(message);
+    } else {
+      std::cerr << "idem: " << message << '\n';
     }
   }
 
   // Constant after construction.
-  std::unique_ptr<storage::Storage> storage_;
-  const std::shared_ptr<const Clock> clock_;
-  const bool read_only_;
-  std::thread purge_thread_;
-
-  AtomicCounters counters_;
+  const fs::path directory_;
+  const sharing::SocketAddress address_;
+  const Options options_;  // the first opener's
 
   std::mutex mu_;
-  std::condition_variable stop_;
-  bool stopping_ = false;  // guarded by mu_
+  // Guarded by mu_.
+  std::shared_ptr<Backend> backend_;
+  std::unique_ptr<Ownership> ownership_;
 };
 
 std::map<DirectoryId, std::weak_ptr<StoreCore>>& Registry() {
   static std::map<DirectoryId, std::weak_ptr<StoreCore>> registry;
   return registry;
-}
-
-Status CheckSize(std::string_view what, std::size_t size, std::size_t limit) {
-  if (size <= limit) return Status::OK();
-  return Status::InvalidArgument(std::string(what) + " is " + std::to_string(size) +
-                                 " bytes; the limit is " + std::to_string(limit));
-}
-
-Status CheckKey(std::string_view key, const Options& options) {
-  if (key.empty()) return Status::InvalidArgument("key is empty");
-  return CheckSize("key", key.size(), options.max_key_size);
 }
 
 Status CheckDuration(std::string_view what, milliseconds duration) {
@@ -170,53 +219,36 @@ Status CheckDuration(std::string_view what, milliseconds duration) {
                                  " ms; it must not be negative");
 }
 
-class LocalStore final : public Store {
+// A handle: this caller's options over the process's shared core.
+class StoreHandle final : public Store {
  public:
-  LocalStore(std::shared_ptr<StoreCore> core, const Options& options)
+  StoreHandle(std::shared_ptr<StoreCore> core, const Options& options)
       : core_(std::move(core)), options_(options) {}
 
   Result<Claim> Begin(std::string_view key, const BeginOptions& options) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    IDEM_RETURN_IF_ERROR(CheckKey(key, options_));
-    IDEM_RETURN_IF_ERROR(CheckSize("type", options.type.size(), options_.max_label_size));
-    IDEM_RETURN_IF_ERROR(
-        CheckSize("fingerprint", options.fingerprint.size(), options_.max_label_size));
     IDEM_RETURN_IF_ERROR(CheckDuration("lease", options.lease));
     IDEM_RETURN_IF_ERROR(CheckDuration("retention", options.retention));
-    const engine::BeginRequest request{
+    const BeginCall call{
         .key = key,
         .type = options.type,
         .fingerprint = options.fingerprint,
         .lease = options.lease.count() > 0 ? options.lease : options_.default_lease,
         .retention = options.retention.count() > 0 ? options.retention : options_.default_retention,
-        .holder = sharing::ThisProcessHolder(),
+        // One id for this call, resends included: a resent Begin gets its own claim back.
+        .request_id = sharing::RandomRequestId(),
+        .durability = options_.durability,
     };
-    IDEM_ASSIGN_OR_RETURN(uint64_t fresh_token, core_->storage().NextToken());
-    const TimePoint now = core_->Now();
-    engine::BeginDecision decision;
-    IDEM_RETURN_IF_ERROR(core_->storage().Update(
-        key,
-        [&](const std::optional<Record>& stored) -> std::optional<Record> {
-          const bool holder_is_dead =
-              options_.take_over_dead_holders && stored && stored->state == State::kPending &&
-              stored->lease_deadline > now && sharing::HolderIsDead(stored->holder);
-          decision = engine::DecideBegin(stored, request, now, fresh_token, holder_is_dead);
-          if (!decision.write) return std::nullopt;
-          return decision.claim.record;
-        },
-        options_.durability));
-    core_->counters().Count(decision.claim);
-    return std::move(decision.claim);
+    const Holder holder = sharing::ThisProcessHolder();
+    return core_->Run([&](Backend& backend, bool) { return backend.Begin(call, holder); });
   }
 
   Status Complete(std::string_view key, uint64_t token, std::string_view result) override {
-    IDEM_RETURN_IF_ERROR(CheckSize("result", result.size(), options_.max_result_size));
     return Transition(
         key, {.kind = engine::TransitionKind::kComplete, .token = token, .payload = result});
   }
 
   Status Fail(std::string_view key, uint64_t token, std::string_view error, Failure kind) override {
-    IDEM_RETURN_IF_ERROR(CheckSize("error", error.size(), options_.max_result_size));
     return Transition(
         key,
         {.kind = engine::TransitionKind::kFail, .token = token, .payload = error, .failure = kind});
@@ -226,79 +258,69 @@ class LocalStore final : public Store {
     IDEM_RETURN_IF_ERROR(CheckDuration("lease", lease));
     return Transition(key, {.kind = engine::TransitionKind::kExtend,
                             .token = token,
+                            .payload = {},
+                            .failure = Failure::kRetryable,
                             .lease = lease.count() > 0 ? lease : options_.default_lease});
   }
 
   Status SaveCheckpoint(std::string_view key, uint64_t token, std::string_view data) override {
-    IDEM_RETURN_IF_ERROR(CheckSize("checkpoint", data.size(), options_.max_result_size));
     return Transition(
         key, {.kind = engine::TransitionKind::kSaveCheckpoint, .token = token, .payload = data});
   }
 
   Result<std::optional<Record>> Get(std::string_view key) override {
-    IDEM_RETURN_IF_ERROR(CheckKey(key, options_));
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, core_->storage().Read(key));
-    return engine::Visible(std::move(stored), core_->Now());
+    return core_->Run([&](Backend& backend, bool) { return backend.Get(key); });
   }
 
   Status Forget(std::string_view key) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    IDEM_RETURN_IF_ERROR(CheckKey(key, options_));
-    // A record that cannot be decoded can still be forgotten: that is how an operator clears it.
-    Result<std::optional<Record>> current = Get(key);
-    if (current.ok() && !current->has_value()) {
-      return Status::NotFound("no record for key " + storage::EscapeKey(key));
-    }
-    if (!current.ok() && current.status().code() != Status::Code::kCorruption) {
-      return current.status();
-    }
-    IDEM_ASSIGN_OR_RETURN(bool removed, core_->storage().Remove(key, options_.durability));
-    if (!removed) return Status::NotFound("no record for key " + storage::EscapeKey(key));
-    return Status::OK();
+    return core_->Run([&](Backend& backend, bool resent) {
+      Status status = backend.Forget(key, options_.durability);
+      // The first send may have forgotten it before its reply was lost.
+      if (resent && status.code() == Status::Code::kNotFound) return Status::OK();
+      return status;
+    });
   }
 
   Status Scan(const ScanOptions& options, FunctionRef<bool(const Record&)> visit) override {
-    const TimePoint now = core_->Now();
-    return core_->storage().Scan(options, [&](Record&& stored) {
-      std::optional<Record> visible = engine::Visible(std::move(stored), now);
-      return !visible || visit(*visible);
-    });
+    ScanOptions page_options = options;
+    std::string cursor(options.start_after);
+    for (;;) {
+      page_options.start_after = cursor;
+      IDEM_ASSIGN_OR_RETURN(ScanPage page, core_->Run([&](Backend& backend, bool) {
+        return backend.Scan(page_options, kScanPageSize);
+      }));
+      for (const Record& record : page.records) {
+        if (!visit(record)) return Status::OK();
+      }
+      if (!page.more) return Status::OK();
+      if (!page.records.empty()) cursor = page.records.back().key;
+    }
   }
 
   Result<uint64_t> Purge(const PurgeOptions& options) override {
     if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Purge(options);
+    return core_->Run([&](Backend& backend, bool) { return backend.Purge(options); });
   }
 
-  Counters GetCounters() const override { return core_->counters().Snapshot(); }
+  Counters GetCounters() const override {
+    Result<Counters> counters =
+        core_->Run([](Backend& backend, bool) { return backend.GetCounters(); });
+    return counters.ok() ? *counters : Counters{};
+  }
 
   const Options& options() const override { return options_; }
 
  private:
   Status CheckWritable() const {
-    if (options_.read_only || core_->read_only()) {
-      return Status::InvalidArgument("the store was opened read-only");
-    }
+    if (options_.read_only) return Status::InvalidArgument("the store was opened read-only");
     return Status::OK();
   }
 
   Status Transition(std::string_view key, const engine::TransitionRequest& request) {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    IDEM_RETURN_IF_ERROR(CheckKey(key, options_));
-    const TimePoint now = core_->Now();
-    Status outcome;
-    IDEM_RETURN_IF_ERROR(core_->storage().Update(
-        key,
-        [&](const std::optional<Record>& stored) -> std::optional<Record> {
-          engine::TransitionDecision decision = engine::DecideTransition(stored, request, now);
-          outcome = std::move(decision.status);
-          return std::move(decision.write);
-        },
-        options_.durability));
-    if (outcome.code() == Status::Code::kLeaseLost) {
-      core_->counters().lease_lost.fetch_add(1, std::memory_order_relaxed);
-    }
-    return outcome;
+    const TransitionCall call{.key = key, .request = request, .durability = options_.durability};
+    return core_->Run([&](Backend& backend, bool) { return backend.Transition(call); });
   }
 
   // Constant after construction.
@@ -318,11 +340,12 @@ Result<DirectoryId> PrepareDirectory(const fs::path& path, const Options& option
     if (error) {
       return Status::IOError("cannot create store " + path.string() + ": " + error.message());
     }
-    // Only the owner may read the records or, later, connect to the store's socket.
+    // Only the owning user may read the records or connect to the store's socket.
     fs::permissions(path, fs::perms::owner_all, error);
   } else if (!fs::is_directory(status)) {
     return Status::InvalidArgument("store " + path.string() + " is not a directory");
-  } else if (!options.create_if_missing && !fs::exists(path / kDatabaseDir)) {
+  } else if ((!options.create_if_missing || options.read_only) &&
+             !fs::exists(path / kDatabaseDir)) {
     return Status::NotFound("store " + path.string() + " holds no database");
   }
   struct stat info {};
@@ -341,6 +364,7 @@ Status CheckOptions(const Options& options) {
   }
   if (options.max_key_size == 0) return Status::InvalidArgument("max_key_size must be positive");
   IDEM_RETURN_IF_ERROR(CheckDuration("execute_wait", options.execute_wait));
+  IDEM_RETURN_IF_ERROR(CheckDuration("failover_timeout", options.failover_timeout));
   return CheckDuration("auto_purge_interval", options.auto_purge_interval);
 }
 
@@ -377,20 +401,12 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
                           " is open read-only in this process; close it before opening it "
                           "for writing");
     }
-    return std::unique_ptr<Store>(std::make_unique<LocalStore>(std::move(existing), effective));
+    return std::unique_ptr<Store>(std::make_unique<StoreHandle>(std::move(existing), effective));
   }
-
-  storage::RocksDbConfig config;
-  config.path = (directory / kDatabaseDir).string();
-  config.create_if_missing = effective.create_if_missing;
-  config.read_only = effective.read_only;
-  config.memory_budget = effective.memory_budget;
-  config.clock = effective.clock;
-  IDEM_ASSIGN_OR_RETURN(auto storage, storage::RocksDbStorage::Open(config));
-  auto core = std::make_shared<StoreCore>(std::move(storage), effective.clock, effective.read_only,
-                                          effective.auto_purge_interval);
+  auto core = std::make_shared<StoreCore>(directory, id, effective);
+  IDEM_RETURN_IF_ERROR(core->Start());
   registry[id] = core;
-  return std::unique_ptr<Store>(std::make_unique<LocalStore>(std::move(core), effective));
+  return std::unique_ptr<Store>(std::make_unique<StoreHandle>(std::move(core), effective));
 }
 
 }  // namespace idem

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -89,6 +90,15 @@ struct Options {
   // acquired it has died (its pid is gone, or now belongs to a process started later). Turn it
   // off when the processes sharing a store see different PID namespaces. Default: true.
   bool take_over_dead_holders = true;
+
+  // How long Open, or a call whose store owner has just died, keeps trying to reach the owner
+  // or to become it, before failing with kUnavailable. Default: 10 s.
+  std::chrono::milliseconds failover_timeout{std::chrono::seconds(10)};
+
+  // Receives warnings that no call returns: a refused or malformed connection to the store's
+  // socket, a background purge that failed. Called from background threads; must be
+  // thread-safe. Null: written to stderr as "idem: <message>".
+  std::function<void(std::string_view)> log;
 
   // Wall-clock source; null means the system clock. See Clock.
   std::shared_ptr<const Clock> clock;

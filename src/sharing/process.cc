@@ -9,8 +9,6 @@
 #include <string>
 
 namespace idem::sharing {
-namespace {
-
 // From the kernel rather than a seeded generator: a forked child must never repeat its
 // parent's ids, or its Begin could be mistaken for the parent's resent one.
 uint64_t RandomRequestId() {
@@ -20,8 +18,6 @@ uint64_t RandomRequestId() {
   }
   return id;
 }
-
-}  // namespace
 
 std::optional<uint64_t> ProcessStartTime(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");

@@ -17,6 +17,9 @@ namespace idem::sharing {
 // (pid, start time) names one process for the life of the host.
 std::optional<uint64_t> ProcessStartTime(pid_t pid);
 
+// A random request id, never 0, fresh even in a forked child.
+uint64_t RandomRequestId();
+
 // This process as a holder, with a fresh random request id.
 Holder ThisProcessHolder();
 

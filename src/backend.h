@@ -1,0 +1,71 @@
+// Backend: what a Store handle calls once it has validated its arguments. The owner of a store
+// runs a LocalBackend (the engine over RocksDB); the other processes sharing the store run a
+// RemoteBackend that sends each call to the owner over the store's socket. Every call can be
+// repeated after a lost reply without changing its outcome (see docs/semantics.md), which is
+// what lets a client resend it to a new owner after a failover.
+
+#ifndef IDEM_BACKEND_H_
+#define IDEM_BACKEND_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "engine/state_machine.h"
+#include "idem/function_ref.h"
+#include "idem/options.h"
+#include "idem/record.h"
+#include "idem/status.h"
+#include "idem/store.h"
+
+namespace idem {
+
+// A Begin with its defaults applied.
+struct BeginCall {
+  std::string_view key;
+  std::string_view type;
+  std::string_view fingerprint;
+  std::chrono::milliseconds lease;      // > 0
+  std::chrono::milliseconds retention;  // > 0
+  uint64_t request_id = 0;              // random, the same when the call is resent
+  Durability durability = Durability::kSync;
+};
+
+// A Complete, Fail, Extend or SaveCheckpoint with its defaults applied.
+struct TransitionCall {
+  std::string_view key;
+  engine::TransitionRequest request;
+  Durability durability = Durability::kSync;
+};
+
+// One page of a scan.
+struct ScanPage {
+  std::vector<Record> records;
+  bool more = false;  // true: continue after the last record's key
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // `holder`: the process making the call (for a remote call, named by the kernel's peer
+  // credentials), so that the claim is taken over at once if that process dies. Its request_id
+  // is ignored: call.request_id is used.
+  virtual Result<Claim> Begin(const BeginCall& call, const Holder& holder) = 0;
+  virtual Status Transition(const TransitionCall& call) = 0;
+  virtual Result<std::optional<Record>> Get(std::string_view key) = 0;
+  virtual Status Forget(std::string_view key, Durability durability) = 0;
+  // Up to `limit` live records (fewer when they are large) after `options.start_after`.
+  virtual Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) = 0;
+  virtual Result<uint64_t> Purge(const PurgeOptions& options) = 0;
+  virtual Result<Counters> GetCounters() = 0;
+
+  // True once this backend can no longer reach the store (the owner it talked to is gone):
+  // the caller must fail over to a new backend and resend.
+  virtual bool lost() const { return false; }
+};
+
+}  // namespace idem
+
+#endif  // IDEM_BACKEND_H_

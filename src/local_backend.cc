@@ -1,0 +1,210 @@
+#include "local_backend.h"
+
+#include "sharing/process.h"
+#include "storage/record_codec.h"
+
+namespace idem {
+namespace {
+
+Status CheckSize(std::string_view what, std::size_t size, std::size_t limit) {
+  if (size <= limit) return Status::OK();
+  return Status::InvalidArgument(std::string(what) + " is " + std::to_string(size) +
+                                 " bytes; the limit is " + std::to_string(limit));
+}
+
+// What a transition's payload is, for error messages.
+std::string_view PayloadName(engine::TransitionKind kind) {
+  switch (kind) {
+    case engine::TransitionKind::kComplete:
+      return "result";
+    case engine::TransitionKind::kFail:
+      return "error";
+    case engine::TransitionKind::kExtend:
+      return "extend payload";  // always empty
+    case engine::TransitionKind::kSaveCheckpoint:
+      return "checkpoint";
+  }
+  return "payload";
+}
+
+// A scan page stops at this many bytes of results and checkpoints, so that a page of large
+// records stays a reasonable frame on the socket.
+constexpr std::size_t kScanPageBytes = 1 << 20;
+
+}  // namespace
+
+void LocalBackend::AtomicCounters::Count(const Claim& claim) {
+  switch (claim.outcome) {
+    case Outcome::kAcquired:
+      claims.fetch_add(1, std::memory_order_relaxed);
+      if (claim.took_over) takeovers.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case Outcome::kReplay:
+      replays.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case Outcome::kInProgress:
+      in_progress.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case Outcome::kFailed:
+      failed.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case Outcome::kMismatch:
+      mismatches.fetch_add(1, std::memory_order_relaxed);
+      break;
+  }
+}
+
+Counters LocalBackend::AtomicCounters::Snapshot() const {
+  return Counters{.claims = claims.load(),
+                  .replays = replays.load(),
+                  .in_progress = in_progress.load(),
+                  .takeovers = takeovers.load(),
+                  .failed = failed.load(),
+                  .mismatches = mismatches.load(),
+                  .lease_lost = lease_lost.load(),
+                  .purged = purged.load()};
+}
+
+LocalBackend::LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options)
+    : storage_(std::move(storage)), options_(options) {
+  if (!options_.read_only && options_.auto_purge_interval > std::chrono::milliseconds(0)) {
+    purge_thread_ = std::thread([this] { PurgeLoop(options_.auto_purge_interval); });
+  }
+}
+
+LocalBackend::~LocalBackend() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  stop_.notify_all();
+  if (purge_thread_.joinable()) purge_thread_.join();
+}
+
+void LocalBackend::PurgeLoop(std::chrono::milliseconds interval) {
+  std::unique_lock lock(mu_);
+  while (!stop_.wait_for(lock, interval, [this] { return stopping_; })) {
+    lock.unlock();
+    // A failed background purge is retried at the next interval; a caller's own Purge reports
+    // the error.
+    static_cast<void>(Purge(PurgeOptions{}));
+    lock.lock();
+  }
+}
+
+std::chrono::system_clock::time_point LocalBackend::Now() const {
+  return storage::TruncateToMicros(options_.clock->Now());
+}
+
+Status LocalBackend::CheckWritable() const {
+  if (options_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  return Status::OK();
+}
+
+Status LocalBackend::CheckKey(std::string_view key) const {
+  if (key.empty()) return Status::InvalidArgument("key is empty");
+  return CheckSize("key", key.size(), options_.max_key_size);
+}
+
+Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  IDEM_RETURN_IF_ERROR(CheckKey(call.key));
+  IDEM_RETURN_IF_ERROR(CheckSize("type", call.type.size(), options_.max_label_size));
+  IDEM_RETURN_IF_ERROR(CheckSize("fingerprint", call.fingerprint.size(), options_.max_label_size));
+  engine::BeginRequest request{.key = call.key,
+                               .type = call.type,
+                               .fingerprint = call.fingerprint,
+                               .lease = call.lease,
+                               .retention = call.retention,
+                               .holder = holder};
+  request.holder.request_id = call.request_id;
+  IDEM_ASSIGN_OR_RETURN(uint64_t fresh_token, storage_->NextToken());
+  const auto now = Now();
+  engine::BeginDecision decision;
+  IDEM_RETURN_IF_ERROR(storage_->Update(
+      call.key,
+      [&](const std::optional<Record>& stored) -> std::optional<Record> {
+        const bool holder_is_dead =
+            options_.take_over_dead_holders && stored && stored->state == State::kPending &&
+            stored->lease_deadline > now && sharing::HolderIsDead(stored->holder);
+        decision = engine::DecideBegin(stored, request, now, fresh_token, holder_is_dead);
+        if (!decision.write) return std::nullopt;
+        return decision.claim.record;
+      },
+      call.durability));
+  counters_.Count(decision.claim);
+  return std::move(decision.claim);
+}
+
+Status LocalBackend::Transition(const TransitionCall& call) {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  IDEM_RETURN_IF_ERROR(CheckKey(call.key));
+  IDEM_RETURN_IF_ERROR(CheckSize(PayloadName(call.request.kind), call.request.payload.size(),
+                                 options_.max_result_size));
+  const auto now = Now();
+  Status outcome;
+  IDEM_RETURN_IF_ERROR(storage_->Update(
+      call.key,
+      [&](const std::optional<Record>& stored) -> std::optional<Record> {
+        engine::TransitionDecision decision = engine::DecideTransition(stored, call.request, now);
+        outcome = std::move(decision.status);
+        return std::move(decision.write);
+      },
+      call.durability));
+  if (outcome.code() == Status::Code::kLeaseLost) {
+    counters_.lease_lost.fetch_add(1, std::memory_order_relaxed);
+  }
+  return outcome;
+}
+
+Result<std::optional<Record>> LocalBackend::Get(std::string_view key) {
+  IDEM_RETURN_IF_ERROR(CheckKey(key));
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, storage_->Read(key));
+  return engine::Visible(std::move(stored), Now());
+}
+
+Status LocalBackend::Forget(std::string_view key, Durability durability) {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  IDEM_RETURN_IF_ERROR(CheckKey(key));
+  // A record that cannot be decoded can still be forgotten: that is how an operator clears it.
+  Result<std::optional<Record>> current = Get(key);
+  if (current.ok() && !current->has_value()) {
+    return Status::NotFound("no record for key " + storage::EscapeKey(key));
+  }
+  if (!current.ok() && current.status().code() != Status::Code::kCorruption) {
+    return current.status();
+  }
+  IDEM_ASSIGN_OR_RETURN(bool removed, storage_->Remove(key, durability));
+  if (!removed) return Status::NotFound("no record for key " + storage::EscapeKey(key));
+  return Status::OK();
+}
+
+Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limit) {
+  const auto now = Now();
+  ScanPage page;
+  std::size_t bytes = 0;
+  IDEM_RETURN_IF_ERROR(storage_->Scan(options, [&](Record&& stored) {
+    if (page.records.size() >= limit || bytes >= kScanPageBytes) {
+      page.more = true;
+      return false;
+    }
+    std::optional<Record> visible = engine::Visible(std::move(stored), now);
+    if (visible) {
+      bytes += visible->key.size() + visible->result.size() + visible->checkpoint.size();
+      page.records.push_back(std::move(*visible));
+    }
+    return true;
+  }));
+  return page;
+}
+
+Result<uint64_t> LocalBackend::Purge(const PurgeOptions& options) {
+  if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
+  IDEM_ASSIGN_OR_RETURN(uint64_t count, storage_->Purge(Now(), options));
+  if (!options.dry_run) counters_.purged.fetch_add(count, std::memory_order_relaxed);
+  return count;
+}
+
+Result<Counters> LocalBackend::GetCounters() { return counters_.Snapshot(); }
+
+}  // namespace idem

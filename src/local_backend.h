@@ -1,0 +1,62 @@
+// LocalBackend: the engine applied to this process's own RocksDB storage. Run by the owner of a
+// store (and by read-only handles, which never write). It checks every argument against its
+// own Options (the owner's limits apply to every process sharing the store). Thread-safe.
+
+#ifndef IDEM_LOCAL_BACKEND_H_
+#define IDEM_LOCAL_BACKEND_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "backend.h"
+#include "storage/storage.h"
+
+namespace idem {
+
+class LocalBackend final : public Backend {
+ public:
+  // Uses options.clock (not null), read_only, take_over_dead_holders, auto_purge_interval and
+  // the size limits.
+  LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options);
+  ~LocalBackend() override;
+
+  Result<Claim> Begin(const BeginCall& call, const Holder& holder) override;
+  Status Transition(const TransitionCall& call) override;
+  Result<std::optional<Record>> Get(std::string_view key) override;
+  Status Forget(std::string_view key, Durability durability) override;
+  Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) override;
+  Result<uint64_t> Purge(const PurgeOptions& options) override;
+  Result<Counters> GetCounters() override;
+
+ private:
+  struct AtomicCounters {
+    std::atomic<uint64_t> claims{0}, replays{0}, in_progress{0}, takeovers{0}, failed{0},
+        mismatches{0}, lease_lost{0}, purged{0};
+    void Count(const Claim& claim);
+    Counters Snapshot() const;
+  };
+
+  Status CheckWritable() const;
+  Status CheckKey(std::string_view key) const;
+  // Now, at the precision records store, so that what a call returns equals what it stored.
+  std::chrono::system_clock::time_point Now() const;
+  void PurgeLoop(std::chrono::milliseconds interval);
+
+  // Constant after construction.
+  const std::unique_ptr<storage::Storage> storage_;
+  const Options options_;
+
+  AtomicCounters counters_;
+
+  std::mutex mu_;
+  std::condition_variable stop_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread purge_thread_;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_LOCAL_BACKEND_H_

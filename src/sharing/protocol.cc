@@ -1,0 +1,331 @@
+#include "sharing/protocol.h"
+
+#include "storage/record_codec.h"
+
+namespace idem::sharing {
+namespace {
+
+using storage::GetFixed32;
+using storage::GetFixed64;
+
+// Reads an enum stored as u8, failing the reader when it is above `last`.
+template <class Enum>
+Enum EnumField(Reader& reader, Enum last, bool& bad) {
+  const uint8_t value = reader.U8();
+  if (value > static_cast<uint8_t>(last)) bad = true;
+  return static_cast<Enum>(value);
+}
+
+Status Malformed(std::string_view what) {
+  return Status::InvalidArgument("malformed " + std::string(what));
+}
+
+}  // namespace
+
+void Writer::U32(uint32_t value) { storage::PutFixed32(out_, value); }
+void Writer::U64(uint64_t value) { storage::PutFixed64(out_, value); }
+
+void Writer::Bytes(std::string_view bytes) {
+  U32(static_cast<uint32_t>(bytes.size()));
+  out_.append(bytes);
+}
+
+void Writer::RecordFields(const Record& record) {
+  Bytes(record.key);
+  Bytes(storage::EncodeRecord(record));
+  U8(record.timed_out ? 1 : 0);
+}
+
+bool Reader::Take(std::size_t size, std::string_view& out) {
+  if (failed_ || in_.size() < size) {
+    failed_ = true;
+    return false;
+  }
+  out = in_.substr(0, size);
+  in_.remove_prefix(size);
+  return true;
+}
+
+uint8_t Reader::U8() {
+  std::string_view bytes;
+  return Take(1, bytes) ? static_cast<uint8_t>(bytes[0]) : 0;
+}
+
+uint32_t Reader::U32() {
+  std::string_view bytes;
+  return Take(4, bytes) ? GetFixed32(bytes.data()) : 0;
+}
+
+uint64_t Reader::U64() {
+  std::string_view bytes;
+  return Take(8, bytes) ? GetFixed64(bytes.data()) : 0;
+}
+
+std::string_view Reader::Bytes() {
+  const uint32_t size = U32();
+  std::string_view bytes;
+  Take(size, bytes);
+  return bytes;
+}
+
+Record Reader::RecordFields() {
+  const std::string_view key = Bytes();
+  const std::string_view value = Bytes();
+  const uint8_t timed_out = U8();
+  if (failed_) return {};
+  Result<Record> record = storage::DecodeRecord(key, value);
+  if (!record.ok() || timed_out > 1) {
+    failed_ = true;
+    return {};
+  }
+  record->timed_out = timed_out == 1;
+  return std::move(record).value();
+}
+
+std::string EncodeRequest(const Request& request) {
+  Writer w;
+  w.U8(kProtocolVersion);
+  std::visit(
+      [&w](const auto& message) {
+        using T = std::decay_t<decltype(message)>;
+        if constexpr (std::is_same_v<T, BeginMessage>) {
+          const BeginCall& c = message.call;
+          w.U8(static_cast<uint8_t>(Op::kBegin));
+          w.Bytes(c.key);
+          w.Bytes(c.type);
+          w.Bytes(c.fingerprint);
+          w.Millis(c.lease);
+          w.Millis(c.retention);
+          w.U64(c.request_id);
+          w.U8(static_cast<uint8_t>(c.durability));
+        } else if constexpr (std::is_same_v<T, TransitionMessage>) {
+          const TransitionCall& c = message.call;
+          w.U8(static_cast<uint8_t>(Op::kTransition));
+          w.U8(static_cast<uint8_t>(c.request.kind));
+          w.Bytes(c.key);
+          w.U64(c.request.token);
+          w.Bytes(c.request.payload);
+          w.U8(static_cast<uint8_t>(c.request.failure));
+          w.Millis(c.request.lease);
+          w.U8(static_cast<uint8_t>(c.durability));
+        } else if constexpr (std::is_same_v<T, GetMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kGet));
+          w.Bytes(message.key);
+        } else if constexpr (std::is_same_v<T, ForgetMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kForget));
+          w.Bytes(message.key);
+          w.U8(static_cast<uint8_t>(message.durability));
+        } else if constexpr (std::is_same_v<T, ScanMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kScan));
+          w.Bytes(message.options.prefix);
+          w.Bytes(message.options.start_after);
+          w.U32(message.limit);
+        } else if constexpr (std::is_same_v<T, PurgeMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kPurge));
+          w.U8(message.options.dry_run ? 1 : 0);
+          w.U8(message.options.compact ? 1 : 0);
+        } else {
+          static_assert(std::is_same_v<T, CountersMessage>);
+          w.U8(static_cast<uint8_t>(Op::kCounters));
+        }
+      },
+      request);
+  return std::move(w.buffer());
+}
+
+Result<Request> DecodeRequest(std::string_view frame) {
+  Reader r(frame);
+  const uint8_t version = r.U8();
+  if (r.failed()) return Malformed("request: empty frame");
+  if (version != kProtocolVersion) {
+    return Status::InvalidArgument("unsupported protocol version " + std::to_string(version) +
+                                   " (this owner speaks " + std::to_string(kProtocolVersion) + ")");
+  }
+  const uint8_t op = r.U8();
+  bool bad_enum = false;
+  Request request;
+  switch (static_cast<Op>(op)) {
+    case Op::kBegin: {
+      BeginCall c;
+      c.key = r.Bytes();
+      c.type = r.Bytes();
+      c.fingerprint = r.Bytes();
+      c.lease = r.Millis();
+      c.retention = r.Millis();
+      c.request_id = r.U64();
+      c.durability = EnumField(r, Durability::kBuffered, bad_enum);
+      if (c.lease.count() <= 0 || c.retention.count() <= 0) bad_enum = true;
+      request = BeginMessage{c};
+      break;
+    }
+    case Op::kTransition: {
+      TransitionCall c;
+      c.request.kind = EnumField(r, engine::TransitionKind::kSaveCheckpoint, bad_enum);
+      c.key = r.Bytes();
+      c.request.token = r.U64();
+      c.request.payload = r.Bytes();
+      c.request.failure = EnumField(r, Failure::kTerminal, bad_enum);
+      c.request.lease = r.Millis();
+      c.durability = EnumField(r, Durability::kBuffered, bad_enum);
+      if (c.request.kind == engine::TransitionKind::kExtend && c.request.lease.count() <= 0) {
+        bad_enum = true;
+      }
+      request = TransitionMessage{c};
+      break;
+    }
+    case Op::kGet:
+      request = GetMessage{r.Bytes()};
+      break;
+    case Op::kForget: {
+      ForgetMessage m;
+      m.key = r.Bytes();
+      m.durability = EnumField(r, Durability::kBuffered, bad_enum);
+      request = m;
+      break;
+    }
+    case Op::kScan: {
+      ScanMessage m;
+      m.options.prefix = r.Bytes();
+      m.options.start_after = r.Bytes();
+      m.limit = r.U32();
+      request = m;
+      break;
+    }
+    case Op::kPurge: {
+      PurgeMessage m;
+      const uint8_t dry_run = r.U8();
+      const uint8_t compact = r.U8();
+      if (dry_run > 1 || compact > 1) bad_enum = true;
+      m.options.dry_run = dry_run == 1;
+      m.options.compact = compact == 1;
+      request = m;
+      break;
+    }
+    case Op::kCounters:
+      request = CountersMessage{};
+      break;
+    default:
+      return Malformed("request: unknown op " + std::to_string(op));
+  }
+  if (!r.done())
+    return Malformed("request: fields truncated or trailing bytes (op " + std::to_string(op) + ")");
+  if (bad_enum)
+    return Malformed("request: a field is out of range (op " + std::to_string(op) + ")");
+  return request;
+}
+
+std::string EncodeResponse(const Status& status, std::string_view body) {
+  Writer w;
+  w.U8(kProtocolVersion);
+  w.U8(static_cast<uint8_t>(status.code()));
+  w.Bytes(status.message());
+  if (status.ok()) w.buffer().append(body);
+  return std::move(w.buffer());
+}
+
+Result<std::string_view> DecodeResponse(std::string_view frame, Status& status) {
+  Reader r(frame);
+  const uint8_t version = r.U8();
+  const uint8_t code = r.U8();
+  const std::string_view message = r.Bytes();
+  if (r.failed() || version != kProtocolVersion ||
+      code > static_cast<uint8_t>(Status::Code::kUnavailable)) {
+    return Status::Unavailable("the store's owner sent a malformed response");
+  }
+  status = Status(static_cast<Status::Code>(code), std::string(message));
+  return frame.substr(6 + message.size());
+}
+
+std::string EncodeClaim(const Claim& claim) {
+  Writer w;
+  w.U8(static_cast<uint8_t>(claim.outcome));
+  w.U64(claim.token);
+  w.U8(claim.took_over ? 1 : 0);
+  w.Millis(claim.retry_after);
+  w.RecordFields(claim.record);
+  return std::move(w.buffer());
+}
+
+Result<Claim> DecodeClaim(std::string_view body) {
+  Reader r(body);
+  bool bad = false;
+  Claim claim;
+  claim.outcome = EnumField(r, Outcome::kMismatch, bad);
+  claim.token = r.U64();
+  const uint8_t took_over = r.U8();
+  claim.retry_after = r.Millis();
+  claim.record = r.RecordFields();
+  if (!r.done() || bad || took_over > 1) return Status::Unavailable("malformed claim from owner");
+  claim.took_over = took_over == 1;
+  return claim;
+}
+
+std::string EncodeOptionalRecord(const std::optional<Record>& record) {
+  Writer w;
+  w.U8(record ? 1 : 0);
+  if (record) w.RecordFields(*record);
+  return std::move(w.buffer());
+}
+
+Result<std::optional<Record>> DecodeOptionalRecord(std::string_view body) {
+  Reader r(body);
+  const uint8_t present = r.U8();
+  std::optional<Record> record;
+  if (present == 1) record = r.RecordFields();
+  if (!r.done() || present > 1) return Status::Unavailable("malformed record from owner");
+  return record;
+}
+
+std::string EncodeScanPage(const ScanPage& page) {
+  Writer w;
+  w.U32(static_cast<uint32_t>(page.records.size()));
+  for (const Record& record : page.records) w.RecordFields(record);
+  w.U8(page.more ? 1 : 0);
+  return std::move(w.buffer());
+}
+
+Result<ScanPage> DecodeScanPage(std::string_view body) {
+  Reader r(body);
+  ScanPage page;
+  const uint32_t count = r.U32();
+  for (uint32_t i = 0; i < count && !r.failed(); ++i) page.records.push_back(r.RecordFields());
+  const uint8_t more = r.U8();
+  if (!r.done() || more > 1) return Status::Unavailable("malformed scan page from owner");
+  page.more = more == 1;
+  return page;
+}
+
+std::string EncodeCounters(const Counters& c) {
+  Writer w;
+  for (uint64_t value : {c.claims, c.replays, c.in_progress, c.takeovers, c.failed, c.mismatches,
+                         c.lease_lost, c.purged}) {
+    w.U64(value);
+  }
+  return std::move(w.buffer());
+}
+
+Result<Counters> DecodeCounters(std::string_view body) {
+  Reader r(body);
+  Counters c;
+  for (uint64_t* field : {&c.claims, &c.replays, &c.in_progress, &c.takeovers, &c.failed,
+                          &c.mismatches, &c.lease_lost, &c.purged}) {
+    *field = r.U64();
+  }
+  if (!r.done()) return Status::Unavailable("malformed counters from owner");
+  return c;
+}
+
+std::string EncodeCount(uint64_t count) {
+  Writer w;
+  w.U64(count);
+  return std::move(w.buffer());
+}
+
+Result<uint64_t> DecodeCount(std::string_view body) {
+  Reader r(body);
+  const uint64_t count = r.U64();
+  if (!r.done()) return Status::Unavailable("malformed count from owner");
+  return count;
+}
+
+}  // namespace idem::sharing

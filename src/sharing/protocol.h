@@ -1,0 +1,125 @@
+// The wire protocol between a store's owner and the other processes sharing it: small,
+// versioned, length-prefixed binary frames over a UNIX stream socket (docs/format.md).
+//
+//   frame    := u32 length (little-endian, bytes that follow) | payload
+//   request  := u8 version | u8 op | body of the op
+//   response := u8 version | u8 status code | bytes message | body (when the code is OK)
+//
+// Every request can be sent again after a lost reply without changing its outcome, so a client
+// resends it to the next owner after a failover.
+
+#ifndef IDEM_SHARING_PROTOCOL_H_
+#define IDEM_SHARING_PROTOCOL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "backend.h"
+
+namespace idem::sharing {
+
+// Never change these values: they are on the wire.
+inline constexpr uint8_t kProtocolVersion = 1;
+enum class Op : uint8_t {
+  kBegin = 1,
+  kTransition = 2,
+  kGet = 3,
+  kForget = 4,
+  kScan = 5,
+  kPurge = 6,
+  kCounters = 7,
+};
+
+// Appends wire fields to a buffer.
+class Writer {
+ public:
+  void U8(uint8_t value) { out_ += static_cast<char>(value); }
+  void U32(uint32_t value);
+  void U64(uint64_t value);
+  void I64(int64_t value) { U64(static_cast<uint64_t>(value)); }
+  void Bytes(std::string_view bytes);  // u32 length, then the bytes
+  void Millis(std::chrono::milliseconds value) { I64(value.count()); }
+  void RecordFields(const Record& record);
+
+  std::string& buffer() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Reads wire fields from a buffer. A read past the end (or a malformed record) sets failed()
+// and returns zero values; callers check failed() once at the end.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  uint8_t U8();
+  uint32_t U32();
+  uint64_t U64();
+  int64_t I64() { return static_cast<int64_t>(U64()); }
+  std::string_view Bytes();
+  std::chrono::milliseconds Millis() { return std::chrono::milliseconds(I64()); }
+  Record RecordFields();
+
+  bool failed() const { return failed_; }
+  // True when everything was read and nothing is left over.
+  bool done() const { return !failed_ && in_.empty(); }
+
+ private:
+  bool Take(std::size_t size, std::string_view& out);
+
+  std::string_view in_;
+  bool failed_ = false;
+};
+
+// The body of each request, as the server sees it once decoded. Views point into the frame.
+struct BeginMessage {
+  BeginCall call;
+};
+struct TransitionMessage {
+  TransitionCall call;
+};
+struct GetMessage {
+  std::string_view key;
+};
+struct ForgetMessage {
+  std::string_view key;
+  Durability durability;
+};
+struct ScanMessage {
+  ScanOptions options;
+  uint32_t limit;
+};
+struct PurgeMessage {
+  PurgeOptions options;
+};
+struct CountersMessage {};
+
+using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
+                             ScanMessage, PurgeMessage, CountersMessage>;
+
+std::string EncodeRequest(const Request& request);
+// kInvalidArgument naming the problem for a frame that is not a valid request of this version.
+Result<Request> DecodeRequest(std::string_view frame);
+
+// Responses: the status, then for an OK status the op's result.
+std::string EncodeResponse(const Status& status, std::string_view body = {});
+// Splits a response into its status and body; a malformed response is kUnavailable.
+Result<std::string_view> DecodeResponse(std::string_view frame, Status& status);
+
+std::string EncodeClaim(const Claim& claim);
+Result<Claim> DecodeClaim(std::string_view body);
+std::string EncodeOptionalRecord(const std::optional<Record>& record);
+Result<std::optional<Record>> DecodeOptionalRecord(std::string_view body);
+std::string EncodeScanPage(const ScanPage& page);
+Result<ScanPage> DecodeScanPage(std::string_view body);
+std::string EncodeCounters(const Counters& counters);
+Result<Counters> DecodeCounters(std::string_view body);
+std::string EncodeCount(uint64_t count);
+Result<uint64_t> DecodeCount(std::string_view body);
+
+}  // namespace idem::sharing
+
+#endif  // IDEM_SHARING_PROTOCOL_H_

@@ -1,0 +1,150 @@
+#include "sharing/socket.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <optional>
+
+#include "storage/record_codec.h"
+
+namespace idem::sharing {
+namespace {
+
+constexpr char kSocketName[] = "socket";
+
+std::string ErrnoText(int error) { return std::strerror(error); }
+
+// Fills `addr` from `address`; returns the length to pass to bind/connect.
+socklen_t ToSockaddr(const SocketAddress& address, sockaddr_un& addr) {
+  std::memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, address.path.data(), address.path.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.path.size() +
+                                (address.abstract() ? 0 : 1));
+}
+
+// Waits until `fd` is readable or `deadline` passes.
+Status WaitReadable(int fd, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Status::TimedOut("the peer stalled in the middle of a frame");
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready > 0) return Status::OK();
+    if (ready < 0 && errno != EINTR) return Status::Unavailable("poll: " + ErrnoText(errno));
+  }
+}
+
+// Reads exactly `size` bytes; `deadline` applies when set.
+Status ReadExactly(int fd, char* out, std::size_t size,
+                   std::optional<std::chrono::steady_clock::time_point> deadline) {
+  std::size_t done = 0;
+  while (done < size) {
+    if (deadline) IDEM_RETURN_IF_ERROR(WaitReadable(fd, *deadline));
+    const ssize_t n = ::recv(fd, out + done, size - done, 0);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n == 0) {
+      return Status::Unavailable("connection closed by the peer");
+    } else if (errno != EINTR) {
+      return Status::Unavailable("receiving: " + ErrnoText(errno));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string SocketAddress::ToString() const { return abstract() ? "@" + path.substr(1) : path; }
+
+SocketAddress SocketAddressFor(const std::string& directory, unsigned long device,
+                               unsigned long inode) {
+  std::string path = directory + "/" + kSocketName;
+  if (path.size() < sizeof(sockaddr_un::sun_path)) return {path};
+  return {std::string(1, '\0') + "idem-" + std::to_string(device) + "-" + std::to_string(inode)};
+}
+
+FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<int> Listen(const SocketAddress& address) {
+  FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Status::IOError("socket: " + ErrnoText(errno));
+  if (!address.abstract()) ::unlink(address.path.c_str());  // a dead owner's socket file
+  sockaddr_un addr;
+  const socklen_t length = ToSockaddr(address, addr);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
+    return Status::IOError("cannot bind the store socket " + address.ToString() + ": " +
+                           ErrnoText(errno));
+  }
+  // Only the owning user may connect; the directory is 0700 too, and the server checks each
+  // peer's credentials besides.
+  if (!address.abstract()) ::chmod(address.path.c_str(), S_IRUSR | S_IWUSR);
+  if (::listen(fd.get(), 128) != 0) {
+    return Status::IOError("cannot listen on " + address.ToString() + ": " + ErrnoText(errno));
+  }
+  return fd.release();
+}
+
+Result<int> Connect(const SocketAddress& address) {
+  FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Status::IOError("socket: " + ErrnoText(errno));
+  sockaddr_un addr;
+  const socklen_t length = ToSockaddr(address, addr);
+  while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
+    if (errno == EINTR) continue;
+    return Status::Unavailable("cannot connect to the store's owner at " + address.ToString() +
+                               ": " + ErrnoText(errno));
+  }
+  return fd.release();
+}
+
+Status WriteFrame(int fd, std::string_view payload) {
+  std::string frame;
+  frame.reserve(4 + payload.size());
+  storage::PutFixed32(frame, static_cast<uint32_t>(payload.size()));
+  frame.append(payload);
+  std::size_t done = 0;
+  while (done < frame.size()) {
+    const ssize_t n = ::send(fd, frame.data() + done, frame.size() - done, MSG_NOSIGNAL);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      return Status::Unavailable("sending: " + ErrnoText(errno));
+    }
+  }
+  return Status::OK();
+}
+
+Result<std::string> ReadFrame(int fd, std::size_t max_size,
+                              std::chrono::milliseconds body_timeout) {
+  char header[4];
+  IDEM_RETURN_IF_ERROR(ReadExactly(fd, header, 1, std::nullopt));
+  const auto deadline = std::chrono::steady_clock::now() + body_timeout;
+  IDEM_RETURN_IF_ERROR(ReadExactly(fd, header + 1, 3, deadline));
+  const uint32_t size = storage::GetFixed32(header);
+  if (size > max_size) {
+    return Status::InvalidArgument("frame of " + std::to_string(size) +
+                                   " bytes is over the limit of " + std::to_string(max_size));
+  }
+  std::string payload(size, '\0');
+  IDEM_RETURN_IF_ERROR(ReadExactly(fd, payload.data(), size, deadline));
+  return payload;
+}
+
+}  // namespace idem::sharing

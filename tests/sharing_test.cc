@@ -1,0 +1,399 @@
+// Several processes, one store: owner election, clients over the socket, failover when the owner
+// dies (SIGKILL included), dead clients' claims, exclusivity, and a hostile socket peer.
+// The other processes are tests/sharing_worker.cc, started with fork + exec.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace {
+
+using idem::Outcome;
+using idem::Status;
+using idem_test::TempDir;
+using idem_test::TestOptions;
+using namespace std::chrono_literals;
+
+// A sharing_worker process whose standard output the test reads line by line.
+class Worker {
+ public:
+  explicit Worker(const std::vector<std::string>& args) {
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0) std::abort();
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      std::vector<char*> argv;
+      static std::string program = IDEM_SHARING_WORKER;
+      argv.push_back(program.data());
+      std::vector<std::string> copy = args;
+      for (auto& arg : copy) argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      execv(program.c_str(), argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    out_ = out[0];
+  }
+  ~Worker() {
+    Kill();
+    close(out_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // The next line the worker printed, or "" after `timeout` or at its exit.
+  std::string ReadLine(std::chrono::milliseconds timeout = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto newline = buffer_.find('\n');
+      if (newline != std::string::npos) {
+        std::string line = buffer_.substr(0, newline);
+        buffer_.erase(0, newline + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return "";
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[256];
+      const ssize_t n = read(out_, chunk, sizeof(chunk));
+      if (n <= 0) return "";
+      buffer_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+
+  // Waits for a normal exit; returns the exit code (or -1).
+  int Wait() {
+    int status = 0;
+    if (pid_ <= 0 || waitpid(pid_, &status, 0) != pid_) return -1;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string buffer_;
+};
+
+std::map<std::string, int> CountLines(const std::string& path) {
+  std::map<std::string, int> counts;
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line)) ++counts[line];
+  return counts;
+}
+
+// A store opened by this process, with the log captured.
+struct CapturedLog {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  std::function<void(std::string_view)> Sink() {
+    return [this](std::string_view line) {
+      std::lock_guard lock(mu);
+      lines.emplace_back(line);
+    };
+  }
+  bool Contains(std::string_view text) {
+    std::lock_guard lock(mu);
+    for (const auto& line : lines) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+TEST(Sharing, AClientProcessSeesTheOwnersStoreAndTheOwnerSeesItsClaims) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(owner, dir.StorePath());
+  Worker client({"hold", dir.StorePath(), "order-1"});
+  const std::string line = client.ReadLine();
+  ASSERT_EQ(line.rfind("held ", 0), 0u) << line;
+  ASSERT_OK_AND_ASSIGN(auto record, owner->Get("order-1"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, idem::State::kPending);
+  EXPECT_EQ(std::to_string(record->token), line.substr(5));
+  // The owner names the holder by the client's real pid (from the kernel).
+  EXPECT_EQ(record->holder.pid, static_cast<uint32_t>(client.pid()));
+  ASSERT_OK_AND_ASSIGN(auto claim, owner->Begin("order-1"));
+  EXPECT_EQ(claim.outcome, Outcome::kInProgress);
+}
+
+TEST(Sharing, AClaimOfADeadClientIsTakenOverWithoutWaitingForItsLease) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(owner, dir.StorePath());
+  Worker client({"hold", dir.StorePath(), "order-1"});
+  ASSERT_EQ(client.ReadLine().rfind("held ", 0), 0u);
+  client.Kill();
+  ASSERT_OK_AND_ASSIGN(auto claim, owner->Begin("order-1"));
+  EXPECT_EQ(claim.outcome, Outcome::kAcquired);
+  EXPECT_TRUE(claim.took_over);
+}
+
+TEST(Sharing, ProcessesRacingExecuteRunEachKeyExactlyOnce) {
+  TempDir dir;
+  const int keys = idem_test::Scaled(2000, 300);
+  const std::string runs = dir.Sub("runs"), acks = dir.Sub("acks");
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int i = 0; i < 4; ++i) {
+    workers.push_back(std::make_unique<Worker>(std::vector<std::string>{
+        "execute", dir.StorePath(), "0", std::to_string(keys - 1), runs, acks}));
+  }
+  for (auto& worker : workers) {
+    EXPECT_EQ(worker->ReadLine(120s), "done");
+    EXPECT_EQ(worker->Wait(), 0);
+  }
+  const auto run_counts = CountLines(runs);
+  EXPECT_EQ(run_counts.size(), static_cast<std::size_t>(keys));
+  for (const auto& [key, count] : run_counts) EXPECT_EQ(count, 1) << key;
+  // Every worker got the one result of every key.
+  const auto ack_counts = CountLines(acks);
+  EXPECT_EQ(ack_counts.size(), static_cast<std::size_t>(keys));
+  for (const auto& [line, count] : ack_counts) {
+    EXPECT_EQ(count, 4) << line;
+    const std::string key = line.substr(0, line.find(' '));
+    EXPECT_EQ(line, key + " result-" + key);
+  }
+}
+
+TEST(Sharing, KillingTheOwnerRepeatedlyLosesNothingAcknowledged) {
+  TempDir dir;
+  const int keys = idem_test::Scaled(1500, 300);
+  const int kills = 4;
+  const std::string runs = dir.Sub("runs"), acks = dir.Sub("acks");
+  auto start = [&] {
+    return std::make_unique<Worker>(std::vector<std::string>{"execute", dir.StorePath(), "0",
+                                                             std::to_string(keys - 1), runs, acks});
+  };
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int i = 0; i < 3; ++i) workers.push_back(start());
+  std::mt19937 random(7);
+  int killed = 0;
+  for (; killed < kills; ++killed) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 + random() % 200));
+    // The owner is whoever holds the lock: its pid is in owner.lock.
+    std::ifstream lock_file(dir.StorePath() + "/owner.lock");
+    std::string word;
+    pid_t owner_pid = 0;
+    lock_file >> word >> owner_pid;
+    bool found = false;
+    for (auto& worker : workers) {
+      if (worker->pid() == owner_pid) {
+        worker->Kill();
+        worker = start();  // a replacement joins the run
+        found = true;
+        break;
+      }
+    }
+    if (!found) break;  // the run finished before the owner could be killed
+  }
+  for (auto& worker : workers) {
+    EXPECT_EQ(worker->ReadLine(180s), "done");
+    EXPECT_EQ(worker->Wait(), 0);
+  }
+  EXPECT_GT(killed, 0);
+
+  // Every key ran; only a killed owner's in-flight key may have run twice.
+  const auto run_counts = CountLines(runs);
+  EXPECT_EQ(run_counts.size(), static_cast<std::size_t>(keys));
+  int duplicates = 0;
+  for (const auto& [key, count] : run_counts) duplicates += count - 1;
+  EXPECT_LE(duplicates, killed);
+  // Every acknowledged result is stored, and is the one every process was given.
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  std::ifstream ack_file(acks);
+  std::string key, result;
+  int acknowledged = 0;
+  while (ack_file >> key >> result) {
+    ++acknowledged;
+    ASSERT_OK_AND_ASSIGN(auto record, store->Get(key));
+    ASSERT_TRUE(record.has_value()) << key;
+    EXPECT_EQ(record->state, idem::State::kDone) << key;
+    EXPECT_EQ(record->result, result) << key;
+  }
+  EXPECT_GE(acknowledged, keys);
+}
+
+TEST(Sharing, ExclusiveRefusesASecondProcessNamingTheHolder) {
+  TempDir dir;
+  idem::Options options = TestOptions();
+  options.sharing = idem::Sharing::kExclusive;
+  IDEM_ASSERT_OPEN(owner, dir.StorePath(), options);
+  Worker second({"open", dir.StorePath(), "exclusive"});
+  const std::string line = second.ReadLine();
+  EXPECT_NE(line.find("Busy"), std::string::npos) << line;
+  EXPECT_NE(line.find("pid " + std::to_string(getpid())), std::string::npos) << line;
+  // A sharing process is refused too: an exclusive owner serves nobody.
+  Worker sharer({"open", dir.StorePath(), "auto"});
+  const std::string sharer_line = sharer.ReadLine();
+  EXPECT_NE(sharer_line.find("Busy"), std::string::npos) << sharer_line;
+}
+
+TEST(Sharing, AnExclusiveOpenIsRefusedWhileAnotherProcessOwns) {
+  TempDir dir;
+  Worker first({"open", dir.StorePath(), "auto"});
+  ASSERT_EQ(first.ReadLine(), "open");
+  idem::Options options = TestOptions();
+  options.sharing = idem::Sharing::kExclusive;
+  auto opened = idem::Store::Open(dir.StorePath(), options);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), Status::Code::kBusy);
+  EXPECT_NE(opened.status().message().find(std::to_string(first.pid())), std::string::npos)
+      << opened.status().message();
+}
+
+TEST(Sharing, TheStoreDirectoryAndSocketAreTheOwnersOnly) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(owner, dir.StorePath());
+  struct stat info {};
+  ASSERT_EQ(stat(dir.StorePath().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  ASSERT_EQ(stat((dir.StorePath() + "/socket").c_str(), &info), 0);
+  EXPECT_TRUE(S_ISSOCK(info.st_mode));
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+}
+
+// Connects to the owner's socket as a raw peer.
+int RawConnect(const std::string& store_path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string path = store_path + "/socket";
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True when the owner closes `fd` within a few seconds.
+bool ClosedByOwner(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, 15000) <= 0) return false;
+  char byte;
+  return recv(fd, &byte, 1, 0) <= 0;
+}
+
+TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
+  TempDir dir;
+  CapturedLog log;
+  idem::Options options = TestOptions();
+  options.log = log.Sink();
+  IDEM_ASSERT_OPEN(owner, dir.StorePath(), options);
+
+  const std::vector<std::string> hostile = {
+      std::string("\x05\x00\x00\x00garbage", 11),                   // not a request
+      std::string("\xff\xff\xff\x7f", 4),                           // 2 GiB length
+      std::string("\x03\x00\x00\x00\x01\x63\x00", 7),               // unknown op 0x63
+      std::string("\x02\x00\x00\x00\x09\x01", 6),                   // unsupported version 9
+      std::string("\x06\x00\x00\x00\x01\x01\xff\xff\xff\xff", 10),  // key runs past the end
+  };
+  for (const std::string& frame : hostile) {
+    const int fd = RawConnect(dir.StorePath());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(send(fd, frame.data(), frame.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(frame.size()));
+    EXPECT_TRUE(ClosedByOwner(fd)) << "frame of " << frame.size() << " bytes was not dropped";
+    close(fd);
+  }
+  EXPECT_TRUE(log.Contains("dropped the connection"));
+  EXPECT_TRUE(log.Contains("over the limit"));
+
+  // A peer that stalls in the middle of a frame holds only its own connection.
+  const int stalled = RawConnect(dir.StorePath());
+  ASSERT_GE(stalled, 0);
+  ASSERT_EQ(send(stalled, "\x40\x00", 2, MSG_NOSIGNAL), 2);
+  // Meanwhile another process is served as usual.
+  Worker client({"hold", dir.StorePath(), "after-garbage"});
+  EXPECT_EQ(client.ReadLine().rfind("held ", 0), 0u);
+  close(stalled);
+  ASSERT_OK_AND_ASSIGN(auto claim, owner->Begin("k"));
+  EXPECT_EQ(claim.outcome, Outcome::kAcquired);
+}
+
+TEST(Sharing, AnotherUsersConnectionIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user";
+  TempDir dir;
+  CapturedLog log;
+  idem::Options options = TestOptions();
+  options.log = log.Sink();
+  IDEM_ASSERT_OPEN(owner, dir.StorePath(), options);
+  // Open the way through the file modes, to show that the credential check alone refuses.
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  ASSERT_EQ(chmod(dir.StorePath().c_str(), 0755), 0);
+  ASSERT_EQ(chmod((dir.StorePath() + "/socket").c_str(), 0666), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    const int fd = RawConnect(dir.StorePath());
+    if (fd < 0) _exit(11);
+    const std::string get("\x07\x00\x00\x00\x01\x03\x01\x00\x00\x00k", 11);
+    if (send(fd, get.data(), get.size(), MSG_NOSIGNAL) < 0) _exit(0);  // already dropped
+    _exit(ClosedByOwner(fd) ? 0 : 12);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(log.Contains("uid 65534"));
+}
+
+TEST(Sharing, AStorePathTooLongForASocketAddressStillWorks) {
+  TempDir dir;
+  std::string path = dir.path();
+  while (path.size() < 150) path += "/a-rather-long-directory-name";
+  IDEM_ASSERT_OPEN(owner, path);
+  Worker client({"hold", path, "order-1"});
+  EXPECT_EQ(client.ReadLine().rfind("held ", 0), 0u);
+  ASSERT_OK_AND_ASSIGN(auto record, owner->Get("order-1"));
+  EXPECT_TRUE(record.has_value());
+}
+
+TEST(Sharing, AClientBecomesTheOwnerWhenTheOwnerCloses) {
+  TempDir dir;
+  Worker first({"open", dir.StorePath(), "auto"});
+  ASSERT_EQ(first.ReadLine(), "open");
+  // This process is a client of `first`.
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k"));
+  ASSERT_EQ(claim.outcome, Outcome::kAcquired);
+  first.Kill();
+  // The next call fails over: this process takes the lock and opens the store itself.
+  ASSERT_OK(store->Complete("k", claim.token, "done after failover"));
+  ASSERT_OK_AND_ASSIGN(auto record, store->Get("k"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->result, "done after failover");
+  std::ifstream lock_file(dir.StorePath() + "/owner.lock");
+  std::string word;
+  pid_t owner_pid = 0;
+  lock_file >> word >> owner_pid;
+  EXPECT_EQ(owner_pid, getpid());
+}
+
+}  // namespace
