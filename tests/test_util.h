@@ -1,0 +1,215 @@
+// Shared helpers for the idem tests: a unique temporary directory, a manual clock, and a few
+// assertion macros for Status and Result.
+
+#ifndef IDEM_TESTS_TEST_UTIL_H_
+#define IDEM_TESTS_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "idem/idem.h"
+
+namespace idem_test {
+
+using namespace std::chrono_literals;
+
+// A unique directory under /tmp (or $TMPDIR), removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/idem_test_XXXXXX";
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    if (::mkdtemp(buffer.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp(" << pattern << ") failed";
+      std::abort();
+    }
+    path_ = buffer.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  // The directory itself.
+  const std::string& path() const { return path_; }
+  // A path inside the directory (not created).
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+  // The usual place for a store in a test: <dir>/store (created by Store::Open).
+  std::string StorePath() const { return Sub("store"); }
+
+ private:
+  std::string path_;
+};
+
+// A thread-safe manual clock for idem::Options::clock. Starts at a fixed time with microsecond
+// precision (records store microseconds, so times read back compare equal).
+class ManualClock : public idem::Clock {
+ public:
+  using TimePoint = std::chrono::system_clock::time_point;
+
+  // 2026-03-01T00:00:00.123456Z
+  static TimePoint DefaultStart() {
+    return TimePoint(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::seconds(1772323200) + std::chrono::microseconds(123456)));
+  }
+
+  explicit ManualClock(TimePoint start = DefaultStart()) { Set(start); }
+
+  TimePoint Now() const override {
+    return TimePoint(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::microseconds(micros_.load(std::memory_order_acquire))));
+  }
+
+  void Advance(std::chrono::microseconds delta) {
+    micros_.fetch_add(delta.count(), std::memory_order_acq_rel);
+  }
+
+  void Set(TimePoint t) {
+    micros_.store(
+        std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count(),
+        std::memory_order_release);
+  }
+
+ private:
+  std::atomic<int64_t> micros_{0};
+};
+
+// Options for tests: no background purge, and the given clock (null: the system clock).
+inline idem::Options TestOptions(std::shared_ptr<const idem::Clock> clock = nullptr) {
+  idem::Options options;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  options.clock = std::move(clock);
+  return options;
+}
+
+// Opens a store; on failure records a test failure and returns null (use IDEM_ASSERT_OPEN).
+inline std::unique_ptr<idem::Store> OpenStore(const std::string& path,
+                                              const idem::Options& options = TestOptions()) {
+  auto result = idem::Store::Open(path, options);
+  if (!result.ok()) {
+    ADD_FAILURE() << "Store::Open(" << path << ") failed: " << result.status().ToString();
+    return nullptr;
+  }
+  return std::move(result).value();
+}
+
+// The record without its holder (which process made the claim): the contract tests compare
+// records on everything else, and the holder is checked on its own.
+inline idem::Record WithoutHolder(idem::Record record) {
+  record.holder = idem::Holder{};
+  return record;
+}
+
+// Polls `condition` every 10 ms until it holds or `timeout` passes; returns the last value.
+inline bool WaitFor(const std::function<bool()>& condition,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (condition()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// True when running under ThreadSanitizer (the build sets no macro we can rely on, so the
+// environment variable IDEM_TSAN=1 also selects the smaller workloads).
+inline bool UnderTsan() {
+#if defined(__SANITIZE_THREAD__)
+  return true;
+#else
+  const char* value = std::getenv("IDEM_TSAN");
+  return value != nullptr && *value != '\0' && std::string(value) != "0";
+#endif
+}
+
+// `normal` normally, `small` under ThreadSanitizer.
+inline int Scaled(int normal, int small) { return UnderTsan() ? small : normal; }
+
+}  // namespace idem_test
+
+// Readable names in gtest failure messages.
+namespace idem {
+inline void PrintTo(Outcome outcome, std::ostream* os) { *os << OutcomeName(outcome); }
+inline void PrintTo(State state, std::ostream* os) { *os << StateName(state); }
+inline void PrintTo(Status::Code code, std::ostream* os) { *os << CodeName(code); }
+inline void PrintTo(const Status& status, std::ostream* os) { *os << status.ToString(); }
+inline void PrintTo(const Record& r, std::ostream* os) {
+  auto micros = [](Record::TimePoint t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  };
+  *os << "{key=" << ::testing::PrintToString(r.key) << " type=" << ::testing::PrintToString(r.type)
+      << " state=" << StateName(r.state) << " timed_out=" << r.timed_out
+      << " result=" << ::testing::PrintToString(r.result)
+      << " fingerprint=" << ::testing::PrintToString(r.fingerprint)
+      << " checkpoint=" << ::testing::PrintToString(r.checkpoint) << " token=" << r.token
+      << " attempts=" << r.attempts << " retryable=" << r.retryable
+      << " created=" << micros(r.created) << " updated=" << micros(r.updated)
+      << " lease_deadline=" << micros(r.lease_deadline) << " expires=" << micros(r.expires)
+      << " holder={pid=" << r.holder.pid << " process_start=" << r.holder.process_start
+      << " request_id=" << r.holder.request_id << " took_over=" << r.holder.took_over << "}}";
+}
+}  // namespace idem
+
+#define IDEM_TEST_CONCAT_INNER_(a, b) a##b
+#define IDEM_TEST_CONCAT_(a, b) IDEM_TEST_CONCAT_INNER_(a, b)
+
+// EXPECT/ASSERT that a Status (or a Result's status()) is OK, printing it otherwise.
+#define EXPECT_OK(expr)                                                  \
+  do {                                                                   \
+    const ::idem::Status idem_test_status_ = (expr);                     \
+    EXPECT_TRUE(idem_test_status_.ok()) << idem_test_status_.ToString(); \
+  } while (false)
+#define ASSERT_OK(expr)                                                  \
+  do {                                                                   \
+    const ::idem::Status idem_test_status_ = (expr);                     \
+    ASSERT_TRUE(idem_test_status_.ok()) << idem_test_status_.ToString(); \
+  } while (false)
+
+// EXPECT/ASSERT that a Status has the given code (an enumerator of idem::Status::Code, such as
+// kLeaseLost).
+#define EXPECT_CODE(expr, code_name)                                     \
+  do {                                                                   \
+    const ::idem::Status idem_test_status_ = (expr);                     \
+    EXPECT_EQ(idem_test_status_.code(), ::idem::Status::Code::code_name) \
+        << idem_test_status_.ToString();                                 \
+  } while (false)
+#define ASSERT_CODE(expr, code_name)                                     \
+  do {                                                                   \
+    const ::idem::Status idem_test_status_ = (expr);                     \
+    ASSERT_EQ(idem_test_status_.code(), ::idem::Status::Code::code_name) \
+        << idem_test_status_.ToString();                                 \
+  } while (false)
+
+// `ASSERT_OK_AND_ASSIGN(auto x, ResultExpr());` declares x from the value or fails the test.
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  IDEM_TEST_AOA_IMPL_(IDEM_TEST_CONCAT_(idem_test_result_, __LINE__), lhs, expr)
+#define IDEM_TEST_AOA_IMPL_(result, lhs, expr)                             \
+  auto result = (expr);                                                    \
+  ASSERT_TRUE(result.ok()) << #expr << ": " << result.status().ToString(); \
+  lhs = std::move(result).value()
+
+// `IDEM_ASSERT_OPEN(store, path, options);` declares `store` (a std::unique_ptr<idem::Store>).
+#define IDEM_ASSERT_OPEN(var, ...)                \
+  auto var = ::idem_test::OpenStore(__VA_ARGS__); \
+  ASSERT_NE(var, nullptr)
+
+#endif  // IDEM_TESTS_TEST_UTIL_H_
