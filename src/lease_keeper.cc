@@ -1,5 +1,7 @@
 #include "lease_keeper.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 namespace idem {
@@ -12,17 +14,26 @@ std::chrono::milliseconds RenewalPeriod(std::chrono::milliseconds lease) {
 }  // namespace
 
 LeaseKeeper& LeaseKeeper::Instance() {
-  static LeaseKeeper keeper;
-  return keeper;
+  // Never destroyed: its thread may still be renewing while the process exits.
+  static LeaseKeeper* const keeper = [] {
+    auto* created = new LeaseKeeper();
+    // A child of fork() gets a copy of the keeper without its thread, and possibly with mu_
+    // held by it: hold mu_ across the fork, then give the child a fresh, empty keeper (the
+    // leases it copied belong to the parent's stores).
+    pthread_atfork([] { Instance().mu_.lock(); }, [] { Instance().mu_.unlock(); },
+                   [] { Instance().ResetInChild(); });
+    return created;
+  }();
+  return *keeper;
 }
 
-LeaseKeeper::~LeaseKeeper() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  changed_.notify_all();
-  if (thread_.joinable()) thread_.join();
+void LeaseKeeper::ResetInChild() {
+  // The thread object names a thread that exists only in the parent: neither join it nor let
+  // it be destroyed joinable.
+  if (thread_.joinable()) new std::thread(std::move(thread_));
+  leases_.clear();
+  renewing_ = 0;
+  mu_.unlock();
 }
 
 LeaseKeeper::Guard LeaseKeeper::Keep(Store* store, std::string_view key, uint64_t token,
@@ -44,7 +55,7 @@ void LeaseKeeper::Remove(uint64_t id) {
 
 void LeaseKeeper::Run() {
   std::unique_lock lock(mu_);
-  while (!stopping_) {
+  for (;;) {
     if (leases_.empty()) {
       changed_.wait(lock);
       continue;

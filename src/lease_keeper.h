@@ -37,7 +37,8 @@ class LeaseKeeper {
   };
   Guard Keep(Store* store, std::string_view key, uint64_t token, std::chrono::milliseconds lease);
 
-  ~LeaseKeeper();
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
 
  private:
   struct Lease {
@@ -51,6 +52,7 @@ class LeaseKeeper {
   LeaseKeeper() = default;
   void Remove(uint64_t id);
   void Run();
+  void ResetInChild();  // in a child of fork(), with mu_ held since the fork
 
   std::mutex mu_;
   std::condition_variable changed_;
@@ -58,7 +60,6 @@ class LeaseKeeper {
   std::map<uint64_t, Lease> leases_;
   uint64_t next_id_ = 1;
   uint64_t renewing_ = 0;  // id of the lease being renewed outside the lock, 0 if none
-  bool stopping_ = false;
   std::thread thread_;
 };
 

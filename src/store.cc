@@ -6,6 +6,7 @@
 // owner, or reconnects to whoever did, and resends the call.
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <iostream>
@@ -72,6 +73,14 @@ class StoreCore {
         options_(options) {}
 
   ~StoreCore() {
+    if (forked()) {
+      // A child of fork() holds copies of objects whose threads stayed in the parent: joining
+      // or closing them here would hang or corrupt. Leave them (the fork handler of OwnerLock
+      // already let go of the owner lock).
+      new std::shared_ptr<Backend>(std::move(backend_));
+      static_cast<void>(ownership_.release());
+      return;
+    }
     std::lock_guard registry_lock(RegistryMutex());
     std::lock_guard lock(mu_);
     backend_.reset();
@@ -91,11 +100,16 @@ class StoreCore {
   }
 
   bool read_only() const { return options_.read_only; }
+  // True in a child of fork(): this core belongs to the parent.
+  bool forked() const { return ::getpid() != creator_pid_; }
 
   // Runs `call(backend, resent)` on the current backend; when that backend lost the owner, fails
   // over and runs it again with resent = true.
   template <class Call>
   auto Run(Call&& call) -> std::invoke_result_t<Call&, Backend&, bool> {
+    if (forked()) {
+      return Status::Unavailable("the store was opened before fork(); open it again in the child");
+    }
     std::shared_ptr<Backend> backend = Current();
     for (bool resent = false;; resent = true) {
       auto result = call(*backend, resent);
@@ -198,6 +212,7 @@ class StoreCore {
   }
 
   // Constant after construction.
+  const pid_t creator_pid_ = ::getpid();
   const fs::path directory_;
   const sharing::SocketAddress address_;
   const Options options_;  // the first opener's
@@ -395,7 +410,7 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
   IDEM_ASSIGN_OR_RETURN(DirectoryId id, PrepareDirectory(directory, effective));
   auto& registry = Registry();
   std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
-  if (auto existing = registry[id].lock()) {
+  if (auto existing = registry[id].lock(); existing && !existing->forked()) {
     if (existing->read_only() && !effective.read_only) {
       return Status::Busy("store " + directory.string() +
                           " is open read-only in this process; close it before opening it "

@@ -397,3 +397,91 @@ TEST(Sharing, AClientBecomesTheOwnerWhenTheOwnerCloses) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Sharing, AChildOfForkOpensTheStoreAgainAndDoesNotKeepTheOwnerLock) {
+  TempDir dir;
+  auto parent_store = idem_test::OpenStore(dir.StorePath());
+  ASSERT_NE(parent_store, nullptr);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    char code = 'a';
+    // The parent's handle is not usable here, and says so.
+    auto inherited = parent_store->Begin("inherited");
+    if (inherited.ok() || inherited.status().code() != Status::Code::kUnavailable) code = 'b';
+    // Opening again in the child works: it becomes a client of the parent.
+    auto reopened = idem::Store::Open(dir.StorePath(), TestOptions());
+    if (!reopened.ok()) code = 'c';
+    if (code == 'a') {
+      auto claim = (*reopened)->Begin("child-key");
+      if (!claim.ok() || claim->outcome != Outcome::kAcquired) code = 'd';
+    }
+    if (write(ready[1], &code, 1) != 1) _exit(2);
+    pause();
+    _exit(0);
+  }
+  char code = 0;
+  ASSERT_EQ(read(ready[0], &code, 1), 1);
+  EXPECT_EQ(code, 'a');
+  ASSERT_OK_AND_ASSIGN(auto record, parent_store->Get("child-key"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->holder.pid, static_cast<uint32_t>(child));
+  // The parent closes the store; the child did not inherit the owner lock, so the store is free
+  // for an exclusive owner (the child, a mere client, is refused nothing it holds).
+  parent_store.reset();
+  idem::Options exclusive = TestOptions();
+  exclusive.sharing = idem::Sharing::kExclusive;
+  auto reopened = idem::Store::Open(dir.StorePath(), exclusive);
+  EXPECT_TRUE(reopened.ok()) << reopened.status().ToString();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Sharing, ExecuteInAChildOfForkStillRenewsItsLease) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  // Start this process's lease keeper before the fork.
+  ASSERT_TRUE(store->Execute("warm-up", [](idem::Attempt&) { return std::string("ok"); }).ok());
+  int started[2];
+  ASSERT_EQ(pipe(started), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto own = idem::Store::Open(dir.StorePath(), TestOptions());
+    if (!own.ok()) _exit(3);
+    auto done = (*own)->Execute("slow", {.lease = 300ms}, [&](idem::Attempt&) {
+      const char byte = 's';
+      if (write(started[1], &byte, 1) != 1) _exit(4);
+      std::this_thread::sleep_for(1500ms);
+      return std::string("slow result");
+    });
+    _exit(done.ok() ? 0 : 5);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(started[0], &byte, 1), 1);
+  // While the child's function runs, its lease must stay live although it is 300 ms long.
+  const auto until = std::chrono::steady_clock::now() + 1200ms;
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("slow"));
+    ASSERT_EQ(claim.outcome, Outcome::kInProgress);
+    std::this_thread::sleep_for(50ms);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_OK_AND_ASSIGN(auto record, store->Get("slow"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->result, "slow result");
+  close(started[0]);
+  close(started[1]);
+}
+
+}  // namespace

@@ -2,12 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <mutex>
+#include <set>
 
 namespace idem::sharing {
 namespace {
@@ -15,6 +17,27 @@ namespace {
 constexpr char kLockName[] = "owner.lock";
 
 std::string LockPath(const std::string& directory) { return directory + "/" + kLockName; }
+
+// The descriptors of the owner locks this process holds. A child made by fork() shares their
+// open file descriptions, and so the locks: if it kept them, the store would stay locked after
+// the owner died, with nobody serving it. The fork handler closes them in the child.
+std::mutex held_mu;
+std::set<int>& HeldLocks() {
+  static std::set<int> fds;
+  return fds;
+}
+
+void InstallForkHandler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork([] { held_mu.lock(); }, [] { held_mu.unlock(); },
+                   [] {
+                     for (int fd : HeldLocks()) ::close(fd);
+                     HeldLocks().clear();
+                     held_mu.unlock();
+                   });
+  });
+}
 
 }  // namespace
 
@@ -37,7 +60,18 @@ Result<std::unique_ptr<OwnerLock>> OwnerLock::TryAcquire(const std::string& dire
       ::pwrite(fd.get(), info.data(), info.size(), 0) != static_cast<ssize_t>(info.size())) {
     return Status::IOError("cannot write the lock file " + path + ": " + std::strerror(errno));
   }
+  InstallForkHandler();
+  {
+    std::lock_guard lock(held_mu);
+    HeldLocks().insert(fd.get());
+  }
   return std::unique_ptr<OwnerLock>(new OwnerLock(std::move(fd)));
+}
+
+OwnerLock::~OwnerLock() {
+  std::lock_guard lock(held_mu);
+  // After a fork the child's handler has closed it already; the number may have been reused.
+  if (HeldLocks().erase(fd_.get()) == 0) static_cast<void>(fd_.release());
 }
 
 std::optional<OwnerInfo> OwnerLock::ReadOwner(const std::string& directory) {

@@ -40,7 +40,8 @@ class OwnerLock {
   // What the current owner of `directory` wrote, if anything is readable.
   static std::optional<OwnerInfo> ReadOwner(const std::string& directory);
 
-  ~OwnerLock() = default;  // closing the descriptor releases the lock
+  // Closing the descriptor releases the lock. A child made by fork() does not inherit it.
+  ~OwnerLock();
 
  private:
   explicit OwnerLock(FileDescriptor fd) : fd_(std::move(fd)) {}
