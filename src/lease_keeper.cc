@@ -65,7 +65,9 @@ void LeaseKeeper::Run() {
     });
     const auto now = std::chrono::steady_clock::now();
     if (due->second.next_renewal > now) {
-      changed_.wait_until(lock, due->second.next_renewal);
+      // A copy: the lease may be removed while this thread waits.
+      const auto wake_at = due->second.next_renewal;
+      changed_.wait_until(lock, wake_at);
       continue;
     }
     const uint64_t id = due->first;
