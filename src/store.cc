@@ -90,11 +90,6 @@ class StoreCore {
   // Takes up the process's role for the store.
   Status Start() {
     std::lock_guard lock(mu_);
-    if (options_.read_only) {
-      IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
-      backend_ = std::make_shared<LocalBackend>(std::move(storage), options_);
-      return Status::OK();
-    }
     IDEM_ASSIGN_OR_RETURN(backend_, AcquireBackend());
     return Status::OK();
   }
@@ -135,9 +130,24 @@ class StoreCore {
     return backend_;
   }
 
-  // Becomes the owner, or a client of the owner; retries while the owner is starting or has
-  // just died, up to options.failover_timeout. mu_ held.
+  // mu_ held.
   Result<std::shared_ptr<Backend>> AcquireBackend() {
+    return options_.read_only ? AcquireReader() : AcquireWriter();
+  }
+
+  // A reader never takes the owner lock: it asks the running owner (live records, the owner's
+  // counters) or, when none serves the store, reads it as a RocksDB secondary instance.
+  Result<std::shared_ptr<Backend>> AcquireReader() {
+    Result<std::unique_ptr<sharing::RemoteBackend>> remote =
+        sharing::RemoteBackend::Connect(address_);
+    if (remote.ok()) return std::shared_ptr<Backend>(std::move(remote).value());
+    IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
+    return std::shared_ptr<Backend>(std::make_shared<LocalBackend>(std::move(storage), options_));
+  }
+
+  // Becomes the owner, or a client of the owner; retries while the owner is starting or has
+  // just died, up to options.failover_timeout.
+  Result<std::shared_ptr<Backend>> AcquireWriter() {
     const auto give_up_at = std::chrono::steady_clock::now() + options_.failover_timeout;
     milliseconds pause(1);
     Status last_error;

@@ -485,3 +485,33 @@ TEST(Sharing, ExecuteInAChildOfForkStillRenewsItsLease) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Sharing, AReaderAsksTheRunningOwnerAndNeverTakesOwnership) {
+  TempDir dir;
+  Worker owner({"open", dir.StorePath(), "auto"});
+  ASSERT_EQ(owner.ReadLine(), "open");
+  idem::Options read_only = TestOptions();
+  read_only.read_only = true;
+  IDEM_ASSERT_OPEN(reader, dir.StorePath(), read_only);
+  // Written after the reader opened, by another process: the reader sees it live.
+  Worker client({"hold", dir.StorePath(), "order-1"});
+  ASSERT_EQ(client.ReadLine().rfind("held ", 0), 0u);
+  ASSERT_OK_AND_ASSIGN(auto record, reader->Get("order-1"));
+  ASSERT_TRUE(record.has_value());
+  // The counters are the owner's.
+  EXPECT_EQ(reader->GetCounters().claims, 1u);
+  EXPECT_CODE(reader->Begin("x").status(), kInvalidArgument);
+  // When the owner dies, the reader does not take the store: it reads it as a secondary.
+  owner.Kill();
+  ASSERT_OK_AND_ASSIGN(auto again, reader->Get("order-1"));
+  EXPECT_TRUE(again.has_value());
+  std::ifstream lock_file(dir.StorePath() + "/owner.lock");
+  std::string word;
+  pid_t owner_pid = 0;
+  lock_file >> word >> owner_pid;
+  EXPECT_NE(owner_pid, getpid());
+}
+
+}  // namespace

@@ -46,7 +46,8 @@ struct Options {
 
   // How long a record is kept, counted from the Begin that acquired it, when
   // BeginOptions::retention is 0. Afterwards the record is absent for every read and is removed
-  // by Purge or compaction; a retry after that runs the request again. Default: 30 days.
+  // by Purge or compaction; a retry after that runs the request again. Retention never ends
+  // before the claim's lease does. Default: 30 days.
   std::chrono::milliseconds default_retention{std::chrono::hours(24 * 30)};
 
   // See Durability. Default: kSync.
@@ -59,9 +60,11 @@ struct Options {
   // returns kNotFound. Default: true.
   bool create_if_missing = true;
 
-  // Open without ever writing: Begin/Complete/.../Purge return kInvalidArgument. Reads see the
-  // store as of Open (a RocksDB secondary instance), even while another process writes it.
-  // Used by `idem dump`, `get` and `stats`. Default: false.
+  // Open without ever writing and without ever becoming the store's owner: Begin, Complete,
+  // Fail, Extend, SaveCheckpoint, Forget and Purge (but a dry run) return kInvalidArgument.
+  // When another process owns the store, reads go to it (live records, its counters);
+  // otherwise they see the store as of Open (a RocksDB secondary instance). Used by
+  // `idem dump`, `get` and `stats`. Default: false.
   bool read_only = false;
 
   // Longest key accepted, in bytes. Keys are arbitrary bytes (NUL and 0xFF included). Default: 512.
@@ -112,7 +115,7 @@ struct BeginOptions {
   std::string_view fingerprint;
   // Lease of the claim; 0 means Options::default_lease.
   std::chrono::milliseconds lease{0};
-  // Retention of the record; 0 means Options::default_retention.
+  // Retention of the record; 0 means Options::default_retention. Never shorter than the lease.
   std::chrono::milliseconds retention{0};
 };
 
