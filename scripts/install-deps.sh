@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 (bookworm) packages that idem's build, tests, tools and demo need.
+# Idempotent: when every package is already installed it only checks and exits (no apt-get).
+# Runs apt-get as root, or through sudo when not root.
+set -euo pipefail
+
+packages=(
+  build-essential   # g++ 12, make, and libasan/libubsan/libtsan for the sanitizer builds
+  cmake
+  g++
+  pkg-config
+  librocksdb-dev    # the storage engine (7.8.3)
+  libssl-dev        # libcrypto: SHA-256 for Fingerprint
+  libboost-dev      # Boost.Interprocess (sharing a store between processes)
+  libfmt-dev
+  libgtest-dev
+  libgmock-dev
+  libcli11-dev      # the idem command's argument parser
+  nlohmann-json3-dev  # the idem command's JSON Lines output
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$package")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "install-deps: missing packages: ${missing[*]}" >&2
+  echo "install-deps: not root and sudo is not available; install them as root" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+"${as_root[@]}" apt-get update
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y --no-install-recommends "${missing[@]}"
