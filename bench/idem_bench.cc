@@ -1,0 +1,525 @@
+// idem_bench: idem against its anchors (raw RocksDB, a SQLite dedup table, a Redis lock), side
+// by side in one run, on the same keys (36-byte UUIDv7-shaped request ids) and ~100-byte results.
+// scripts/bench.sh runs every workload, one process each, and turns the rows into
+// docs/benchmarks.md; see bench/README.md.
+//
+// What it measures (each a closed loop of T threads for --seconds; throughput in operations per
+// second and per-operation latency p50/p99; one "operation" is written next to each):
+//   lifecycle   Begin then Complete on a fresh key (one operation = both calls), every system
+//   replay      Begin on a key completed before (one operation = one Begin; idem's anchor is a
+//               raw RocksDB Get; SQLite and Redis try to claim, then read the stored result)
+//   contention  all T threads race on one key at a time (T consecutive Begins share a key); the
+//               winner Completes. Counts acquired / in_progress / replay answers, and
+//               double_claims: keys claimed more than once (must be 0 but for raw RocksDB,
+//               which has no atomicity)
+//   client      lifecycle from this process while another process owns the store: the child
+//               `idem_bench --serve DIR` opens the store first, this process opens the same path
+//               and becomes its client over the UNIX socket
+//   scale       lifecycle (kBuffered, 1 and 4 threads) on an empty store; then --records records
+//               are loaded (1% of them kept for an hour), the store's clock moves two hours on,
+//               and Store::Purge (removing that 1%) is timed against a Store::Scan of everything;
+//               then lifecycle on that full store; and the process's peak RSS, against
+//               Options::memory_budget (--memory-budget) and the RSS right after opening
+//   fsync       the latency of a 4 KiB write + fdatasync in the data directory
+// Rows go to --results (tab-separated) and to stdout.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include "harness.h"
+#include "idem/idem.h"
+#include "subjects.h"
+
+extern char** environ;
+
+namespace idem::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Flags {
+  std::string workload;
+  std::vector<std::string> systems;
+  std::vector<int> threads = {1, 4, 16, 64};
+  double seconds = 3;
+  uint64_t records = 10'000'000;
+  uint64_t replay_keys = 20'000;
+  std::string dir = "bench-data";
+  std::string results;
+  int redis_port = 6379;
+  std::size_t memory_budget = Options{}.memory_budget;
+  std::string serve;  // internal: be the owner process of this store until stdin closes
+};
+
+SubjectConfig ConfigFor(const Flags& flags, const std::string& directory) {
+  return SubjectConfig{
+      .directory = directory, .redis_port = flags.redis_port, .memory_budget = flags.memory_budget};
+}
+
+// A fresh directory under --dir for one measurement.
+Result<std::string> FreshDirectory(const Flags& flags, std::string_view name) {
+  const fs::path path = fs::absolute(fs::path(flags.dir) / name);
+  std::error_code error;
+  fs::remove_all(path, error);
+  fs::create_directories(path, error);
+  if (error) return Status::IOError("cannot create " + path.string() + ": " + error.message());
+  return path.string();
+}
+
+void RemoveDirectory(const std::string& path) {
+  std::error_code ignored;
+  fs::remove_all(path, ignored);
+}
+
+// ---- workloads ------------------------------------------------------------------------------
+
+class LifecycleWorker final : public Worker {
+ public:
+  explicit LifecycleWorker(std::unique_ptr<Session> session) : session_(std::move(session)) {}
+  Status Op() override {
+    const std::string_view key = keys_.Next();
+    IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, session_->Begin(key));
+    if (answer.answer != Answer::kAcquired) {
+      return Status::Failed("a fresh key " + std::string(key) + " was not acquired");
+    }
+    return session_->Complete(key, answer.token, ResultPayload());
+  }
+
+ private:
+  std::unique_ptr<Session> session_;
+  KeyGenerator keys_;
+};
+
+Result<Measurement> RunLifecycle(Subject& subject, int threads, double seconds) {
+  return RunClosedLoop(threads, seconds, [&](int) -> Result<std::unique_ptr<Worker>> {
+    IDEM_ASSIGN_OR_RETURN(auto session, subject.Connect());
+    return std::unique_ptr<Worker>(std::make_unique<LifecycleWorker>(std::move(session)));
+  });
+}
+
+Status Lifecycle(const Flags& flags, ResultsFile& results) {
+  for (const std::string& system : flags.systems) {
+    for (int threads : flags.threads) {
+      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "lifecycle-" + system + "-" +
+                                                                       std::to_string(threads)));
+      {
+        IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir)));
+        IDEM_ASSIGN_OR_RETURN(Measurement m, RunLifecycle(*subject, threads, flags.seconds));
+        results.Add("lifecycle", system, threads, m);
+      }
+      RemoveDirectory(dir);
+    }
+  }
+  return Status::OK();
+}
+
+class ReplayWorker final : public Worker {
+ public:
+  ReplayWorker(std::unique_ptr<Session> session, const std::vector<std::string>& keys)
+      : session_(std::move(session)), keys_(keys), random_(std::random_device{}()) {}
+  Status Op() override {
+    const std::string& key = keys_[random_() % keys_.size()];
+    IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, session_->Begin(key));
+    if (answer.answer != Answer::kReplay) {
+      return Status::Failed("completed key " + key + " was not a replay");
+    }
+    return Status::OK();
+  }
+
+ private:
+  std::unique_ptr<Session> session_;
+  const std::vector<std::string>& keys_;
+  std::mt19937_64 random_;
+};
+
+Status Replay(const Flags& flags, ResultsFile& results) {
+  std::vector<std::string> keys;
+  KeyGenerator generator;
+  for (uint64_t i = 0; i < flags.replay_keys; ++i) keys.emplace_back(generator.Next());
+  for (const std::string& system : flags.systems) {
+    IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "replay-" + system));
+    {
+      IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir)));
+      constexpr int kLoaders = 2;
+      IDEM_RETURN_IF_ERROR(RunOnThreads(kLoaders, [&](int thread) -> Status {
+        IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
+        for (std::size_t i = thread; i < keys.size(); i += kLoaders) {
+          IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, session->Begin(keys[i]));
+          IDEM_RETURN_IF_ERROR(session->Complete(keys[i], answer.token, ResultPayload()));
+        }
+        return Status::OK();
+      }));
+      for (int threads : flags.threads) {
+        IDEM_ASSIGN_OR_RETURN(
+            Measurement m,
+            RunClosedLoop(threads, flags.seconds, [&](int) -> Result<std::unique_ptr<Worker>> {
+              IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
+              return std::unique_ptr<Worker>(
+                  std::make_unique<ReplayWorker>(std::move(session), keys));
+            }));
+        results.Add("replay", system, threads, m);
+      }
+    }
+    RemoveDirectory(dir);
+  }
+  return Status::OK();
+}
+
+// The key of contention round `round`: UUID-shaped, 36 bytes, unique per run.
+std::string RoundKey(uint64_t run, uint64_t round) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%08x-%04x-7%03x-8%03x-%012llx",
+                static_cast<unsigned>(run >> 32), static_cast<unsigned>((run >> 16) & 0xFFFF),
+                static_cast<unsigned>(run & 0xFFF), static_cast<unsigned>((round >> 48) & 0xFFF),
+                static_cast<unsigned long long>(round & 0xFFFFFFFFFFFFULL));
+  return text;
+}
+
+class ContentionWorker final : public Worker {
+ public:
+  ContentionWorker(std::unique_ptr<Session> session, std::atomic<uint64_t>& sequence, int threads,
+                   uint64_t run)
+      : session_(std::move(session)), sequence_(sequence), threads_(threads), run_(run) {}
+  Status Op() override {
+    const uint64_t round = sequence_.fetch_add(1) / threads_;
+    const std::string key = RoundKey(run_, round);
+    IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, session_->Begin(key));
+    switch (answer.answer) {
+      case Answer::kAcquired:
+        ++acquired_;
+        return session_->Complete(key, answer.token, ResultPayload());
+      case Answer::kInProgress:
+        ++in_progress_;
+        return Status::OK();
+      case Answer::kReplay:
+        ++replay_;
+        return Status::OK();
+    }
+    return Status::OK();
+  }
+  void AddCounts(std::map<std::string, uint64_t>& counts) const override {
+    counts["acquired"] += acquired_;
+    counts["in_progress"] += in_progress_;
+    counts["replay"] += replay_;
+  }
+
+ private:
+  std::unique_ptr<Session> session_;
+  std::atomic<uint64_t>& sequence_;
+  const int threads_;
+  const uint64_t run_;
+  uint64_t acquired_ = 0, in_progress_ = 0, replay_ = 0;
+};
+
+Status Contention(const Flags& flags, ResultsFile& results) {
+  std::mt19937_64 random(std::random_device{}());
+  for (const std::string& system : flags.systems) {
+    for (int threads : flags.threads) {
+      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "contention-" + system + "-" +
+                                                                       std::to_string(threads)));
+      {
+        IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir)));
+        std::atomic<uint64_t> sequence{0};
+        const uint64_t run = random();
+        IDEM_ASSIGN_OR_RETURN(
+            Measurement m,
+            RunClosedLoop(threads, flags.seconds, [&](int) -> Result<std::unique_ptr<Worker>> {
+              IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
+              return std::unique_ptr<Worker>(
+                  std::make_unique<ContentionWorker>(std::move(session), sequence, threads, run));
+            }));
+        // Every round's key was begun at least once, so it must have been acquired exactly once.
+        const uint64_t rounds = (sequence.load() + threads - 1) / threads;
+        m.counts["double_claims"] = m.counts["acquired"] - std::min(m.counts["acquired"], rounds);
+        results.Add("contention", system, threads, m);
+      }
+      RemoveDirectory(dir);
+    }
+  }
+  return Status::OK();
+}
+
+// The owner process of the client workload: `idem_bench --serve DIR`.
+int Serve(const Flags& flags) {
+  Options options;
+  options.durability = Durability::kBuffered;
+  options.memory_budget = flags.memory_budget;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  Result<std::unique_ptr<Store>> store = Store::Open(flags.serve, options);
+  if (!store.ok()) {
+    std::cerr << "idem_bench --serve: " << store.status().ToString() << std::endl;
+    return 1;
+  }
+  std::cout << "ready" << std::endl;
+  char buffer[64];
+  while (::read(STDIN_FILENO, buffer, sizeof(buffer)) > 0) {
+  }
+  return 0;
+}
+
+// A child process, its stdin and stdout piped to us.
+class OwnerProcess {
+ public:
+  static Result<std::unique_ptr<OwnerProcess>> Start(const Flags& flags, const std::string& dir) {
+    int to_child[2], from_child[2];
+    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
+      return Status::IOError("pipe failed");
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    const std::string budget = std::to_string(flags.memory_budget);
+    std::vector<std::string> args = {self, "--serve", dir, "--memory-budget", budget};
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    if (rc != 0) {
+      ::close(to_child[1]);
+      ::close(from_child[0]);
+      return Status::IOError("cannot start " + self + ": " + std::strerror(rc));
+    }
+    std::unique_ptr<OwnerProcess> owner(new OwnerProcess(pid, to_child[1]));
+    std::string line;
+    char c;
+    while (::read(from_child[0], &c, 1) == 1 && c != '\n') line += c;
+    ::close(from_child[0]);
+    if (line != "ready") {
+      return Status::Unavailable("the owner process did not start (it said \"" + line + "\")");
+    }
+    return owner;
+  }
+  ~OwnerProcess() {
+    ::close(stdin_);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  OwnerProcess(pid_t pid, int stdin_fd) : pid_(pid), stdin_(stdin_fd) {}
+  const pid_t pid_;
+  const int stdin_;
+};
+
+Status Client(const Flags& flags, ResultsFile& results) {
+  IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "client"));
+  {
+    IDEM_ASSIGN_OR_RETURN(auto owner, OwnerProcess::Start(flags, dir));
+    Options options;
+    options.durability = Durability::kBuffered;
+    options.auto_purge_interval = std::chrono::milliseconds(0);
+    IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(dir, options));
+    // The owner writes its pid into the lock file; make sure we are the client, not the owner.
+    std::ifstream lock_file(fs::path(dir) / "owner.lock");
+    std::string word;
+    pid_t owner_pid = 0;
+    lock_file >> word >> owner_pid;
+    if (owner_pid != owner->pid()) {
+      return Status::Failed("the store's owner is pid " + std::to_string(owner_pid) +
+                            ", not the serving child " + std::to_string(owner->pid()));
+    }
+    auto subject = StoreSubject(*store);
+    for (int threads : flags.threads) {
+      IDEM_ASSIGN_OR_RETURN(Measurement m, RunLifecycle(*subject, threads, flags.seconds));
+      results.Add("client", "idem-client", threads, m);
+    }
+  }
+  RemoveDirectory(dir);
+  return Status::OK();
+}
+
+// Wall-clock time that the scale workload moves forward to expire records.
+class ManualClock final : public idem::Clock {
+ public:
+  std::chrono::system_clock::time_point Now() const override {
+    return std::chrono::system_clock::now() + std::chrono::milliseconds(offset_ms_.load());
+  }
+  void Advance(std::chrono::milliseconds by) { offset_ms_.fetch_add(by.count()); }
+
+ private:
+  std::atomic<int64_t> offset_ms_{0};
+};
+
+Status Scale(const Flags& flags, ResultsFile& results) {
+  const std::vector<int> threads_list = {1, 4};
+  Options options;
+  options.durability = Durability::kBuffered;
+  options.memory_budget = flags.memory_budget;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  auto clock = std::make_shared<ManualClock>();
+  options.clock = clock;
+
+  IDEM_ASSIGN_OR_RETURN(std::string empty_dir, FreshDirectory(flags, "scale-empty"));
+  {
+    IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(empty_dir, options));
+    results.AddFigure("memory", "idem", "baseline_rss", ReadMemory().rss / 1048576.0, "MiB");
+    auto subject = StoreSubject(*store);
+    for (int threads : threads_list) {
+      IDEM_ASSIGN_OR_RETURN(Measurement m, RunLifecycle(*subject, threads, flags.seconds));
+      results.Add("scale-empty", "idem-buffered", threads, m);
+    }
+  }
+  RemoveDirectory(empty_dir);
+
+  IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "scale-full"));
+  {
+    IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(dir, options));
+    // Every 100th record is kept for an hour; the others for the default 30 days.
+    constexpr int kLoaders = 2;
+    std::atomic<uint64_t> short_lived{0};
+    const auto load_start = bench::Clock::now();
+    IDEM_RETURN_IF_ERROR(RunOnThreads(kLoaders, [&](int thread) -> Status {
+      KeyGenerator keys;
+      for (uint64_t i = thread; i < flags.records; i += kLoaders) {
+        BeginOptions begin;
+        if (i % 100 == 0) {
+          begin.retention = std::chrono::hours(1);
+          short_lived.fetch_add(1);
+        }
+        const std::string_view key = keys.Next();
+        IDEM_ASSIGN_OR_RETURN(Claim claim, store->Begin(key, begin));
+        IDEM_RETURN_IF_ERROR(store->Complete(key, claim.token, ResultPayload()));
+      }
+      return Status::OK();
+    }));
+    const double load_seconds = SecondsSince(load_start);
+    results.AddFigure("scale", "idem-buffered", "records", static_cast<double>(flags.records),
+                      "records");
+    results.AddFigure("scale", "idem-buffered", "load_rate", flags.records / load_seconds,
+                      "records/s");
+    clock->Advance(std::chrono::hours(2));
+    const auto purge_start = bench::Clock::now();
+    IDEM_ASSIGN_OR_RETURN(uint64_t purged, store->Purge());
+    const double purge_seconds = SecondsSince(purge_start);
+    // Fewer is possible (a compaction may drop expired records first), more is a bug.
+    if (purged > short_lived.load()) {
+      return Status::Failed("purge removed " + std::to_string(purged) + " records; only " +
+                            std::to_string(short_lived.load()) + " had expired");
+    }
+    results.AddFigure("purge", "idem-buffered", "purged", static_cast<double>(purged), "records");
+    results.AddFigure("purge", "idem-buffered", "purge_seconds", purge_seconds, "s");
+
+    const auto scan_start = bench::Clock::now();
+    uint64_t scanned = 0;
+    IDEM_RETURN_IF_ERROR(store->Scan({}, [&](const Record&) {
+      ++scanned;
+      return true;
+    }));
+    const double scan_seconds = SecondsSince(scan_start);
+    results.AddFigure("purge", "idem-buffered", "scanned", static_cast<double>(scanned), "records");
+    results.AddFigure("purge", "idem-buffered", "scan_seconds", scan_seconds, "s");
+    // Measured after the purge, so that the scan above covers the loaded records only.
+    auto subject = StoreSubject(*store);
+    for (int threads : threads_list) {
+      IDEM_ASSIGN_OR_RETURN(Measurement m, RunLifecycle(*subject, threads, flags.seconds));
+      results.Add("scale-full", "idem-buffered", threads, m);
+    }
+
+    const Memory memory = ReadMemory();
+    results.AddFigure("memory", "idem", "peak_rss", memory.peak_rss / 1048576.0, "MiB");
+    results.AddFigure("memory", "idem", "memory_budget", flags.memory_budget / 1048576.0, "MiB");
+  }
+  RemoveDirectory(dir);
+  return Status::OK();
+}
+
+Status Fsync(const Flags& flags, ResultsFile& results) {
+  IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "fsync"));
+  const std::string path = dir + "/probe";
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::IOError("cannot create " + path + ": " + std::strerror(errno));
+  std::string block(4096, 'x');
+  std::vector<double> micros;
+  constexpr int kProbes = 200;
+  for (int i = 0; i < kProbes; ++i) {
+    const auto start = bench::Clock::now();
+    if (::pwrite(fd, block.data(), block.size(), static_cast<off_t>(i) * 4096) !=
+            static_cast<ssize_t>(block.size()) ||
+        ::fdatasync(fd) != 0) {
+      ::close(fd);
+      return Status::IOError("cannot write " + path + ": " + std::strerror(errno));
+    }
+    micros.push_back(SecondsSince(start) * 1e6);
+  }
+  ::close(fd);
+  RemoveDirectory(dir);
+  std::sort(micros.begin(), micros.end());
+  results.AddFigure("fsync", "disk", "fsync_p50", micros[kProbes / 2], "us");
+  results.AddFigure("fsync", "disk", "fsync_p99", micros[kProbes * 99 / 100], "us");
+  return Status::OK();
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  CLI::App app{
+      "idem_bench: idem against raw RocksDB, SQLite and Redis; see bench/README.md.\n"
+      "Run it through scripts/bench.sh, which starts Redis and writes docs/benchmarks.md."};
+  const std::vector<std::string> workloads = {"lifecycle", "replay", "contention",
+                                              "client",    "scale",  "fsync"};
+  app.add_option("--workload", flags.workload, "What to measure")->check(CLI::IsMember(workloads));
+  app.add_option("--systems", flags.systems, "Systems, comma-separated (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(AllSystems()));
+  app.add_option("--threads", flags.threads, "Thread counts, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--seconds", flags.seconds, "Length of each measurement")->capture_default_str();
+  app.add_option("--records", flags.records, "Records stored before the scale and purge runs")
+      ->capture_default_str();
+  app.add_option("--replay-keys", flags.replay_keys, "Completed keys the replay workload reads")
+      ->capture_default_str();
+  app.add_option("--dir", flags.dir, "Directory for the stores (on the disk to measure)")
+      ->capture_default_str();
+  app.add_option("--results", flags.results, "Append tab-separated result rows to this file");
+  app.add_option("--redis-port", flags.redis_port, "Redis on 127.0.0.1")->capture_default_str();
+  app.add_option("--memory-budget", flags.memory_budget, "Options::memory_budget, bytes")
+      ->capture_default_str();
+  app.add_option("--serve", flags.serve, "Internal: own this store until stdin closes");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!flags.serve.empty()) return Serve(flags);
+  if (flags.workload.empty()) {
+    std::cerr << "idem_bench: --workload is required\n" << app.help();
+    return 2;
+  }
+  if (flags.systems.empty()) flags.systems = AllSystems();
+  ResultsFile results(flags.results);
+  Status status;
+  if (flags.workload == "lifecycle") status = Lifecycle(flags, results);
+  if (flags.workload == "replay") status = Replay(flags, results);
+  if (flags.workload == "contention") status = Contention(flags, results);
+  if (flags.workload == "client") status = Client(flags, results);
+  if (flags.workload == "scale") status = Scale(flags, results);
+  if (flags.workload == "fsync") status = Fsync(flags, results);
+  if (!status.ok()) {
+    std::cerr << "idem_bench --workload " << flags.workload << ": " << status.ToString()
+              << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace idem::bench
+
+int main(int argc, char** argv) { return idem::bench::Main(argc, argv); }

@@ -1,0 +1,411 @@
+#!/usr/bin/env python3
+"""Turns the rows idem_bench wrote (one tab-separated results file per run) into a table on
+stdout and, when asked, docs/benchmarks.md and a PNG plot (through gnuplot).
+
+Every ratio is between figures of the same results file, that is of the same run on the same
+machine: never against figures from elsewhere.
+
+  report.py --results FILE [--markdown docs/benchmarks.md --plot docs/benchmarks.png
+            --command "scripts/bench.sh ..." --note TEXT]
+"""
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+
+SYSTEM_LABELS = {
+    "idem-buffered": "idem kBuffered",
+    "idem-sync": "idem kSync",
+    "idem-client": "idem, client process",
+    "rocksdb": "raw RocksDB (no sync)",
+    "rocksdb-sync": "raw RocksDB (sync)",
+    "sqlite-off": "SQLite WAL, synchronous=OFF",
+    "sqlite-full": "SQLite WAL, synchronous=FULL",
+    "redis": "Redis (loopback)",
+}
+
+
+def load(path):
+    rows = {}  # (workload, system, threads) -> dict
+    figures = {}  # (workload, system, name) -> (value, unit)
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) >= 6 and fields[2] == "figure":
+                figures[(fields[0], fields[1], fields[3])] = (float(fields[4]), fields[5])
+                continue
+            workload, system, threads, ops, p50, p99, operations, seconds = fields[:8]
+            counts = {}
+            if len(fields) > 8 and fields[8]:
+                for pair in fields[8].split(","):
+                    name, value = pair.split("=")
+                    counts[name] = int(value)
+            rows[(workload, system, int(threads))] = {
+                "ops": float(ops),
+                "p50": float(p50),
+                "p99": float(p99),
+                "operations": int(operations),
+                "seconds": float(seconds),
+                "counts": counts,
+            }
+    return rows, figures
+
+
+def fmt_ops(value):
+    if value is None:
+        return "n/a"
+    if value >= 100000:
+        return f"{value / 1000:.0f}k"
+    if value >= 1000:
+        return f"{value / 1000:.1f}k"
+    return f"{value:.0f}"
+
+
+def fmt_ratio(value):
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def fmt_us(value):
+    if value >= 10000:
+        return f"{value / 1000:.0f} ms"
+    if value >= 1000:
+        return f"{value / 1000:.1f} ms"
+    return f"{value:.1f} us"
+
+
+def ops(rows, workload, system, threads):
+    row = rows.get((workload, system, threads))
+    return row["ops"] if row else None
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def targets(rows, figures):
+    """(target, measured ratio, wanted, met, ceiling) rows; None measured when a figure is
+    missing. The ceiling is what raw RocksDB (the storage engine under idem, same sync) reaches
+    against the same anchor in the same run: a target above it cannot be met by any library on
+    this engine, on this machine, in this run."""
+    out = []
+
+    def at_least(name, measured, wanted, ceiling=None):
+        out.append((name, fmt_ratio(measured), f">= {wanted}x",
+                    None if measured is None else measured >= wanted,
+                    "" if ceiling is None else fmt_ratio(ceiling)))
+
+    lc = lambda system, threads: ops(rows, "lifecycle", system, threads)
+    at_least("Lifecycle, kBuffered, 1 thread vs raw RocksDB (no sync)",
+             ratio(lc("idem-buffered", 1), lc("rocksdb", 1)), 0.8)
+    at_least("Lifecycle, kBuffered, 1 thread vs SQLite synchronous=OFF",
+             ratio(lc("idem-buffered", 1), lc("sqlite-off", 1)), 2,
+             ratio(lc("rocksdb", 1), lc("sqlite-off", 1)))
+    at_least("Lifecycle, kBuffered, 1 thread vs Redis",
+             ratio(lc("idem-buffered", 1), lc("redis", 1)), 10,
+             ratio(lc("rocksdb", 1), lc("redis", 1)))
+    at_least("Lifecycle, kSync, 64 threads vs raw RocksDB (sync)",
+             ratio(lc("idem-sync", 64), lc("rocksdb-sync", 64)), 0.8)
+    at_least("Lifecycle, kSync, 64 threads vs SQLite synchronous=FULL",
+             ratio(lc("idem-sync", 64), lc("sqlite-full", 64)), 10,
+             ratio(lc("rocksdb-sync", 64), lc("sqlite-full", 64)))
+    at_least("Replay, 1 thread vs a raw RocksDB Get",
+             ratio(ops(rows, "replay", "idem-buffered", 1), ops(rows, "replay", "rocksdb", 1)), 0.8)
+    at_least("Client process (1 thread) vs Redis from one client",
+             ratio(ops(rows, "client", "idem-client", 1), lc("redis", 1)), 1.5)
+    records = figures.get(("scale", "idem-buffered", "records"), (0, ""))[0]
+    at_least(f"Scale: lifecycle at {records:,.0f} records vs an empty store (1 thread)",
+             ratio(ops(rows, "scale-full", "idem-buffered", 1),
+                   ops(rows, "scale-empty", "idem-buffered", 1)), 0.7)
+    purge = figures.get(("purge", "idem-buffered", "purge_seconds"))
+    scan = figures.get(("purge", "idem-buffered", "scan_seconds"))
+    share = ratio(purge and purge[0], scan and scan[0])
+    out.append((f"Purge of 1% expired out of {records:,.0f} vs a full scan (time)",
+                "n/a" if share is None else f"{100 * share:.2f}%", "<= 5%",
+                None if share is None else share <= 0.05, ""))
+    peak = figures.get(("memory", "idem", "peak_rss"))
+    base = figures.get(("memory", "idem", "baseline_rss"))
+    budget = figures.get(("memory", "idem", "memory_budget"))
+    if peak and base and budget:
+        growth = peak[0] - base[0]
+        out.append((f"Memory: peak RSS growth over an empty store's process, holding "
+                    f"{records:,.0f} records", f"{growth:.1f} MiB (peak {peak[0]:.1f} MiB)",
+                    f"<= memory_budget ({budget[0]:.0f} MiB)", growth <= budget[0], ""))
+    return out
+
+
+def met_text(met):
+    return "n/a" if met is None else ("met" if met else "**missed**")
+
+
+def workload_table(rows, workload, anchor, systems=None):
+    present = sorted({(s, t) for (w, s, t) in rows if w == workload}, key=lambda st: st[1])
+    threads = sorted({t for (_, t) in present})
+    if systems is None:
+        systems = [s for s in SYSTEM_LABELS if any(s == p for (p, _) in present)]
+    lines = ["| system | " + " | ".join(f"{t} thr: ops/s (p50 / p99)" for t in threads) +
+             (f" | vs {SYSTEM_LABELS.get(anchor, anchor)} |" if anchor else " |"),
+             "| --- " * (len(threads) + 1 + (1 if anchor else 0)) + "|"]
+    for system in systems:
+        cells = []
+        ratios = []
+        for t in threads:
+            row = rows.get((workload, system, t))
+            if not row:
+                cells.append("")
+                continue
+            cells.append(f"{fmt_ops(row['ops'])} ({fmt_us(row['p50'])} / {fmt_us(row['p99'])})")
+            if anchor:
+                base = rows.get((workload if workload != "client" else "lifecycle", anchor, t))
+                ratios.append(fmt_ratio(ratio(row["ops"], base["ops"] if base else None)))
+        line = f"| {SYSTEM_LABELS.get(system, system)} | " + " | ".join(cells)
+        if anchor:
+            line += " | " + " / ".join(ratios)
+        lines.append(line + " |")
+    return "\n".join(lines)
+
+
+def contention_table(rows):
+    keys = sorted(((s, t) for (w, s, t) in rows if w == "contention"),
+                  key=lambda st: (list(SYSTEM_LABELS).index(st[0]) if st[0] in SYSTEM_LABELS
+                                  else 99, st[1]))
+    lines = ["| system | threads | Begins/s | p50 / p99 | acquired | in progress | replay | "
+             "keys claimed twice |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for system, t in keys:
+        row = rows[("contention", system, t)]
+        c = row["counts"]
+        lines.append(f"| {SYSTEM_LABELS.get(system, system)} | {t} | {fmt_ops(row['ops'])} | "
+                     f"{fmt_us(row['p50'])} / {fmt_us(row['p99'])} | {c.get('acquired', 0)} | "
+                     f"{c.get('in_progress', 0)} | {c.get('replay', 0)} | "
+                     f"{c.get('double_claims', 0)} |")
+    return "\n".join(lines)
+
+
+def print_summary(rows, figures):
+    print()
+    print(f"{'workload':<12} {'system':<16} {'threads':>7} {'ops/s':>10} {'p50 us':>9} "
+          f"{'p99 us':>9}")
+    for (w, s, t), row in sorted(rows.items()):
+        print(f"{w:<12} {s:<16} {t:>7} {row['ops']:>10.0f} {row['p50']:>9.1f} {row['p99']:>9.1f}")
+    print()
+    for (w, s, name), (value, unit) in sorted(figures.items()):
+        print(f"{w:<12} {s:<16} {name} = {value:g} {unit}")
+    print()
+    print(f"{'target':<78} {'measured':>28} {'wanted':>26}  {'result':<7} engine ceiling")
+    for name, measured, wanted, met, ceiling in targets(rows, figures):
+        print(f"{name:<78} {measured:>28} {wanted:>26}  {met_text(met).strip('*'):<7} {ceiling}")
+
+
+def plot(rows, path):
+    series = [("lifecycle", s) for s in ["idem-buffered", "idem-sync", "rocksdb", "rocksdb-sync",
+                                           "sqlite-off", "sqlite-full", "redis"]]
+    series.append(("client", "idem-client"))
+    replay = [("replay", s) for s in ["idem-buffered", "rocksdb", "sqlite-off", "redis"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        def data_file(workload, system):
+            name = os.path.join(tmp, f"{workload}-{system}.dat")
+            points = sorted((t, r["ops"]) for (w, s, t), r in rows.items()
+                            if w == workload and s == system)
+            with open(name, "w") as f:
+                for t, value in points:
+                    f.write(f"{t} {value}\n")
+            return name, bool(points)
+
+        def plot_line(items):
+            parts = []
+            for workload, system in items:
+                name, any_points = data_file(workload, system)
+                if any_points:
+                    parts.append(f"'{name}' using 1:2 with linespoints lw 2 title "
+                                 f"'{SYSTEM_LABELS[system]}'")
+            return "plot " + ", ".join(parts)
+
+        script = "\n".join([
+            "set terminal pngcairo size 1400,620 font 'DejaVu Sans,10'",
+            f"set output '{path}'",
+            "set multiplot layout 1,2",
+            "set logscale xy",
+            "set xtics (1, 4, 16, 64)",
+            "set xrange [0.8:80]",
+            "set xlabel 'threads'",
+            "set ylabel 'operations per second (log)'",
+            "set grid",
+            "set key below maxrows 4 font ',9'",
+            "set bmargin 9",
+            "set title 'Lifecycle: Begin + Complete on fresh keys'",
+            plot_line(series),
+            "set title 'Replay: Begin on a completed key'",
+            plot_line(replay),
+            "unset multiplot",
+        ])
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def markdown(rows, figures, command, note, plot_name, run_time):
+    fig = lambda w, s, n: figures.get((w, s, n), (float("nan"), ""))[0]
+    records = fig("scale", "idem-buffered", "records")
+    lines = []
+    add = lines.append
+    add("# Benchmarks")
+    add("")
+    add("Written by `scripts/bench.sh` (do not edit by hand): idem against its anchors, every "
+        "system measured side by side in one run on one machine, on the same keys (36-byte "
+        "UUIDv7-shaped request ids) and the same ~100-byte result. Ratios compare figures of "
+        "this run only.")
+    add("")
+    add(f"- Date: {run_time.strftime('%Y-%m-%d %H:%M UTC')}")
+    add(f"- Command: `{command}`")
+    add(f"- Machine: {os.cpu_count()} cores ({cpu_model()}), shared with other builds while "
+        "this ran: expect noise of tens of percent between runs")
+    add(f"- fsync (4 KiB write + fdatasync, in the benchmark's data directory): "
+        f"p50 {fig('fsync', 'disk', 'fsync_p50'):.0f} us, p99 {fig('fsync', 'disk', 'fsync_p99'):.0f} us")
+    add(f"- Each figure: a closed loop of N threads for the measurement time; throughput in "
+        "operations per second, and per-operation latency p50 / p99")
+    if note:
+        add(f"- {note}")
+    add("")
+    add("## Targets")
+    add("")
+    add("| target | measured | wanted | result | raw RocksDB, same run |")
+    add("| --- | --- | --- | --- | --- |")
+    for name, measured, wanted, met, ceiling in targets(rows, figures):
+        add(f"| {name} | {measured} | {wanted} | {met_text(met)} | {ceiling} |")
+    add("")
+    add("The last column is what raw RocksDB, the engine under idem (same sync, no atomicity, no "
+        "expiry index), reaches against the same anchor in this run: where it is below the "
+        "target, no library on this engine meets the target on this machine in this run.")
+    add("")
+    add(f"![throughput against threads]({plot_name})")
+    add("")
+    add("## Lifecycle: Begin, then Complete, on a fresh key")
+    add("")
+    add("One operation is the claim and the result together. Raw RocksDB does the same reads and "
+        "writes (Get, Put pending, Put done) with no atomicity: it is the storage engine's "
+        "ceiling, with the same cache, memtable and Bloom filter settings as idem's storage. "
+        "SQLite: `INSERT OR IGNORE` on the unique key, then `UPDATE`, one connection per thread. "
+        "Redis: `SET key pending NX PX 10000`, then `SET key result`, one connection per thread.")
+    add("")
+    add(workload_table(rows, "lifecycle", None))
+    add("")
+    add("Ratios of idem to each anchor, per thread count (1 / 4 / 16 / 64):")
+    add("")
+    add("| idem | vs raw RocksDB, same sync | vs SQLite, same sync | vs Redis |")
+    add("| --- | --- | --- | --- |")
+    threads = sorted({t for (w, _, t) in rows if w == "lifecycle"})
+    for idem, rocks, sqlite in [("idem-buffered", "rocksdb", "sqlite-off"),
+                                ("idem-sync", "rocksdb-sync", "sqlite-full")]:
+        cells = []
+        for anchor in [rocks, sqlite, "redis"]:
+            cells.append(" / ".join(fmt_ratio(ratio(ops(rows, "lifecycle", idem, t),
+                                                    ops(rows, "lifecycle", anchor, t)))
+                                    for t in threads))
+        add(f"| {SYSTEM_LABELS[idem]} | " + " | ".join(cells) + " |")
+    add("")
+    add("## Replay: Begin on a completed key")
+    add("")
+    add("One operation is one Begin that finds the stored result. idem's anchor is a raw RocksDB "
+        "Get of the key; SQLite tries the `INSERT OR IGNORE`, then `SELECT`s the row; Redis tries "
+        "the `SET NX`, then `GET`s the result.")
+    add("")
+    add(workload_table(rows, "replay", "rocksdb"))
+    add("")
+    add("## Contention: every thread on the same key")
+    add("")
+    add("N consecutive Begins share one key, so all N threads race for it; the one that acquires "
+        "it Completes it, the others get in progress or replay. A key acquired twice is a "
+        "broken at-most-once: raw RocksDB (Get, then Put) has no atomicity and shows it.")
+    add("")
+    add(contention_table(rows))
+    add("")
+    add("## Client process through the owner's socket")
+    add("")
+    add("A child process opens the store first and owns it; the benchmark process opens the same "
+        "path and becomes its client over the UNIX socket (kBuffered). Lifecycle as above; the "
+        "last column compares with Redis lifecycle at the same thread count.")
+    add("")
+    add(workload_table(rows, "client", "redis"))
+    add("")
+    add("## Scale, purge and memory")
+    add("")
+    scale_threads = sorted({t for (w, _, t) in rows if w == "scale-empty"})
+    add("| lifecycle, kBuffered | " + " | ".join(f"{t} thr: ops/s (p50 / p99)"
+                                                   for t in scale_threads) + " |")
+    add("| --- " * (len(scale_threads) + 1) + "|")
+    for workload, label in [("scale-empty", "empty store"),
+                            ("scale-full", f"{records:,.0f} records stored")]:
+        cells = []
+        for t in scale_threads:
+            row = rows.get((workload, "idem-buffered", t))
+            cells.append(f"{fmt_ops(row['ops'])} ({fmt_us(row['p50'])} / {fmt_us(row['p99'])})"
+                         if row else "")
+        add(f"| {label} | " + " | ".join(cells) + " |")
+    add("")
+    add(f"- Loaded {records:,.0f} records (Begin + Complete, kBuffered, 2 threads) at "
+        f"{fig('scale', 'idem-buffered', 'load_rate'):,.0f} records/s; 1% of them with a "
+        "one-hour retention. The store's clock (Options::clock) then moves two hours on.")
+    add(f"- `Store::Purge` removed {fig('purge', 'idem-buffered', 'purged'):,.0f} records in "
+        f"{fig('purge', 'idem-buffered', 'purge_seconds') * 1000:.1f} ms; a `Store::Scan` of "
+        f"the {fig('purge', 'idem-buffered', 'scanned'):,.0f} records left took "
+        f"{fig('purge', 'idem-buffered', 'scan_seconds') * 1000:.0f} ms.")
+    add(f"- Memory: `Options::memory_budget` (default 32 MiB; the bound on RocksDB's block cache "
+        f"and memtables together) was {fig('memory', 'idem', 'memory_budget'):.0f} MiB. The "
+        f"process's RSS right after opening an empty store was "
+        f"{fig('memory', 'idem', 'baseline_rss'):.1f} MiB (code, libraries, RocksDB's fixed "
+        f"structures); its peak RSS (VmHWM) while holding {records:,.0f} records, after loading, "
+        f"purging, scanning and the lifecycle runs, was {fig('memory', 'idem', 'peak_rss'):.1f} "
+        "MiB. The peak includes the benchmark's own per-operation latency buffers (8 bytes per "
+        "operation of a measurement).")
+    add("")
+    add("## How to run it")
+    add("")
+    add("`scripts/bench.sh` installs what it needs from Debian (SQLite, Redis, hiredis, gnuplot), "
+        "builds `idem_bench` with optimizations in `build-bench/`, starts `redis-server` on a free "
+        "loopback port (no persistence) and stops it on exit, runs every workload (one process "
+        "each), prints the table and rewrites this page and `docs/benchmarks.png`. Flags: "
+        "`--records N` (records stored for scale and purge; default 10,000,000), `--seconds S` "
+        "(each measurement; default 3), `--smoke` (tiny sizes, every workload once, writes "
+        "nothing: what CI runs). See `bench/README.md` for what each workload measures.")
+    add("")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", required=True)
+    parser.add_argument("--markdown")
+    parser.add_argument("--plot")
+    parser.add_argument("--command", default="scripts/bench.sh")
+    parser.add_argument("--note", default="")
+    args = parser.parse_args()
+    rows, figures = load(args.results)
+    print_summary(rows, figures)
+    if args.plot:
+        plot(rows, args.plot)
+    if args.markdown:
+        plot_name = os.path.relpath(args.plot, os.path.dirname(args.markdown)) if args.plot else ""
+        with open(args.markdown, "w") as f:
+            run_time = datetime.datetime.fromtimestamp(os.path.getmtime(args.results),
+                                                       datetime.timezone.utc)
+            f.write(markdown(rows, figures, args.command, args.note, plot_name, run_time))
+        print(f"wrote {args.markdown}" + (f" and {args.plot}" if args.plot else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,415 @@
+#include "subjects.h"
+
+#include <hiredis/hiredis.h>
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_buffer_manager.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace idem::bench {
+namespace {
+
+// ---- idem -----------------------------------------------------------------------------------
+
+class StoreSession final : public Session {
+ public:
+  explicit StoreSession(Store& store) : store_(store) {}
+
+  Result<BeginAnswer> Begin(std::string_view key) override {
+    IDEM_ASSIGN_OR_RETURN(Claim claim, store_.Begin(key));
+    switch (claim.outcome) {
+      case Outcome::kAcquired:
+        return BeginAnswer{Answer::kAcquired, claim.token};
+      case Outcome::kReplay:
+        return BeginAnswer{Answer::kReplay, 0};
+      case Outcome::kInProgress:
+        return BeginAnswer{Answer::kInProgress, 0};
+      case Outcome::kFailed:
+      case Outcome::kMismatch:
+        break;
+    }
+    return Status(Status::Code::kFailed,
+                  "unexpected outcome " + std::string(OutcomeName(claim.outcome)));
+  }
+  Status Complete(std::string_view key, uint64_t token, std::string_view result) override {
+    return store_.Complete(key, token, result);
+  }
+
+ private:
+  Store& store_;
+};
+
+class BorrowedStoreSubject final : public Subject {
+ public:
+  explicit BorrowedStoreSubject(Store& store) : store_(store) {}
+  Result<std::unique_ptr<Session>> Connect() override {
+    return std::unique_ptr<Session>(std::make_unique<StoreSession>(store_));
+  }
+
+ private:
+  Store& store_;
+};
+
+class OwnedStoreSubject final : public Subject {
+ public:
+  explicit OwnedStoreSubject(std::unique_ptr<Store> store) : store_(std::move(store)) {}
+  Result<std::unique_ptr<Session>> Connect() override {
+    return std::unique_ptr<Session>(std::make_unique<StoreSession>(*store_));
+  }
+
+ private:
+  std::unique_ptr<Store> store_;
+};
+
+Result<std::unique_ptr<Subject>> OpenIdem(const SubjectConfig& config, Durability durability) {
+  Options options;
+  options.durability = durability;
+  options.memory_budget = config.memory_budget;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(config.directory, options));
+  return std::unique_ptr<Subject>(std::make_unique<OwnedStoreSubject>(std::move(store)));
+}
+
+// ---- raw RocksDB ----------------------------------------------------------------------------
+
+// The value written: one state byte, then (done) the result or (pending) a lease deadline, the
+// smallest stand-in for what a lock needs.
+constexpr char kPendingState = 'P';
+constexpr char kDoneState = 'D';
+
+Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  return Status(Status::Code::kIOError, std::string(what) + ": " + s.ToString());
+}
+
+class RocksDbSubject final : public Subject {
+ public:
+  static Result<std::unique_ptr<Subject>> Open(const SubjectConfig& config, bool sync) {
+    std::unique_ptr<RocksDbSubject> subject(new RocksDbSubject());
+    subject->write_options_.sync = sync;
+    // The same engine settings as idem's storage, so the ratio measures idem's own work: half
+    // the memory budget caches blocks, half bounds the memtables; a Bloom filter per table.
+    subject->cache_ =
+        rocksdb::NewLRUCache(std::max<std::size_t>(config.memory_budget / 2, 1 << 20));
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    options.max_background_jobs = 2;
+    options.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(
+        std::max<std::size_t>(config.memory_budget / 2, 1 << 20), subject->cache_);
+    options.write_buffer_size =
+        std::clamp<std::size_t>(config.memory_budget / 8, 1 << 20, 64 << 20);
+    options.level_compaction_dynamic_level_bytes = true;
+    rocksdb::BlockBasedTableOptions table_options;
+    table_options.block_cache = subject->cache_;
+    table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+    table_options.cache_index_and_filter_blocks = true;
+    table_options.pin_l0_filter_and_index_blocks_in_cache = true;
+    options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status s = rocksdb::DB::Open(options, config.directory, &db);
+    if (!s.ok()) return FromRocks(s, "opening RocksDB in " + config.directory);
+    subject->db_.reset(db);
+    return std::unique_ptr<Subject>(std::move(subject));
+  }
+
+  Result<std::unique_ptr<Session>> Connect() override;
+
+  rocksdb::DB& db() { return *db_; }
+  const rocksdb::WriteOptions& write_options() const { return write_options_; }
+
+ private:
+  RocksDbSubject() = default;
+  std::shared_ptr<rocksdb::Cache> cache_;
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::WriteOptions write_options_;
+};
+
+class RocksDbSession final : public Session {
+ public:
+  explicit RocksDbSession(RocksDbSubject& subject) : subject_(subject) {}
+
+  Result<BeginAnswer> Begin(std::string_view key) override {
+    rocksdb::Status s =
+        subject_.db().Get(rocksdb::ReadOptions(), subject_.db().DefaultColumnFamily(),
+                          rocksdb::Slice(key.data(), key.size()), &value_);
+    if (s.ok()) {
+      return BeginAnswer{
+          value_.empty() || value_[0] == kPendingState ? Answer::kInProgress : Answer::kReplay, 0};
+    }
+    if (!s.IsNotFound()) return FromRocks(s, "RocksDB Get");
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+    const int64_t micros =
+        std::chrono::duration_cast<std::chrono::microseconds>(deadline.time_since_epoch()).count();
+    scratch_.assign(1, kPendingState);
+    scratch_.append(reinterpret_cast<const char*>(&micros), sizeof(micros));
+    s = subject_.db().Put(subject_.write_options(), rocksdb::Slice(key.data(), key.size()),
+                          scratch_);
+    if (!s.ok()) return FromRocks(s, "RocksDB Put");
+    return BeginAnswer{Answer::kAcquired, 0};
+  }
+
+  Status Complete(std::string_view key, uint64_t /*token*/, std::string_view result) override {
+    scratch_.assign(1, kDoneState);
+    scratch_.append(result);
+    rocksdb::Status s = subject_.db().Put(subject_.write_options(),
+                                          rocksdb::Slice(key.data(), key.size()), scratch_);
+    if (!s.ok()) return FromRocks(s, "RocksDB Put");
+    return Status::OK();
+  }
+
+ private:
+  RocksDbSubject& subject_;
+  rocksdb::PinnableSlice value_;
+  std::string scratch_;
+};
+
+Result<std::unique_ptr<Session>> RocksDbSubject::Connect() {
+  return std::unique_ptr<Session>(std::make_unique<RocksDbSession>(*this));
+}
+
+// ---- SQLite ---------------------------------------------------------------------------------
+
+constexpr char kSchema[] =
+    "CREATE TABLE IF NOT EXISTS requests ("
+    "  key TEXT PRIMARY KEY,"
+    "  state INTEGER NOT NULL,"  // 0 pending, 1 done
+    "  result BLOB,"
+    "  lease_deadline INTEGER NOT NULL)";
+
+Status SqliteError(sqlite3* db, std::string_view what) {
+  return Status(Status::Code::kIOError,
+                std::string(what) + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
+}
+
+Result<sqlite3*> OpenSqlite(const std::string& path, std::string_view synchronous) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    Status status = SqliteError(db, "opening " + path);
+    sqlite3_close(db);
+    return status;
+  }
+  sqlite3_busy_timeout(db, 60'000);
+  const std::string pragmas =
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=" + std::string(synchronous) + "; " + kSchema;
+  char* error = nullptr;
+  if (sqlite3_exec(db, pragmas.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    Status status(Status::Code::kIOError,
+                  "setting up " + path + ": " + (error ? error : "unknown error"));
+    sqlite3_free(error);
+    sqlite3_close(db);
+    return status;
+  }
+  return db;
+}
+
+class SqliteSession final : public Session {
+ public:
+  static Result<std::unique_ptr<Session>> Open(const std::string& path,
+                                               std::string_view synchronous) {
+    IDEM_ASSIGN_OR_RETURN(sqlite3 * db, OpenSqlite(path, synchronous));
+    std::unique_ptr<SqliteSession> session(new SqliteSession(db));
+    const char* statements[] = {
+        "INSERT OR IGNORE INTO requests (key, state, lease_deadline) VALUES (?1, 0, ?2)",
+        "UPDATE requests SET state = 1, result = ?2 WHERE key = ?1",
+        "SELECT state FROM requests WHERE key = ?1",
+    };
+    sqlite3_stmt** targets[] = {&session->insert_, &session->update_, &session->select_};
+    for (int i = 0; i < 3; ++i) {
+      if (sqlite3_prepare_v2(db, statements[i], -1, targets[i], nullptr) != SQLITE_OK) {
+        return SqliteError(db, "preparing a statement");
+      }
+    }
+    return std::unique_ptr<Session>(std::move(session));
+  }
+
+  ~SqliteSession() override {
+    sqlite3_finalize(insert_);
+    sqlite3_finalize(update_);
+    sqlite3_finalize(select_);
+    sqlite3_close(db_);
+  }
+
+  Result<BeginAnswer> Begin(std::string_view key) override {
+    const int64_t deadline =
+        std::chrono::duration_cast<std::chrono::microseconds>(
+            (std::chrono::system_clock::now() + std::chrono::seconds(10)).time_since_epoch())
+            .count();
+    sqlite3_bind_text(insert_, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+    sqlite3_bind_int64(insert_, 2, deadline);
+    IDEM_RETURN_IF_ERROR(Step(insert_, "INSERT OR IGNORE"));
+    if (sqlite3_changes(db_) == 1) return BeginAnswer{Answer::kAcquired, 0};
+    sqlite3_bind_text(select_, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+    int rc = StepRow(select_);
+    if (rc != SQLITE_ROW) {
+      sqlite3_reset(select_);
+      return SqliteError(db_, "SELECT of an existing key");
+    }
+    const int64_t state = sqlite3_column_int64(select_, 0);
+    sqlite3_reset(select_);
+    return BeginAnswer{state == 1 ? Answer::kReplay : Answer::kInProgress, 0};
+  }
+
+  Status Complete(std::string_view key, uint64_t /*token*/, std::string_view result) override {
+    sqlite3_bind_text(update_, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+    sqlite3_bind_blob(update_, 2, result.data(), static_cast<int>(result.size()), SQLITE_STATIC);
+    return Step(update_, "UPDATE");
+  }
+
+ private:
+  explicit SqliteSession(sqlite3* db) : db_(db) {}
+
+  // Steps a statement that returns no rows; retries while another connection holds the lock
+  // (past the busy timeout, which WAL mode does not always honour).
+  Status Step(sqlite3_stmt* statement, std::string_view what) {
+    const int rc = StepRow(statement);
+    sqlite3_reset(statement);
+    if (rc != SQLITE_DONE) return SqliteError(db_, what);
+    return Status::OK();
+  }
+
+  int StepRow(sqlite3_stmt* statement) {
+    for (;;) {
+      const int rc = sqlite3_step(statement);
+      if (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) return rc;
+      sqlite3_reset(statement);
+      std::this_thread::yield();
+    }
+  }
+
+  sqlite3* db_;
+  sqlite3_stmt* insert_ = nullptr;
+  sqlite3_stmt* update_ = nullptr;
+  sqlite3_stmt* select_ = nullptr;
+};
+
+class SqliteSubject final : public Subject {
+ public:
+  static Result<std::unique_ptr<Subject>> Open(const SubjectConfig& config,
+                                               std::string synchronous) {
+    const std::string path = config.directory + "/dedup.sqlite";
+    // This connection creates the table and stays open, so the WAL is not checkpointed away
+    // between the threads' connections.
+    IDEM_ASSIGN_OR_RETURN(sqlite3 * db, OpenSqlite(path, synchronous));
+    return std::unique_ptr<Subject>(new SqliteSubject(path, std::move(synchronous), db));
+  }
+  ~SqliteSubject() override { sqlite3_close(keeper_); }
+
+  Result<std::unique_ptr<Session>> Connect() override {
+    return SqliteSession::Open(path_, synchronous_);
+  }
+
+ private:
+  SqliteSubject(std::string path, std::string synchronous, sqlite3* keeper)
+      : path_(std::move(path)), synchronous_(std::move(synchronous)), keeper_(keeper) {}
+  const std::string path_;
+  const std::string synchronous_;
+  sqlite3* keeper_;
+};
+
+// ---- Redis ----------------------------------------------------------------------------------
+
+using ReplyPtr = std::unique_ptr<redisReply, decltype(&freeReplyObject)>;
+
+class RedisSession final : public Session {
+ public:
+  static Result<std::unique_ptr<Session>> Open(int port) {
+    redisContext* context = redisConnect("127.0.0.1", port);
+    if (context == nullptr || context->err) {
+      const std::string error = context ? context->errstr : "out of memory";
+      if (context) redisFree(context);
+      return Status(Status::Code::kUnavailable,
+                    "connecting to Redis on 127.0.0.1:" + std::to_string(port) + ": " + error);
+    }
+    return std::unique_ptr<Session>(new RedisSession(context));
+  }
+  ~RedisSession() override { redisFree(context_); }
+
+  Result<BeginAnswer> Begin(std::string_view key) override {
+    IDEM_ASSIGN_OR_RETURN(ReplyPtr set, Command("SET %b pending NX PX 10000", key));
+    if (set->type == REDIS_REPLY_STATUS) return BeginAnswer{Answer::kAcquired, 0};
+    IDEM_ASSIGN_OR_RETURN(ReplyPtr get, Command("GET %b", key));
+    if (get->type != REDIS_REPLY_STRING) {
+      return Status(Status::Code::kFailed, "Redis GET of an existing key found nothing");
+    }
+    const bool pending = std::string_view(get->str, get->len) == "pending";
+    return BeginAnswer{pending ? Answer::kInProgress : Answer::kReplay, 0};
+  }
+
+  Status Complete(std::string_view key, uint64_t /*token*/, std::string_view result) override {
+    redisReply* reply = static_cast<redisReply*>(
+        redisCommand(context_, "SET %b %b", key.data(), key.size(), result.data(), result.size()));
+    return Check(reply).status();
+  }
+
+  Status FlushAll() {
+    redisReply* reply = static_cast<redisReply*>(redisCommand(context_, "FLUSHALL"));
+    return Check(reply).status();
+  }
+
+ private:
+  explicit RedisSession(redisContext* context) : context_(context) {}
+
+  Result<ReplyPtr> Command(const char* format, std::string_view key) {
+    return Check(static_cast<redisReply*>(redisCommand(context_, format, key.data(), key.size())));
+  }
+
+  Result<ReplyPtr> Check(redisReply* raw) {
+    if (raw == nullptr) {
+      return Status(Status::Code::kUnavailable, std::string("Redis: ") + context_->errstr);
+    }
+    ReplyPtr reply(raw, &freeReplyObject);
+    if (reply->type == REDIS_REPLY_ERROR) {
+      return Status(Status::Code::kFailed, "Redis: " + std::string(reply->str, reply->len));
+    }
+    return reply;
+  }
+
+  redisContext* context_;
+};
+
+class RedisSubject final : public Subject {
+ public:
+  static Result<std::unique_ptr<Subject>> Open(int port) {
+    IDEM_ASSIGN_OR_RETURN(auto session, RedisSession::Open(port));
+    IDEM_RETURN_IF_ERROR(static_cast<RedisSession&>(*session).FlushAll());
+    return std::unique_ptr<Subject>(new RedisSubject(port));
+  }
+  Result<std::unique_ptr<Session>> Connect() override { return RedisSession::Open(port_); }
+
+ private:
+  explicit RedisSubject(int port) : port_(port) {}
+  const int port_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& AllSystems() {
+  static const std::vector<std::string> systems = {
+      "idem-buffered", "idem-sync", "rocksdb", "rocksdb-sync", "sqlite-off", "sqlite-full", "redis",
+  };
+  return systems;
+}
+
+Result<std::unique_ptr<Subject>> OpenSubject(std::string_view system, const SubjectConfig& config) {
+  if (system == "idem-buffered") return OpenIdem(config, Durability::kBuffered);
+  if (system == "idem-sync") return OpenIdem(config, Durability::kSync);
+  if (system == "rocksdb") return RocksDbSubject::Open(config, /*sync=*/false);
+  if (system == "rocksdb-sync") return RocksDbSubject::Open(config, /*sync=*/true);
+  if (system == "sqlite-off") return SqliteSubject::Open(config, "OFF");
+  if (system == "sqlite-full") return SqliteSubject::Open(config, "FULL");
+  if (system == "redis") return RedisSubject::Open(config.redis_port);
+  return Status::InvalidArgument("unknown system " + std::string(system));
+}
+
+std::unique_ptr<Subject> StoreSubject(Store& store) {
+  return std::make_unique<BorrowedStoreSubject>(store);
+}
+
+}  // namespace idem::bench

@@ -1,0 +1,67 @@
+// The systems measured, behind one interface: "claim this key" (Begin) and "store its result"
+// (Complete), as idem does it and as the usual alternatives do it.
+//
+//   idem-sync, idem-buffered   idem::Store, Durability::kSync / kBuffered
+//   rocksdb-sync, rocksdb      raw RocksDB, Get then Put (pending) then Put (done): the same
+//                              reads and writes without any atomicity (two threads may both
+//                              claim a key), WriteOptions::sync on / off
+//   sqlite-full, sqlite-off    a SQLite dedup table in WAL mode: INSERT OR IGNORE on the unique
+//                              key (claimed when a row was inserted), then UPDATE with the result;
+//                              an existing key is read back with SELECT; synchronous=FULL / OFF
+//   redis                      Redis on loopback: SET key pending NX PX (claimed on OK), then
+//                              SET key result; an existing key is read back with GET
+//
+// A Subject is one open store of one system in a fresh directory (Redis: flushed); a Session is
+// one thread's connection to it.
+
+#ifndef IDEM_BENCH_SUBJECTS_H_
+#define IDEM_BENCH_SUBJECTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/store.h"
+
+namespace idem::bench {
+
+enum class Answer { kAcquired, kReplay, kInProgress };
+
+struct BeginAnswer {
+  Answer answer = Answer::kInProgress;
+  uint64_t token = 0;  // kAcquired: what Complete needs (idem's fencing token; 0 elsewhere)
+};
+
+class Session {
+ public:
+  virtual ~Session() = default;
+  virtual Result<BeginAnswer> Begin(std::string_view key) = 0;
+  virtual Status Complete(std::string_view key, uint64_t token, std::string_view result) = 0;
+};
+
+class Subject {
+ public:
+  virtual ~Subject() = default;
+  // A connection for one thread.
+  virtual Result<std::unique_ptr<Session>> Connect() = 0;
+};
+
+struct SubjectConfig {
+  std::string directory;  // fresh, created by the caller; unused by Redis
+  int redis_port = 6379;
+  std::size_t memory_budget = Options{}.memory_budget;  // idem, and raw RocksDB alike
+};
+
+// Every system name OpenSubject knows, in report order.
+const std::vector<std::string>& AllSystems();
+
+Result<std::unique_ptr<Subject>> OpenSubject(std::string_view system, const SubjectConfig& config);
+
+// A subject over a store opened by the caller (which keeps it open for the subject's life).
+std::unique_ptr<Subject> StoreSubject(Store& store);
+
+}  // namespace idem::bench
+
+#endif  // IDEM_BENCH_SUBJECTS_H_
