@@ -96,7 +96,7 @@ class StoreCore {
 
   bool read_only() const { return options_.read_only; }
   // True in a child of fork(): this core belongs to the parent.
-  bool forked() const { return ::getpid() != creator_pid_; }
+  bool forked() const { return sharing::ForkGeneration() != creator_generation_; }
 
   // Runs `call(backend, resent)` on the current backend; when that backend lost the owner, fails
   // over and runs it again with resent = true.
@@ -222,7 +222,7 @@ class StoreCore {
   }
 
   // Constant after construction.
-  const pid_t creator_pid_ = ::getpid();
+  const uint64_t creator_generation_ = sharing::ForkGeneration();
   const fs::path directory_;
   const sharing::SocketAddress address_;
   const Options options_;  // the first opener's

@@ -1,20 +1,69 @@
 #include "sharing/process.h"
 
+#include <pthread.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 namespace idem::sharing {
-// From the kernel rather than a seeded generator: a forked child must never repeat its
-// parent's ids, or its Begin could be mistaken for the parent's resent one.
+namespace {
+
+// What a child of fork() must not share with its parent. Updated by the fork handler in the
+// child, where only the forking thread exists.
+struct ForkState {
+  std::atomic<uint64_t> generation{0};  // how many forks separate this process from the first
+  std::atomic<uint64_t> next_id{0};     // request-id sequence, seeded from the kernel
+  // This process as a holder, computed once per generation: (start << 22) | pid.
+  std::atomic<uint64_t> self{0};
+  std::atomic<uint64_t> self_generation{~uint64_t{0}};
+};
+
+uint64_t KernelRandom() {
+  uint64_t value = 0;
+  if (::getrandom(&value, sizeof(value), 0) == static_cast<ssize_t>(sizeof(value))) return value;
+  // No getrandom (a very old kernel or a seccomp filter): the time and pid still differ
+  // between a parent and its child.
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return static_cast<uint64_t>(now) * 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(::getpid());
+}
+
+ForkState& State() {
+  static ForkState* const state = [] {
+    auto* created = new ForkState();
+    created->next_id = KernelRandom();
+    pthread_atfork(nullptr, nullptr, [] {
+      ForkState& child = State();
+      child.generation.fetch_add(1);
+      child.next_id = KernelRandom();
+    });
+    return created;
+  }();
+  return *state;
+}
+
+// SplitMix64's finalizer: consecutive inputs give unrelated-looking outputs.
+uint64_t Mix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t ForkGeneration() { return State().generation.load(std::memory_order_relaxed); }
+
+// A sequence seeded from the kernel, and reseeded in a child of fork(), so that a child never
+// repeats its parent's ids (its Begin could pass for the parent's resent one) and the hot path
+// makes no system call.
 uint64_t RandomRequestId() {
   uint64_t id = 0;
   while (id == 0) {  // 0 means "no request id"
-    if (::getrandom(&id, sizeof(id), 0) != static_cast<ssize_t>(sizeof(id))) id = 0;
+    id = Mix(State().next_id.fetch_add(0x9e3779b97f4a7c15ULL, std::memory_order_relaxed));
   }
   return id;
 }
@@ -43,16 +92,18 @@ Holder HolderFor(pid_t pid) {
 }
 
 Holder ThisProcessHolder() {
-  // Cached, but keyed by pid so that a forked child does not pass for its parent.
-  static std::atomic<uint64_t> cached{0};  // (start time << 22) | pid; pids are < 2^22
-  const pid_t pid = ::getpid();
-  uint64_t packed = cached.load(std::memory_order_relaxed);
-  if (static_cast<pid_t>(packed & ((1u << 22) - 1)) != pid) {
+  // Cached per fork generation, so that a forked child does not pass for its parent.
+  ForkState& state = State();
+  const uint64_t generation = state.generation.load(std::memory_order_acquire);
+  uint64_t packed = state.self.load(std::memory_order_acquire);
+  if (state.self_generation.load(std::memory_order_acquire) != generation) {
+    const pid_t pid = ::getpid();
     packed = (ProcessStartTime(pid).value_or(0) << 22) | static_cast<uint64_t>(pid);
-    cached.store(packed, std::memory_order_relaxed);
+    state.self.store(packed, std::memory_order_release);
+    state.self_generation.store(generation, std::memory_order_release);
   }
   Holder holder;
-  holder.pid = static_cast<uint32_t>(pid);
+  holder.pid = static_cast<uint32_t>(packed & ((1u << 22) - 1));  // pids are below 2^22
   holder.process_start = packed >> 22;
   holder.request_id = RandomRequestId();
   return holder;

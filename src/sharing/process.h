@@ -17,8 +17,12 @@ namespace idem::sharing {
 // (pid, start time) names one process for the life of the host.
 std::optional<uint64_t> ProcessStartTime(pid_t pid);
 
-// A random request id, never 0, fresh even in a forked child.
+// A random request id, never 0, fresh even in a forked child. No system call.
 uint64_t RandomRequestId();
+
+// How many fork()s separate this process from the one that first used idem: a value saved
+// before a fork differs in the child. No system call.
+uint64_t ForkGeneration();
 
 // This process as a holder, with a fresh random request id.
 Holder ThisProcessHolder();

@@ -254,7 +254,8 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
     if (s.ok()) s = batch.Put(by_expiry_, ExpiryIndexKey(expires, key), rocksdb::Slice());
   }
   if (s.ok()) s = db_->Write(WriteOptionsFor(durability), &batch);
-  return FromRocksDb(s, "writing record " + EscapeKey(key));
+  if (!s.ok()) return FromRocksDb(s, "writing record " + EscapeKey(key));
+  return Status::OK();
 }
 
 Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
