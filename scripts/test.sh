@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages, builds idem, and runs every test:
-#   1. build/       RelWithDebInfo: all tests (ctest)
+#   1. build/       RelWithDebInfo: all tests (ctest), then a smoke run of the benchmark
+#                   (scripts/bench.sh --smoke, in build-bench/)
 #   2. build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer: all tests
 #   3. build-tsan/  ThreadSanitizer: the tests labelled "concurrency"
 # Set IDEM_SKIP_SANITIZERS=1 to run step 1 only. IDEM_JOBS sets build and test parallelism
@@ -22,6 +23,11 @@ cmake --build build -j "$jobs"
 
 step "build/: all tests"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
+
+# The benchmark is not timed here (shared machines make timings noise), but it must build and
+# every workload must run: a tiny smoke run of each, against a Redis it starts and stops itself.
+step "benchmark: smoke run of every workload"
+scripts/bench.sh --smoke
 
 if [[ "${IDEM_SKIP_SANITIZERS:-0}" == 1 ]]; then
   step "sanitizer builds skipped (IDEM_SKIP_SANITIZERS=1)"

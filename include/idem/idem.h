@@ -6,6 +6,7 @@
 #include "idem/function_ref.h"
 #include "idem/options.h"
 #include "idem/record.h"
+#include "idem/retry.h"
 #include "idem/status.h"
 #include "idem/store.h"
 

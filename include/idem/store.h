@@ -169,6 +169,27 @@ class Store {
     return Execute(key, BeginOptions{}, std::forward<Fn>(fn));
   }
 
+  // One-time tokens against double submission (a form rendered once, submitted once). Each is
+  // an ordinary record of type "idem.token" whose key is the token text, so tokens work across
+  // the threads and processes that share the store, and `idem dump --type idem.token` lists
+  // them. The text carries its expiry, so an expired token is told apart from an unknown one
+  // even after its record was purged.
+
+  // Stores and returns a fresh token that ConsumeToken accepts once within `ttl`:
+  // "tok_<32 random hex digits>_<expiry in Unix microseconds, hex>". The record is kept for
+  // `ttl` (or one lease, if longer). kInvalidArgument if ttl is not positive; otherwise the errors
+  // of Begin and Fail.
+  Result<std::string> IssueToken(std::chrono::milliseconds ttl);
+
+  // Consumes `token`: OK for exactly one caller, across threads and processes. Otherwise:
+  //   kInvalidArgument  not a token's text ("malformed token ...")
+  //   kNotFound         "token expired ..." (its ttl has passed), or "unknown token" (never
+  //                     issued by this store, forgotten or purged)
+  //   kFailed           "token already consumed", or "token is being consumed by another
+  //                     caller" (a concurrent ConsumeToken won; it completes at once)
+  //   others            the store's errors (kIOError, kUnavailable, ...)
+  Status ConsumeToken(std::string_view token);
+
   // The options this handle was opened with.
   virtual const Options& options() const = 0;
 
