@@ -1,0 +1,179 @@
+// One-time tokens (Store::IssueToken, Store::ConsumeToken), built on Begin/Complete/Fail/Forget so
+// that they behave alike for the owner of a store and for the processes that share it.
+//
+// A token's record goes through the ordinary state machine:
+//   issued     Begin (attempts 1) then Fail(kRetryable, "issued"): "failed, may be acquired again"
+//   consuming  Begin acquires it again (attempts 2): exactly one caller gets kAcquired
+//   consumed   Complete("consumed"): every later Begin replays
+// A Begin that acquires a key with attempts 1 created the record: the token was never issued (or
+// its record is gone), so the record is forgotten again.
+
+#include <openssl/rand.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdint>
+#include <optional>
+
+#include "idem/store.h"
+
+namespace idem {
+namespace {
+
+using std::chrono::milliseconds;
+using TimePoint = std::chrono::system_clock::time_point;
+
+constexpr std::string_view kTokenType = "idem.token";
+constexpr std::string_view kPrefix = "tok_";
+constexpr std::size_t kRandomBytes = 16;  // 32 hex digits
+constexpr char kHexDigits[] = "0123456789abcdef";
+// How often IssueToken draws again when a fresh token's key is taken (2^-128: never, in practice).
+constexpr int kIssueDraws = 3;
+
+int64_t UnixMicros(TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+TimePoint Now(const Store& store) {
+  const auto& clock = store.options().clock;
+  return clock ? clock->Now() : std::chrono::system_clock::now();
+}
+
+Status RandomBytes(unsigned char* out, std::size_t size) {
+  if (RAND_bytes(out, static_cast<int>(size)) == 1) return Status::OK();
+  if (::getrandom(out, size, 0) == static_cast<ssize_t>(size)) return Status::OK();
+  return Status::Unavailable("no random bytes for a token: RAND_bytes and getrandom failed");
+}
+
+std::string NewTokenText(const std::array<unsigned char, kRandomBytes>& random, int64_t expiry) {
+  std::string text(kPrefix);
+  for (unsigned char byte : random) {
+    text += kHexDigits[byte >> 4];
+    text += kHexDigits[byte & 0xF];
+  }
+  text += '_';
+  std::array<char, 16> digits{};
+  auto [end, error] = std::to_chars(digits.data(), digits.data() + digits.size(),
+                                    static_cast<uint64_t>(expiry), 16);
+  static_cast<void>(error);  // 16 hex digits hold any uint64_t
+  text.append(digits.data(), end);
+  return text;
+}
+
+bool IsLowerHex(std::string_view text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// The expiry written in a token's text, or nullopt when the text is not a token.
+std::optional<TimePoint> ParseExpiry(std::string_view token) {
+  if (token.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  token.remove_prefix(kPrefix.size());
+  if (token.size() < 2 * kRandomBytes + 2 || !IsLowerHex(token.substr(0, 2 * kRandomBytes)) ||
+      token[2 * kRandomBytes] != '_') {
+    return std::nullopt;
+  }
+  const std::string_view expiry = token.substr(2 * kRandomBytes + 1);
+  if (expiry.size() > 16 || !IsLowerHex(expiry)) return std::nullopt;
+  uint64_t micros = 0;
+  auto [end, error] = std::from_chars(expiry.data(), expiry.data() + expiry.size(), micros, 16);
+  if (error != std::errc() || end != expiry.data() + expiry.size() ||
+      micros > static_cast<uint64_t>(INT64_MAX)) {
+    return std::nullopt;
+  }
+  return TimePoint(std::chrono::duration_cast<TimePoint::duration>(
+      std::chrono::microseconds(static_cast<int64_t>(micros))));
+}
+
+}  // namespace
+
+Result<std::string> Store::IssueToken(milliseconds ttl) {
+  if (ttl <= milliseconds(0)) {
+    return Status::InvalidArgument("token ttl is " + std::to_string(ttl.count()) +
+                                   " ms; it must be positive");
+  }
+  // The default lease keeps the record until the Fail below even when the ttl is shorter than
+  // the write takes (the record then outlives the token by up to one lease: harmless, since the
+  // expiry in the token's text is what ConsumeToken checks).
+  const BeginOptions options{
+      .type = kTokenType, .fingerprint = {}, .lease = milliseconds(0), .retention = ttl};
+  for (int draw = 0; draw < kIssueDraws; ++draw) {
+    std::array<unsigned char, kRandomBytes> random{};
+    IDEM_RETURN_IF_ERROR(RandomBytes(random.data(), random.size()));
+    const std::string token =
+        NewTokenText(random, UnixMicros(Now(*this) + std::chrono::microseconds(ttl)));
+    IDEM_ASSIGN_OR_RETURN(Claim claim, Begin(token, options));
+    if (claim.outcome != Outcome::kAcquired) continue;  // the key exists already: draw another
+    if (claim.record.attempts != 1) {
+      // It acquired an issued token of the same text: put it back as it was, draw another.
+      static_cast<void>(Fail(token, claim.token, "issued", Failure::kRetryable));
+      continue;
+    }
+    Status issued = Fail(token, claim.token, "issued", Failure::kRetryable);
+    if (!issued.ok()) {
+      // Nobody learns this token, so its record only has to go; it expires with the ttl anyway.
+      static_cast<void>(Forget(token));
+      return issued;
+    }
+    return token;
+  }
+  return Status::Unavailable("could not draw an unused token in " + std::to_string(kIssueDraws) +
+                             " tries");
+}
+
+Status Store::ConsumeToken(std::string_view token) {
+  const std::optional<TimePoint> expiry = ParseExpiry(token);
+  if (!expiry) {
+    return Status::InvalidArgument("malformed token: expected tok_<32 hex digits>_<hex expiry>");
+  }
+  const TimePoint now = Now(*this);
+  if (now >= *expiry) {
+    return Status::NotFound(
+        "token expired " +
+        std::to_string(std::chrono::duration_cast<milliseconds>(now - *expiry).count()) +
+        " ms ago");
+  }
+  // A read first, so that guessed or forged tokens cost no write.
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Get(token));
+  if (!stored || stored->type != kTokenType) return Status::NotFound("unknown token");
+
+  // Retention up to the token's expiry, not beyond. The claim's default lease still keeps the
+  // record until the Complete below when the token is about to expire.
+  const milliseconds remaining =
+      std::max(std::chrono::ceil<milliseconds>(*expiry - now), milliseconds(1));
+  const BeginOptions options{
+      .type = kTokenType, .fingerprint = {}, .lease = milliseconds(0), .retention = remaining};
+  IDEM_ASSIGN_OR_RETURN(Claim claim, Begin(token, options));
+  switch (claim.outcome) {
+    case Outcome::kAcquired:
+      if (claim.record.attempts <= 1) {
+        // This Begin created the record: the token's record was purged or forgotten meanwhile.
+        static_cast<void>(Forget(token));
+        return Status::NotFound("unknown token");
+      }
+      {
+        Status consumed = Complete(token, claim.token, "consumed");
+        // Our lease ran out and another consumer took the token over.
+        if (consumed.code() == Status::Code::kLeaseLost) {
+          return Status::Failed("token already consumed");
+        }
+        if (consumed.code() == Status::Code::kNotFound) {
+          return Status::NotFound("unknown token: its record was removed while being consumed");
+        }
+        return consumed;
+      }
+    case Outcome::kReplay:
+      return Status::Failed("token already consumed");
+    case Outcome::kInProgress:
+      return Status::Failed("token is being consumed by another caller");
+    case Outcome::kFailed:
+    case Outcome::kMismatch:
+      return Status::Failed("token cannot be consumed: its record is " +
+                            std::string(OutcomeName(claim.outcome)));
+  }
+  return Status::Failed("token cannot be consumed");
+}
+
+}  // namespace idem

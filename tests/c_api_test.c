@@ -1,0 +1,389 @@
+/* Tests of the C API (include/idem/c.h), compiled as C99. Exits non-zero on the first failure,
+ * naming it. Uses a fresh temporary store, removed at the end. */
+
+#define _XOPEN_SOURCE 700
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "idem/c.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                              \
+    }                                                                          \
+  } while (0)
+
+/* Asserts that err is NULL, printing it otherwise, and frees it. */
+#define CHECK_NO_ERROR(err)                                                        \
+  do {                                                                             \
+    if ((err) != NULL) {                                                           \
+      fprintf(stderr, "%s:%d: unexpected error: %s\n", __FILE__, __LINE__, (err)); \
+      ++failures;                                                                  \
+      idem_free(err);                                                              \
+      (err) = NULL;                                                                \
+    }                                                                              \
+  } while (0)
+
+/* Asserts that err holds an error of `code` whose text starts with `prefix`, and frees it. */
+static void check_error(char** err, int code, const char* prefix, int line) {
+  if (*err == NULL) {
+    fprintf(stderr, "c_api_test.c:%d: expected error %s, got none\n", line, idem_code_name(code));
+    ++failures;
+    return;
+  }
+  if (idem_error_code(*err) != code || strncmp(*err, prefix, strlen(prefix)) != 0) {
+    fprintf(stderr, "c_api_test.c:%d: expected \"%s...\" (%s), got \"%s\"\n", line, prefix,
+            idem_code_name(code), *err);
+    ++failures;
+  }
+  idem_free(*err);
+  *err = NULL;
+}
+#define CHECK_ERROR(err, code, prefix) check_error(&(err), (code), (prefix), __LINE__)
+
+static int remove_entry(const char* path, const struct stat* info, int flag, struct FTW* ftw) {
+  (void)info;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+/* ---- Execute callbacks ---- */
+
+struct counter {
+  int runs;
+};
+
+static char* make_receipt(void* ctx, idem_attempt_t* attempt, size_t* resultlen, char** errmsg,
+                          unsigned char* terminal) {
+  struct counter* counter = (struct counter*)ctx;
+  char* result = (char*)malloc(8);
+  (void)errmsg;
+  (void)terminal;
+  counter->runs++;
+  if (idem_attempt_attempts(attempt) < 1 || idem_attempt_token(attempt) == 0) return NULL;
+  memcpy(result, "receipt", 7);
+  *resultlen = 7;
+  return result;
+}
+
+static char* fail_retryable_once(void* ctx, idem_attempt_t* attempt, size_t* resultlen,
+                                 char** errmsg, unsigned char* terminal) {
+  struct counter* counter = (struct counter*)ctx;
+  char* err = NULL;
+  (void)terminal;
+  counter->runs++;
+  if (counter->runs == 1) {
+    idem_attempt_save_checkpoint(attempt, "step-1", 6, &err);
+    if (err != NULL) idem_free(err);
+    *errmsg = (char*)malloc(16);
+    strcpy(*errmsg, "bank timeout");
+    return NULL;
+  }
+  {
+    size_t len = 0;
+    const char* checkpoint = idem_attempt_checkpoint(attempt, &len);
+    char* result = (char*)malloc(len + 1);
+    memcpy(result, checkpoint, len + 1);
+    *resultlen = len;
+    return result;
+  }
+}
+
+static char* decline(void* ctx, idem_attempt_t* attempt, size_t* resultlen, char** errmsg,
+                     unsigned char* terminal) {
+  struct counter* counter = (struct counter*)ctx;
+  (void)attempt;
+  (void)resultlen;
+  counter->runs++;
+  *errmsg = (char*)malloc(16);
+  strcpy(*errmsg, "card declined");
+  *terminal = 1;
+  return NULL;
+}
+
+int main(void) {
+  char dir_template[] = "/tmp/idem_c_api_test_XXXXXX";
+  char path[256];
+  char* err = NULL;
+  idem_options_t* options;
+  idem_store_t* store;
+  idem_claim_t* claim;
+  idem_record_t* record;
+  size_t len = 0;
+  const char* text;
+  uint64_t token;
+
+  if (mkdtemp(dir_template) == NULL) {
+    perror("mkdtemp");
+    return 2;
+  }
+  snprintf(path, sizeof(path), "%s/store", dir_template);
+
+  /* Codes and names. */
+  CHECK(idem_error_code(NULL) == IDEM_OK);
+  CHECK(strcmp(idem_code_name(IDEM_INVALID_ARGUMENT), "InvalidArgument") == 0);
+  CHECK(strcmp(idem_code_name(IDEM_UNAVAILABLE), "Unavailable") == 0);
+  CHECK(strcmp(idem_code_name(99), "Unknown") == 0);
+
+  /* Opening: a missing store without create_if_missing is NotFound. */
+  options = idem_options_create();
+  idem_options_set_create_if_missing(options, 0);
+  store = idem_open(path, options, &err);
+  CHECK(store == NULL);
+  CHECK_ERROR(err, IDEM_NOT_FOUND, "NotFound: ");
+
+  idem_options_set_create_if_missing(options, 1);
+  idem_options_set_durability(options, IDEM_BUFFERED);
+  idem_options_set_default_lease_ms(options, 5000);
+  idem_options_set_default_retention_ms(options, 3600 * 1000);
+  idem_options_set_auto_purge_interval_ms(options, 0);
+  idem_options_set_execute_wait_ms(options, 2000);
+  store = idem_open(path, options, &err);
+  idem_options_destroy(options);
+  CHECK_NO_ERROR(err);
+  if (store == NULL) return 1;
+
+  /* An empty key is an error whose string the caller frees. */
+  claim = idem_begin(store, "", 0, NULL, NULL, 0, 0, &err);
+  CHECK(claim == NULL);
+  CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: key is empty");
+  /* An error replaces (and frees) an earlier one left in *errptr. */
+  err = (char*)malloc(4);
+  strcpy(err, "old");
+  claim = idem_begin(store, "", 0, NULL, NULL, 0, 0, &err);
+  CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: ");
+
+  /* Begin -> acquired, Complete, then Begin -> replay. */
+  claim = idem_begin(store, "order-1", 7, "pay", "fp-1", 0, 0, &err);
+  CHECK_NO_ERROR(err);
+  CHECK(claim != NULL);
+  if (claim == NULL) return 1;
+  CHECK(idem_claim_outcome(claim) == IDEM_ACQUIRED);
+  CHECK(idem_claim_attempts(claim) == 1);
+  CHECK(!idem_claim_took_over(claim));
+  token = idem_claim_token(claim);
+  CHECK(token != 0);
+  text = idem_record_type(idem_claim_record(claim), &len);
+  CHECK(len == 3 && strcmp(text, "pay") == 0);
+  idem_claim_destroy(claim);
+
+  idem_save_checkpoint(store, "order-1", 7, token, "half", 4, &err);
+  CHECK_NO_ERROR(err);
+  idem_extend(store, "order-1", 7, token, 10000, &err);
+  CHECK_NO_ERROR(err);
+  /* A second caller sees the live lease. */
+  claim = idem_begin(store, "order-1", 7, "pay", "fp-1", 0, 0, &err);
+  CHECK_NO_ERROR(err);
+  CHECK(claim != NULL && idem_claim_outcome(claim) == IDEM_OUTCOME_IN_PROGRESS);
+  CHECK(claim != NULL && idem_claim_retry_after_ms(claim) > 0);
+  idem_claim_destroy(claim);
+  /* A stale token is LeaseLost. */
+  idem_complete(store, "order-1", 7, token + 1000, "x", 1, &err);
+  CHECK_ERROR(err, IDEM_LEASE_LOST, "LeaseLost: ");
+
+  idem_complete(store, "order-1", 7, token, "receipt\0binary", 14, &err);
+  CHECK_NO_ERROR(err);
+  claim = idem_begin(store, "order-1", 7, "pay", "fp-1", 0, 0, &err);
+  CHECK_NO_ERROR(err);
+  CHECK(claim != NULL && idem_claim_outcome(claim) == IDEM_REPLAY);
+  if (claim != NULL) {
+    text = idem_claim_result(claim, &len);
+    CHECK(len == 14 && memcmp(text, "receipt\0binary", 14) == 0);
+  }
+  idem_claim_destroy(claim);
+
+  /* A different fingerprint is a mismatch. */
+  claim = idem_begin(store, "order-1", 7, "pay", "fp-2", 0, 0, &err);
+  CHECK_NO_ERROR(err);
+  CHECK(claim != NULL && idem_claim_outcome(claim) == IDEM_OUTCOME_MISMATCH);
+  idem_claim_destroy(claim);
+
+  /* Get. */
+  record = idem_get(store, "order-1", 7, &err);
+  CHECK_NO_ERROR(err);
+  CHECK(record != NULL);
+  if (record != NULL) {
+    CHECK(idem_record_state(record) == IDEM_STATE_DONE);
+    CHECK(idem_record_token(record) == token);
+    CHECK(idem_record_attempts(record) == 1);
+    CHECK(!idem_record_timed_out(record));
+    text = idem_record_key(record, &len);
+    CHECK(len == 7 && strcmp(text, "order-1") == 0);
+    text = idem_record_checkpoint(record, NULL);
+    CHECK(strcmp(text, "half") == 0);
+    text = idem_record_fingerprint(record, NULL);
+    CHECK(strcmp(text, "fp-1") == 0);
+    CHECK(idem_record_created_us(record) > 0);
+    CHECK(idem_record_updated_us(record) >= idem_record_created_us(record));
+    CHECK(idem_record_expires_us(record) > idem_record_lease_deadline_us(record));
+  }
+  idem_record_destroy(record);
+  record = idem_get(store, "absent", 6, &err);
+  CHECK(record == NULL);
+  CHECK_NO_ERROR(err);
+
+  /* Keys are bytes: a NUL inside is part of the key. */
+  claim = idem_begin(store, "a\0b", 3, NULL, NULL, 0, 0, &err);
+  CHECK_NO_ERROR(err);
+  CHECK(claim != NULL && idem_claim_outcome(claim) == IDEM_ACQUIRED);
+  idem_claim_destroy(claim);
+  record = idem_get(store, "a", 1, &err);
+  CHECK(record == NULL);
+  CHECK_NO_ERROR(err);
+
+  /* Fail retryable -> acquired again; fail terminal -> failed for good. */
+  claim = idem_begin(store, "order-2", 7, NULL, NULL, 0, 0, &err);
+  CHECK_NO_ERROR(err);
+  if (claim == NULL) return 1;
+  idem_fail(store, "order-2", 7, idem_claim_token(claim), "timeout", 7, IDEM_RETRYABLE, &err);
+  CHECK_NO_ERROR(err);
+  idem_claim_destroy(claim);
+  claim = idem_begin(store, "order-2", 7, NULL, NULL, 0, 0, &err);
+  CHECK_NO_ERROR(err);
+  if (claim == NULL) return 1;
+  CHECK(idem_claim_outcome(claim) == IDEM_ACQUIRED);
+  CHECK(idem_claim_attempts(claim) == 2);
+  idem_fail(store, "order-2", 7, idem_claim_token(claim), "declined", 8, IDEM_TERMINAL, &err);
+  CHECK_NO_ERROR(err);
+  idem_claim_destroy(claim);
+  claim = idem_begin(store, "order-2", 7, NULL, NULL, 0, 0, &err);
+  CHECK_NO_ERROR(err);
+  CHECK(claim != NULL && idem_claim_outcome(claim) == IDEM_OUTCOME_FAILED);
+  if (claim != NULL) CHECK(strcmp(idem_claim_result(claim, NULL), "declined") == 0);
+  idem_claim_destroy(claim);
+
+  /* Forget. */
+  idem_forget(store, "order-2", 7, &err);
+  CHECK_NO_ERROR(err);
+  idem_forget(store, "order-2", 7, &err);
+  CHECK_ERROR(err, IDEM_NOT_FOUND, "NotFound: ");
+
+  /* Execute: runs once, then replays. */
+  {
+    struct counter counter = {0};
+    size_t resultlen = 0;
+    unsigned char replayed = 9;
+    uint32_t attempts = 0;
+    char* result = idem_execute(store, "exec-1", 6, "pay", NULL, 0, 0, make_receipt, &counter,
+                                &resultlen, &replayed, &attempts, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(result != NULL && resultlen == 7 && strcmp(result, "receipt") == 0);
+    CHECK(replayed == 0 && attempts == 1);
+    idem_free(result);
+    result = idem_execute(store, "exec-1", 6, "pay", NULL, 0, 0, make_receipt, &counter, &resultlen,
+                          &replayed, &attempts, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(result != NULL && strcmp(result, "receipt") == 0);
+    CHECK(replayed == 1);
+    CHECK(counter.runs == 1);
+    idem_free(result);
+  }
+  /* Execute: a retryable failure is recorded and reported; the next call runs again and sees
+   * the checkpoint. */
+  {
+    struct counter counter = {0};
+    size_t resultlen = 0;
+    uint32_t attempts = 0;
+    char* result = idem_execute(store, "exec-2", 6, NULL, NULL, 0, 0, fail_retryable_once, &counter,
+                                &resultlen, NULL, &attempts, &err);
+    CHECK(result == NULL);
+    CHECK_ERROR(err, IDEM_UNAVAILABLE, "Unavailable: bank timeout");
+    result = idem_execute(store, "exec-2", 6, NULL, NULL, 0, 0, fail_retryable_once, &counter,
+                          &resultlen, NULL, &attempts, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(result != NULL && strcmp(result, "step-1") == 0 && resultlen == 6);
+    CHECK(attempts == 2 && counter.runs == 2);
+    idem_free(result);
+  }
+  /* Execute: a terminal failure is final and does not run again. */
+  {
+    struct counter counter = {0};
+    char* result = idem_execute(store, "exec-3", 6, NULL, NULL, 0, 0, decline, &counter, NULL, NULL,
+                                NULL, &err);
+    CHECK(result == NULL);
+    CHECK_ERROR(err, IDEM_FAILED, "Failed: card declined");
+    result = idem_execute(store, "exec-3", 6, NULL, NULL, 0, 0, decline, &counter, NULL, NULL, NULL,
+                          &err);
+    CHECK(result == NULL);
+    CHECK_ERROR(err, IDEM_FAILED, "Failed: card declined");
+    CHECK(counter.runs == 1);
+    result = idem_execute(store, "exec-4", 6, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, &err);
+    CHECK(result == NULL);
+    CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: ");
+  }
+
+  /* One-time tokens. */
+  {
+    char* tok = idem_issue_token(store, 60000, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(tok != NULL && strncmp(tok, "tok_", 4) == 0);
+    if (tok != NULL) {
+      idem_consume_token(store, tok, &err);
+      CHECK_NO_ERROR(err);
+      idem_consume_token(store, tok, &err);
+      CHECK_ERROR(err, IDEM_FAILED, "Failed: token already consumed");
+      tok[4] = tok[4] == 'a' ? 'b' : 'a';
+      idem_consume_token(store, tok, &err);
+      CHECK_ERROR(err, IDEM_NOT_FOUND, "NotFound: unknown token");
+    }
+    idem_free(tok);
+    idem_consume_token(store, "not-a-token", &err);
+    CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: malformed token");
+    tok = idem_issue_token(store, 0, &err);
+    CHECK(tok == NULL);
+    CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: ");
+    tok = idem_issue_token(store, 1, &err);
+    CHECK_NO_ERROR(err);
+    {
+      struct timespec pause = {0, 5000000L};
+      nanosleep(&pause, NULL);
+    }
+    idem_consume_token(store, tok, &err);
+    CHECK_ERROR(err, IDEM_NOT_FOUND, "NotFound: token expired");
+    idem_free(tok);
+  }
+
+  /* Purge (nothing has expired except the 1 ms token's record). */
+  {
+    uint64_t purged = idem_purge(store, 1, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(purged <= 1);
+  }
+
+  idem_close(store);
+  idem_close(NULL);
+  idem_options_destroy(NULL);
+
+  /* Read-only: writes are refused. */
+  options = idem_options_create();
+  idem_options_set_read_only(options, 1);
+  store = idem_open(path, options, &err);
+  idem_options_destroy(options);
+  CHECK_NO_ERROR(err);
+  if (store != NULL) {
+    idem_forget(store, "exec-1", 6, &err);
+    CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: ");
+    record = idem_get(store, "exec-1", 6, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(record != NULL && idem_record_state(record) == IDEM_STATE_DONE);
+    idem_record_destroy(record);
+    idem_close(store);
+  }
+
+  nftw(dir_template, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (failures != 0) {
+    fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("c_api_test: all checks passed\n");
+  return 0;
+}
