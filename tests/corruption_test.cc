@@ -132,7 +132,9 @@ TEST(Corruption, DamagedDatabaseFilesGiveAStatusNotACrash) {
   // Opened: every read either answers correctly or reports the damage.
   for (int i = 0; i < 100; ++i) {
     auto got = (*opened)->Get("key-" + std::to_string(i));
-    if (got.ok() && got->has_value()) EXPECT_EQ((*got)->result, std::string(200, 'r'));
+    if (got.ok() && got->has_value()) {
+      EXPECT_EQ((*got)->result, std::string(200, 'r'));
+    }
   }
 }
 
