@@ -552,6 +552,28 @@ TEST(Store, RetentionExpiryHidesTheRecord) {
   EXPECT_EQ(fresh.record.expires, s.clock->Now() + 1h);
 }
 
+TEST(Store, PurgeReportsProgressAsItGoes) {
+  ClockedStore s;
+  ASSERT_NE(s.store, nullptr);
+  constexpr int kExpiring = 300;
+  for (int i = 0; i < kExpiring; ++i) {
+    const std::string key = "k-" + std::to_string(i);
+    ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin(key, {.retention = 1h}));
+    ASSERT_OK(s.store->Complete(key, claim.token, "r"));
+  }
+  s.clock->Advance(2h);
+  for (bool dry_run : {true, false}) {
+    std::vector<uint64_t> reports;
+    idem::PurgeOptions options{.dry_run = dry_run};
+    options.progress = [&](uint64_t so_far) { reports.push_back(so_far); };
+    ASSERT_OK_AND_ASSIGN(auto count, s.store->Purge(options));
+    EXPECT_EQ(count, static_cast<uint64_t>(kExpiring));
+    ASSERT_GE(reports.size(), 2u) << "dry run " << dry_run;
+    EXPECT_TRUE(std::is_sorted(reports.begin(), reports.end()));
+    EXPECT_LE(reports.back(), count);
+  }
+}
+
 TEST(Store, PurgeRemovesExpiredRecords) {
   ClockedStore s;
   ASSERT_NE(s.store, nullptr);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -691,16 +692,27 @@ int Stats(const Context& ctx, const std::string& path, const std::string& format
 // ---- purge ---------------------------------------------------------------------------------
 
 int Purge(const Context& ctx, const std::string& path, bool dry_run, bool quiet) {
-  // A read-only store refuses Purge, dry run included: open it for writing either way.
-  auto store = OpenStore(path, /*read_only=*/false);
+  // A dry run only reads: it never writes nor takes the store from its owner.
+  auto store = OpenStore(path, /*read_only=*/dry_run);
   if (!store.ok()) return ctx.StoreError(path, store.status());
-  // Purge has no progress callback: on a terminal, say what is going on until it returns.
+  // On a terminal, say what is going on, with the running count when this process does the
+  // purge itself (through another owner the count arrives at the end).
   const bool progress = !quiet && ctx.ErrIsTerminal();
+  const char* verb = dry_run ? "counted" : "removed";
+  auto last_shown = std::chrono::steady_clock::now();
+  PurgeOptions options{.dry_run = dry_run, .compact = !dry_run};
   if (progress) {
     ctx.err << "idem purge: " << (dry_run ? "counting" : "removing") << " expired records in "
             << path << " ..." << std::flush;
+    options.progress = [&](uint64_t so_far) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_shown < std::chrono::milliseconds(200)) return;
+      last_shown = now;
+      ctx.err << "\r\033[Kidem purge: " << verb << " " << so_far << " expired records so far ..."
+              << std::flush;
+    };
   }
-  auto purged = (*store)->Purge(PurgeOptions{.dry_run = dry_run, .compact = !dry_run});
+  auto purged = (*store)->Purge(options);
   if (progress) ctx.err << "\r\033[K" << std::flush;
   if (!purged.ok()) return ctx.StoreError(path, purged.status());
   store->reset();

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,10 @@ struct ScanOptions {
 struct PurgeOptions {
   bool dry_run = false;  // count what would be purged, delete nothing
   bool compact = false;  // also compact the purged key range to reclaim disk space now
+  // Called now and then with the number of records purged (or, in a dry run, counted) so far,
+  // on the calling thread. Only when this process owns the store: a purge carried out by
+  // another owner reports nothing until it returns.
+  std::function<void(uint64_t)> progress;
 };
 
 // Counts since this process opened the store.

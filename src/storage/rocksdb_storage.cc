@@ -317,8 +317,10 @@ Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& option
     IDEM_ASSIGN_OR_RETURN(uint64_t deleted, DeleteDue(batch, now_micros));
     purged += deleted;
     batch.clear();
+    if (options.progress) options.progress(purged);
     return Status::OK();
   };
+  uint64_t visited = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const std::string_view index_key = it->key().ToStringView();
     std::string key(index_key.substr(8));
@@ -329,6 +331,7 @@ Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& option
     if (options.dry_run) {
       IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Read(key));
       if (stored && ToMicros(stored->expires) == expires) ++purged;
+      if (options.progress && ++visited % kPurgeBatch == 0) options.progress(purged);
       continue;
     }
     batch.emplace_back(expires, std::move(key));
