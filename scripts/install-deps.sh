@@ -17,6 +17,8 @@ packages=(
   libgmock-dev
   libcli11-dev      # the idem command's argument parser
   nlohmann-json3-dev  # the idem command's JSON Lines output
+  libcpp-httplib-dev  # the HTTP service example (examples/http_service)
+  curl              # drives the HTTP service example in its test
 )
 
 missing=()
