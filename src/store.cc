@@ -1,7 +1,8 @@
 // Store::Open and the store handle. A handle validates its arguments, applies its defaults and
 // passes each call to its StoreCore, which holds the process's role for the store directory:
 // owner (a LocalBackend on RocksDB, serving the other processes over the store's socket),
-// client (a RemoteBackend talking to the owner), or read-only reader (a RocksDB secondary).
+// client (a RemoteBackend talking to the owner), or reader (the owner's socket, or a RocksDB
+// read-only instance of the files).
 // When the owner dies, a client's call fails over: it takes the owner lock and becomes the
 // owner, or reconnects to whoever did, and resends the call.
 
@@ -37,6 +38,8 @@ class SystemClockImpl final : public Clock {
 
 // Where a store directory keeps its RocksDB files; the owner lock and socket sit beside it.
 constexpr char kDatabaseDir[] = "db";
+// How long the owner lock must stay refused before an exclusive open reports kBusy.
+constexpr milliseconds kBusyAfter{50};
 // How many records a handle's Scan asks its backend for at a time.
 constexpr std::size_t kScanPageSize = 1024;
 
@@ -136,19 +139,48 @@ class StoreCore {
   }
 
   // A reader never takes the owner lock: it asks the running owner (live records, the owner's
-  // counters) or, when none serves the store, reads it as a RocksDB secondary instance.
+  // counters) or, when none serves the store, reads the files as a RocksDB read-only instance.
+  // It reads the files only when nobody holds the lock (or an exclusive owner does, which
+  // serves nobody): a new owner holds the lock while it replays the log and starts serving,
+  // and files read in that window may be rewritten or deleted under the reader (the soak
+  // caught readers missing acknowledged results then). So it waits for that owner, up to
+  // options.failover_timeout.
   Result<std::shared_ptr<Backend>> AcquireReader() {
-    Result<std::unique_ptr<sharing::RemoteBackend>> remote =
-        sharing::RemoteBackend::Connect(address_);
-    if (remote.ok()) return std::shared_ptr<Backend>(std::move(remote).value());
-    IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
-    return std::shared_ptr<Backend>(std::make_shared<LocalBackend>(std::move(storage), options_));
+    const auto give_up_at = std::chrono::steady_clock::now() + options_.failover_timeout;
+    milliseconds pause(1);
+    for (;;) {
+      Result<std::unique_ptr<sharing::RemoteBackend>> remote =
+          sharing::RemoteBackend::Connect(address_);
+      if (remote.ok()) return std::shared_ptr<Backend>(std::move(remote).value());
+
+      const std::optional<sharing::OwnerInfo> owner =
+          sharing::OwnerLock::ReadOwner(directory_.string());
+      const bool exclusive_owner = owner && owner->exclusive;
+      if (exclusive_owner || !sharing::OwnerLock::IsHeld(directory_.string())) {
+        Result<std::unique_ptr<storage::Storage>> storage = OpenStorage();
+        // An owner that appeared while the files were opened may have changed them meanwhile:
+        // ask it instead.
+        if (exclusive_owner || !sharing::OwnerLock::IsHeld(directory_.string())) {
+          if (!storage.ok()) return storage.status();
+          return std::shared_ptr<Backend>(
+              std::make_shared<LocalBackend>(std::move(storage).value(), options_));
+        }
+      }
+      if (std::chrono::steady_clock::now() >= give_up_at) {
+        return Status::Unavailable("the owner of store " + directory_.string() +
+                                   " holds it but did not answer within " +
+                                   std::to_string(options_.failover_timeout.count()) + " ms");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, milliseconds(50));
+    }
   }
 
   // Becomes the owner, or a client of the owner; retries while the owner is starting or has
   // just died, up to options.failover_timeout.
   Result<std::shared_ptr<Backend>> AcquireWriter() {
-    const auto give_up_at = std::chrono::steady_clock::now() + options_.failover_timeout;
+    const auto start = std::chrono::steady_clock::now();
+    const auto give_up_at = start + options_.failover_timeout;
     milliseconds pause(1);
     Status last_error;
     for (;;) {
@@ -159,17 +191,22 @@ class StoreCore {
       const std::optional<sharing::OwnerInfo> owner =
           sharing::OwnerLock::ReadOwner(directory_.string());
       const std::string holder = owner ? " by pid " + std::to_string(owner->pid) : "";
-      if (options_.sharing == Sharing::kExclusive) {
-        return Status::Busy("store " + directory_.string() + " is held" + holder +
-                            "; Sharing::kExclusive needs it alone");
+      // A reader checking the lock holds it for an instant (OwnerLock::IsHeld), and the lock
+      // file may still name an exclusive owner that died: only a refusal that lasts is Busy.
+      const bool lasting = std::chrono::steady_clock::now() - start >= kBusyAfter;
+      if (options_.sharing == Sharing::kExclusive || (owner && owner->exclusive)) {
+        if (lasting) {
+          return Status::Busy("store " + directory_.string() +
+                              (options_.sharing == Sharing::kExclusive
+                                   ? " is held" + holder + "; Sharing::kExclusive needs it alone"
+                                   : " is held exclusively" + holder));
+        }
+      } else {
+        Result<std::unique_ptr<sharing::RemoteBackend>> remote =
+            sharing::RemoteBackend::Connect(address_);
+        if (remote.ok()) return std::shared_ptr<Backend>(std::move(remote).value());
+        last_error = remote.status();
       }
-      if (owner && owner->exclusive) {
-        return Status::Busy("store " + directory_.string() + " is held exclusively" + holder);
-      }
-      Result<std::unique_ptr<sharing::RemoteBackend>> remote =
-          sharing::RemoteBackend::Connect(address_);
-      if (remote.ok()) return std::shared_ptr<Backend>(std::move(remote).value());
-      last_error = remote.status();
 
       if (std::chrono::steady_clock::now() >= give_up_at) {
         return Status::Unavailable(

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -519,6 +520,48 @@ TEST(Sharing, AReaderAsksTheRunningOwnerAndNeverTakesOwnership) {
   pid_t owner_pid = 0;
   lock_file >> word >> owner_pid;
   EXPECT_NE(owner_pid, getpid());
+}
+
+}  // namespace
+
+namespace {
+
+// A process holding the owner lock without serving yet (a new owner replaying its log) must
+// not have its files read under it: a reader waits for it instead.
+TEST(Sharing, AReaderWaitsForAnOwnerThatIsStillStarting) {
+  TempDir dir;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k"));
+    ASSERT_OK(store->Complete("k", claim.token, "v"));
+  }
+  int locked[2];
+  ASSERT_EQ(pipe(locked), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    const int fd = open((dir.StorePath() + "/owner.lock").c_str(), O_RDWR);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(2);
+    const char byte = 'l';
+    if (write(locked[1], &byte, 1) != 1) _exit(3);
+    std::this_thread::sleep_for(400ms);
+    _exit(0);  // releases the lock without ever serving
+  }
+  char byte = 0;
+  ASSERT_EQ(read(locked[0], &byte, 1), 1);
+  idem::Options read_only = TestOptions();
+  read_only.read_only = true;
+  read_only.failover_timeout = 100ms;
+  auto impatient = idem::Store::Open(dir.StorePath(), read_only);
+  ASSERT_FALSE(impatient.ok());
+  EXPECT_EQ(impatient.status().code(), Status::Code::kUnavailable) << impatient.status().ToString();
+  read_only.failover_timeout = 5s;
+  IDEM_ASSERT_OPEN(reader, dir.StorePath(), read_only);
+  ASSERT_OK_AND_ASSIGN(auto record, reader->Get("k"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->result, "v");
+  waitpid(child, nullptr, 0);
+  close(locked[0]);
+  close(locked[1]);
 }
 
 }  // namespace

@@ -74,6 +74,17 @@ OwnerLock::~OwnerLock() {
   if (HeldLocks().erase(fd_.get()) == 0) static_cast<void>(fd_.release());
 }
 
+bool OwnerLock::IsHeld(const std::string& directory) {
+  FileDescriptor fd(::open(LockPath(directory).c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return false;  // no lock file: nobody ever owned the store
+  while (::flock(fd.get(), LOCK_SH | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    return errno == EWOULDBLOCK;
+  }
+  ::flock(fd.get(), LOCK_UN);
+  return false;
+}
+
 std::optional<OwnerInfo> OwnerLock::ReadOwner(const std::string& directory) {
   std::ifstream file(LockPath(directory));
   std::string word, mode;

@@ -37,6 +37,10 @@ class OwnerLock {
   static Result<std::unique_ptr<OwnerLock>> TryAcquire(const std::string& directory,
                                                        Sharing sharing);
 
+  // True when some process holds the lock of `directory` now (it may be starting up, not yet
+  // serving). Takes a shared lock for an instant to find out; creates nothing.
+  static bool IsHeld(const std::string& directory);
+
   // What the current owner of `directory` wrote, if anything is readable.
   static std::optional<OwnerInfo> ReadOwner(const std::string& directory);
 
