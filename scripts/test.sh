@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages, builds idem, and runs every test:
-#   1. build/       RelWithDebInfo: all tests (ctest), then a smoke run of the benchmark
+#   1. build/       RelWithDebInfo: all tests (ctest), then each fuzzer for 15 s
+#                   (scripts/fuzz.sh, in build-fuzz/) and a smoke run of the benchmark
 #                   (scripts/bench.sh --smoke, in build-bench/)
 #   2. build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer: all tests
 #   3. build-tsan/  ThreadSanitizer: the tests labelled "concurrency"
@@ -23,6 +24,11 @@ cmake --build build -j "$jobs"
 
 step "build/: all tests"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
+
+# A brief run of each libFuzzer target (clang, in build-fuzz/): any crash fails the run and is
+# kept in fuzz/regressions/ (see fuzz/README.md).
+step "fuzz: each target for 15 s"
+scripts/fuzz.sh --seconds 15
 
 # The benchmark is not timed here (shared machines make timings noise), but it must build and
 # every workload must run: a tiny smoke run of each, against a Redis it starts and stops itself.

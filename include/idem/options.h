@@ -63,7 +63,7 @@ struct Options {
   // Open without ever writing and without ever becoming the store's owner: Begin, Complete,
   // Fail, Extend, SaveCheckpoint, Forget and Purge (but a dry run) return kInvalidArgument.
   // When another process owns the store, reads go to it (live records, its counters);
-  // otherwise they see the store as of Open (a RocksDB secondary instance). Used by
+  // otherwise they see the store as of Open (a RocksDB read-only instance). Used by
   // `idem dump`, `get` and `stats`. Default: false.
   bool read_only = false;
 

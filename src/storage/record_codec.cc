@@ -1,6 +1,7 @@
 #include "storage/record_codec.h"
 
 #include <cstring>
+#include <utility>
 
 namespace idem::storage {
 namespace {
@@ -45,6 +46,15 @@ bool GetLengthPrefixed(std::string_view& in, std::string& out) {
 Status Corrupt(std::string_view key, std::string_view what) {
   return Status::Corruption("record " + EscapeKey(key) + ": " + std::string(what));
 }
+
+// The microseconds that a system_clock::time_point can hold: FromMicros of a value outside them
+// overflows (found by fuzz/fuzz_record_decoder; no record written by EncodeRecord has one).
+constexpr int64_t kMinMicros = std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::duration::min())
+                                   .count();
+constexpr int64_t kMaxMicros = std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::duration::max())
+                                   .count();
 
 }  // namespace
 
@@ -126,6 +136,16 @@ Result<Record> DecodeRecord(std::string_view key, std::string_view value) {
                             std::to_string(kFixedHeaderSize));
   }
   const char* p = value.data();
+  for (const auto& [offset, name] : {std::pair<std::size_t, const char*>{1, "expires"},
+                                     {23, "created"},
+                                     {31, "updated"},
+                                     {39, "lease_deadline"}}) {
+    const auto micros = static_cast<int64_t>(GetFixed64(p + offset));
+    if (micros < kMinMicros || micros > kMaxMicros) {
+      return Corrupt(key, std::string(name) + " time " + std::to_string(micros) +
+                              " us is outside the range of a time point");
+    }
+  }
   Record record;
   record.key = std::string(key);
   record.expires = FromMicros(static_cast<int64_t>(GetFixed64(p + 1)));

@@ -3,6 +3,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
@@ -10,6 +11,8 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 
@@ -87,6 +90,59 @@ class ExpiredRecordFilterFactory final : public rocksdb::CompactionFilterFactory
   const std::shared_ptr<const Clock> clock_;
 };
 
+// RocksDB's info log, remembering the last file that recovery reported damaged. RocksDB's
+// status for a damaged write-ahead log is a bare "Corruption: checksum mismatch"; the file is
+// named only in the info log ("PATH/000012.log: dropping 512 bytes; Corruption: ..."), so this
+// logger keeps it for the status Open returns. Forwards to the usual LOG file when there is
+// one (read-only opens write nothing).
+class DamageNotingLogger final : public rocksdb::Logger {
+ public:
+  explicit DamageNotingLogger(std::shared_ptr<rocksdb::Logger> target)
+      : rocksdb::Logger(target ? target->GetInfoLogLevel() : rocksdb::InfoLogLevel::WARN_LEVEL),
+        target_(std::move(target)) {}
+
+  using rocksdb::Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level >= rocksdb::InfoLogLevel::WARN_LEVEL) {
+      va_list copy;
+      va_copy(copy, ap);
+      char buffer[1024];
+      const int n = vsnprintf(buffer, sizeof buffer, format, copy);
+      va_end(copy);
+      const std::string_view line(buffer, n < 0 ? 0 : std::min<std::size_t>(n, sizeof buffer - 1));
+      if (const auto at = line.find(": dropping "); at != std::string_view::npos) {
+        std::lock_guard lock(mu_);
+        damaged_file_.assign(line.substr(0, at));
+      }
+    }
+    if (target_) target_->Logv(level, format, ap);
+  }
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
+  void Flush() override {
+    if (target_) target_->Flush();
+  }
+  size_t GetLogFileSize() const override {
+    return target_ ? target_->GetLogFileSize() : rocksdb::Logger::GetLogFileSize();
+  }
+
+  std::string damaged_file() const {
+    std::lock_guard lock(mu_);
+    return damaged_file_;
+  }
+
+ protected:
+  rocksdb::Status CloseImpl() override {
+    return target_ ? target_->Close() : rocksdb::Status::OK();
+  }
+
+ private:
+  const std::shared_ptr<rocksdb::Logger> target_;
+  mutable std::mutex mu_;
+  std::string damaged_file_;
+};
+
 struct SharedResources {
   std::shared_ptr<rocksdb::Cache> cache;
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffers;
@@ -116,7 +172,19 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   db_options.write_buffer_manager = resources->write_buffers;
   db_options.keep_log_file_num = 4;
   db_options.max_manifest_file_size = 64 << 20;
-  if (config.read_only) db_options.max_open_files = -1;  // required by secondary instances
+  // A read-only instance opens every table file at once: a live owner that compacts and deletes
+  // files meanwhile cannot pull them from under its reads.
+  if (config.read_only) db_options.max_open_files = -1;
+  if (config.env) {
+    env_ = config.env;
+    db_options.env = env_.get();
+  }
+  // A damaged write-ahead log must not silently lose acknowledged records. RocksDB's default,
+  // kPointInTimeRecovery, stops replaying at the first damaged record and opens the store
+  // without everything after it, fsynced claims included. kTolerateCorruptedTailRecords
+  // accepts only what a crash leaves (an incomplete last record, zeroed preallocated bytes) and
+  // refuses to open on damage anywhere else: kCorruption, and the operator decides.
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
 
   rocksdb::BlockBasedTableOptions table_options;
   table_options.block_cache = resources->cache;
@@ -145,20 +213,35 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
       {kByExpiryFamily, small_options},
       {kMetaFamily, small_options},
   };
+  // The info log: RocksDB's LOG file in the database directory (none for a read-only open,
+  // which never writes), seen through a logger that notes which file recovery found damaged.
+  std::shared_ptr<rocksdb::Logger> log_file;
+  if (!config.read_only) {
+    rocksdb::CreateLoggerFromOptions(path_, db_options, &log_file).PermitUncheckedError();
+  }
+  auto logger = std::make_shared<DamageNotingLogger>(std::move(log_file));
+  db_options.info_log = logger;
+
   rocksdb::DB* db = nullptr;
   rocksdb::Status opened;
   if (config.read_only) {
-    char scratch[] = "/tmp/idem-secondary-XXXXXX";
-    if (mkdtemp(scratch) == nullptr) {
-      return Status::IOError("cannot create a scratch directory for a read-only open");
-    }
-    secondary_path_ = scratch;
-    opened =
-        rocksdb::DB::OpenAsSecondary(db_options, path_, secondary_path_, families, &handles_, &db);
+    // A read-only instance (no LOCK, no writes) reads the files as they are when it opens,
+    // replaying the log in memory. Unlike a secondary instance, it refuses a table file it
+    // cannot open (truncated, missing) instead of leaving it out of its view and answering
+    // "no record" for what that file holds.
+    opened = rocksdb::DB::OpenForReadOnly(db_options, path_, families, &handles_, &db);
   } else {
     opened = rocksdb::DB::Open(db_options, path_, families, &handles_, &db);
   }
-  if (!opened.ok()) return FromRocksDbOpen(opened, path_);
+  if (!opened.ok()) {
+    const std::string damaged = logger->damaged_file();
+    if (opened.IsCorruption() && !damaged.empty() &&
+        opened.ToString().find(damaged) == std::string::npos) {
+      return FromRocksDbOpen(rocksdb::Status::Corruption(opened.ToString(), "in file " + damaged),
+                             path_);
+    }
+    return FromRocksDbOpen(opened, path_);
+  }
   db_.reset(db);
   records_ = handles_[0];
   by_expiry_ = handles_[1];
@@ -206,18 +289,15 @@ RocksDbStorage::~RocksDbStorage() {
     db_->Close().PermitUncheckedError();
     db_.reset();
   }
-  if (!secondary_path_.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(secondary_path_, ignored);
-  }
 }
 
 Status RocksDbStorage::PersistTokenCeiling(uint64_t ceiling) {
   std::string encoded;
   PutFixed64(encoded, ceiling);
+  rocksdb::WriteBatch batch;
   IDEM_RETURN_IF_ERROR(
-      FromRocksDb(db_->Put(WriteOptionsFor(Durability::kSync), meta_, kTokenCeilingKey, encoded),
-                  "saving the token ceiling"));
+      FromRocksDb(batch.Put(meta_, kTokenCeilingKey, encoded), "saving the token ceiling"));
+  IDEM_RETURN_IF_ERROR(Write(Durability::kSync, &batch, "saving the token ceiling"));
   token_ceiling_.store(ceiling);
   return Status::OK();
 }
@@ -231,6 +311,51 @@ Result<uint64_t> RocksDbStorage::NextToken() {
     }
   }
   return token;
+}
+
+Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
+                             const std::string& context) {
+  IDEM_RETURN_IF_ERROR(ResumeAfterWriteError());
+  const rocksdb::Status s = db_->Write(WriteOptionsFor(durability), batch);
+  if (s.ok()) return Status::OK();
+  // The batch is one write-ahead log record: either all of it (the record and its expiry-index
+  // entry) or none of it is ever visible. It is not visible now; a log record that reached the
+  // disk before a failed sync may reappear when the store is reopened, whole.
+  if (s.IsIOError() || s.IsCorruption() || s.severity() >= rocksdb::Status::Severity::kSoftError) {
+    write_failed_.store(true, std::memory_order_release);
+  }
+  return FromRocksDb(s, context + " in store " + path_);
+}
+
+Status RocksDbStorage::ResumeAfterWriteError() {
+  if (!write_failed_.load(std::memory_order_acquire)) return Status::OK();
+  std::lock_guard lock(resume_mu_);
+  if (!write_failed_.load(std::memory_order_acquire)) return Status::OK();
+  // OK at once when RocksDB is not stopped; otherwise flushes the memtables to new files and
+  // starts a new log, which fails again while the disk still does.
+  const rocksdb::Status s = db_->Resume();
+  if (s.IsBusy()) {
+    // RocksDB is recovering on its own: after ENOSPC it polls the free space and resumes
+    // within seconds of space being freed.
+    return Status::IOError("store " + path_ +
+                           " is recovering from a disk error (free disk space if it is full); "
+                           "retry the call");
+  }
+  if (!s.ok()) {
+    return Status::IOError("store " + path_ +
+                           " stopped writing after a disk error and cannot resume (" +
+                           s.ToString() +
+                           "); fix the disk, then close and reopen the store: every "
+                           "acknowledged record is kept");
+  }
+  write_failed_.store(false, std::memory_order_release);
+  return Status::OK();
+}
+
+Status RocksDbStorage::Flush() {
+  rocksdb::FlushOptions options;
+  options.wait = true;
+  return FromRocksDb(db_->Flush(options, handles_), "flushing store " + path_);
 }
 
 std::size_t RocksDbStorage::StripeIndex(std::string_view key) const {
@@ -253,9 +378,8 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
     if (stored) s = batch.Delete(by_expiry_, ExpiryIndexKey(ToMicros(stored->expires), key));
     if (s.ok()) s = batch.Put(by_expiry_, ExpiryIndexKey(expires, key), rocksdb::Slice());
   }
-  if (s.ok()) s = db_->Write(WriteOptionsFor(durability), &batch);
   if (!s.ok()) return FromRocksDb(s, "writing record " + EscapeKey(key));
-  return Status::OK();
+  return Write(durability, &batch, "writing record " + EscapeKey(key));
 }
 
 Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
@@ -280,8 +404,8 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
   if (const auto expires = PeekExpiresMicros(value); s.ok() && expires) {
     s = batch.Delete(by_expiry_, ExpiryIndexKey(*expires, key));
   }
-  if (s.ok()) s = db_->Write(WriteOptionsFor(durability), &batch);
   if (!s.ok()) return FromRocksDb(s, "removing record " + EscapeKey(key));
+  IDEM_RETURN_IF_ERROR(Write(durability, &batch, "removing record " + EscapeKey(key)));
   return true;
 }
 
@@ -345,10 +469,12 @@ Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& option
   // walk over thousands of tombstones. The range ends just after the last entry visited, so an
   // entry written meanwhile beyond it is kept.
   last_index_key += '\0';
+  rocksdb::WriteBatch trim;
   IDEM_RETURN_IF_ERROR(FromRocksDb(
-      db_->DeleteRange(WriteOptionsFor(Durability::kBuffered), by_expiry_,
-                       ExpiryIndexKey(std::numeric_limits<int64_t>::min(), {}), last_index_key),
+      trim.DeleteRange(by_expiry_, ExpiryIndexKey(std::numeric_limits<int64_t>::min(), {}),
+                       last_index_key),
       "trimming the expiry index"));
+  IDEM_RETURN_IF_ERROR(Write(Durability::kBuffered, &trim, "trimming the expiry index"));
   if (options.compact && purged > 0) {
     const rocksdb::Slice begin(smallest_key), end_key(largest_key);
     IDEM_RETURN_IF_ERROR(
@@ -393,8 +519,7 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
     ++due;
   }
   // Buffered: a purge lost in a crash is simply done again by the next one.
-  IDEM_RETURN_IF_ERROR(
-      FromRocksDb(db_->Write(WriteOptionsFor(Durability::kBuffered), &batch), "purging records"));
+  IDEM_RETURN_IF_ERROR(Write(Durability::kBuffered, &batch, "purging records"));
   return due;
 }
 

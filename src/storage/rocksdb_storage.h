@@ -21,6 +21,9 @@
 namespace rocksdb {
 class ColumnFamilyHandle;
 class DB;
+class Env;
+class WriteBatch;
+struct WriteOptions;
 }  // namespace rocksdb
 
 namespace idem::storage {
@@ -28,9 +31,12 @@ namespace idem::storage {
 struct RocksDbConfig {
   std::string path;  // the RocksDB directory
   bool create_if_missing = true;
-  bool read_only = false;  // a secondary instance: reads only, never takes the LOCK
+  bool read_only = false;  // a read-only instance: reads only, never takes the LOCK
   std::size_t memory_budget = 32 << 20;
   std::shared_ptr<const Clock> clock;  // for the compaction filter's notion of "expired"
+  // Test hook: the Env (and through it the FileSystem) RocksDB uses; null means the default.
+  // The fault injection tests pass one whose writes and syncs fail on demand.
+  std::shared_ptr<rocksdb::Env> env;
 };
 
 class RocksDbStorage final : public Storage {
@@ -45,6 +51,9 @@ class RocksDbStorage final : public Storage {
   Result<uint64_t> Purge(TimePoint now, const PurgeOptions& options) override;
   Result<uint64_t> NextToken() override;
 
+  // Writes the memtables to table files and waits (tests use it to get SST files to damage).
+  Status Flush();
+
   // Persisted in the meta column family; never change these values.
   static constexpr uint32_t kStoreFormatVersion = 1;
   // Tokens are reserved in blocks: the ceiling is persisted (fsynced) once per block, and a
@@ -55,6 +64,11 @@ class RocksDbStorage final : public Storage {
   RocksDbStorage() = default;
   Status Initialize(const RocksDbConfig& config);
   Status PersistTokenCeiling(uint64_t ceiling);
+  // Every write goes through here. After a failed write RocksDB refuses further writes (its
+  // background error state): the next write first asks RocksDB to resume, and when it cannot,
+  // fails with a kIOError saying that the store must be reopened.
+  Status Write(Durability durability, rocksdb::WriteBatch* batch, const std::string& context);
+  Status ResumeAfterWriteError();
   std::mutex& StripeFor(std::string_view key);
   std::size_t StripeIndex(std::string_view key) const;
   // Deletes the due records among `keys` (each with the expiry its index entry names).
@@ -63,13 +77,18 @@ class RocksDbStorage final : public Storage {
 
   // Constant after construction.
   std::string path_;
-  std::string secondary_path_;  // read-only mode: RocksDB's scratch directory, removed on close
+  std::shared_ptr<rocksdb::Env> env_;  // the test hook's Env, if any: declared first, so it
+                                       // outlives db_
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   rocksdb::ColumnFamilyHandle* records_ = nullptr;
   rocksdb::ColumnFamilyHandle* by_expiry_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
   std::shared_ptr<void> keep_alive_;  // block cache and write-buffer manager
+
+  // Set by a failed write; the next write resumes RocksDB first (under resume_mu_).
+  std::atomic<bool> write_failed_{false};
+  std::mutex resume_mu_;
 
   // Per-key read-modify-write atomicity. 1024 stripes keep collisions rare at 64 threads.
   static constexpr std::size_t kStripes = 1024;

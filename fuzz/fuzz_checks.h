@@ -1,0 +1,211 @@
+// What each fuzz target does with one input, shared by the libFuzzer targets (fuzz_*.cc) and by
+// tests/fuzz_regression_test.cc, which replays the seed corpus and every saved crash through the
+// same code in the normal build.
+//
+// Each check returns an empty string when the input is handled correctly, and otherwise a
+// description of the broken property (a fuzz target aborts with it, so libFuzzer saves the
+// input). Memory errors and undefined behaviour are the sanitizers' to find.
+
+#ifndef IDEM_FUZZ_FUZZ_CHECKS_H_
+#define IDEM_FUZZ_FUZZ_CHECKS_H_
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli.h"
+#include "idem/record.h"
+#include "idem/status.h"
+#include "sharing/protocol.h"
+#include "storage/record_codec.h"
+
+namespace idem::fuzz {
+
+// ---- Record decoder --------------------------------------------------------------------------
+//
+// Input: u8 key length n, then n key bytes (fewer if the input ends), then the stored value.
+// A value that decodes must encode to a value that decodes to an equal record.
+
+inline std::string CheckRecordDecoder(std::string_view data) {
+  if (data.empty()) return {};
+  const std::size_t key_size =
+      std::min<std::size_t>(static_cast<uint8_t>(data[0]), data.size() - 1);
+  const std::string_view key = data.substr(1, key_size);
+  const std::string_view value = data.substr(1 + key_size);
+
+  Result<Record> decoded = storage::DecodeRecord(key, value);
+  if (!decoded.ok()) {
+    if (decoded.status().code() != Status::Code::kCorruption) {
+      return "DecodeRecord failed with " + decoded.status().ToString() + ", not kCorruption";
+    }
+    return {};
+  }
+  const std::string encoded = storage::EncodeRecord(*decoded);
+  Result<Record> again = storage::DecodeRecord(key, encoded);
+  if (!again.ok()) {
+    return "a decoded record re-encodes to a value that does not decode: " +
+           again.status().ToString();
+  }
+  if (!(*again == *decoded)) return "a decoded record does not survive EncodeRecord + DecodeRecord";
+  if (storage::PeekExpiresMicros(encoded) != storage::ToMicros(decoded->expires)) {
+    return "PeekExpiresMicros disagrees with DecodeRecord on the expiry";
+  }
+  return {};
+}
+
+// ---- Socket frames ---------------------------------------------------------------------------
+//
+// Input: u8 selector, then a frame payload. Selector 0: a request, as the owner decodes it.
+// Otherwise a response, as a client decodes it, whose body (when the status is OK) goes to the
+// body decoder that the selector picks. Whatever decodes must encode back to the same bytes
+// (requests) or to bytes that decode and encode again to the same bytes (bodies, whose records
+// have more than one encoding).
+
+namespace internal {
+
+// Decode(Encode(decoded)) must succeed and encode again to the same bytes.
+template <class T, class Encode, class Decode>
+std::string CheckBodyRoundTrip(const char* what, const T& decoded, Encode encode, Decode decode) {
+  const std::string encoded = encode(decoded);
+  auto again = decode(encoded);
+  if (!again.ok()) {
+    return std::string(what) +
+           ": a decoded body re-encodes to bytes that do not decode: " + again.status().ToString();
+  }
+  if (encode(*again) != encoded) {
+    return std::string(what) + ": a decoded body does not survive encode + decode";
+  }
+  return {};
+}
+
+inline std::string CheckBody(uint8_t selector, std::string_view body) {
+  switch (selector % 5) {
+    case 0: {
+      Result<Claim> claim = sharing::DecodeClaim(body);
+      if (!claim.ok()) return {};
+      return CheckBodyRoundTrip("DecodeClaim", *claim, sharing::EncodeClaim, sharing::DecodeClaim);
+    }
+    case 1: {
+      Result<std::optional<Record>> record = sharing::DecodeOptionalRecord(body);
+      if (!record.ok()) return {};
+      return CheckBodyRoundTrip("DecodeOptionalRecord", *record, sharing::EncodeOptionalRecord,
+                                sharing::DecodeOptionalRecord);
+    }
+    case 2: {
+      Result<ScanPage> page = sharing::DecodeScanPage(body);
+      if (!page.ok()) return {};
+      return CheckBodyRoundTrip("DecodeScanPage", *page, sharing::EncodeScanPage,
+                                sharing::DecodeScanPage);
+    }
+    case 3: {
+      Result<Counters> counters = sharing::DecodeCounters(body);
+      if (!counters.ok()) return {};
+      return CheckBodyRoundTrip("DecodeCounters", *counters, sharing::EncodeCounters,
+                                sharing::DecodeCounters);
+    }
+    default: {
+      Result<uint64_t> count = sharing::DecodeCount(body);
+      if (!count.ok()) return {};
+      return CheckBodyRoundTrip("DecodeCount", *count, sharing::EncodeCount, sharing::DecodeCount);
+    }
+  }
+}
+
+}  // namespace internal
+
+inline std::string CheckFrameDecoder(std::string_view data) {
+  if (data.empty()) return {};
+  const auto selector = static_cast<uint8_t>(data[0]);
+  const std::string_view frame = data.substr(1);
+
+  if (selector == 0) {
+    Result<sharing::Request> request = sharing::DecodeRequest(frame);
+    if (!request.ok()) {
+      if (request.status().code() != Status::Code::kInvalidArgument) {
+        return "DecodeRequest failed with " + request.status().ToString() +
+               ", not kInvalidArgument";
+      }
+      return {};
+    }
+    // A request has exactly one encoding, so it must come back byte for byte.
+    if (sharing::EncodeRequest(*request) != frame) {
+      return "a decoded request does not re-encode to the same bytes";
+    }
+    return {};
+  }
+
+  Status status;
+  Result<std::string_view> body = sharing::DecodeResponse(frame, status);
+  if (!body.ok()) {
+    if (body.status().code() != Status::Code::kUnavailable) {
+      return "DecodeResponse failed with " + body.status().ToString() + ", not kUnavailable";
+    }
+    return {};
+  }
+  if (body->data() < frame.data() || body->data() + body->size() != frame.data() + frame.size()) {
+    return "DecodeResponse returned a body that is not the end of the frame";
+  }
+  // A response's status and body come back byte for byte; a non-OK response carries no body.
+  const std::string_view sent_body = status.ok() ? *body : std::string_view();
+  const std::string_view head = frame.substr(0, frame.size() - body->size());
+  if (sharing::EncodeResponse(status, sent_body) != std::string(head) + std::string(sent_body)) {
+    return "a decoded response does not re-encode to the same bytes";
+  }
+  if (!status.ok()) return {};
+  return internal::CheckBody(selector - 1, *body);
+}
+
+// ---- The command line ------------------------------------------------------------------------
+//
+// Input: the arguments after "idem", separated by NUL bytes (argv words can hold any other
+// byte). No store is ever opened: every word that names an existing file or directory, or holds
+// a '/', is replaced by kNoStorePath, a path that cannot exist (a directory under /dev/null), so
+// the commands that get past their argument checks fail to open it with exit 3. That keeps the
+// fuzzer away from real stores whatever argument position CLI11 takes for PATH.
+
+inline constexpr const char* kNoStorePath = "/dev/null/idem-fuzz";
+inline constexpr std::size_t kMaxCliWords = 64;
+
+inline std::vector<std::string> CliWords(std::string_view data) {
+  std::vector<std::string> words = {"idem"};
+  while (!data.empty() && words.size() <= kMaxCliWords) {
+    const std::size_t end = data.find('\0');
+    std::string word(data.substr(0, end));
+    struct stat info {};
+    if (word.find('/') != std::string::npos || ::stat(word.c_str(), &info) == 0) {
+      word = kNoStorePath;
+    }
+    words.push_back(std::move(word));
+    if (end == std::string_view::npos) break;
+    data.remove_prefix(end + 1);
+  }
+  return words;
+}
+
+inline std::string CheckCli(std::string_view data) {
+  std::vector<std::string> words = CliWords(data);
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+
+  std::ostringstream out;
+  std::ostringstream err;
+  const int code = cli::Run(static_cast<int>(words.size()), argv.data(), out, err);
+  if (code < cli::kExitOk || code > cli::kExitStoreError) {
+    return "idem exited " + std::to_string(code) + ", not 0-3";
+  }
+  if (code == cli::kExitUsage || code == cli::kExitStoreError) {
+    if (err.str().empty()) return "idem exited " + std::to_string(code) + " with nothing on stderr";
+  }
+  return {};
+}
+
+}  // namespace idem::fuzz
+
+#endif  // IDEM_FUZZ_FUZZ_CHECKS_H_
