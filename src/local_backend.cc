@@ -118,18 +118,31 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
                                .retention = call.retention,
                                .holder = holder};
   request.holder.request_id = call.request_id;
-  IDEM_ASSIGN_OR_RETURN(uint64_t fresh_token, storage_->NextToken());
   const auto now = Now();
+  // A replay, a terminal failure and a mismatch write nothing, and only Forget or expiry can
+  // change them: answer them from a plain read, without the key's lock or a token.
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> seen, storage_->Read(call.key));
+  if (seen) {
+    engine::BeginDecision final_answer =
+        engine::DecideBegin(std::move(seen), request, now, /*fresh_token=*/0);
+    const Outcome outcome = final_answer.claim.outcome;
+    if (outcome == Outcome::kReplay || outcome == Outcome::kFailed ||
+        outcome == Outcome::kMismatch) {
+      counters_.Count(final_answer.claim);
+      return std::move(final_answer.claim);
+    }
+  }
+  IDEM_ASSIGN_OR_RETURN(uint64_t fresh_token, storage_->NextToken());
   engine::BeginDecision decision;
   IDEM_RETURN_IF_ERROR(storage_->Update(
       call.key,
-      [&](const std::optional<Record>& stored) -> std::optional<Record> {
+      [&](std::optional<Record>& stored) -> const Record* {
         const bool holder_is_dead =
             options_.take_over_dead_holders && stored && stored->state == State::kPending &&
             stored->lease_deadline > now && sharing::HolderIsDead(stored->holder);
-        decision = engine::DecideBegin(stored, request, now, fresh_token, holder_is_dead);
-        if (!decision.write) return std::nullopt;
-        return decision.claim.record;
+        decision =
+            engine::DecideBegin(std::move(stored), request, now, fresh_token, holder_is_dead);
+        return decision.write ? &decision.claim.record : nullptr;
       },
       call.durability));
   counters_.Count(decision.claim);
@@ -142,19 +155,18 @@ Status LocalBackend::Transition(const TransitionCall& call) {
   IDEM_RETURN_IF_ERROR(CheckSize(PayloadName(call.request.kind), call.request.payload.size(),
                                  options_.max_result_size));
   const auto now = Now();
-  Status outcome;
+  engine::TransitionDecision decision;
   IDEM_RETURN_IF_ERROR(storage_->Update(
       call.key,
-      [&](const std::optional<Record>& stored) -> std::optional<Record> {
-        engine::TransitionDecision decision = engine::DecideTransition(stored, call.request, now);
-        outcome = std::move(decision.status);
-        return std::move(decision.write);
+      [&](std::optional<Record>& stored) -> const Record* {
+        decision = engine::DecideTransition(std::move(stored), call.request, now);
+        return decision.write ? &*decision.write : nullptr;
       },
       call.durability));
-  if (outcome.code() == Status::Code::kLeaseLost) {
+  if (decision.status.code() == Status::Code::kLeaseLost) {
     counters_.lease_lost.fetch_add(1, std::memory_order_relaxed);
   }
-  return outcome;
+  return decision.status;
 }
 
 Result<std::optional<Record>> LocalBackend::Get(std::string_view key) {

@@ -38,11 +38,11 @@ std::optional<Record> Visible(std::optional<Record> stored, TimePoint now) {
   return stored;
 }
 
-BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginRequest& request,
-                          TimePoint now, uint64_t fresh_token, bool holder_is_dead) {
+BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& request, TimePoint now,
+                          uint64_t fresh_token, bool holder_is_dead) {
   BeginDecision decision;
   Claim& claim = decision.claim;
-  std::optional<Record> current = Visible(stored, now);
+  std::optional<Record> current = Visible(std::move(stored), now);
 
   Record next;
   if (!current) {
@@ -53,22 +53,22 @@ BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginReques
     next.attempts = 1;
     next.created = now;
   } else {
-    const Record& record = *current;
+    Record& record = *current;
     if (!request.fingerprint.empty() && !record.fingerprint.empty() &&
         request.fingerprint != record.fingerprint) {
       claim.outcome = Outcome::kMismatch;
-      claim.record = record;
+      claim.record = std::move(record);
       return decision;
     }
     switch (record.state) {
       case State::kDone:
         claim.outcome = Outcome::kReplay;
-        claim.record = record;
+        claim.record = std::move(record);
         return decision;
       case State::kFailed:
         if (!record.retryable) {
           claim.outcome = Outcome::kFailed;
-          claim.record = record;
+          claim.record = std::move(record);
           return decision;
         }
         break;
@@ -79,27 +79,28 @@ BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginReques
           claim.outcome = Outcome::kAcquired;
           claim.token = record.token;
           claim.took_over = record.holder.took_over;
-          claim.record = record;
+          claim.record = std::move(record);
           return decision;
         }
         if (!record.timed_out && !holder_is_dead) {
           claim.outcome = Outcome::kInProgress;
           claim.retry_after = TimeLeft(record.lease_deadline, now);
-          claim.record = record;
+          claim.record = std::move(record);
           return decision;
         }
         claim.took_over = true;
         break;
     }
-    next = record;
+    const uint64_t stored_token = record.token;
+    next = std::move(record);
     next.result.clear();
     next.retryable = false;
     if (next.fingerprint.empty()) next.fingerprint = std::string(request.fingerprint);
     if (next.type.empty()) next.type = std::string(request.type);
     // The fresh token is already above every token handed out; max() keeps the per-key order
     // even if a store were ever restored from an older counter.
-    next.token = std::max(fresh_token, record.token + 1);
-    next.attempts = record.attempts + 1;
+    next.token = std::max(fresh_token, stored_token + 1);
+    next.attempts += 1;
   }
   next.state = State::kPending;
   next.timed_out = false;
@@ -117,9 +118,9 @@ BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginReques
   return decision;
 }
 
-TransitionDecision DecideTransition(const std::optional<Record>& stored,
-                                    const TransitionRequest& request, TimePoint now) {
-  std::optional<Record> current = Visible(stored, now);
+TransitionDecision DecideTransition(std::optional<Record> stored, const TransitionRequest& request,
+                                    TimePoint now) {
+  std::optional<Record> current = Visible(std::move(stored), now);
   if (!current) return {Status::NotFound("no record for this key"), std::nullopt};
   Record& record = *current;
 

@@ -46,8 +46,8 @@ struct BeginDecision {
 // Decides Begin. `fresh_token` is a token the store has never handed out; it is used when the
 // key is acquired. `holder_is_dead`: the process holding the stored pending claim is known to
 // have died, so its claim is taken over without waiting for the lease.
-BeginDecision DecideBegin(const std::optional<Record>& stored, const BeginRequest& request,
-                          TimePoint now, uint64_t fresh_token, bool holder_is_dead = false);
+BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& request, TimePoint now,
+                          uint64_t fresh_token, bool holder_is_dead = false);
 
 enum class TransitionKind { kComplete, kFail, kExtend, kSaveCheckpoint };
 
@@ -66,8 +66,8 @@ struct TransitionDecision {
 
 // Decides Complete, Fail, Extend and SaveCheckpoint: each needs the current token on a pending
 // record (fencing), else kLeaseLost; kNotFound on an absent or retention-expired record.
-TransitionDecision DecideTransition(const std::optional<Record>& stored,
-                                    const TransitionRequest& request, TimePoint now);
+TransitionDecision DecideTransition(std::optional<Record> stored, const TransitionRequest& request,
+                                    TimePoint now);
 
 }  // namespace idem::engine
 

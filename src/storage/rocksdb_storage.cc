@@ -192,6 +192,14 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table_options.cache_index_and_filter_blocks = true;
   table_options.pin_l0_filter_and_index_blocks_in_cache = true;
+  // Partitioned index and filters: a point read loads one small partition instead of a whole
+  // table's index, which a small cache could not keep (measured at 300k records: purge of 1%
+  // took 0.30 s, reloading index blocks for each record it verified; partitioned, 0.022 s).
+  table_options.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+  table_options.partition_filters = true;
+  table_options.metadata_block_size = 4096;
+  table_options.pin_top_level_index_and_filter = true;
+  table_options.cache_index_and_filter_blocks_with_high_priority = true;
 
   const std::size_t write_buffer =
       std::clamp<std::size_t>(config.memory_budget / 8, 1 << 20, 64 << 20);
@@ -314,7 +322,7 @@ Result<uint64_t> RocksDbStorage::NextToken() {
 }
 
 Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
-                             const std::string& context) {
+                             std::string_view what, std::string_view key) {
   IDEM_RETURN_IF_ERROR(ResumeAfterWriteError());
   const rocksdb::Status s = db_->Write(WriteOptionsFor(durability), batch);
   if (s.ok()) return Status::OK();
@@ -324,6 +332,9 @@ Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
   if (s.IsIOError() || s.IsCorruption() || s.severity() >= rocksdb::Status::Severity::kSoftError) {
     write_failed_.store(true, std::memory_order_release);
   }
+  // The message is built only on failure: a successful write formats nothing.
+  std::string context(what);
+  if (!key.empty()) context += " " + EscapeKey(key);
   return FromRocksDb(s, context + " in store " + path_);
 }
 
@@ -367,19 +378,21 @@ std::mutex& RocksDbStorage::StripeFor(std::string_view key) { return stripes_[St
 Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability durability) {
   std::lock_guard lock(StripeFor(key));
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Read(key));
-  std::optional<Record> next = decide(stored);
-  if (!next) return Status::OK();
+  const std::optional<int64_t> stored_expires =
+      stored ? std::optional<int64_t>(ToMicros(stored->expires)) : std::nullopt;
+  const Record* next = decide(stored);
+  if (next == nullptr) return Status::OK();
 
   rocksdb::WriteBatch batch;
   const std::string encoded = EncodeRecord(*next);
   rocksdb::Status s = batch.Put(records_, AsSlice(key), encoded);
   const int64_t expires = ToMicros(next->expires);
-  if (!stored || ToMicros(stored->expires) != expires) {
-    if (stored) s = batch.Delete(by_expiry_, ExpiryIndexKey(ToMicros(stored->expires), key));
+  if (stored_expires != expires) {
+    if (stored_expires) s = batch.Delete(by_expiry_, ExpiryIndexKey(*stored_expires, key));
     if (s.ok()) s = batch.Put(by_expiry_, ExpiryIndexKey(expires, key), rocksdb::Slice());
   }
   if (!s.ok()) return FromRocksDb(s, "writing record " + EscapeKey(key));
-  return Write(durability, &batch, "writing record " + EscapeKey(key));
+  return Write(durability, &batch, "writing record", key);
 }
 
 Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
@@ -405,7 +418,7 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
     s = batch.Delete(by_expiry_, ExpiryIndexKey(*expires, key));
   }
   if (!s.ok()) return FromRocksDb(s, "removing record " + EscapeKey(key));
-  IDEM_RETURN_IF_ERROR(Write(durability, &batch, "removing record " + EscapeKey(key)));
+  IDEM_RETURN_IF_ERROR(Write(durability, &batch, "removing record", key));
   return true;
 }
 

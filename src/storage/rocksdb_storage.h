@@ -67,7 +67,9 @@ class RocksDbStorage final : public Storage {
   // Every write goes through here. After a failed write RocksDB refuses further writes (its
   // background error state): the next write first asks RocksDB to resume, and when it cannot,
   // fails with a kIOError saying that the store must be reopened.
-  Status Write(Durability durability, rocksdb::WriteBatch* batch, const std::string& context);
+  // `what` and `key` (may be empty) name the write in an error message.
+  Status Write(Durability durability, rocksdb::WriteBatch* batch, std::string_view what,
+               std::string_view key = {});
   Status ResumeAfterWriteError();
   std::mutex& StripeFor(std::string_view key);
   std::size_t StripeIndex(std::string_view key) const;

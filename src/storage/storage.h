@@ -22,9 +22,10 @@ namespace idem::storage {
 class Storage {
  public:
   using TimePoint = std::chrono::system_clock::time_point;
-  // Given the stored record (nullopt when there is none, retention-expired ones included),
-  // returns the record to store, or nullopt to change nothing.
-  using Decide = FunctionRef<std::optional<Record>(const std::optional<Record>& stored)>;
+  // Given the stored record (nullopt when there is none, retention-expired ones included; the
+  // callee may move from it), returns the record to store, or null to change nothing. The
+  // record pointed to must stay valid until Update returns.
+  using Decide = FunctionRef<const Record*(std::optional<Record>& stored)>;
 
   virtual ~Storage() = default;
 
