@@ -378,8 +378,9 @@ std::mutex& RocksDbStorage::StripeFor(std::string_view key) { return stripes_[St
 Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability durability) {
   std::lock_guard lock(StripeFor(key));
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Read(key));
-  const std::optional<int64_t> stored_expires =
-      stored ? std::optional<int64_t>(ToMicros(stored->expires)) : std::nullopt;
+  // Taken before `decide`, which may move from `stored`.
+  const bool had_record = stored.has_value();
+  const int64_t stored_expires = had_record ? ToMicros(stored->expires) : 0;
   const Record* next = decide(stored);
   if (next == nullptr) return Status::OK();
 
@@ -387,8 +388,8 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   const std::string encoded = EncodeRecord(*next);
   rocksdb::Status s = batch.Put(records_, AsSlice(key), encoded);
   const int64_t expires = ToMicros(next->expires);
-  if (stored_expires != expires) {
-    if (stored_expires) s = batch.Delete(by_expiry_, ExpiryIndexKey(*stored_expires, key));
+  if (!had_record || stored_expires != expires) {
+    if (had_record) s = batch.Delete(by_expiry_, ExpiryIndexKey(stored_expires, key));
     if (s.ok()) s = batch.Put(by_expiry_, ExpiryIndexKey(expires, key), rocksdb::Slice());
   }
   if (!s.ok()) return FromRocksDb(s, "writing record " + EscapeKey(key));
