@@ -252,7 +252,9 @@ void idem_forget(idem_store_t* store, const char* key, size_t keylen, char** err
 
 uint64_t idem_purge(idem_store_t* store, unsigned char dry_run, char** errptr) {
   return Guard(errptr, uint64_t{0}, [&]() -> uint64_t {
-    auto purged = store->store->Purge({.dry_run = dry_run != 0, .compact = false});
+    idem::PurgeOptions options;
+    options.dry_run = dry_run != 0;
+    auto purged = store->store->Purge(options);
     if (SaveError(errptr, purged.status())) return 0;
     return *purged;
   });

@@ -700,7 +700,9 @@ int Purge(const Context& ctx, const std::string& path, bool dry_run, bool quiet)
   const bool progress = !quiet && ctx.ErrIsTerminal();
   const char* verb = dry_run ? "counted" : "removed";
   auto last_shown = std::chrono::steady_clock::now();
-  PurgeOptions options{.dry_run = dry_run, .compact = !dry_run};
+  PurgeOptions options;
+  options.dry_run = dry_run;
+  options.compact = !dry_run;
   if (progress) {
     ctx.err << "idem purge: " << (dry_run ? "counting" : "removing") << " expired records in "
             << path << " ..." << std::flush;

@@ -142,7 +142,8 @@ class Store {
   virtual Status Forget(std::string_view key) = 0;
 
   // Calls `visit` with each live record in key order until it returns false. Safe while other
-  // threads write; each record is read consistently, the scan as a whole is a snapshot.
+  // threads write; each record is read consistently, but the scan is not one snapshot: it reads
+  // in pages, so a record written meanwhile may or may not be seen.
   // kCorruption (naming the key) on a record that cannot be decoded.
   virtual Status Scan(const ScanOptions& options, FunctionRef<bool(const Record&)> visit) = 0;
 

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 
 #include "storage/record_codec.h"
