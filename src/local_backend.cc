@@ -121,7 +121,10 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
   const auto now = Now();
   // A replay, a terminal failure and a mismatch write nothing, and only Forget or expiry can
   // change them: answer them from a plain read, without the key's lock or a token.
+  const uint64_t version = storage_->WriteVersion();
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> seen, storage_->Read(call.key));
+  const std::optional<uint64_t> absent_since =
+      seen ? std::nullopt : std::optional<uint64_t>(version);
   if (seen) {
     engine::BeginDecision final_answer =
         engine::DecideBegin(std::move(seen), request, now, /*fresh_token=*/0);
@@ -144,7 +147,7 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
             engine::DecideBegin(std::move(stored), request, now, fresh_token, holder_is_dead);
         return decision.write ? &decision.claim.record : nullptr;
       },
-      call.durability));
+      call.durability, absent_since));
   counters_.Count(decision.claim);
   return std::move(decision.claim);
 }
@@ -162,7 +165,7 @@ Status LocalBackend::Transition(const TransitionCall& call) {
         decision = engine::DecideTransition(std::move(stored), call.request, now);
         return decision.write ? &*decision.write : nullptr;
       },
-      call.durability));
+      call.durability, /*absent_since=*/std::nullopt));
   if (decision.status.code() == Status::Code::kLeaseLost) {
     counters_.lease_lost.fetch_add(1, std::memory_order_relaxed);
   }

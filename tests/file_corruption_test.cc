@@ -224,17 +224,63 @@ TEST(FileCorruption, ADamagedManifestIsRefusedNamingIt) {
   ExpectCommandRefusesNaming(dir, manifest);
 }
 
-// KNOWN LIMIT, disabled (docs/reliability.md, "Corruption"): RocksDB 7.8 reads a MANIFEST cut
-// short like one torn by a crash, opens the earlier state it describes, and deletes the table
-// files that state does not name: every record can vanish without an error. It fails today;
-// enable it once the store detects the rollback.
-TEST(FileCorruption, DISABLED_ATruncatedManifestIsRefusedNamingIt) {
+// A MANIFEST cut short: RocksDB alone would read it like one torn by a crash, open the earlier
+// state it describes and delete the table files that state does not name, so every record could
+// vanish without an error. The manifest mark (src/storage/manifest_mark.h) makes the store
+// refuse it instead, wherever the cut falls.
+TEST(FileCorruption, ATruncatedManifestIsRefusedNamingIt) {
+  TempDir base;
+  Fill(base.StorePath());
+  MoveLogIntoTables(base.StorePath());
+  const fs::path manifest = FilesLike(base.StorePath(), "MANIFEST-").front();
+  const auto size = fs::file_size(manifest);
+  int cuts = 0;
+  for (std::uintmax_t cut = 0; cut < size; cut += std::max<std::uintmax_t>(1, size / 25)) {
+    SCOPED_TRACE("MANIFEST cut to " + std::to_string(cut) + " of " + std::to_string(size));
+    TempDir dir;
+    fs::create_directories(dir.StorePath());
+    fs::copy(base.StorePath() + "/db", dir.StorePath() + "/db", fs::copy_options::recursive);
+    fs::resize_file(dir.StorePath() + "/db/" + manifest.filename().string(), cut);
+    ExpectRefusedNaming(dir.StorePath(), manifest);
+    ++cuts;
+  }
+  EXPECT_GE(cuts, 20);
+  // The command says so too; and deleting the mark is the documented way to open what is left.
+  TempDir dir;
+  fs::create_directories(dir.StorePath());
+  fs::copy(base.StorePath() + "/db", dir.StorePath() + "/db", fs::copy_options::recursive);
+  fs::resize_file(dir.StorePath() + "/db/" + manifest.filename().string(), size / 2);
+  ExpectCommandRefusesNaming(dir, manifest);
+  fs::remove(dir.StorePath() + "/db/IDEM-MARK");
+  auto opened = idem::Store::Open(dir.StorePath(), TestOptions());
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+}
+
+// An older copy's MANIFEST and CURRENT put back among newer files: refused, naming the MANIFEST.
+TEST(FileCorruption, AnOlderManifestPutBackIsRefusedNamingIt) {
+  TempDir dir;
+  TempDir older;
+  Fill(dir.StorePath());
+  MoveLogIntoTables(dir.StorePath());
+  fs::copy(dir.StorePath() + "/db", older.Sub("db"), fs::copy_options::recursive);
+  MoveLogIntoTables(dir.StorePath());  // each open writes a new MANIFEST
+  const fs::path old_manifest = FilesLike(older.path(), "MANIFEST-").front();
+  for (const auto& newer : FilesLike(dir.StorePath(), "MANIFEST-")) fs::remove(newer);
+  fs::copy_file(old_manifest, dir.StorePath() + "/db/" + old_manifest.filename().string());
+  fs::copy_file(older.Sub("db/CURRENT"), dir.StorePath() + "/db/CURRENT",
+                fs::copy_options::overwrite_existing);
+  ExpectRefusedNaming(dir.StorePath(), old_manifest);
+}
+
+// A damaged mark is refused naming the mark, never ignored.
+TEST(FileCorruption, ADamagedManifestMarkIsRefusedNamingIt) {
   TempDir dir;
   Fill(dir.StorePath());
   MoveLogIntoTables(dir.StorePath());
-  const fs::path manifest = FilesLike(dir.StorePath(), "MANIFEST-").front();
-  fs::resize_file(manifest, fs::file_size(manifest) / 2);
-  ExpectRefusedNaming(dir.StorePath(), manifest);
+  const fs::path mark = dir.StorePath() + "/db/IDEM-MARK";
+  ASSERT_TRUE(fs::exists(mark));
+  Overwrite(mark, 3, 4, '\x5a');
+  ExpectRefusedNaming(dir.StorePath(), mark);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
@@ -15,8 +16,10 @@
 #include <cstdio>
 #include <functional>
 
+#include "storage/manifest_mark.h"
 #include "storage/record_codec.h"
 #include "storage/rocksdb_status.h"
+#include "storage/storage_env.h"
 
 namespace idem::storage {
 namespace {
@@ -76,17 +79,24 @@ class ExpiredRecordFilter final : public rocksdb::CompactionFilter {
 
 class ExpiredRecordFilterFactory final : public rocksdb::CompactionFilterFactory {
  public:
-  explicit ExpiredRecordFilterFactory(std::shared_ptr<const Clock> clock)
-      : clock_(std::move(clock)) {}
+  // `filtered_up_to` is raised to every "now" a filter is given before that filter runs.
+  ExpiredRecordFilterFactory(std::shared_ptr<const Clock> clock,
+                             std::shared_ptr<std::atomic<int64_t>> filtered_up_to)
+      : clock_(std::move(clock)), filtered_up_to_(std::move(filtered_up_to)) {}
 
   std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
       const rocksdb::CompactionFilter::Context& /*context*/) noexcept override {
-    return std::make_unique<ExpiredRecordFilter>(ToMicros(clock_->Now()));
+    const int64_t now = ToMicros(clock_->Now());
+    int64_t seen = filtered_up_to_->load();
+    while (seen < now && !filtered_up_to_->compare_exchange_weak(seen, now)) {
+    }
+    return std::make_unique<ExpiredRecordFilter>(now);
   }
   const char* Name() const noexcept override { return "idem.ExpiredRecordFilterFactory"; }
 
  private:
   const std::shared_ptr<const Clock> clock_;
+  const std::shared_ptr<std::atomic<int64_t>> filtered_up_to_;
 };
 
 // RocksDB's info log, remembering the last file that recovery reported damaged. RocksDB's
@@ -174,10 +184,15 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   // A read-only instance opens every table file at once: a live owner that compacts and deletes
   // files meanwhile cannot pull them from under its reads.
   if (config.read_only) db_options.max_open_files = -1;
-  if (config.env) {
-    env_ = config.env;
-    db_options.env = env_.get();
-  }
+  // A MANIFEST that lost committed edits is refused before RocksDB can act on it; the owner
+  // writes the mark that makes this check possible (manifest_mark.h).
+  const std::shared_ptr<rocksdb::FileSystem> file_system =
+      config.env ? config.env->GetFileSystem() : rocksdb::FileSystem::Default();
+  IDEM_RETURN_IF_ERROR(CheckManifestMark(*file_system, path_));
+  // A read-only instance deletes nothing: it needs no mark.
+  env_ = NewStorageEnv(config.read_only ? file_system
+                                        : NewManifestMarkingFileSystem(file_system, path_));
+  db_options.env = env_.get();
   // A damaged write-ahead log must not silently lose acknowledged records. RocksDB's default,
   // kPointInTimeRecovery, stops replaying at the first damaged record and opens the store
   // without everything after it, fsynced claims included. kTolerateCorruptedTailRecords
@@ -206,7 +221,7 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   records_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   records_options.write_buffer_size = write_buffer;
   records_options.compaction_filter_factory =
-      std::make_shared<ExpiredRecordFilterFactory>(config.clock);
+      std::make_shared<ExpiredRecordFilterFactory>(config.clock, filtered_up_to_);
   records_options.level_compaction_dynamic_level_bytes = true;
   // Rewrites old files now and then so the compaction filter sees long-lived expired records.
   records_options.periodic_compaction_seconds = 24 * 60 * 60;
@@ -368,15 +383,34 @@ Status RocksDbStorage::Flush() {
   return FromRocksDb(db_->Flush(options, handles_), "flushing store " + path_);
 }
 
+Status RocksDbStorage::CompactRecords() {
+  return FromRocksDb(db_->CompactRange(rocksdb::CompactRangeOptions(), records_, nullptr, nullptr),
+                     "compacting store " + path_);
+}
+
 std::size_t RocksDbStorage::StripeIndex(std::string_view key) const {
   return std::hash<std::string_view>{}(key) % kStripes;
 }
 
-std::mutex& RocksDbStorage::StripeFor(std::string_view key) { return stripes_[StripeIndex(key)]; }
+uint64_t RocksDbStorage::WriteVersion() const { return db_->GetLatestSequenceNumber(); }
 
-Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability durability) {
-  std::lock_guard lock(StripeFor(key));
-  IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Read(key));
+Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability durability,
+                              std::optional<uint64_t> absent_since) {
+  const std::size_t stripe = StripeIndex(key);
+  std::lock_guard lock(stripes_[stripe]);
+  LastWrite& last = last_writes_[stripe];
+  std::optional<Record> stored;
+  // Every write takes a new sequence number, and a write of `key` holds this stripe's lock
+  // until it is visible: an unchanged sequence number means `key` is still absent (compaction
+  // only ever removes records).
+  if (absent_since && *absent_since == WriteVersion()) {
+    // stored stays absent
+  } else if (!last.key.empty() && last.key == key && last.expires > filtered_up_to_->load()) {
+    IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, last.value));
+    stored = std::move(record);
+  } else {
+    IDEM_ASSIGN_OR_RETURN(stored, Read(key));
+  }
   // Taken before `decide`, which may move from `stored`.
   const bool had_record = stored.has_value();
   const int64_t stored_expires = had_record ? ToMicros(stored->expires) : 0;
@@ -384,7 +418,7 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   if (next == nullptr) return Status::OK();
 
   rocksdb::WriteBatch batch;
-  const std::string encoded = EncodeRecord(*next);
+  std::string encoded = EncodeRecord(*next);
   rocksdb::Status s = batch.Put(records_, AsSlice(key), encoded);
   const int64_t expires = ToMicros(next->expires);
   if (!had_record || stored_expires != expires) {
@@ -392,7 +426,15 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
     if (s.ok()) s = batch.Put(by_expiry_, ExpiryIndexKey(expires, key), rocksdb::Slice());
   }
   if (!s.ok()) return FromRocksDb(s, "writing record " + EscapeKey(key));
-  return Write(durability, &batch, "writing record", key);
+  Status written = Write(durability, &batch, "writing record", key);
+  if (written.ok() && encoded.size() <= kLastWriteMaxBytes) {
+    last.key.assign(key);
+    last.value = std::move(encoded);
+    last.expires = expires;
+  } else {
+    last.Forget(key);
+  }
+  return written;
 }
 
 Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
@@ -405,7 +447,9 @@ Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
 }
 
 Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability) {
-  std::lock_guard lock(StripeFor(key));
+  const std::size_t stripe = StripeIndex(key);
+  std::lock_guard lock(stripes_[stripe]);
+  last_writes_[stripe].Forget(key);
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, AsSlice(key), &value);
   if (s.IsNotFound()) return false;
@@ -529,6 +573,7 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
     if (!stored_expires || *stored_expires != expires || expires > now_micros) continue;
     s = batch.Delete(records_, key);
     if (!s.ok()) return FromRocksDb(s, "purging record " + EscapeKey(key));
+    last_writes_[StripeIndex(key)].Forget(key);
     ++due;
   }
   // Buffered: a purge lost in a crash is simply done again by the next one.

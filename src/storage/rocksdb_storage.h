@@ -11,6 +11,7 @@
 
 #include <array>
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,8 +45,10 @@ class RocksDbStorage final : public Storage {
   static Result<std::unique_ptr<RocksDbStorage>> Open(const RocksDbConfig& config);
   ~RocksDbStorage() override;
 
-  Status Update(std::string_view key, Decide decide, Durability durability) override;
+  Status Update(std::string_view key, Decide decide, Durability durability,
+                std::optional<uint64_t> absent_since) override;
   Result<std::optional<Record>> Read(std::string_view key) override;
+  uint64_t WriteVersion() const override;
   Result<bool> Remove(std::string_view key, Durability durability) override;
   Status Scan(const ScanOptions& options, FunctionRef<bool(Record&&)> visit) override;
   Result<uint64_t> Purge(TimePoint now, const PurgeOptions& options) override;
@@ -53,6 +56,8 @@ class RocksDbStorage final : public Storage {
 
   // Writes the memtables to table files and waits (tests use it to get SST files to damage).
   Status Flush();
+  // Compacts all table files of the records, running the expiry filter over them (tests).
+  Status CompactRecords();
 
   // Persisted in the meta column family; never change these values.
   static constexpr uint32_t kStoreFormatVersion = 1;
@@ -71,7 +76,6 @@ class RocksDbStorage final : public Storage {
   Status Write(Durability durability, rocksdb::WriteBatch* batch, std::string_view what,
                std::string_view key = {});
   Status ResumeAfterWriteError();
-  std::mutex& StripeFor(std::string_view key);
   std::size_t StripeIndex(std::string_view key) const;
   // Deletes the due records among `keys` (each with the expiry its index entry names).
   Result<uint64_t> DeleteDue(const std::vector<std::pair<int64_t, std::string>>& entries,
@@ -79,8 +83,9 @@ class RocksDbStorage final : public Storage {
 
   // Constant after construction.
   std::string path_;
-  std::shared_ptr<rocksdb::Env> env_;  // the test hook's Env, if any: declared first, so it
-                                       // outlives db_
+  // The Env RocksDB uses: its own thread pools (storage_env.h) and the manifest-marking file
+  // system over the test hook's or the default one. Declared before db_, so it outlives it.
+  std::shared_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   rocksdb::ColumnFamilyHandle* records_ = nullptr;
@@ -95,6 +100,26 @@ class RocksDbStorage final : public Storage {
   // Per-key read-modify-write atomicity. 1024 stripes keep collisions rare at 64 threads.
   static constexpr std::size_t kStripes = 1024;
   std::array<std::mutex, kStripes> stripes_;
+
+  // Per stripe, the record last written for one of its keys, so the next transition of that key
+  // (Complete after Begin, each Extend) decodes it instead of reading it back from RocksDB: a
+  // lifecycle then makes one RocksDB read, not two. Only this process writes the database, and
+  // every write of a key holds its stripe's lock, so the copy is the stored record, with one
+  // exception: compaction drops expired records without the lock. So a copy is used only while
+  // its expiry is later than every "now" a compaction filter has been given (filtered_up_to_),
+  // which also covers a wall clock that went backwards. Guarded by the stripe's mutex.
+  struct LastWrite {
+    std::string key;
+    std::string value;  // encoded record
+    int64_t expires = 0;
+    void Forget(std::string_view written) {
+      if (key == written) key.clear(), value.clear();
+    }
+  };
+  static constexpr std::size_t kLastWriteMaxBytes = 1024;  // bounds the copies to ~1 MiB
+  std::array<LastWrite, kStripes> last_writes_;
+  const std::shared_ptr<std::atomic<int64_t>> filtered_up_to_ =
+      std::make_shared<std::atomic<int64_t>>(std::numeric_limits<int64_t>::min());
 
   std::mutex purge_mu_;  // one purge at a time
 

@@ -33,10 +33,17 @@ class Storage {
   // record, calls `decide` once, and writes its answer together with its expiry-index entry in
   // one batch, durable as `durability` says before returning. kCorruption without calling
   // `decide` when the stored value cannot be decoded.
-  virtual Status Update(std::string_view key, Decide decide, Durability durability) = 0;
+  // `absent_since`: a WriteVersion() taken before a Read that found no record under `key`. When
+  // nothing at all has been written since, Update knows the key is still absent and does not
+  // read it again.
+  virtual Status Update(std::string_view key, Decide decide, Durability durability,
+                        std::optional<uint64_t> absent_since) = 0;
 
   // The stored record, retention-expired ones included.
   virtual Result<std::optional<Record>> Read(std::string_view key) = 0;
+  // A number that changes whenever anything is written to the storage (by this process, which
+  // is the only writer).
+  virtual uint64_t WriteVersion() const = 0;
 
   // Deletes the record under `key` whatever it holds (even undecodable bytes). Returns whether
   // there was one.

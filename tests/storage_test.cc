@@ -1,0 +1,79 @@
+// The storage layer under LocalBackend, with an injected clock: what only shows below the Store
+// API (compaction dropping expired records, the per-stripe copy of the last record written).
+
+#include <gtest/gtest.h>
+
+#include "local_backend.h"
+#include "storage/rocksdb_storage.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using idem::Outcome;
+using idem_test::TempDir;
+
+class StorageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    idem::storage::RocksDbConfig config;
+    config.path = dir_.Sub("db");
+    config.clock = clock_;
+    auto storage = idem::storage::RocksDbStorage::Open(config);
+    ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+    storage_ = storage->get();
+    backend_ = std::make_unique<idem::LocalBackend>(std::move(storage).value(),
+                                                    idem_test::TestOptions(clock_));
+  }
+
+  idem::Result<idem::Claim> Begin(std::string_view key) {
+    return backend_->Begin({.key = key, .lease = 1s, .retention = 1s, .request_id = ++request_id_},
+                           idem::Holder{});
+  }
+
+  idem::Status Complete(std::string_view key, uint64_t token) {
+    return backend_->Transition({.key = key,
+                                 .request = {.kind = idem::engine::TransitionKind::kComplete,
+                                             .token = token,
+                                             .payload = "result"}});
+  }
+
+  TempDir dir_;
+  std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
+  idem::storage::RocksDbStorage* storage_ = nullptr;
+  std::unique_ptr<idem::LocalBackend> backend_;
+  uint64_t request_id_ = 0;
+};
+
+// A claim whose retention ran out is dropped by compaction; then the wall clock steps back to
+// within the claim's lease. Completing the claim must find no record, not the copy the storage
+// kept from writing it, which would still look live and take the result.
+TEST_F(StorageTest, ARecordDroppedByCompactionStaysGoneWhenTheClockStepsBack) {
+  const auto start = clock_->Now();
+  ASSERT_OK_AND_ASSIGN(auto claim, Begin("k"));
+  ASSERT_EQ(claim.outcome, Outcome::kAcquired);
+  clock_->Advance(2s);
+  ASSERT_OK(storage_->Flush());
+  ASSERT_OK(storage_->CompactRecords());
+  clock_->Set(start + 500ms);
+  ASSERT_OK_AND_ASSIGN(auto stored, backend_->Get("k"));
+  EXPECT_FALSE(stored.has_value()) << "compaction kept an expired record";
+  EXPECT_FALSE(Complete("k", claim.token).ok()) << "completed a record compaction had dropped";
+  ASSERT_OK_AND_ASSIGN(stored, backend_->Get("k"));
+  EXPECT_FALSE(stored.has_value());
+}
+
+// The same with a purge in place of the compaction: purged records stay purged.
+TEST_F(StorageTest, APurgedRecordStaysGoneWhenTheClockStepsBack) {
+  const auto start = clock_->Now();
+  ASSERT_OK_AND_ASSIGN(auto claim, Begin("k"));
+  clock_->Advance(2s);
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, storage_->Purge(clock_->Now(), {}));
+  EXPECT_EQ(purged, 1u);
+  clock_->Set(start + 500ms);
+  EXPECT_FALSE(Complete("k", claim.token).ok()) << "completed a purged record";
+  ASSERT_OK_AND_ASSIGN(auto stored, backend_->Get("k"));
+  EXPECT_FALSE(stored.has_value());
+}
+
+}  // namespace
