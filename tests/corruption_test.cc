@@ -14,6 +14,7 @@
 
 namespace {
 
+using namespace std::chrono_literals;
 using idem::Status;
 using idem_test::OpenStore;
 using idem_test::TempDir;
@@ -38,16 +39,17 @@ void PutRaw(const std::string& store_path, const std::string& family, const std:
 TEST(Corruption, DamagedRecordBytesAreReportedNamingTheKey) {
   TempDir dir;
   const std::string key("bad\0key", 7);
+  auto clock = std::make_shared<idem_test::ManualClock>();
   {
-    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    IDEM_ASSERT_OPEN(store, dir.StorePath(), idem_test::TestOptions(clock));
     ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("good"));
     ASSERT_OK(store->Complete("good", claim.token, "fine"));
-    ASSERT_OK_AND_ASSIGN(auto bad, store->Begin(key));
+    ASSERT_OK_AND_ASSIGN(auto bad, store->Begin(key, {.retention = 1h}));
     ASSERT_OK(store->Complete(key, bad.token, "soon damaged"));
   }
   PutRaw(dir.StorePath(), "default", key, std::string("\x01garbage", 8));
 
-  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  IDEM_ASSERT_OPEN(store, dir.StorePath(), idem_test::TestOptions(clock));
   auto got = store->Get(key);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), Status::Code::kCorruption);
@@ -64,8 +66,15 @@ TEST(Corruption, DamagedRecordBytesAreReportedNamingTheKey) {
   EXPECT_CODE(store->Scan({}, [](const idem::Record&) { return true; }), kCorruption);
   // The operator's way out: forget it, then the key works again.
   ASSERT_OK(store->Forget(key));
-  ASSERT_OK_AND_ASSIGN(auto fresh, store->Begin(key));
+  ASSERT_OK_AND_ASSIGN(auto fresh, store->Begin(key, {.retention = 48h}));
   EXPECT_EQ(fresh.outcome, idem::Outcome::kAcquired);
+  // Forget removed the damaged record's expiry-index entry too (it could not read the expiry
+  // from the damaged bytes): when that old expiry passes, a purge leaves the new record alone.
+  clock->Advance(2h);
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, store->Purge());
+  EXPECT_EQ(purged, 0u);
+  ASSERT_OK_AND_ASSIGN(auto kept, store->Get(key));
+  EXPECT_TRUE(kept.has_value()) << "a purge deleted a record that expires in two days";
 }
 
 TEST(Corruption, AnUnknownRecordVersionIsNotMisread) {

@@ -38,6 +38,15 @@ class StorageTest : public ::testing::Test {
                                              .payload = "result"}});
   }
 
+  // Moves the clock on by `later`, lets compaction filters drop what expired a day before,
+  // and runs them over every table file.
+  void DropExpiredByCompaction(std::chrono::seconds later) {
+    clock_->Advance(later);
+    ASSERT_OK(storage_->AdvanceFilterHorizon(clock_->Now()));
+    ASSERT_OK(storage_->Flush());
+    ASSERT_OK(storage_->CompactRecords());
+  }
+
   TempDir dir_;
   std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
   idem::storage::RocksDbStorage* storage_ = nullptr;
@@ -52,9 +61,7 @@ TEST_F(StorageTest, ARecordDroppedByCompactionStaysGoneWhenTheClockStepsBack) {
   const auto start = clock_->Now();
   ASSERT_OK_AND_ASSIGN(auto claim, Begin("k"));
   ASSERT_EQ(claim.outcome, Outcome::kAcquired);
-  clock_->Advance(2s);
-  ASSERT_OK(storage_->Flush());
-  ASSERT_OK(storage_->CompactRecords());
+  DropExpiredByCompaction(48h);
   clock_->Set(start + 500ms);
   ASSERT_OK_AND_ASSIGN(auto stored, backend_->Get("k"));
   EXPECT_FALSE(stored.has_value()) << "compaction kept an expired record";
@@ -74,6 +81,50 @@ TEST_F(StorageTest, APurgedRecordStaysGoneWhenTheClockStepsBack) {
   EXPECT_FALSE(Complete("k", claim.token).ok()) << "completed a purged record";
   ASSERT_OK_AND_ASSIGN(auto stored, backend_->Get("k"));
   EXPECT_FALSE(stored.has_value());
+}
+
+// Compaction drops an expired claim but not its expiry-index entry; the key is claimed again.
+// A purge reaching the old entry must leave the new record alone: entries at or before the
+// filter horizon are checked against the record before it is deleted.
+TEST_F(StorageTest, AnIndexEntryLeftByCompactionDoesNotPurgeANewerRecord) {
+  ASSERT_OK_AND_ASSIGN(auto first, Begin("k"));
+  DropExpiredByCompaction(48h);
+  ASSERT_OK_AND_ASSIGN(auto stored, backend_->Get("k"));
+  ASSERT_FALSE(stored.has_value()) << "compaction kept an expired record";
+  ASSERT_OK_AND_ASSIGN(
+      auto second,
+      backend_->Begin({.key = "k", .lease = 1s, .retention = 96h, .request_id = ++request_id_},
+                      idem::Holder{}));
+  ASSERT_EQ(second.outcome, Outcome::kAcquired);
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, storage_->Purge(clock_->Now(), {}));
+  EXPECT_EQ(purged, 0u);
+  ASSERT_OK_AND_ASSIGN(stored, backend_->Get("k"));
+  EXPECT_TRUE(stored.has_value()) << "a purge deleted a record that expires in four days";
+}
+
+// Due records after the horizon are deleted without being read; all of them, and nothing else.
+TEST_F(StorageTest, APurgeDeletesExactlyTheDueRecords) {
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto claim, backend_->Begin({.key = "due-" + std::to_string(i),
+                                                      .lease = 1s,
+                                                      .retention = 1s,
+                                                      .request_id = ++request_id_},
+                                                     idem::Holder{}));
+    ASSERT_OK_AND_ASSIGN(auto kept, backend_->Begin({.key = "kept-" + std::to_string(i),
+                                                     .lease = 1s,
+                                                     .retention = 1h,
+                                                     .request_id = ++request_id_},
+                                                    idem::Holder{}));
+  }
+  clock_->Advance(2s);
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, storage_->Purge(clock_->Now(), {}));
+  EXPECT_EQ(purged, 100u);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto due, storage_->Read("due-" + std::to_string(i)));
+    EXPECT_FALSE(due.has_value()) << i;
+    ASSERT_OK_AND_ASSIGN(auto kept, storage_->Read("kept-" + std::to_string(i)));
+    EXPECT_TRUE(kept.has_value()) << i;
+  }
 }
 
 }  // namespace

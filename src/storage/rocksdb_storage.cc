@@ -28,6 +28,11 @@ constexpr char kByExpiryFamily[] = "by_expiry";
 constexpr char kMetaFamily[] = "meta";
 constexpr char kFormatVersionKey[] = "format_version";
 constexpr char kTokenCeilingKey[] = "token_ceiling";
+constexpr char kFilterHorizonKey[] = "filter_horizon";
+// How far the filter horizon trails the clock (see filter_horizon_ in the header). Purges run
+// every few minutes (the auto-purge) or hours (cron), so the entries they find due are newer
+// than a day and deleted without a read; compaction filters remove what expired over a day ago.
+constexpr int64_t kFilterHorizonLagMicros = int64_t{24} * 60 * 60 * 1'000'000;
 // Purge deletes records in batches of this many keys, holding their stripe locks meanwhile.
 // Small enough that a purge never holds many locks at once (ThreadSanitizer tracks at most 64
 // per thread), large enough that one write carries many deletes.
@@ -79,24 +84,22 @@ class ExpiredRecordFilter final : public rocksdb::CompactionFilter {
 
 class ExpiredRecordFilterFactory final : public rocksdb::CompactionFilterFactory {
  public:
-  // `filtered_up_to` is raised to every "now" a filter is given before that filter runs.
+  // Filters drop records expired at the later of nothing and min(now, *horizon): never one that
+  // expires after the persisted filter horizon.
   ExpiredRecordFilterFactory(std::shared_ptr<const Clock> clock,
-                             std::shared_ptr<std::atomic<int64_t>> filtered_up_to)
-      : clock_(std::move(clock)), filtered_up_to_(std::move(filtered_up_to)) {}
+                             std::shared_ptr<const std::atomic<int64_t>> horizon)
+      : clock_(std::move(clock)), horizon_(std::move(horizon)) {}
 
   std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
       const rocksdb::CompactionFilter::Context& /*context*/) noexcept override {
-    const int64_t now = ToMicros(clock_->Now());
-    int64_t seen = filtered_up_to_->load();
-    while (seen < now && !filtered_up_to_->compare_exchange_weak(seen, now)) {
-    }
-    return std::make_unique<ExpiredRecordFilter>(now);
+    return std::make_unique<ExpiredRecordFilter>(
+        std::min(ToMicros(clock_->Now()), horizon_->load()));
   }
   const char* Name() const noexcept override { return "idem.ExpiredRecordFilterFactory"; }
 
  private:
   const std::shared_ptr<const Clock> clock_;
-  const std::shared_ptr<std::atomic<int64_t>> filtered_up_to_;
+  const std::shared_ptr<const std::atomic<int64_t>> horizon_;
 };
 
 // RocksDB's info log, remembering the last file that recovery reported damaged. RocksDB's
@@ -221,7 +224,7 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   records_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   records_options.write_buffer_size = write_buffer;
   records_options.compaction_filter_factory =
-      std::make_shared<ExpiredRecordFilterFactory>(config.clock, filtered_up_to_);
+      std::make_shared<ExpiredRecordFilterFactory>(config.clock, filter_horizon_);
   records_options.level_compaction_dynamic_level_bytes = true;
   // Rewrites old files now and then so the compaction filter sees long-lived expired records.
   records_options.periodic_compaction_seconds = 24 * 60 * 60;
@@ -302,7 +305,40 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   // Tokens below the stored ceiling may have been handed out before a crash: skip them all.
   next_token_ = start;
   IDEM_RETURN_IF_ERROR(PersistTokenCeiling(start + kTokenBlock));
+
+  const TimePoint now = config.clock->Now();
+  read = db_->Get(rocksdb::ReadOptions(), meta_, kFilterHorizonKey, &value);
+  if (read.ok() && value.size() == 8) {
+    filter_horizon_->store(static_cast<int64_t>(GetFixed64(value.data())));
+  } else if (read.ok()) {
+    return Status::Corruption("store " + path_ + ": filter horizon is " +
+                              std::to_string(value.size()) + " bytes, expected 8");
+  } else if (read.IsNotFound()) {
+    // Written by an idem whose filter dropped whatever had expired: up to now.
+    IDEM_RETURN_IF_ERROR(PersistFilterHorizon(ToMicros(now)));
+  } else {
+    return FromRocksDb(read, "reading the filter horizon of " + path_);
+  }
+  return AdvanceFilterHorizon(now);
+}
+
+Status RocksDbStorage::PersistFilterHorizon(int64_t horizon) {
+  std::string encoded;
+  PutFixed64(encoded, static_cast<uint64_t>(horizon));
+  rocksdb::WriteBatch batch;
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(batch.Put(meta_, kFilterHorizonKey, encoded), "saving the filter horizon"));
+  // Durable before any compaction filter may use it.
+  IDEM_RETURN_IF_ERROR(Write(Durability::kSync, &batch, "saving the filter horizon"));
+  filter_horizon_->store(horizon);
   return Status::OK();
+}
+
+Status RocksDbStorage::AdvanceFilterHorizon(TimePoint now) {
+  std::lock_guard lock(horizon_mu_);
+  const int64_t target = ToMicros(now) - kFilterHorizonLagMicros;
+  if (target <= filter_horizon_->load()) return Status::OK();
+  return PersistFilterHorizon(target);
 }
 
 RocksDbStorage::~RocksDbStorage() {
@@ -405,7 +441,7 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   // only ever removes records).
   if (absent_since && *absent_since == WriteVersion()) {
     // stored stays absent
-  } else if (!last.key.empty() && last.key == key && last.expires > filtered_up_to_->load()) {
+  } else if (!last.key.empty() && last.key == key && last.expires > filter_horizon_->load()) {
     IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, last.value));
     stored = std::move(record);
   } else {
@@ -427,6 +463,7 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   }
   if (!s.ok()) return FromRocksDb(s, "writing record " + EscapeKey(key));
   Status written = Write(durability, &batch, "writing record", key);
+  written_at_[stripe] = WriteVersion();
   if (written.ok() && encoded.size() <= kLastWriteMaxBytes) {
     last.key.assign(key);
     last.value = std::move(encoded);
@@ -456,13 +493,23 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
   if (!s.ok()) return FromRocksDb(s, "reading record " + EscapeKey(key));
   rocksdb::WriteBatch batch;
   s = batch.Delete(records_, AsSlice(key));
-  // An undecodable value has no readable expiry; its index entry, if any, is dropped by the
-  // next purge that reaches it (purge skips index entries without a matching record).
   if (const auto expires = PeekExpiresMicros(value); s.ok() && expires) {
     s = batch.Delete(by_expiry_, ExpiryIndexKey(*expires, key));
+  } else if (s.ok()) {
+    // A damaged value names no expiry: find the key's entry in the whole index (a rare repair),
+    // since an entry left behind could later purge a new record under the same key.
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), by_expiry_));
+    for (it->SeekToFirst(); it->Valid() && s.ok(); it->Next()) {
+      if (it->key().size() >= 8 && it->key().ToStringView().substr(8) == key) {
+        s = batch.Delete(by_expiry_, it->key());
+      }
+    }
+    if (s.ok()) s = it->status();
   }
   if (!s.ok()) return FromRocksDb(s, "removing record " + EscapeKey(key));
-  IDEM_RETURN_IF_ERROR(Write(durability, &batch, "removing record", key));
+  const Status written = Write(durability, &batch, "removing record", key);
+  written_at_[stripe] = WriteVersion();
+  IDEM_RETURN_IF_ERROR(written);
   return true;
 }
 
@@ -484,18 +531,31 @@ Status RocksDbStorage::Scan(const ScanOptions& options, FunctionRef<bool(Record&
 Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& options) {
   std::lock_guard purge_lock(purge_mu_);
   const int64_t now_micros = ToMicros(now);
+  if (!options.dry_run) IDEM_RETURN_IF_ERROR(AdvanceFilterHorizon(now));
+  // Entries after the horizon are exact (see filter_horizon_): their records are deleted
+  // without reading them. Entries at or before it may have lost their record to a compaction
+  // filter, and the key may hold a newer record since: those are checked first.
+  const int64_t verify_up_to = filter_horizon_->load();
   // Index entries at or before `now` are due; iterate up to (now + 1 microsecond).
   const std::string end = ExpiryIndexKey(now_micros + 1, {});
   rocksdb::ReadOptions read_options;
   const rocksdb::Slice upper(end);
   read_options.iterate_upper_bound = &upper;
+  // An explicit snapshot: DeleteDue compares its sequence number with the stripes' writes.
+  struct Snapshot {
+    rocksdb::DB* db;
+    const rocksdb::Snapshot* snapshot;
+    ~Snapshot() { db->ReleaseSnapshot(snapshot); }
+  } snapshot{db_.get(), db_->GetSnapshot()};
+  read_options.snapshot = snapshot.snapshot;
+  const uint64_t seen_at = snapshot.snapshot->GetSequenceNumber();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, by_expiry_));
 
   uint64_t purged = 0;
   std::string smallest_key, largest_key, last_index_key;
   std::vector<std::pair<int64_t, std::string>> batch;
   auto flush = [&]() -> Status {
-    IDEM_ASSIGN_OR_RETURN(uint64_t deleted, DeleteDue(batch, now_micros));
+    IDEM_ASSIGN_OR_RETURN(uint64_t deleted, DeleteDue(batch, now_micros, verify_up_to, seen_at));
     purged += deleted;
     batch.clear();
     if (options.progress) options.progress(purged);
@@ -542,7 +602,8 @@ Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& option
 }
 
 Result<uint64_t> RocksDbStorage::DeleteDue(
-    const std::vector<std::pair<int64_t, std::string>>& entries, int64_t now_micros) {
+    const std::vector<std::pair<int64_t, std::string>>& entries, int64_t now_micros,
+    int64_t verify_up_to, uint64_t seen_at) {
   if (entries.empty()) return uint64_t{0};
   // Lock the stripes of the whole batch in index order: Update holds one stripe at a time, so
   // this cannot deadlock, and no Update can re-create a key between our read and our delete.
@@ -562,16 +623,32 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
 
   rocksdb::WriteBatch batch;
   uint64_t due = 0;
+  std::string unused;
   for (const auto& [expires, key] : entries) {
-    std::string value;
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, key, &value);
-    if (s.IsNotFound()) continue;  // forgotten, or removed by compaction already
-    if (!s.ok()) return FromRocksDb(s, "reading record " + EscapeKey(key));
-    // The record must still carry the expiry this entry names: a record re-acquired since has
-    // a newer expiry and its own index entry.
-    const auto stored_expires = PeekExpiresMicros(value);
-    if (!stored_expires || *stored_expires != expires || expires > now_micros) continue;
-    s = batch.Delete(records_, key);
+    if (expires > now_micros) continue;
+    if (expires > verify_up_to) {
+      // The index is exact here, but the entry comes from the purge's snapshot: if a key of
+      // this stripe was written since, the entry must still be there (the writer may have
+      // given the record a new expiry).
+      if (written_at_[StripeIndex(key)] > seen_at) {
+        rocksdb::Status read =
+            db_->Get(rocksdb::ReadOptions(), by_expiry_, ExpiryIndexKey(expires, key), &unused);
+        if (read.IsNotFound()) continue;
+        if (!read.ok()) return FromRocksDb(read, "reading the expiry index");
+      }
+    } else {
+      std::string value;
+      rocksdb::Status read = db_->Get(rocksdb::ReadOptions(), records_, key, &value);
+      if (read.IsNotFound()) continue;  // removed by a compaction filter
+      if (!read.ok()) return FromRocksDb(read, "reading record " + EscapeKey(key));
+      // The record must still carry the expiry this entry names: one created since the
+      // filter removed the old one has a later expiry and its own index entry.
+      const auto stored_expires = PeekExpiresMicros(value);
+      if (!stored_expires || *stored_expires != expires) continue;
+    }
+    // The entry goes with the record, so that a purge cut short never counts it again.
+    rocksdb::Status s = batch.Delete(records_, key);
+    if (s.ok()) s = batch.Delete(by_expiry_, ExpiryIndexKey(expires, key));
     if (!s.ok()) return FromRocksDb(s, "purging record " + EscapeKey(key));
     last_writes_[StripeIndex(key)].Forget(key);
     ++due;

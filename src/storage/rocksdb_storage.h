@@ -58,6 +58,9 @@ class RocksDbStorage final : public Storage {
   Status Flush();
   // Compacts all table files of the records, running the expiry filter over them (tests).
   Status CompactRecords();
+  // Moves the filter horizon (see filter_horizon_) to a day before `now` if it is older.
+  // Opening the store and every purge call it.
+  Status AdvanceFilterHorizon(TimePoint now);
 
   // Persisted in the meta column family; never change these values.
   static constexpr uint32_t kStoreFormatVersion = 1;
@@ -77,9 +80,12 @@ class RocksDbStorage final : public Storage {
                std::string_view key = {});
   Status ResumeAfterWriteError();
   std::size_t StripeIndex(std::string_view key) const;
-  // Deletes the due records among `keys` (each with the expiry its index entry names).
+  // Deletes the due records among `entries` (each an index entry's expiry and key), reading
+  // first those whose expiry is at or before `verify_up_to`.
+  // `seen_at`: the sequence number of the snapshot the entries were read from.
   Result<uint64_t> DeleteDue(const std::vector<std::pair<int64_t, std::string>>& entries,
-                             int64_t now_micros);
+                             int64_t now_micros, int64_t verify_up_to, uint64_t seen_at);
+  Status PersistFilterHorizon(int64_t horizon);
 
   // Constant after construction.
   std::string path_;
@@ -106,8 +112,7 @@ class RocksDbStorage final : public Storage {
   // lifecycle then makes one RocksDB read, not two. Only this process writes the database, and
   // every write of a key holds its stripe's lock, so the copy is the stored record, with one
   // exception: compaction drops expired records without the lock. So a copy is used only while
-  // its expiry is later than every "now" a compaction filter has been given (filtered_up_to_),
-  // which also covers a wall clock that went backwards. Guarded by the stripe's mutex.
+  // it expires after the filter horizon. Guarded by the stripe's mutex.
   struct LastWrite {
     std::string key;
     std::string value;  // encoded record
@@ -118,8 +123,21 @@ class RocksDbStorage final : public Storage {
   };
   static constexpr std::size_t kLastWriteMaxBytes = 1024;  // bounds the copies to ~1 MiB
   std::array<LastWrite, kStripes> last_writes_;
-  const std::shared_ptr<std::atomic<int64_t>> filtered_up_to_ =
+  // Per stripe, the sequence number after the last Update or Remove of one of its keys: a purge
+  // rechecks an index entry from its snapshot only when its stripe was written since. Guarded by
+  // the stripe's mutex.
+  std::array<uint64_t, kStripes> written_at_{};
+
+  // The filter horizon (micros): compaction filters drop only records that expire at or before
+  // it, and it is persisted (fsynced, meta "filter_horizon") before any filter uses it. It
+  // trails the clock by a day and moves at open and at each purge. So the expiry index is
+  // exact after it: an entry later than the horizon always names a record with that expiry
+  // (every write of a record replaces its entry in the same batch), and purge deletes such
+  // records without reading them. At or before it, a filter may have removed the record and
+  // the key may hold a newer one: purge reads those first. Also bounds the last-write copies.
+  const std::shared_ptr<std::atomic<int64_t>> filter_horizon_ =
       std::make_shared<std::atomic<int64_t>>(std::numeric_limits<int64_t>::min());
+  std::mutex horizon_mu_;  // one writer of the horizon at a time
 
   std::mutex purge_mu_;  // one purge at a time
 
