@@ -85,9 +85,13 @@ struct Options {
   // in proportion to the records expired since the last one. 0 disables it. Default: 10 min.
   std::chrono::milliseconds auto_purge_interval{std::chrono::minutes(10)};
 
-  // Memory RocksDB may use for its write buffers and block cache together, in bytes. Smaller
-  // saves memory on edge devices; larger speeds up reads of big stores. Default: 32 MiB.
-  std::size_t memory_budget = 32 << 20;
+  // The resident memory (RSS) a process holding the store should stay under, in bytes. idem
+  // gives a quarter of it to RocksDB's block cache, which also accounts for the write buffers
+  // (at most an eighth); the rest covers the code of idem and RocksDB (~15 MiB), compaction and
+  // scan buffers. Measured with 10 million records in docs/benchmarks.md. Smaller saves memory
+  // (below ~32 MiB the fixed part dominates); larger speeds up reads of big stores.
+  // Default: 64 MiB.
+  std::size_t memory_budget = 64 << 20;
 
   // Take over a pending claim at once, without waiting for its lease, when the process that
   // acquired it has died (its pid is gone, or now belongs to a process started later). Turn it
