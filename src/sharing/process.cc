@@ -61,11 +61,25 @@ uint64_t ForkGeneration() { return State().generation.load(std::memory_order_rel
 // repeats its parent's ids (its Begin could pass for the parent's resent one) and the hot path
 // makes no system call.
 uint64_t RandomRequestId() {
-  uint64_t id = 0;
-  while (id == 0) {  // 0 means "no request id"
-    id = Mix(State().next_id.fetch_add(0x9e3779b97f4a7c15ULL, std::memory_order_relaxed));
+  // Each thread takes a block of the sequence at a time, so that concurrent Begins do not
+  // contend on one counter; a block taken before a fork is dropped in the child.
+  constexpr uint64_t kStep = 0x9e3779b97f4a7c15ULL;
+  constexpr uint64_t kBlock = 1024;
+  thread_local uint64_t next = 0;
+  thread_local uint64_t left = 0;
+  thread_local uint64_t generation = ~uint64_t{0};
+  if (left == 0 || generation != ForkGeneration()) {
+    generation = ForkGeneration();
+    next = State().next_id.fetch_add(kStep * kBlock, std::memory_order_relaxed);
+    left = kBlock;
   }
-  return id;
+  uint64_t id = 0;
+  while (id == 0 && left > 0) {  // 0 means "no request id"
+    id = Mix(next);
+    next += kStep;
+    --left;
+  }
+  return id != 0 ? id : RandomRequestId();
 }
 
 std::optional<uint64_t> ProcessStartTime(pid_t pid) {
