@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <new>
 
 namespace idem {
 namespace {
@@ -31,6 +32,10 @@ void LeaseKeeper::ResetInChild() {
   // The thread object names a thread that exists only in the parent: neither join it nor let
   // it be destroyed joinable.
   if (thread_.joinable()) new std::thread(std::move(thread_));
+  // The condition variable may still count the parent's thread among its waiters (it waits
+  // there between renewals): a notify in the child would wait for that thread forever. No
+  // thread of the child waits on it, so a fresh one takes its place.
+  new (&changed_) std::condition_variable();
   leases_.clear();
   renewing_ = 0;
   mu_.unlock();
