@@ -361,7 +361,7 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         f"{fig('purge', 'idem-buffered', 'purge_seconds') * 1000:.1f} ms; a `Store::Scan` of "
         f"the {fig('purge', 'idem-buffered', 'scanned'):,.0f} records left took "
         f"{fig('purge', 'idem-buffered', 'scan_seconds') * 1000:.0f} ms.")
-    add(f"- Memory: `Options::memory_budget` (default 64 MiB; the resident memory a process "
+    add(f"- Memory: `Options::memory_budget` (default 96 MiB; the resident memory a process "
         f"holding the store should stay under: a quarter of it is RocksDB's block cache, which "
         f"also accounts for the memtables) was {fig('memory', 'idem', 'memory_budget'):.0f} MiB. The "
         f"process's RSS right after opening an empty store was "

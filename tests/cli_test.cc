@@ -961,7 +961,7 @@ TEST_F(CliTest, BinaryDumpsALargeStoreInBoundedMemory) {
             << peak_kib << " KiB\n";
   EXPECT_GT(output_bytes, static_cast<std::uintmax_t>(count) * 200);
   if (idem_test::UnderTsan()) return;  // its shadow memory says nothing about the dump
-  // RocksDB's caches are capped by a quarter of Options::memory_budget (64 MiB).
+  // RocksDB's caches are capped by a quarter of Options::memory_budget (96 MiB).
   EXPECT_LT(peak_kib, 160 * 1024);
   if (!kUnderAsan && count >= 200000) {
     EXPECT_LT(static_cast<std::uintmax_t>(peak_kib) * 1024, output_bytes);

@@ -90,8 +90,8 @@ struct Options {
   // (at most an eighth); the rest covers the code of idem and RocksDB (~15 MiB), compaction and
   // scan buffers. Measured with 10 million records in docs/benchmarks.md. Smaller saves memory
   // (below ~32 MiB the fixed part dominates); larger speeds up reads of big stores.
-  // Default: 64 MiB.
-  std::size_t memory_budget = 64 << 20;
+  // Default: 96 MiB.
+  std::size_t memory_budget = 96 << 20;
 
   // Take over a pending claim at once, without waiting for its lease, when the process that
   // acquired it has died (its pid is gone, or now belongs to a process started later). Turn it

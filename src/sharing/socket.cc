@@ -142,11 +142,12 @@ Status WriteFrame(int fd, std::string_view payload) {
 Result<std::string> ReadFrame(int fd, std::size_t max_size,
                               std::chrono::milliseconds body_timeout) {
   // The wait for a frame to start is unbounded (an idle connection); once it has started, the
-  // rest must arrive within `body_timeout`.
-  char header[4];
+  // rest must arrive within `body_timeout`. The first read takes the header and, usually, the
+  // whole body: one system call per frame.
+  char first[4096];
   std::size_t got = 0;
   while (got == 0) {
-    const ssize_t n = ::recv(fd, header, sizeof header, 0);
+    const ssize_t n = ::recv(fd, first, sizeof first, 0);
     if (n > 0) {
       got = static_cast<std::size_t>(n);
     } else if (n == 0) {
@@ -156,14 +157,23 @@ Result<std::string> ReadFrame(int fd, std::size_t max_size,
     }
   }
   const auto deadline = std::chrono::steady_clock::now() + body_timeout;
-  IDEM_RETURN_IF_ERROR(ReadExactly(fd, header + got, sizeof header - got, deadline));
-  const uint32_t size = storage::GetFixed32(header);
+  if (got < 4) {
+    IDEM_RETURN_IF_ERROR(ReadExactly(fd, first + got, 4 - got, deadline));
+    got = 4;
+  }
+  const uint32_t size = storage::GetFixed32(first);
   if (size > max_size) {
     return Status::InvalidArgument("frame of " + std::to_string(size) +
                                    " bytes is over the limit of " + std::to_string(max_size));
   }
-  std::string payload(size, '\0');
-  IDEM_RETURN_IF_ERROR(ReadExactly(fd, payload.data(), size, deadline));
+  // Each side sends one frame and waits for the answer: bytes past this frame mean a peer that
+  // does not follow the protocol.
+  if (got - 4 > size) {
+    return Status::InvalidArgument("the peer sent another frame before the answer to this one");
+  }
+  std::string payload(first + 4, got - 4);
+  payload.resize(size);
+  IDEM_RETURN_IF_ERROR(ReadExactly(fd, payload.data() + (got - 4), size - (got - 4), deadline));
   return payload;
 }
 

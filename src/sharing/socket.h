@@ -34,7 +34,8 @@ Status WriteFrame(int fd, std::string_view payload);
 // Reads one frame of at most `max_size` bytes. Once its first byte has arrived, the rest must
 // arrive within `body_timeout`, so a peer that stalls mid-frame cannot hold a reader forever.
 // kUnavailable when the peer closed or the connection failed; kInvalidArgument for an
-// oversized frame; kTimedOut for a stalled one.
+// oversized frame, or for bytes past the frame (each side sends one frame, then waits for the
+// answer); kTimedOut for a stalled one.
 Result<std::string> ReadFrame(int fd, std::size_t max_size, std::chrono::milliseconds body_timeout);
 
 // Closes `fd` on destruction.

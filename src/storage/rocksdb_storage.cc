@@ -476,8 +476,9 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   const Record* next = decide(stored);
   if (next == nullptr) return Status::OK();
 
-  rocksdb::WriteBatch batch;
   std::string encoded = EncodeRecord(*next);
+  // Room for the record and two index entries with their headers: the batch grows only once.
+  rocksdb::WriteBatch batch(/*reserved_bytes=*/64 + 3 * key.size() + encoded.size());
   rocksdb::Status s = batch.Put(records_, AsSlice(key), encoded);
   const int64_t expires = ToMicros(next->expires);
   if (!had_record || stored_expires != expires) {
