@@ -12,6 +12,8 @@
 #include <chrono>
 #include <thread>
 
+#include "storage/memory_split.h"
+
 namespace idem::bench {
 namespace {
 
@@ -92,17 +94,16 @@ class RocksDbSubject final : public Subject {
   static Result<std::unique_ptr<Subject>> Open(const SubjectConfig& config, bool sync) {
     std::unique_ptr<RocksDbSubject> subject(new RocksDbSubject());
     subject->write_options_.sync = sync;
-    // The same engine settings as idem's storage, so the ratio measures idem's own work: half
-    // the memory budget caches blocks, half bounds the memtables; a Bloom filter per table.
-    subject->cache_ =
-        rocksdb::NewLRUCache(std::max<std::size_t>(config.memory_budget / 2, 1 << 20));
+    // The same engine settings as idem's storage, so the ratio measures idem's own work: the
+    // memory budget split the same way (storage/memory_split.h); a Bloom filter per table.
+    const storage::MemorySplit memory = storage::SplitMemoryBudget(config.memory_budget);
+    subject->cache_ = rocksdb::NewLRUCache(memory.block_cache);
     rocksdb::Options options;
     options.create_if_missing = true;
     options.max_background_jobs = 2;
-    options.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(
-        std::max<std::size_t>(config.memory_budget / 2, 1 << 20), subject->cache_);
-    options.write_buffer_size =
-        std::clamp<std::size_t>(config.memory_budget / 8, 1 << 20, 64 << 20);
+    options.write_buffer_manager =
+        std::make_shared<rocksdb::WriteBufferManager>(memory.write_buffers, subject->cache_);
+    options.write_buffer_size = memory.write_buffer_size;
     options.level_compaction_dynamic_level_bytes = true;
     rocksdb::BlockBasedTableOptions table_options;
     table_options.block_cache = subject->cache_;

@@ -20,6 +20,7 @@
 #include <functional>
 
 #include "storage/manifest_mark.h"
+#include "storage/memory_split.h"
 #include "storage/record_codec.h"
 #include "storage/rocksdb_status.h"
 #include "storage/storage_env.h"
@@ -184,14 +185,11 @@ Result<std::unique_ptr<RocksDbStorage>> RocksDbStorage::Open(const RocksDbConfig
 
 Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   path_ = config.path;
-  // The budget is for the whole process (Options::memory_budget). A quarter of it is the block
-  // cache; the memtables of all column families are charged to that cache and bounded by an
-  // eighth. The rest is for code (~15 MiB of idem, RocksDB and libc pages), compaction and scan
-  // buffers, and the application. Measured in docs/benchmarks.md ("Memory").
+  const MemorySplit memory = SplitMemoryBudget(config.memory_budget);
   auto resources = std::make_shared<SharedResources>();
-  resources->cache = rocksdb::NewLRUCache(std::max<std::size_t>(config.memory_budget / 4, 1 << 20));
-  resources->write_buffers = std::make_shared<rocksdb::WriteBufferManager>(
-      std::max<std::size_t>(config.memory_budget / 8, 1 << 20), resources->cache);
+  resources->cache = rocksdb::NewLRUCache(memory.block_cache);
+  resources->write_buffers =
+      std::make_shared<rocksdb::WriteBufferManager>(memory.write_buffers, resources->cache);
   keep_alive_ = resources;
 
   rocksdb::DBOptions db_options;
@@ -236,8 +234,7 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   table_options.pin_top_level_index_and_filter = true;
   table_options.cache_index_and_filter_blocks_with_high_priority = true;
 
-  const std::size_t write_buffer =
-      std::clamp<std::size_t>(config.memory_budget / 16, 1 << 20, 64 << 20);
+  const std::size_t write_buffer = memory.write_buffer_size;
   rocksdb::ColumnFamilyOptions records_options;
   records_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   records_options.write_buffer_size = write_buffer;
