@@ -32,9 +32,9 @@ namespace idem::storage {
 struct RocksDbConfig {
   std::string path;  // the RocksDB directory
   bool create_if_missing = true;
-  bool read_only = false;  // a read-only instance: reads only, never takes the LOCK
+  bool read_only = false;                // a read-only instance: reads only, never takes the LOCK
   std::size_t memory_budget = 96 << 20;  // Options::memory_budget
-  std::shared_ptr<const Clock> clock;  // for the compaction filter's notion of "expired"
+  std::shared_ptr<const Clock> clock;    // for the compaction filter's notion of "expired"
   // Test hook: the Env (and through it the FileSystem) RocksDB uses; null means the default.
   // The fault injection tests pass one whose writes and syncs fail on demand.
   std::shared_ptr<rocksdb::Env> env;
