@@ -314,6 +314,10 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
       std::string("\x03\x00\x00\x00\x01\x63\x00", 7),               // unknown op 0x63
       std::string("\x02\x00\x00\x00\x09\x01", 6),                   // unsupported version 9
       std::string("\x06\x00\x00\x00\x01\x01\xff\xff\xff\xff", 10),  // key runs past the end
+      // Two Get requests in one write: a second request before the answer to the first.
+      std::string("\x07\x00\x00\x00\x01\x03\x01\x00\x00\x00k"
+                  "\x07\x00\x00\x00\x01\x03\x01\x00\x00\x00k",
+                  22),
   };
   for (const std::string& frame : hostile) {
     const int fd = RawConnect(dir.StorePath());

@@ -89,7 +89,7 @@ struct Options {
   // gives a quarter of it to RocksDB's block cache, which also accounts for the write buffers
   // (at most an eighth); the rest covers the code of idem and RocksDB (~15 MiB), compaction and
   // scan buffers. Measured with 10 million records in docs/benchmarks.md. Smaller saves memory
-  // (below ~32 MiB the fixed part dominates); larger speeds up reads of big stores.
+  // (below ~48 MiB the fixed part dominates); larger speeds up reads of big stores.
   // Default: 96 MiB.
   std::size_t memory_budget = 96 << 20;
 

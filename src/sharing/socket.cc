@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <optional>
 
 #include "storage/record_codec.h"
 

@@ -88,8 +88,8 @@ class ExpiredRecordFilter final : public rocksdb::CompactionFilter {
 
 class ExpiredRecordFilterFactory final : public rocksdb::CompactionFilterFactory {
  public:
-  // Filters drop records expired at the later of nothing and min(now, *horizon): never one that
-  // expires after the persisted filter horizon.
+  // Filters drop records that expired at or before min(now, *horizon): never one that expires
+  // after the persisted filter horizon.
   ExpiredRecordFilterFactory(std::shared_ptr<const Clock> clock,
                              std::shared_ptr<const std::atomic<int64_t>> horizon)
       : clock_(std::move(clock)), horizon_(std::move(horizon)) {}
