@@ -123,6 +123,12 @@ std::string EncodeRecord(const Record& record) {
 }
 
 Result<Record> DecodeRecord(std::string_view key, std::string_view value) {
+  Record record;
+  IDEM_RETURN_IF_ERROR(DecodeRecordInto(key, value, record));
+  return record;
+}
+
+Status DecodeRecordInto(std::string_view key, std::string_view value, Record& record) {
   if (value.empty()) return Corrupt(key, "value is empty");
   const auto version = static_cast<uint8_t>(value[0]);
   if (version != kRecordFormatVersion) {
@@ -146,8 +152,7 @@ Result<Record> DecodeRecord(std::string_view key, std::string_view value) {
                               " us is outside the range of a time point");
     }
   }
-  Record record;
-  record.key = std::string(key);
+  record.key.assign(key);
   record.expires = FromMicros(static_cast<int64_t>(GetFixed64(p + 1)));
   const auto state = static_cast<uint8_t>(p[9]);
   if (state > static_cast<uint8_t>(State::kFailed)) {
@@ -175,7 +180,7 @@ Result<Record> DecodeRecord(std::string_view key, std::string_view value) {
   if (!rest.empty()) {
     return Corrupt(key, std::to_string(rest.size()) + " unexpected bytes after the last field");
   }
-  return record;
+  return Status::OK();
 }
 
 std::optional<int64_t> PeekExpiresMicros(std::string_view value) {

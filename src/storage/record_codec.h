@@ -33,6 +33,9 @@ std::string EncodeRecord(const Record& record);
 // Decodes a value stored under `key`. kCorruption naming the problem on a damaged value or an
 // unknown format version; never reads past `value`.
 Result<Record> DecodeRecord(std::string_view key, std::string_view value);
+// The same into `record`, reusing its strings' buffers; on an error `record` is left partly
+// assigned.
+Status DecodeRecordInto(std::string_view key, std::string_view value, Record& record);
 
 // The retention expiry of an encoded value; nullopt when the header is unreadable.
 std::optional<int64_t> PeekExpiresMicros(std::string_view value);
