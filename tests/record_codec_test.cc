@@ -35,6 +35,44 @@ TEST(RecordCodec, RoundTripsEveryField) {
   EXPECT_EQ(*decoded, r);
 }
 
+// The exact bytes of version 1 (docs/format.md), so that an encoder change cannot alter the
+// format unnoticed: a round trip alone would not catch a change made to both sides.
+TEST(RecordCodec, EncodesTheDocumentedBytes) {
+  Record r;
+  r.state = State::kDone;
+  r.holder = {.pid = 0x01020304, .process_start = 5, .request_id = 6, .took_over = true};
+  r.token = 0x1122334455667788ULL;
+  r.attempts = 3;
+  r.expires = FromMicros(0x0102);
+  r.created = FromMicros(-1);
+  r.updated = FromMicros(7);
+  r.lease_deadline = FromMicros(8);
+  r.type = "t";
+  r.result = std::string(200, 'r');  // a two-byte varint length: 0xc8 0x01
+  const std::string header = std::string(
+      "\x01"                              // version
+      "\x02\x01\0\0\0\0\0\0"              // expires
+      "\x01"                              // state: done
+      "\x02"                              // flags: took_over
+      "\x88\x77\x66\x55\x44\x33\x22\x11"  // token
+      "\x03\0\0\0"                        // attempts
+      "\xff\xff\xff\xff\xff\xff\xff\xff"  // created = -1
+      "\x07\0\0\0\0\0\0\0"                // updated
+      "\x08\0\0\0\0\0\0\0"                // lease_deadline
+      "\x04\x03\x02\x01"                  // pid
+      "\x05\0\0\0\0\0\0\0"                // process_start
+      "\x06\0\0\0\0\0\0\0",               // request_id
+      kFixedHeaderSize);
+  const std::string fields = std::string("\x01t\0\xc8\x01", 5) + std::string(200, 'r') +
+                             std::string("\0", 1);  // type, fingerprint, result, checkpoint
+  EXPECT_EQ(EncodeRecord(r), header + fields);
+}
+
+TEST(RecordCodec, ByteSwapReversesTheBytes) {
+  EXPECT_EQ(ByteSwap(uint64_t{0x0102030405060708}), uint64_t{0x0807060504030201});
+  EXPECT_EQ(ByteSwap(uint32_t{0x01020304}), uint32_t{0x04030201});
+}
+
 TEST(RecordCodec, RoundTripsEveryStateAndEmptyFields) {
   for (State state : {State::kPending, State::kDone, State::kFailed}) {
     Record r;

@@ -10,17 +10,20 @@ constexpr uint8_t kRetryableFlag = 1;
 constexpr uint8_t kTookOverFlag = 2;
 constexpr uint8_t kKnownFlags = kRetryableFlag | kTookOverFlag;
 
-void PutVarint32(std::string& out, uint32_t value) {
-  while (value >= 0x80) {
-    out += static_cast<char>(value | 0x80);
-    value >>= 7;
-  }
-  out += static_cast<char>(value);
+std::size_t VarintLength(std::size_t value) {
+  std::size_t length = 1;
+  for (; value >= 0x80; value >>= 7) ++length;
+  return length;
 }
 
-void PutLengthPrefixed(std::string& out, std::string_view bytes) {
-  PutVarint32(out, static_cast<uint32_t>(bytes.size()));
-  out.append(bytes);
+// Writes `value` at `out` as a LEB128 varint; returns the end of what it wrote.
+char* StoreVarint32(char* out, uint32_t value) {
+  while (value >= 0x80) {
+    *out++ = static_cast<char>(value | 0x80);
+    value >>= 7;
+  }
+  *out++ = static_cast<char>(value);
+  return out;
 }
 
 // Reads from the front of `in`, advancing it; false when `in` is too short or malformed.
@@ -60,28 +63,14 @@ constexpr int64_t kMaxMicros = std::chrono::duration_cast<std::chrono::microseco
 
 void PutFixed32(std::string& out, uint32_t value) {
   char buffer[4];
-  for (int i = 0; i < 4; ++i) buffer[i] = static_cast<char>(value >> (8 * i));
+  StoreFixed32(buffer, value);
   out.append(buffer, sizeof(buffer));
 }
 
 void PutFixed64(std::string& out, uint64_t value) {
   char buffer[8];
-  for (int i = 0; i < 8; ++i) buffer[i] = static_cast<char>(value >> (8 * i));
+  StoreFixed64(buffer, value);
   out.append(buffer, sizeof(buffer));
-}
-
-uint32_t GetFixed32(const char* in) {
-  uint32_t value = 0;
-  for (int i = 0; i < 4; ++i)
-    value |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
-  return value;
-}
-
-uint64_t GetFixed64(const char* in) {
-  uint64_t value = 0;
-  for (int i = 0; i < 8; ++i)
-    value |= static_cast<uint64_t>(static_cast<uint8_t>(in[i])) << (8 * i);
-  return value;
 }
 
 int64_t ToMicros(std::chrono::system_clock::time_point time) {
@@ -99,26 +88,32 @@ std::chrono::system_clock::time_point TruncateToMicros(std::chrono::system_clock
 }
 
 std::string EncodeRecord(const Record& record) {
-  std::string out;
-  out.reserve(kFixedHeaderSize + 8 + record.type.size() + record.fingerprint.size() +
-              record.result.size() + record.checkpoint.size());
-  out += static_cast<char>(kRecordFormatVersion);
-  PutFixed64(out, static_cast<uint64_t>(ToMicros(record.expires)));
-  out += static_cast<char>(record.state);
-  out += static_cast<char>((record.retryable ? kRetryableFlag : 0) |
-                           (record.holder.took_over ? kTookOverFlag : 0));
-  PutFixed64(out, record.token);
-  PutFixed32(out, record.attempts);
-  PutFixed64(out, static_cast<uint64_t>(ToMicros(record.created)));
-  PutFixed64(out, static_cast<uint64_t>(ToMicros(record.updated)));
-  PutFixed64(out, static_cast<uint64_t>(ToMicros(record.lease_deadline)));
-  PutFixed32(out, record.holder.pid);
-  PutFixed64(out, record.holder.process_start);
-  PutFixed64(out, record.holder.request_id);
-  PutLengthPrefixed(out, record.type);
-  PutLengthPrefixed(out, record.fingerprint);
-  PutLengthPrefixed(out, record.result);
-  PutLengthPrefixed(out, record.checkpoint);
+  const std::string_view fields[] = {record.type, record.fingerprint, record.result,
+                                     record.checkpoint};
+  std::size_t size = kFixedHeaderSize;
+  for (std::string_view field : fields) size += VarintLength(field.size()) + field.size();
+  // Written in place into a buffer of the exact size: records are encoded on every write.
+  std::string out(size, '\0');
+  char* p = out.data();
+  p[0] = static_cast<char>(kRecordFormatVersion);
+  StoreFixed64(p + 1, static_cast<uint64_t>(ToMicros(record.expires)));
+  p[9] = static_cast<char>(record.state);
+  p[10] = static_cast<char>((record.retryable ? kRetryableFlag : 0) |
+                            (record.holder.took_over ? kTookOverFlag : 0));
+  StoreFixed64(p + 11, record.token);
+  StoreFixed32(p + 19, record.attempts);
+  StoreFixed64(p + 23, static_cast<uint64_t>(ToMicros(record.created)));
+  StoreFixed64(p + 31, static_cast<uint64_t>(ToMicros(record.updated)));
+  StoreFixed64(p + 39, static_cast<uint64_t>(ToMicros(record.lease_deadline)));
+  StoreFixed32(p + 47, record.holder.pid);
+  StoreFixed64(p + 51, record.holder.process_start);
+  StoreFixed64(p + 59, record.holder.request_id);
+  p += kFixedHeaderSize;
+  for (std::string_view field : fields) {
+    p = StoreVarint32(p, static_cast<uint32_t>(field.size()));
+    if (!field.empty()) std::memcpy(p, field.data(), field.size());
+    p += field.size();
+  }
   return out;
 }
 

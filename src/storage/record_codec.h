@@ -4,8 +4,10 @@
 #ifndef IDEM_STORAGE_RECORD_CODEC_H_
 #define IDEM_STORAGE_RECORD_CODEC_H_
 
+#include <bit>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +16,16 @@
 #include "idem/status.h"
 
 namespace idem::storage {
+
+// Reverses the byte order (the format is little-endian; only a big-endian host needs this).
+template <class Unsigned>
+constexpr Unsigned ByteSwap(Unsigned value) {
+  Unsigned out = 0;
+  for (std::size_t i = 0; i < sizeof(Unsigned); ++i) {
+    out = static_cast<Unsigned>((out << 8) | ((value >> (8 * i)) & 0xFF));
+  }
+  return out;
+}
 
 // Never change these values: they are persisted.
 inline constexpr uint8_t kRecordFormatVersion = 1;
@@ -45,10 +57,28 @@ std::optional<int64_t> PeekExpiresMicros(std::string_view value);
 std::string EscapeKey(std::string_view key, std::size_t max_bytes = 64);
 
 // The fixed-width little-endian integers of the format.
+inline void StoreFixed32(char* out, uint32_t value) {
+  if constexpr (std::endian::native != std::endian::little) value = ByteSwap(value);
+  std::memcpy(out, &value, sizeof(value));
+}
+inline void StoreFixed64(char* out, uint64_t value) {
+  if constexpr (std::endian::native != std::endian::little) value = ByteSwap(value);
+  std::memcpy(out, &value, sizeof(value));
+}
+inline uint32_t GetFixed32(const char* in) {
+  uint32_t value;
+  std::memcpy(&value, in, sizeof(value));
+  if constexpr (std::endian::native != std::endian::little) value = ByteSwap(value);
+  return value;
+}
+inline uint64_t GetFixed64(const char* in) {
+  uint64_t value;
+  std::memcpy(&value, in, sizeof(value));
+  if constexpr (std::endian::native != std::endian::little) value = ByteSwap(value);
+  return value;
+}
 void PutFixed32(std::string& out, uint32_t value);
 void PutFixed64(std::string& out, uint64_t value);
-uint32_t GetFixed32(const char* in);
-uint64_t GetFixed64(const char* in);
 
 }  // namespace idem::storage
 

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include "storage/manifest_mark.h"
@@ -48,16 +49,15 @@ rocksdb::Slice AsSlice(std::string_view bytes) { return {bytes.data(), bytes.siz
 // byte order is time order, pre-1970 included), then the record key.
 std::string ExpiryIndexKey(int64_t expires_micros, std::string_view key) {
   const uint64_t biased = static_cast<uint64_t>(expires_micros) ^ (uint64_t{1} << 63);
-  std::string out;
-  out.reserve(8 + key.size());
-  for (int shift = 56; shift >= 0; shift -= 8) out += static_cast<char>(biased >> shift);
-  out.append(key);
+  std::string out(8 + key.size(), '\0');
+  // Big-endian, so that byte order is time order.
+  StoreFixed64(out.data(), ByteSwap(biased));
+  std::memcpy(out.data() + 8, key.data(), key.size());
   return out;
 }
 
 int64_t ExpiryOfIndexKey(std::string_view index_key) {
-  uint64_t biased = 0;
-  for (int i = 0; i < 8; ++i) biased = (biased << 8) | static_cast<uint8_t>(index_key[i]);
+  const uint64_t biased = ByteSwap(GetFixed64(index_key.data()));
   return static_cast<int64_t>(biased ^ (uint64_t{1} << 63));
 }
 
