@@ -1,18 +1,14 @@
 #include "subjects.h"
 
 #include <hiredis/hiredis.h>
-#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
-#include <rocksdb/filter_policy.h>
-#include <rocksdb/table.h>
-#include <rocksdb/write_buffer_manager.h>
 #include <sqlite3.h>
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
-#include "storage/memory_split.h"
+#include "storage/engine_options.h"
 
 namespace idem::bench {
 namespace {
@@ -94,23 +90,12 @@ class RocksDbSubject final : public Subject {
   static Result<std::unique_ptr<Subject>> Open(const SubjectConfig& config, bool sync) {
     std::unique_ptr<RocksDbSubject> subject(new RocksDbSubject());
     subject->write_options_.sync = sync;
-    // The same engine settings as idem's storage, so the ratio measures idem's own work: the
-    // memory budget split the same way (storage/memory_split.h); a Bloom filter per table.
-    const storage::MemorySplit memory = storage::SplitMemoryBudget(config.memory_budget);
-    subject->cache_ = rocksdb::NewLRUCache(memory.block_cache);
-    rocksdb::Options options;
+    // The same engine settings as idem's storage (one definition: storage/engine_options.h),
+    // so the ratio measures idem's own work.
+    const storage::EngineOptions engine = storage::MakeEngineOptions(config.memory_budget);
+    subject->cache_ = engine.cache;
+    rocksdb::Options options(engine.db, engine.records);
     options.create_if_missing = true;
-    options.max_background_jobs = 2;
-    options.write_buffer_manager =
-        std::make_shared<rocksdb::WriteBufferManager>(memory.write_buffers, subject->cache_);
-    options.write_buffer_size = memory.write_buffer_size;
-    options.level_compaction_dynamic_level_bytes = true;
-    rocksdb::BlockBasedTableOptions table_options;
-    table_options.block_cache = subject->cache_;
-    table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-    table_options.cache_index_and_filter_blocks = true;
-    table_options.pin_l0_filter_and_index_blocks_in_cache = true;
-    options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
     rocksdb::DB* db = nullptr;
     rocksdb::Status s = rocksdb::DB::Open(options, config.directory, &db);
     if (!s.ok()) return FromRocks(s, "opening RocksDB in " + config.directory);

@@ -20,8 +20,8 @@
 #include <cstring>
 #include <functional>
 
+#include "storage/engine_options.h"
 #include "storage/manifest_mark.h"
-#include "storage/memory_split.h"
 #include "storage/record_codec.h"
 #include "storage/rocksdb_status.h"
 #include "storage/storage_env.h"
@@ -170,11 +170,6 @@ class TrimmingListener final : public rocksdb::EventListener {
   }
 };
 
-struct SharedResources {
-  std::shared_ptr<rocksdb::Cache> cache;
-  std::shared_ptr<rocksdb::WriteBufferManager> write_buffers;
-};
-
 }  // namespace
 
 Result<std::unique_ptr<RocksDbStorage>> RocksDbStorage::Open(const RocksDbConfig& config) {
@@ -185,18 +180,12 @@ Result<std::unique_ptr<RocksDbStorage>> RocksDbStorage::Open(const RocksDbConfig
 
 Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   path_ = config.path;
-  const MemorySplit memory = SplitMemoryBudget(config.memory_budget);
-  auto resources = std::make_shared<SharedResources>();
-  resources->cache = rocksdb::NewLRUCache(memory.block_cache);
-  resources->write_buffers =
-      std::make_shared<rocksdb::WriteBufferManager>(memory.write_buffers, resources->cache);
-  keep_alive_ = resources;
+  auto engine = std::make_shared<EngineOptions>(MakeEngineOptions(config.memory_budget));
+  keep_alive_ = engine;
 
-  rocksdb::DBOptions db_options;
+  rocksdb::DBOptions db_options = engine->db;
   db_options.create_if_missing = config.create_if_missing;
   db_options.create_missing_column_families = true;
-  db_options.max_background_jobs = 2;
-  db_options.write_buffer_manager = resources->write_buffers;
   db_options.keep_log_file_num = 4;
   db_options.max_manifest_file_size = 64 << 20;
   db_options.listeners.push_back(std::make_shared<TrimmingListener>());
@@ -219,33 +208,15 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   // refuses to open on damage anywhere else: kCorruption, and the operator decides.
   db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
 
-  rocksdb::BlockBasedTableOptions table_options;
-  table_options.block_cache = resources->cache;
-  // Most Begins look up a key that does not exist yet: a Bloom filter answers without I/O.
-  table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  table_options.cache_index_and_filter_blocks = true;
-  table_options.pin_l0_filter_and_index_blocks_in_cache = true;
-  // Partitioned index and filters: a point read loads one small partition instead of a whole
-  // table's index, which a small cache could not keep (measured at 300k records: purge of 1%
-  // took 0.30 s, reloading index blocks for each record it verified; partitioned, 0.022 s).
-  table_options.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
-  table_options.partition_filters = true;
-  table_options.metadata_block_size = 4096;
-  table_options.pin_top_level_index_and_filter = true;
-  table_options.cache_index_and_filter_blocks_with_high_priority = true;
-
-  const std::size_t write_buffer = memory.write_buffer_size;
-  rocksdb::ColumnFamilyOptions records_options;
-  records_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
-  records_options.write_buffer_size = write_buffer;
+  rocksdb::ColumnFamilyOptions records_options = engine->records;
   records_options.compaction_filter_factory =
       std::make_shared<ExpiredRecordFilterFactory>(config.clock, filter_horizon_);
-  records_options.level_compaction_dynamic_level_bytes = true;
   // Rewrites old files now and then so the compaction filter sees long-lived expired records.
   records_options.periodic_compaction_seconds = 24 * 60 * 60;
 
   rocksdb::ColumnFamilyOptions small_options;
-  small_options.write_buffer_size = std::max<std::size_t>(write_buffer / 4, 1 << 20);
+  small_options.write_buffer_size =
+      std::max<std::size_t>(records_options.write_buffer_size / 4, 1 << 20);
   small_options.level_compaction_dynamic_level_bytes = true;
 
   // Index entries are written in (nearly) time order: RocksDB inserts each one next to the last,

@@ -1,0 +1,52 @@
+#include "storage/engine_options.h"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/slice_transform.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_buffer_manager.h>
+
+#include "storage/memory_split.h"
+
+namespace idem::storage {
+
+EngineOptions MakeEngineOptions(std::size_t memory_budget) {
+  const MemorySplit memory = SplitMemoryBudget(memory_budget);
+  EngineOptions engine;
+  engine.cache = rocksdb::NewLRUCache(memory.block_cache);
+  engine.write_buffers =
+      std::make_shared<rocksdb::WriteBufferManager>(memory.write_buffers, engine.cache);
+  engine.db.max_background_jobs = 2;
+  engine.db.write_buffer_manager = engine.write_buffers;
+
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.block_cache = engine.cache;
+  // Most Begins look up a key that does not exist yet: a Bloom filter answers without I/O.
+  table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table_options.cache_index_and_filter_blocks = true;
+  table_options.pin_l0_filter_and_index_blocks_in_cache = true;
+  // Partitioned index and filters: a point read loads one small partition instead of a whole
+  // table's index, which a small cache could not keep (measured at 300k records: purge of 1%
+  // took 0.30 s, reloading index blocks for each record it verified; partitioned, 0.022 s).
+  table_options.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+  table_options.partition_filters = true;
+  table_options.metadata_block_size = 4096;
+  table_options.pin_top_level_index_and_filter = true;
+  table_options.cache_index_and_filter_blocks_with_high_priority = true;
+
+  engine.records.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
+  engine.records.write_buffer_size = memory.write_buffer_size;
+  engine.records.level_compaction_dynamic_level_bytes = true;
+  // A key is written twice in a row (Begin, then Complete), and request ids are often
+  // time-ordered (UUIDv7, ULID): each insert lands next to the one before. With a hint RocksDB
+  // starts the memtable's search from the last insert's position and climbs only as far as it
+  // must; without one it searches from the top whenever the key is not after the last insert,
+  // which the second write of a key never is (its newer entry sorts first). Measured: 16% fewer
+  // instructions per lifecycle with time-ordered keys, and 5% less time with random ones.
+  // The prefix (one byte) only names which remembered position to start from.
+  engine.records.memtable_insert_with_hint_prefix_extractor.reset(
+      rocksdb::NewFixedPrefixTransform(1));
+  return engine;
+}
+
+}  // namespace idem::storage

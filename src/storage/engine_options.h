@@ -1,0 +1,33 @@
+// The RocksDB settings of idem's storage that do not depend on what it stores. One definition,
+// used by the storage and by the benchmark's raw-RocksDB anchor: the anchor runs the same
+// engine, so a ratio against it measures idem's own work and not a difference in tuning.
+
+#ifndef IDEM_STORAGE_ENGINE_OPTIONS_H_
+#define IDEM_STORAGE_ENGINE_OPTIONS_H_
+
+#include <rocksdb/options.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace rocksdb {
+class Cache;
+class WriteBufferManager;
+}  // namespace rocksdb
+
+namespace idem::storage {
+
+struct EngineOptions {
+  std::shared_ptr<rocksdb::Cache> cache;  // the block cache; the memtables are charged to it
+  std::shared_ptr<rocksdb::WriteBufferManager> write_buffers;
+  rocksdb::DBOptions db;                 // background jobs and the write buffer manager
+  rocksdb::ColumnFamilyOptions records;  // table format, memtable size and inserts, compaction
+};
+
+// Settings for a process whose whole footprint should stay near `memory_budget` bytes
+// (Options::memory_budget; the split is memory_split.h).
+EngineOptions MakeEngineOptions(std::size_t memory_budget);
+
+}  // namespace idem::storage
+
+#endif  // IDEM_STORAGE_ENGINE_OPTIONS_H_
