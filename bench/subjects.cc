@@ -120,6 +120,7 @@ class RocksDbSession final : public Session {
   explicit RocksDbSession(RocksDbSubject& subject) : subject_(subject) {}
 
   Result<BeginAnswer> Begin(std::string_view key) override {
+    const storage::ScopedPerfCountersOff counters_off;  // as idem's storage does
     rocksdb::Status s =
         subject_.db().Get(rocksdb::ReadOptions(), subject_.db().DefaultColumnFamily(),
                           rocksdb::Slice(key.data(), key.size()), &value_);
@@ -140,6 +141,7 @@ class RocksDbSession final : public Session {
   }
 
   Status Complete(std::string_view key, uint64_t /*token*/, std::string_view result) override {
+    const storage::ScopedPerfCountersOff counters_off;
     scratch_.assign(1, kDoneState);
     scratch_.append(result);
     rocksdb::Status s = subject_.db().Put(subject_.write_options(),

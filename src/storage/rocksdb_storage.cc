@@ -423,6 +423,7 @@ uint64_t RocksDbStorage::WriteVersion() const { return db_->GetLatestSequenceNum
 
 Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability durability,
                               std::optional<uint64_t> absent_since) {
+  const ScopedPerfCountersOff counters_off;
   const std::size_t stripe = StripeIndex(key);
   std::lock_guard lock(stripes_[stripe]);
   LastWrite& last = last_writes_[stripe];
@@ -467,6 +468,7 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
 }
 
 Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
+  const ScopedPerfCountersOff counters_off;
   // A value found in a memtable is copied into the slice's own buffer: one buffer per thread,
   // kept between reads, spares a malloc and a free per read (a replay is little more than this).
   thread_local rocksdb::PinnableSlice value;
@@ -487,6 +489,7 @@ Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
 }
 
 Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability) {
+  const ScopedPerfCountersOff counters_off;
   const std::size_t stripe = StripeIndex(key);
   std::lock_guard lock(stripes_[stripe]);
   last_writes_[stripe].Forget(key);
@@ -517,6 +520,7 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
 }
 
 Status RocksDbStorage::Scan(const ScanOptions& options, FunctionRef<bool(Record&&)> visit) {
+  const ScopedPerfCountersOff counters_off;
   rocksdb::ReadOptions read_options;
   // A scan (idem dump, Scan) reads every block once: keeping them would evict what the
   // requests use, and would grow the memory a scan needs.
@@ -536,6 +540,7 @@ Status RocksDbStorage::Scan(const ScanOptions& options, FunctionRef<bool(Record&
 }
 
 Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& options) {
+  const ScopedPerfCountersOff counters_off;
   std::lock_guard purge_lock(purge_mu_);
   const int64_t now_micros = ToMicros(now);
   if (!options.dry_run) IDEM_RETURN_IF_ERROR(AdvanceFilterHorizon(now));
