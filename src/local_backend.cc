@@ -175,7 +175,8 @@ Status LocalBackend::Transition(const TransitionCall& call) {
 Result<std::optional<Record>> LocalBackend::Get(std::string_view key) {
   IDEM_RETURN_IF_ERROR(CheckKey(key));
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, storage_->Read(key));
-  return engine::Visible(std::move(stored), Now());
+  engine::MakeVisible(stored, Now());
+  return stored;
 }
 
 Status LocalBackend::Forget(std::string_view key, Durability durability) {

@@ -32,9 +32,17 @@ std::string StaleTokenMessage(const Record& record, uint64_t token) {
 
 }  // namespace
 
+void MakeVisible(std::optional<Record>& stored, TimePoint now) {
+  if (!stored) return;
+  if (IsExpired(*stored, now)) {
+    stored.reset();
+  } else {
+    stored->timed_out = stored->state == State::kPending && stored->lease_deadline <= now;
+  }
+}
+
 std::optional<Record> Visible(std::optional<Record> stored, TimePoint now) {
-  if (!stored || IsExpired(*stored, now)) return std::nullopt;
-  stored->timed_out = stored->state == State::kPending && stored->lease_deadline <= now;
+  MakeVisible(stored, now);
   return stored;
 }
 
@@ -42,10 +50,10 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
                           uint64_t fresh_token, bool holder_is_dead) {
   BeginDecision decision;
   Claim& claim = decision.claim;
-  std::optional<Record> current = Visible(std::move(stored), now);
+  MakeVisible(stored, now);
 
   Record next;
-  if (!current) {
+  if (!stored) {
     next.key = std::string(request.key);
     next.type = std::string(request.type);
     next.fingerprint = std::string(request.fingerprint);
@@ -53,7 +61,7 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
     next.attempts = 1;
     next.created = now;
   } else {
-    Record& record = *current;
+    Record& record = *stored;
     if (!request.fingerprint.empty() && !record.fingerprint.empty() &&
         request.fingerprint != record.fingerprint) {
       claim.outcome = Outcome::kMismatch;
@@ -120,9 +128,9 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
 
 TransitionDecision DecideTransition(std::optional<Record> stored, const TransitionRequest& request,
                                     TimePoint now) {
-  std::optional<Record> current = Visible(std::move(stored), now);
-  if (!current) return {Status::NotFound("no record for this key"), std::nullopt};
-  Record& record = *current;
+  MakeVisible(stored, now);
+  if (!stored) return {Status::NotFound("no record for this key"), std::nullopt};
+  Record& record = *stored;
 
   if (record.state != State::kPending || record.token != request.token) {
     // A repeat of the call that ended this attempt (its reply was lost) succeeds unchanged.

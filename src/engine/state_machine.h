@@ -26,6 +26,8 @@ inline bool IsExpired(const Record& record, TimePoint now) { return record.expir
 // The stored record as a reader sees it: nullopt when retention expired, else with timed_out
 // derived.
 std::optional<Record> Visible(std::optional<Record> stored, TimePoint now);
+// The same in place (the decisions below use it: a record is large to move).
+void MakeVisible(std::optional<Record>& stored, TimePoint now);
 
 struct BeginRequest {
   std::string_view key;
