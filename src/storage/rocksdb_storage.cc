@@ -434,8 +434,7 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   if (absent_since && *absent_since == WriteVersion()) {
     // stored stays absent
   } else if (!last.key.empty() && last.key == key && last.expires > filter_horizon_->load()) {
-    IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, last.value));
-    stored = std::move(record);
+    IDEM_RETURN_IF_ERROR(DecodeRecordInto(key, last.value, stored.emplace()));
   } else {
     IDEM_ASSIGN_OR_RETURN(stored, Read(key));
   }
