@@ -88,12 +88,19 @@ std::chrono::system_clock::time_point TruncateToMicros(std::chrono::system_clock
 }
 
 std::string EncodeRecord(const Record& record) {
+  std::string out;
+  EncodeRecordInto(record, out);
+  return out;
+}
+
+void EncodeRecordInto(const Record& record, std::string& out) {
   const std::string_view fields[] = {record.type, record.fingerprint, record.result,
                                      record.checkpoint};
   std::size_t size = kFixedHeaderSize;
   for (std::string_view field : fields) size += VarintLength(field.size()) + field.size();
   // Written in place into a buffer of the exact size: records are encoded on every write.
-  std::string out(size, '\0');
+  // (resize() keeps `out`'s capacity: a reused buffer allocates nothing.)
+  out.resize(size);
   char* p = out.data();
   p[0] = static_cast<char>(kRecordFormatVersion);
   StoreFixed64(p + 1, static_cast<uint64_t>(ToMicros(record.expires)));
@@ -114,7 +121,6 @@ std::string EncodeRecord(const Record& record) {
     if (!field.empty()) std::memcpy(p, field.data(), field.size());
     p += field.size();
   }
-  return out;
 }
 
 Result<Record> DecodeRecord(std::string_view key, std::string_view value) {

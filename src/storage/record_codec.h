@@ -41,6 +41,8 @@ std::chrono::system_clock::time_point FromMicros(int64_t micros);
 std::chrono::system_clock::time_point TruncateToMicros(std::chrono::system_clock::time_point time);
 
 std::string EncodeRecord(const Record& record);
+// The same into `out`, replacing what it held and reusing its buffer.
+void EncodeRecordInto(const Record& record, std::string& out);
 
 // Decodes a value stored under `key`. kCorruption naming the problem on a damaged value or an
 // unknown format version; never reads past `value`.

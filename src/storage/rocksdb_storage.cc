@@ -47,12 +47,17 @@ rocksdb::Slice AsSlice(std::string_view bytes) { return {bytes.data(), bytes.siz
 
 // Expiry index key: the expiry as big-endian microseconds with the sign bit flipped (so that
 // byte order is time order, pre-1970 included), then the record key.
-std::string ExpiryIndexKey(int64_t expires_micros, std::string_view key) {
+void ExpiryIndexKeyInto(int64_t expires_micros, std::string_view key, std::string& out) {
   const uint64_t biased = static_cast<uint64_t>(expires_micros) ^ (uint64_t{1} << 63);
-  std::string out(8 + key.size(), '\0');
+  out.resize(8 + key.size());
   // Big-endian, so that byte order is time order.
   StoreFixed64(out.data(), ByteSwap(biased));
   std::memcpy(out.data() + 8, key.data(), key.size());
+}
+
+std::string ExpiryIndexKey(int64_t expires_micros, std::string_view key) {
+  std::string out;
+  ExpiryIndexKeyInto(expires_micros, key, out);
   return out;
 }
 
@@ -444,25 +449,38 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   const Record* next = decide(stored);
   if (next == nullptr) return Status::OK();
 
-  std::string encoded = EncodeRecord(*next);
-  // Room for the record and two index entries with their headers: the batch grows only once.
-  rocksdb::WriteBatch batch(/*reserved_bytes=*/64 + 3 * key.size() + encoded.size());
-  rocksdb::Status s = batch.Put(records_, AsSlice(key), encoded);
+  // The record is encoded straight into the stripe's copy of the last write (reusing its
+  // buffer), which stops naming a key until the write succeeds. The batch and the index key
+  // are per-thread buffers: a write allocates nothing once they have grown.
+  last.key.clear();
+  EncodeRecordInto(*next, last.value);
+  thread_local rocksdb::WriteBatch batch;
+  thread_local std::string index_key;
+  batch.Clear();
+  rocksdb::Status s = batch.Put(records_, AsSlice(key), last.value);
   const int64_t expires = ToMicros(next->expires);
   if (!had_record || stored_expires != expires) {
-    if (had_record) s = batch.Delete(by_expiry_, ExpiryIndexKey(stored_expires, key));
-    if (s.ok()) s = batch.Put(by_expiry_, ExpiryIndexKey(expires, key), rocksdb::Slice());
+    if (had_record && s.ok()) {
+      ExpiryIndexKeyInto(stored_expires, key, index_key);
+      s = batch.Delete(by_expiry_, index_key);
+    }
+    if (s.ok()) {
+      ExpiryIndexKeyInto(expires, key, index_key);
+      s = batch.Put(by_expiry_, index_key, rocksdb::Slice());
+    }
   }
-  if (!s.ok()) return FromRocksDb(s, "writing record " + EscapeKey(key));
-  Status written = Write(durability, &batch, "writing record", key);
+  Status written = s.ok() ? Write(durability, &batch, "writing record", key)
+                          : FromRocksDb(s, "writing record " + EscapeKey(key));
   written_at_[stripe] = WriteVersion();
-  if (written.ok() && encoded.size() <= kLastWriteMaxBytes) {
+  if (written.ok() && last.value.size() <= kLastWriteMaxBytes) {
     last.key.assign(key);
-    last.value = std::move(encoded);
     last.expires = expires;
   } else {
-    last.Forget(key);
+    // Nothing is kept for a failed write or a large record (a large buffer is let go).
+    if (last.value.capacity() > kLastWriteMaxBytes) std::string().swap(last.value);
   }
+  // A large batch is not kept for the thread's next write either.
+  if (batch.GetDataSize() > kReadBufferKeepBytes) batch = rocksdb::WriteBatch();
   return written;
 }
 
