@@ -1,11 +1,14 @@
 #include "harness.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -206,6 +209,31 @@ Memory ReadMemory() {
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double ProcessCpuSeconds() {
+  std::ifstream stat("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces, so start after its closing ')'):
+  // state is field 3, utime field 14, stime field 15.
+  std::istringstream fields(text.substr(text.rfind(')') + 1));
+  std::string field;
+  double ticks = 0;
+  for (int number = 3; number <= 15 && fields >> field; ++number) {
+    if (number >= 14) ticks += std::stod(field);
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double WaitUntilQuiet(std::chrono::seconds limit) {
+  const auto start = Clock::now();
+  int quiet_seconds = 0;
+  while (quiet_seconds < 2 && Clock::now() - start < limit) {
+    const double before = ProcessCpuSeconds();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    quiet_seconds = ProcessCpuSeconds() - before < 0.05 ? quiet_seconds + 1 : 0;
+  }
+  return SecondsSince(start);
 }
 
 }  // namespace idem::bench

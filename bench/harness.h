@@ -97,6 +97,13 @@ Memory ReadMemory();
 using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point start);
 
+// CPU time (user + system) this process has used so far, all threads, in seconds.
+double ProcessCpuSeconds();
+// Returns once the process has used less than 5% of one core for two seconds in a row (its
+// background threads, RocksDB's compactions, have gone quiet), or after `limit`. Returns the
+// seconds waited.
+double WaitUntilQuiet(std::chrono::seconds limit);
+
 }  // namespace idem::bench
 
 #endif  // IDEM_BENCH_HARNESS_H_
