@@ -52,7 +52,7 @@ void ExpiryIndexKeyInto(int64_t expires_micros, std::string_view key, std::strin
   out.resize(8 + key.size());
   // Big-endian, so that byte order is time order.
   StoreFixed64(out.data(), ByteSwap(biased));
-  std::memcpy(out.data() + 8, key.data(), key.size());
+  if (!key.empty()) std::memcpy(out.data() + 8, key.data(), key.size());  // data() may be null
 }
 
 std::string ExpiryIndexKey(int64_t expires_micros, std::string_view key) {
