@@ -220,6 +220,14 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   records_options.periodic_compaction_seconds = 24 * 60 * 60;
 
   rocksdb::ColumnFamilyOptions small_options;
+  // The index's and meta's tables read through the records' block cache, inside the memory
+  // budget. Left to RocksDB's defaults they would get an 8 MiB cache of their own and keep their
+  // index blocks outside any cache. They need no Bloom filter: the index is walked in order,
+  // and meta holds two keys.
+  rocksdb::BlockBasedTableOptions small_tables;
+  small_tables.block_cache = engine->cache;
+  small_tables.cache_index_and_filter_blocks = true;
+  small_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(small_tables));
   small_options.write_buffer_size =
       std::max<std::size_t>(records_options.write_buffer_size / 4, 1 << 20);
   small_options.level_compaction_dynamic_level_bytes = true;
@@ -570,6 +578,8 @@ Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& option
   rocksdb::ReadOptions read_options;
   const rocksdb::Slice upper(end);
   read_options.iterate_upper_bound = &upper;
+  // A purge reads each index block once: it does not evict the records' working set for them.
+  read_options.fill_cache = false;
   // An explicit snapshot: DeleteDue compares its sequence number with the stripes' writes.
   struct Snapshot {
     rocksdb::DB* db;
