@@ -68,6 +68,18 @@ TEST(RecordCodec, EncodesTheDocumentedBytes) {
   EXPECT_EQ(EncodeRecord(r), header + fields);
 }
 
+// The storage decodes into records whose buffers it reuses: nothing of what a record held may
+// survive into the decoded one.
+TEST(RecordCodec, DecodingIntoAUsedRecordLeavesNothingOfIt) {
+  Record used = FullRecord();
+  used.timed_out = true;
+  Record small;
+  small.key = "x";
+  small.state = State::kDone;
+  ASSERT_TRUE(DecodeRecordInto("x", EncodeRecord(small), used).ok());
+  EXPECT_EQ(used, small);
+}
+
 TEST(RecordCodec, ByteSwapReversesTheBytes) {
   EXPECT_EQ(ByteSwap(uint64_t{0x0102030405060708}), uint64_t{0x0807060504030201});
   EXPECT_EQ(ByteSwap(uint32_t{0x01020304}), uint32_t{0x04030201});

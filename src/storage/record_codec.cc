@@ -154,6 +154,7 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
     }
   }
   record.key.assign(key);
+  record.timed_out = false;  // derived on read, never stored
   record.expires = FromMicros(static_cast<int64_t>(GetFixed64(p + 1)));
   const auto state = static_cast<uint8_t>(p[9]);
   if (state > static_cast<uint8_t>(State::kFailed)) {

@@ -17,7 +17,8 @@
 
 namespace idem::storage {
 
-// Reverses the byte order (the format is little-endian; only a big-endian host needs this).
+// Reverses the byte order: for the big-endian expiry index keys, and for the little-endian
+// record format on a big-endian host.
 template <class Unsigned>
 constexpr Unsigned ByteSwap(Unsigned value) {
   Unsigned out = 0;

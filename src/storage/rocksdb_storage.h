@@ -122,7 +122,7 @@ class RocksDbStorage final : public Storage {
     }
   };
   static constexpr std::size_t kLastWriteMaxBytes = 1024;  // bounds the copies to ~1 MiB
-  // A thread keeps its read buffer between reads up to this size (Read).
+  // A thread keeps its read buffer and its write batch between calls up to this size.
   static constexpr std::size_t kReadBufferKeepBytes = 4096;
   std::array<LastWrite, kStripes> last_writes_;
   // Per stripe, the sequence number after the last Update or Remove of one of its keys: a purge
