@@ -18,9 +18,10 @@
 //   scale       lifecycle (kBuffered, 1 and 4 threads) on an empty store; then --records records
 //               are loaded (1% of them kept for an hour), the process waits until its
 //               background threads go quiet (the load's compaction backlog is cleared), the
-//               store's clock moves two hours on, and Store::Purge (removing that 1%) is timed against a Store::Scan of everything;
-//               then lifecycle on that full store; and the process's peak RSS, against
-//               Options::memory_budget (--memory-budget) and the RSS right after opening
+//               store's clock moves two hours on, and Store::Purge (removing that 1%) is timed
+//               against a Store::Scan of everything; then lifecycle on that full store; and the
+//               process's peak RSS, against Options::memory_budget (--memory-budget) and the RSS
+//               right after opening an empty store
 //   fsync       the latency of a 4 KiB write + fdatasync in the data directory
 // Rows go to --results (tab-separated) and to stdout.
 
