@@ -1,10 +1,20 @@
 // A claim whose process died is taken over at once, not after its lease; a live process's claim
-// is not; and Options::take_over_dead_holders = false waits for the lease.
+// is not, whatever the judging process can or cannot see (another PID or time namespace, no
+// /proc, no descriptor left); and Options::take_over_dead_holders = false waits for the lease.
+// The namespace tests need root (CAP_SYS_ADMIN) and skip with a message without it.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <functional>
+#include <optional>
+#include <vector>
 
 #include "sharing/process.h"
 #include "test_util.h"
@@ -51,6 +61,128 @@ pid_t ClaimInChild(const std::string& path, const std::string& key, bool kill_it
   if (kill_it) waitpid(child, nullptr, 0);
   return child;
 }
+
+// What a child reports through its pipe.
+constexpr char kAcquired = 'a';
+constexpr char kInProgress = 'i';
+constexpr char kClaimed = 'y';
+constexpr char kError = 'e';
+constexpr char kNotPermitted = 'S';  // the namespaces could not be made: skip
+
+// Opens the store at `path` and begins `key`: kAcquired, kInProgress or kError.
+char BeginOnce(const std::string& path, const std::string& key) {
+  auto store = idem::Store::Open(path, TestOptions());
+  if (!store.ok()) return kError;
+  auto claim = (*store)->Begin(key);
+  if (!claim.ok()) return kError;
+  if (claim->outcome == Outcome::kAcquired) return kAcquired;
+  return claim->outcome == Outcome::kInProgress ? kInProgress : kError;
+}
+
+// Opens the store at `path` and claims `key` for an hour: kClaimed or kError. The store is
+// closed again, so that the next process opens it itself and judges the claim as its owner.
+char ClaimForAnHour(const std::string& path, const std::string& key) {
+  auto store = idem::Store::Open(path, TestOptions());
+  if (!store.ok()) return kError;
+  auto claim = (*store)->Begin(key, {.lease = std::chrono::hours(1)});
+  return claim.ok() && claim->outcome == Outcome::kAcquired ? kClaimed : kError;
+}
+
+// The namespaces a NamespacedProcess runs in.
+struct Namespaces {
+  bool pid = false;         // a new PID namespace
+  bool mount_proc = false;  // with a /proc of its own (needs pid): else the host's /proc
+  bool hide_proc = false;   // an empty tmpfs over /proc
+  bool time = false;        // a new time namespace, boot time one day ahead
+};
+
+// Runs `body` in a process in new namespaces, as containers do: a child unshares them and
+// forks the process (the first process of a new PID or time namespace is the child's child).
+// The process reports body's byte, then stays alive (a live holder) until destroyed.
+class NamespacedProcess {
+ public:
+  NamespacedProcess(const Namespaces& namespaces, const std::function<char()>& body) {
+    int channel[2];
+    if (pipe(channel) != 0) return;
+    middle_ = fork();
+    if (middle_ == 0) {
+      close(channel[0]);
+      const int flags = (namespaces.pid ? CLONE_NEWPID : 0) |
+                        (namespaces.mount_proc || namespaces.hide_proc ? CLONE_NEWNS : 0) |
+                        (namespaces.time ? CLONE_NEWTIME : 0);
+      if (unshare(flags) != 0) Report(channel[1], 0, kNotPermitted);
+      if ((flags & CLONE_NEWNS) != 0 &&
+          mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+        Report(channel[1], 0, kNotPermitted);
+      }
+      if (namespaces.time) {
+        const int offsets = open("/proc/self/timens_offsets", O_WRONLY);
+        const char text[] = "boottime 86400 0";
+        if (offsets < 0 || write(offsets, text, sizeof text - 1) < 0) {
+          Report(channel[1], 0, kNotPermitted);
+        }
+        close(offsets);
+      }
+      const pid_t inner = fork();
+      if (inner == 0) {
+        bool ready = true;
+        if (namespaces.mount_proc) {
+          ready = mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0;
+        } else if (namespaces.hide_proc) {
+          ready = mount("none", "/proc", "tmpfs", 0, "size=4k") == 0;
+        }
+        const char byte = ready ? body() : kNotPermitted;
+        if (write(channel[1], &byte, 1) != 1) _exit(2);
+        pause();
+        _exit(0);
+      }
+      // Tells the test the inner process's pid as the test's namespace numbers it.
+      const int32_t number = inner;
+      if (write(channel[1], &number, sizeof number) != sizeof number) _exit(2);
+      waitpid(inner, nullptr, 0);
+      _exit(0);
+    }
+    close(channel[1]);
+    int32_t number = 0;
+    if (read(channel[0], &number, sizeof number) == sizeof number && number > 0) {
+      inner_ = number;
+      if (read(channel[0], &byte_, 1) != 1) byte_ = kError;
+    } else {
+      byte_ = kNotPermitted;
+    }
+    close(channel[0]);
+  }
+  ~NamespacedProcess() {
+    if (inner_ > 0) kill(inner_, SIGKILL);
+    if (middle_ > 0) {
+      kill(middle_, SIGKILL);
+      waitpid(middle_, nullptr, 0);
+    }
+  }
+  NamespacedProcess(const NamespacedProcess&) = delete;
+  NamespacedProcess& operator=(const NamespacedProcess&) = delete;
+
+  char byte() const { return byte_; }
+
+ private:
+  // In the middle child, when the namespaces cannot be made: report and leave.
+  [[noreturn]] static void Report(int fd, int32_t number, char byte) {
+    if (write(fd, &number, sizeof number) == sizeof number) {
+      static_cast<void>(write(fd, &byte, 1));
+    }
+    _exit(0);
+  }
+
+  pid_t middle_ = -1;
+  pid_t inner_ = -1;
+  char byte_ = kError;
+};
+
+#define SKIP_UNLESS_PERMITTED(process)                                                          \
+  if ((process).byte() == kNotPermitted) {                                                      \
+    GTEST_SKIP() << "cannot make the namespaces (needs root: CAP_SYS_ADMIN, and a kernel with " \
+                    "PID, mount and time namespaces)";                                          \
+  }
 
 TEST(DeadHolder, AClaimOfAKilledProcessIsTakenOverAtOnce) {
   TempDir dir;
@@ -105,16 +237,27 @@ TEST(DeadHolder, ThisProcessesOwnClaimsAreAlive) {
 
 TEST(DeadHolder, AReusedPidIsNotMistakenForTheHolder) {
   namespace sharing = idem::sharing;
-  const auto start = sharing::ProcessStartTime(getpid());
-  ASSERT_TRUE(start.has_value());
-  const uint32_t pid = static_cast<uint32_t>(getpid());
-  EXPECT_FALSE(sharing::HolderIsDead({.pid = pid, .process_start = *start}));
+  const idem::Holder self = sharing::ThisProcessHolder();
+  ASSERT_NE(self.process_start, 0u);
+  ASSERT_NE(self.pid_scope, 0u) << "this test needs a /proc of its own PID namespace";
+  EXPECT_EQ(self.pid_scope, sharing::PidScope());
+  EXPECT_FALSE(sharing::HolderIsDead(self));
   // The same pid with another start time is a different (earlier) process: dead.
-  EXPECT_TRUE(sharing::HolderIsDead({.pid = pid, .process_start = *start + 1}));
+  idem::Holder earlier = self;
+  earlier.process_start += 1;
+  EXPECT_TRUE(sharing::HolderIsDead(earlier));
   // Unknown holders are never declared dead.
   EXPECT_FALSE(sharing::HolderIsDead({}));
   // A pid beyond the kernel's pid_max exists nowhere.
-  EXPECT_TRUE(sharing::HolderIsDead({.pid = 1u << 30, .process_start = 1}));
+  idem::Holder nowhere = self;
+  nowhere.pid = 1u << 30;
+  EXPECT_TRUE(sharing::HolderIsDead(nowhere));
+  // ... but recorded in another scope (boot, PID or time namespace), or in an unknown one, it
+  // may name a live process there: never dead.
+  nowhere.pid_scope = self.pid_scope + 1;
+  EXPECT_FALSE(sharing::HolderIsDead(nowhere));
+  nowhere.pid_scope = 0;
+  EXPECT_FALSE(sharing::HolderIsDead(nowhere));
   // A forked child is a holder of its own.
   int channel[2];
   ASSERT_EQ(pipe(channel), 0);
@@ -132,6 +275,109 @@ TEST(DeadHolder, AReusedPidIsNotMistakenForTheHolder) {
   waitpid(child, nullptr, 0);
   close(channel[0]);
   close(channel[1]);
+}
+
+}  // namespace
+
+namespace {
+
+// Two containers sharing a volume: the holder runs in a PID namespace of its own, so the pid
+// it was recorded under names another process (or none) in the judge's namespace.
+TEST(DeadHolder, AHolderInAnotherPidNamespaceWaitsForItsLease) {
+  for (const bool own_proc : {true, false}) {
+    SCOPED_TRACE(own_proc ? "the holder mounted its own /proc"
+                          : "the holder sees the host's /proc");
+    TempDir dir;
+    NamespacedProcess holder({.pid = true, .mount_proc = own_proc},
+                             [&] { return ClaimForAnHour(dir.StorePath(), "order-1"); });
+    SKIP_UNLESS_PERMITTED(holder);
+    ASSERT_EQ(holder.byte(), kClaimed);
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("order-1"));
+    EXPECT_EQ(claim.outcome, Outcome::kInProgress);
+    EXPECT_GT(claim.retry_after, std::chrono::minutes(59));
+  }
+}
+
+// The other way round, as after an ownership failover from one container to another: the
+// judge runs in a PID namespace where the holder's pid names nothing.
+TEST(DeadHolder, AJudgeInAnotherPidNamespaceDoesNotTakeOverALiveClaim) {
+  TempDir dir;
+  const pid_t holder = ClaimInChild(dir.StorePath(), "order-1", /*kill_it=*/false);
+  ASSERT_GT(holder, 0);
+  NamespacedProcess judge({.pid = true, .mount_proc = true},
+                          [&] { return BeginOnce(dir.StorePath(), "order-1"); });
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  SKIP_UNLESS_PERMITTED(judge);
+  EXPECT_EQ(judge.byte(), kInProgress);
+}
+
+// A judge without /proc (hidden by its mount namespace) cannot prove anything: it waits for
+// the lease, for a live holder and for a dead one alike.
+TEST(DeadHolder, AJudgeWithoutProcWaitsForTheLease) {
+  for (const bool holder_alive : {true, false}) {
+    SCOPED_TRACE(holder_alive ? "live holder" : "dead holder");
+    TempDir dir;
+    const pid_t holder = ClaimInChild(dir.StorePath(), "order-1", /*kill_it=*/!holder_alive);
+    ASSERT_GT(holder, 0);
+    NamespacedProcess judge({.hide_proc = true},
+                            [&] { return BeginOnce(dir.StorePath(), "order-1"); });
+    if (holder_alive) {
+      kill(holder, SIGKILL);
+      waitpid(holder, nullptr, 0);
+    }
+    SKIP_UNLESS_PERMITTED(judge);
+    EXPECT_EQ(judge.byte(), kInProgress);
+  }
+}
+
+// In a time namespace, /proc reports every start time shifted by the boot-time offset: the
+// live holder's start time reads differently there, which must not pass for a reused pid.
+TEST(DeadHolder, AJudgeInAnotherTimeNamespaceDoesNotTakeOverALiveClaim) {
+  TempDir dir;
+  const pid_t holder = ClaimInChild(dir.StorePath(), "order-1", /*kill_it=*/false);
+  ASSERT_GT(holder, 0);
+  NamespacedProcess judge({.time = true}, [&] { return BeginOnce(dir.StorePath(), "order-1"); });
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  SKIP_UNLESS_PERMITTED(judge);
+  EXPECT_EQ(judge.byte(), kInProgress);
+}
+
+// An owner out of file descriptors (an application that leaks them, a peer that opens
+// thousands of connections) cannot read /proc: a live holder is not declared dead for that,
+// and a dead one is still recognised (kill(pid, 0) needs no descriptor).
+TEST(DeadHolder, AnOwnerOutOfDescriptorsTakesOverOnlyDeadHolders) {
+  TempDir dir;
+  const pid_t live = ClaimInChild(dir.StorePath(), "live", /*kill_it=*/false);
+  ASSERT_GT(live, 0);
+  ASSERT_GT(ClaimInChild(dir.StorePath(), "dead", /*kill_it=*/true), 0);
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  ASSERT_OK(store->Begin("warm-up").status());  // RocksDB's files are open
+
+  // Every descriptor taken, under a limit lowered so that this stays quick.
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit lowered = saved;
+  lowered.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 512);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  std::vector<int> hog;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) hog.push_back(fd);
+  const int open_errno = errno;
+  auto live_claim = store->Begin("live");
+  auto dead_claim = store->Begin("dead");
+  for (int fd : hog) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_EQ(open_errno, EMFILE);
+  kill(live, SIGKILL);
+  waitpid(live, nullptr, 0);
+
+  ASSERT_OK(live_claim.status());
+  EXPECT_EQ(live_claim->outcome, Outcome::kInProgress);
+  ASSERT_OK(dead_claim.status());
+  EXPECT_EQ(dead_claim->outcome, Outcome::kAcquired);
+  EXPECT_TRUE(dead_claim->took_over);
 }
 
 }  // namespace

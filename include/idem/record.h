@@ -19,8 +19,12 @@ enum class State : uint8_t { kPending = 0, kDone = 1, kFailed = 2 };
 struct Holder {
   uint32_t pid = 0;            // the acquiring process (0: unknown)
   uint64_t process_start = 0;  // its start time (clock ticks after boot), so a reused pid differs
-  uint64_t request_id = 0;     // random id of the acquiring Begin call
-  bool took_over = false;      // the attempt took over an expired or abandoned one
+  // Where `pid` and `process_start` mean something: a digest of the boot id and of the PID and
+  // time namespaces of the process that read them (the store's owner). A holder is judged dead
+  // only by a process of the same scope. 0: unknown, never judged dead.
+  uint64_t pid_scope = 0;
+  uint64_t request_id = 0;  // random id of the acquiring Begin call
+  bool took_over = false;   // the attempt took over an expired or abandoned one
 
   friend bool operator==(const Holder&, const Holder&) = default;
 };

@@ -13,9 +13,16 @@
 namespace idem::sharing {
 
 // The start time of process `pid` in clock ticks after boot (field 22 of /proc/PID/stat), or
-// nullopt when there is no such process. A pid is reused only by a later-started process, so
-// (pid, start time) names one process for the life of the host.
+// nullopt when it cannot be read: no such process, no /proc of this process's PID namespace, or
+// no descriptor to read it with. A pid is reused only by a later-started process, so (pid,
+// start time) names one process for the life of the host.
 std::optional<uint64_t> ProcessStartTime(pid_t pid);
+
+// Where this process's pids and start times mean something: a digest of the boot id, the PID
+// namespace and the time namespace (/proc/PID/stat reports start times shifted by the reader's
+// boot-time offset). Never 0 when known; 0 when it cannot be told (no /proc, a /proc of another
+// PID namespace, no descriptor left). Computed once per process (after fork(), once more).
+uint64_t PidScope();
 
 // A random request id, never 0, fresh even in a forked child. No system call.
 uint64_t RandomRequestId();
@@ -27,12 +34,16 @@ uint64_t ForkGeneration();
 // This process as a holder, with a fresh random request id.
 Holder ThisProcessHolder();
 
-// The holder `pid` with a fresh random request id (for requests that arrive over the socket,
-// whose pid comes from the kernel's SO_PEERCRED).
+// The holder `pid` (as this process's PID namespace numbers it; 0 when the kernel could not
+// name it) with a fresh random request id, for requests that arrive over the socket, whose pid
+// comes from the kernel's SO_PEERCRED.
 Holder HolderFor(pid_t pid);
 
-// True when the holder's process is known to be gone: no such pid, or the pid now belongs to a
-// process started at another time. False when unknown (pid 0) or alive.
+// True only when the holder's process is proven gone: it was recorded in this process's scope
+// (same boot, same PID and time namespaces) and its pid is free (kill(pid, 0) fails with ESRCH)
+// or now names a process started at another time. Any doubt (another scope, an unknown pid or
+// scope, an unreadable start time, no descriptor left, EPERM) means alive: the claim then waits
+// for its lease.
 bool HolderIsDead(const Holder& holder);
 
 }  // namespace idem::sharing

@@ -115,6 +115,7 @@ void EncodeRecordInto(const Record& record, std::string& out) {
   StoreFixed32(p + 47, record.holder.pid);
   StoreFixed64(p + 51, record.holder.process_start);
   StoreFixed64(p + 59, record.holder.request_id);
+  StoreFixed64(p + 67, record.holder.pid_scope);
   p += kFixedHeaderSize;
   for (std::string_view field : fields) {
     p = StoreVarint32(p, static_cast<uint32_t>(field.size()));
@@ -132,15 +133,16 @@ Result<Record> DecodeRecord(std::string_view key, std::string_view value) {
 Status DecodeRecordInto(std::string_view key, std::string_view value, Record& record) {
   if (value.empty()) return Corrupt(key, "value is empty");
   const auto version = static_cast<uint8_t>(value[0]);
-  if (version != kRecordFormatVersion) {
+  if (version != kRecordFormatVersion && version != kRecordFormatVersion1) {
     return Corrupt(key, "unknown record format version " + std::to_string(version) +
-                            " (this library reads version " + std::to_string(kRecordFormatVersion) +
-                            ")");
+                            " (this library reads versions 1 to " +
+                            std::to_string(kRecordFormatVersion) + ")");
   }
-  if (value.size() < kFixedHeaderSize) {
+  const std::size_t header_size =
+      version == kRecordFormatVersion1 ? kFixedHeaderSizeV1 : kFixedHeaderSize;
+  if (value.size() < header_size) {
     return Corrupt(key, "value is " + std::to_string(value.size()) +
-                            " bytes, shorter than the header of " +
-                            std::to_string(kFixedHeaderSize));
+                            " bytes, shorter than the header of " + std::to_string(header_size));
   }
   const char* p = value.data();
   for (const auto& [offset, name] : {std::pair<std::size_t, const char*>{1, "expires"},
@@ -173,8 +175,11 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
   record.holder.pid = GetFixed32(p + 47);
   record.holder.process_start = GetFixed64(p + 51);
   record.holder.request_id = GetFixed64(p + 59);
+  // Version 1 did not say in which boot and namespaces the pid was read: an unknown scope,
+  // whose holder is never judged dead before its lease ends.
+  record.holder.pid_scope = version == kRecordFormatVersion1 ? 0 : GetFixed64(p + 67);
 
-  std::string_view rest = value.substr(kFixedHeaderSize);
+  std::string_view rest = value.substr(header_size);
   if (!GetLengthPrefixed(rest, record.type) || !GetLengthPrefixed(rest, record.fingerprint) ||
       !GetLengthPrefixed(rest, record.result) || !GetLengthPrefixed(rest, record.checkpoint)) {
     return Corrupt(key, "a length-prefixed field runs past the end of the value");
@@ -186,9 +191,9 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
 }
 
 std::optional<int64_t> PeekExpiresMicros(std::string_view value) {
-  if (value.size() < kFixedHeaderSize || static_cast<uint8_t>(value[0]) != kRecordFormatVersion) {
-    return std::nullopt;
-  }
+  if (value.size() < kFixedHeaderSizeV1) return std::nullopt;
+  const auto version = static_cast<uint8_t>(value[0]);
+  if (version != kRecordFormatVersion && version != kRecordFormatVersion1) return std::nullopt;
   return static_cast<int64_t>(GetFixed64(value.data() + kExpiresOffset));
 }
 

@@ -28,12 +28,16 @@ constexpr Unsigned ByteSwap(Unsigned value) {
   return out;
 }
 
-// Never change these values: they are persisted.
-inline constexpr uint8_t kRecordFormatVersion = 1;
-// The retention expiry sits at a fixed offset so the compaction filter reads it without
-// decoding the whole record.
+// Never change these values: they are persisted. Version 2 added the holder's pid scope at the
+// end of the fixed header; version 1 values (written by idem 0.1) are still read, with an
+// unknown scope.
+inline constexpr uint8_t kRecordFormatVersion = 2;
+inline constexpr uint8_t kRecordFormatVersion1 = 1;
+// The retention expiry sits at a fixed offset, the same in every version, so the compaction
+// filter reads it without decoding the whole record.
 inline constexpr std::size_t kExpiresOffset = 1;
-inline constexpr std::size_t kFixedHeaderSize = 67;
+inline constexpr std::size_t kFixedHeaderSize = 75;
+inline constexpr std::size_t kFixedHeaderSizeV1 = 67;
 
 // Times are stored as signed microseconds since the Unix epoch.
 int64_t ToMicros(std::chrono::system_clock::time_point time);
