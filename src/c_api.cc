@@ -318,6 +318,9 @@ unsigned char idem_attempt_took_over(const idem_attempt_t* attempt) {
   return attempt->attempt->took_over;
 }
 uint32_t idem_attempt_attempts(const idem_attempt_t* attempt) { return attempt->attempt->attempts; }
+unsigned char idem_attempt_lease_held(const idem_attempt_t* attempt) {
+  return attempt->attempt->LeaseHeld() ? 1 : 0;
+}
 const char* idem_attempt_checkpoint(const idem_attempt_t* attempt, size_t* len) {
   // The view points into the claim's record, a std::string: NUL-terminated.
   const std::string_view checkpoint = attempt->attempt->checkpoint;

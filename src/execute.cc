@@ -28,21 +28,25 @@ std::string ExceptionText(std::exception_ptr error) {
   }
 }
 
-// Runs fn for an acquired claim and records its outcome.
+// Runs fn for an acquired claim, whose Begin was sent at `sent`, and records its outcome.
 Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOptions& options,
-                             const Claim& claim, FunctionRef<Result<std::string>(Attempt&)> fn) {
+                             const Claim& claim, std::chrono::steady_clock::time_point sent,
+                             FunctionRef<Result<std::string>(Attempt&)> fn) {
+  const milliseconds lease =
+      options.lease.count() > 0 ? options.lease : store.options().default_lease;
+  LeaseStatus lease_status(sent + lease);
   Attempt attempt{.token = claim.token,
                   .took_over = claim.took_over,
                   .checkpoint = claim.record.checkpoint,
                   .attempts = claim.record.attempts,
                   .store = &store,
-                  .key = key};
-  const milliseconds lease =
-      options.lease.count() > 0 ? options.lease : store.options().default_lease;
+                  .key = key,
+                  .lease = &lease_status};
   std::optional<Result<std::string>> outcome;
   std::exception_ptr error;
   {
-    LeaseKeeper::Guard renewal = LeaseKeeper::Instance().Keep(&store, key, claim.token, lease);
+    LeaseKeeper::Guard renewal =
+        LeaseKeeper::Instance().Keep(&store, key, claim.token, lease, &lease_status);
     try {
       outcome.emplace(fn(attempt));
     } catch (...) {
@@ -69,15 +73,19 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
 
 }  // namespace
 
+bool Attempt::LeaseHeld() const { return lease != nullptr && lease->Held(); }
+
 Result<Execution> Store::ExecuteAttempts(std::string_view key, const BeginOptions& options,
                                          FunctionRef<Result<std::string>(Attempt&)> fn) {
   const auto give_up_at = std::chrono::steady_clock::now() + this->options().execute_wait;
   milliseconds poll = kFirstPoll;
   for (;;) {
+    // An acquired lease runs from the owner's answer, which comes after this.
+    const auto sent = std::chrono::steady_clock::now();
     IDEM_ASSIGN_OR_RETURN(Claim claim, Begin(key, options));
     switch (claim.outcome) {
       case Outcome::kAcquired:
-        return RunAttempt(*this, key, options, claim, fn);
+        return RunAttempt(*this, key, options, claim, sent, fn);
       case Outcome::kReplay:
         return Execution{.result = std::move(claim.record.result),
                          .replayed = true,

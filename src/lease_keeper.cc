@@ -42,12 +42,12 @@ void LeaseKeeper::ResetInChild() {
 }
 
 LeaseKeeper::Guard LeaseKeeper::Keep(Store* store, std::string_view key, uint64_t token,
-                                     std::chrono::milliseconds lease) {
+                                     std::chrono::milliseconds lease, LeaseStatus* status) {
   std::lock_guard lock(mu_);
   if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
   const uint64_t id = next_id_++;
   leases_.emplace(id, Lease{store, std::string(key), token, lease,
-                            std::chrono::steady_clock::now() + RenewalPeriod(lease)});
+                            std::chrono::steady_clock::now() + RenewalPeriod(lease), status});
   changed_.notify_all();
   return Guard(this, id);
 }
@@ -72,18 +72,36 @@ void LeaseKeeper::Run() {
     if (due->second.next_renewal > now) {
       // A copy: the lease may be removed while this thread waits.
       const auto wake_at = due->second.next_renewal;
-      changed_.wait_until(lock, wake_at);
+      if (wake_at == std::chrono::steady_clock::time_point::max()) {
+        changed_.wait(lock);  // only lost leases left: they wait for their attempts to end
+      } else {
+        changed_.wait_until(lock, wake_at);
+      }
       continue;
     }
     const uint64_t id = due->first;
     Lease lease = due->second;
-    due->second.next_renewal = now + RenewalPeriod(lease.lease);
     renewing_ = id;
     lock.unlock();
-    // A failure (lease lost, I/O error) is left to the attempt's own Complete or Fail, which
-    // reports it; renewing again later is harmless.
-    lease.store->Extend(lease.key, lease.token, lease.lease).ok();
+    // Sent now: if it succeeds, the lease runs at least until now + lease.
+    const auto sent = std::chrono::steady_clock::now();
+    const Status renewed = lease.store->Extend(lease.key, lease.token, lease.lease);
+    auto next = std::chrono::steady_clock::now() + RenewalPeriod(lease.lease);
+    if (renewed.ok()) {
+      lease.status->Renewed(sent + lease.lease);
+    } else if (renewed.code() == Status::Code::kLeaseLost ||
+               renewed.code() == Status::Code::kNotFound) {
+      // Taken over, ended or forgotten: nothing left to renew. The attempt's own Complete or
+      // Fail reports it.
+      lease.status->Lost();
+      next = std::chrono::steady_clock::time_point::max();
+    } else {
+      // The owner did not answer in time, is failing over, or could not write: the lease may
+      // still be held, and the grace after a stall lasts only so long.
+      next = std::min(next, std::chrono::steady_clock::now() + kRetryFailedRenewal);
+    }
     lock.lock();
+    if (auto it = leases_.find(id); it != leases_.end()) it->second.next_renewal = next;
     renewing_ = 0;
     changed_.notify_all();
   }

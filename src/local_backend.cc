@@ -1,5 +1,7 @@
 #include "local_backend.h"
 
+#include <algorithm>
+
 #include "sharing/process.h"
 #include "storage/record_codec.h"
 
@@ -66,7 +68,11 @@ Counters LocalBackend::AtomicCounters::Snapshot() const {
 }
 
 LocalBackend::LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options)
-    : storage_(std::move(storage)), options_(options) {
+    : storage_(std::move(storage)),
+      options_(options),
+      stall_watch_(options.read_only
+                       ? nullptr
+                       : std::make_unique<StallWatch>(options.clock, options.renewal_grace)) {
   if (!options_.read_only && options_.auto_purge_interval > std::chrono::milliseconds(0)) {
     purge_thread_ = std::thread([this] { PurgeLoop(options_.auto_purge_interval); });
   }
@@ -140,11 +146,22 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
   IDEM_RETURN_IF_ERROR(storage_->Update(
       call.key,
       [&](std::optional<Record>& stored) -> const Record* {
+        const bool pending =
+            stored && stored->state == State::kPending && !engine::IsExpired(*stored, now);
+        // A lease that ran out is reserved for its holder during a renewal grace (the owner
+        // stalled, or has just taken over); a live lease, until it ends. Either way a holder
+        // proven dead gives it up at once.
+        std::array<engine::RenewalGrace, 2> graces;
+        bool reserved = pending && stored->lease_deadline > now;
+        if (pending && !reserved) {
+          graces = stall_watch_->Graces();
+          reserved = std::any_of(graces.begin(), graces.end(),
+                                 [&](const auto& grace) { return grace.Covers(*stored); });
+        }
         const bool holder_is_dead =
-            options_.take_over_dead_holders && stored && stored->state == State::kPending &&
-            stored->lease_deadline > now && sharing::HolderIsDead(stored->holder);
-        decision =
-            engine::DecideBegin(std::move(stored), request, now, fresh_token, holder_is_dead);
+            reserved && options_.take_over_dead_holders && sharing::HolderIsDead(stored->holder);
+        decision = engine::DecideBegin(std::move(stored), request, now, fresh_token, holder_is_dead,
+                                       graces);
         return decision.write ? &decision.claim.record : nullptr;
       },
       call.durability, absent_since));

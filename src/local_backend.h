@@ -12,14 +12,16 @@
 #include <thread>
 
 #include "backend.h"
+#include "stall_watch.h"
 #include "storage/storage.h"
 
 namespace idem {
 
 class LocalBackend final : public Backend {
  public:
-  // Uses options.clock (not null), read_only, take_over_dead_holders, auto_purge_interval and
-  // the size limits.
+  // Uses options.clock (not null), read_only, take_over_dead_holders, renewal_grace,
+  // auto_purge_interval and the size limits. A writable backend is the store's new owner: it
+  // opens a renewal grace for the claims written before it (see StallWatch).
   LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options);
   ~LocalBackend() override;
 
@@ -48,6 +50,9 @@ class LocalBackend final : public Backend {
   // Constant after construction.
   const std::unique_ptr<storage::Storage> storage_;
   const Options options_;
+
+  // Null when read-only.
+  const std::unique_ptr<StallWatch> stall_watch_;
 
   AtomicCounters counters_;
 

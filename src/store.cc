@@ -427,6 +427,7 @@ Status CheckOptions(const Options& options) {
   if (options.max_key_size == 0) return Status::InvalidArgument("max_key_size must be positive");
   IDEM_RETURN_IF_ERROR(CheckDuration("execute_wait", options.execute_wait));
   IDEM_RETURN_IF_ERROR(CheckDuration("failover_timeout", options.failover_timeout));
+  IDEM_RETURN_IF_ERROR(CheckDuration("renewal_grace", options.renewal_grace));
   return CheckDuration("auto_purge_interval", options.auto_purge_interval);
 }
 

@@ -70,6 +70,7 @@ static char* make_receipt(void* ctx, idem_attempt_t* attempt, size_t* resultlen,
   (void)terminal;
   counter->runs++;
   if (idem_attempt_attempts(attempt) < 1 || idem_attempt_token(attempt) == 0) return NULL;
+  if (!idem_attempt_lease_held(attempt)) return NULL;
   memcpy(result, "receipt", 7);
   *resultlen = 7;
   return result;

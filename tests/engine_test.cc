@@ -253,6 +253,42 @@ TEST(Engine, ALiveLeaseOfADeadHolderIsTakenOver) {
   }
 }
 
+// A renewal grace keeps a timed-out claim for its holder when it covers it: a lease that ended
+// after the grace's start, on a record not written since renewals became possible.
+TEST(Engine, ARenewalGraceKeepsATimedOutClaimItCovers) {
+  const auto stored = Stored(Situation::kPendingTimedOut, "");
+  ASSERT_TRUE(stored.has_value());
+  RenewalGrace grace{.lease_ended_after = stored->lease_deadline - std::chrono::seconds(1),
+                     .written_before = stored->updated + std::chrono::microseconds(1),
+                     .left = std::chrono::milliseconds(1500)};
+  const RenewalGrace graces[] = {RenewalGrace{}, grace};
+  BeginDecision d = DecideBegin(stored, Request(""), kNow, kFreshToken, false, graces);
+  EXPECT_EQ(d.claim.outcome, Outcome::kInProgress);
+  EXPECT_EQ(d.claim.retry_after, std::chrono::milliseconds(1500));
+  EXPECT_FALSE(d.write);
+  // A holder proven dead gives its claim up at once, grace or not.
+  d = DecideBegin(stored, Request(""), kNow, kFreshToken, true, graces);
+  EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
+  EXPECT_TRUE(d.claim.took_over);
+  // Not covered: the lease ended before the grace's start, the record was written since (its
+  // holder renewed or wrote after renewals became possible again), or the grace is over.
+  RenewalGrace ended_before = grace, written_since = grace, over = grace;
+  ended_before.lease_ended_after = stored->lease_deadline;
+  written_since.written_before = stored->updated;
+  over.left = std::chrono::milliseconds(0);
+  for (const RenewalGrace& other : {ended_before, written_since, over}) {
+    const RenewalGrace one[] = {other};
+    d = DecideBegin(stored, Request(""), kNow, kFreshToken, false, one);
+    EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
+  }
+  // A grace changes nothing for a live lease or a record that is not pending.
+  for (Situation s : {Situation::kPendingLive, Situation::kDone, Situation::kFailedRetryable}) {
+    EXPECT_EQ(
+        DecideBegin(Stored(s, ""), Request(""), kNow, kFreshToken, false, graces).claim.outcome,
+        ExpectedBegin(s).outcome);
+  }
+}
+
 TEST(Engine, RetryAfterRoundsUpAndIsAtLeastOneMillisecond) {
   auto stored = Stored(Situation::kPendingLive, "");
   stored->lease_deadline = kNow + std::chrono::microseconds(1500);

@@ -222,6 +222,9 @@ uint64_t idem_attempt_token(const idem_attempt_t* attempt);
 unsigned char idem_attempt_took_over(const idem_attempt_t* attempt);
 /* 1 on the first attempt. */
 uint32_t idem_attempt_attempts(const idem_attempt_t* attempt);
+/* 1 while this attempt surely holds its lease (idem::Attempt::LeaseHeld): check it right before
+ * a side effect that must not run twice. */
+unsigned char idem_attempt_lease_held(const idem_attempt_t* attempt);
 /* The checkpoint saved by an earlier attempt (empty if none). */
 const char* idem_attempt_checkpoint(const idem_attempt_t* attempt, size_t* len);
 /* Saves a recovery point for the next owner should this attempt die. */

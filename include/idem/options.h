@@ -94,9 +94,23 @@ struct Options {
   std::size_t memory_budget = 96 << 20;
 
   // Take over a pending claim at once, without waiting for its lease, when the process that
-  // acquired it has died (its pid is gone, or now belongs to a process started later). Turn it
-  // off when the processes sharing a store see different PID namespaces. Default: true.
+  // acquired it is proven dead: the owner judging it runs on the same boot and in the same PID
+  // and time namespaces as the owner that recorded it, and has seen the pid free (ESRCH) or
+  // held by a process started at another time. Any doubt (other namespaces, as with containers
+  // sharing a volume; no /proc; no descriptor left) means alive: the claim waits for its lease.
+  // Default: true.
   bool take_over_dead_holders = true;
+
+  // How long claims whose lease ran out while their holders could not renew stay reserved for
+  // them: after the store's owner resumes from a stall of its own (stopped, frozen, paused for
+  // more than 1 s, seen on the monotonic clock) and after a process becomes the owner (the
+  // previous one died or closed). Meanwhile Begin answers kInProgress for such a claim (with
+  // retry_after the grace left) unless its holder renews, ends it or is proven dead. It must
+  // cover the time a holder takes to renew once the owner answers again: Execute's renewal
+  // retries a failed renewal within 100 ms; a caller renewing by hand every third of its lease
+  // needs a third of the lease. Longer delays takeovers after a stall or a restart; 0 turns the
+  // grace off. See docs/semantics.md, "Stalls and the renewal grace". Default: 5 s.
+  std::chrono::milliseconds renewal_grace{std::chrono::seconds(5)};
 
   // How long Open, or a call whose store owner has just died, keeps trying to reach the owner
   // or to become it, before failing with kUnavailable. Default: 10 s.

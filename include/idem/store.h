@@ -55,6 +55,7 @@ struct Claim {
 std::string_view OutcomeName(Outcome outcome);
 
 class Store;
+class LeaseStatus;  // internal: what Execute's lease renewal knows of an attempt's lease
 
 // Handed to the function that Execute runs: who this attempt is, and a way to save progress.
 struct Attempt {
@@ -67,8 +68,17 @@ struct Attempt {
   // Saves a recovery point for the next owner should this attempt die (Store::SaveCheckpoint).
   Status SaveCheckpoint(std::string_view data);
 
+  // True while this attempt is known to hold its lease: the last renewal that succeeded was
+  // sent less than one lease ago (on this process's monotonic clock, so a stall of this
+  // process counts) and no renewal found the lease lost. Check it right before a side effect
+  // that must not run twice: false means another attempt may have taken the key over (or will
+  // be allowed to soon); stop, or make the effect safe with the fencing token. It cannot see
+  // the owner's wall clock stepping forward, which ends leases early (docs/semantics.md).
+  bool LeaseHeld() const;
+
   Store* store = nullptr;
   std::string_view key;
+  const LeaseStatus* lease = nullptr;  // set by Execute
 };
 
 struct Execution {

@@ -47,7 +47,8 @@ std::optional<Record> Visible(std::optional<Record> stored, TimePoint now) {
 }
 
 BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& request, TimePoint now,
-                          uint64_t fresh_token, bool holder_is_dead) {
+                          uint64_t fresh_token, bool holder_is_dead,
+                          std::span<const RenewalGrace> graces) {
   BeginDecision decision;
   Claim& claim = decision.claim;
   MakeVisible(stored, now);
@@ -90,11 +91,23 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
           claim.record = std::move(record);
           return decision;
         }
-        if (!record.timed_out && !holder_is_dead) {
-          claim.outcome = Outcome::kInProgress;
-          claim.retry_after = TimeLeft(record.lease_deadline, now);
-          claim.record = std::move(record);
-          return decision;
+        if (!holder_is_dead) {
+          if (!record.timed_out) {
+            claim.outcome = Outcome::kInProgress;
+            claim.retry_after = TimeLeft(record.lease_deadline, now);
+            claim.record = std::move(record);
+            return decision;
+          }
+          milliseconds grace_left{0};
+          for (const RenewalGrace& grace : graces) {
+            if (grace.Covers(record)) grace_left = std::max(grace_left, grace.left);
+          }
+          if (grace_left.count() > 0) {
+            claim.outcome = Outcome::kInProgress;
+            claim.retry_after = grace_left;
+            claim.record = std::move(record);
+            return decision;
+          }
         }
         claim.took_over = true;
         break;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "idem/record.h"
@@ -40,16 +41,38 @@ struct BeginRequest {
   Holder holder;
 };
 
+// A time when claims whose lease ran out stay reserved for their holders, because the holders
+// could not renew: the owner was stalled (stopped, frozen), or there was no owner (a failover).
+// Such a claim answers kInProgress until the grace ends or its holder renews, ends or is proven
+// dead (docs/semantics.md, "Stalls and the renewal grace").
+struct RenewalGrace {
+  // Covers pending records whose lease ended after this (they were live when renewals became
+  // impossible) ...
+  TimePoint lease_ended_after = TimePoint::min();
+  // ... and that were last written before this (not renewed since renewals became possible).
+  TimePoint written_before = TimePoint::max();
+  // How much longer the grace lasts; > 0 while it is in force.
+  std::chrono::milliseconds left{0};
+
+  bool Covers(const Record& record) const {
+    return left.count() > 0 && record.state == State::kPending &&
+           record.lease_deadline > lease_ended_after && record.updated < written_before;
+  }
+};
+
 struct BeginDecision {
   Claim claim;         // claim.record: the record as stored after the call
   bool write = false;  // true: store claim.record
 };
 
 // Decides Begin. `fresh_token` is a token the store has never handed out; it is used when the
-// key is acquired. `holder_is_dead`: the process holding the stored pending claim is known to
-// have died, so its claim is taken over without waiting for the lease.
+// key is acquired. `holder_is_dead`: the process holding the stored pending claim is proven to
+// have died, so its claim is taken over without waiting for its lease or a grace. `graces`:
+// the renewal graces in force; a pending claim whose lease ran out and that one of them covers
+// is still in progress.
 BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& request, TimePoint now,
-                          uint64_t fresh_token, bool holder_is_dead = false);
+                          uint64_t fresh_token, bool holder_is_dead = false,
+                          std::span<const RenewalGrace> graces = {});
 
 enum class TransitionKind { kComplete, kFail, kExtend, kSaveCheckpoint };
 

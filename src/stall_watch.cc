@@ -1,0 +1,71 @@
+#include "stall_watch.h"
+
+#include "storage/record_codec.h"
+
+namespace idem {
+namespace {
+
+using std::chrono::milliseconds;
+
+}  // namespace
+
+StallWatch::StallWatch(std::shared_ptr<const Clock> clock, milliseconds grace)
+    : clock_(std::move(clock)), grace_(grace) {
+  if (grace_ <= milliseconds(0)) return;
+  const auto now = Steady::now();
+  last_tick_ = now;
+  last_tick_wall_ = clock_->Now();
+  // Every claim written before this owner began may have lost renewals while there was none.
+  ownership_.scope.written_before = storage::TruncateToMicros(last_tick_wall_);
+  ownership_.until = now + grace_;
+  thread_ = std::thread([this] { Run(); });
+}
+
+StallWatch::~StallWatch() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  stop_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void StallWatch::Run() {
+  std::unique_lock lock(mu_);
+  while (!stop_.wait_for(lock, kTick, [this] { return stopping_; })) Tick(Steady::now());
+}
+
+void StallWatch::Tick(Steady::time_point now) {
+  if (now - last_tick_ > kStallThreshold) {
+    // Renewals stopped at the last tick and are possible again from now: claims live then and
+    // not written since keep their holders for one grace.
+    stall_.scope.lease_ended_after = last_tick_wall_;
+    stall_.scope.written_before = storage::TruncateToMicros(clock_->Now());
+    stall_.until = now + grace_;
+    ++stalls_;
+  }
+  last_tick_ = now;
+  last_tick_wall_ = clock_->Now();
+}
+
+std::array<engine::RenewalGrace, 2> StallWatch::Graces() {
+  std::array<engine::RenewalGrace, 2> graces;
+  if (grace_ <= milliseconds(0)) return graces;
+  std::lock_guard lock(mu_);
+  const auto now = Steady::now();
+  Tick(now);
+  const Window* windows[] = {&ownership_, &stall_};
+  for (std::size_t i = 0; i < graces.size(); ++i) {
+    graces[i] = windows[i]->scope;
+    graces[i].left =
+        std::max(std::chrono::ceil<milliseconds>(windows[i]->until - now), milliseconds(0));
+  }
+  return graces;
+}
+
+uint64_t StallWatch::stalls() {
+  std::lock_guard lock(mu_);
+  return stalls_;
+}
+
+}  // namespace idem
