@@ -22,6 +22,8 @@
 #include "sharing/remote_backend.h"
 #include "sharing/server.h"
 #include "storage/rocksdb_storage.h"
+#include "store_directory.h"
+#include "util/escape.h"
 
 namespace idem {
 namespace {
@@ -36,8 +38,6 @@ class SystemClockImpl final : public Clock {
   }
 };
 
-// Where a store directory keeps its RocksDB files; the owner lock and socket sit beside it.
-constexpr char kDatabaseDir[] = "db";
 // How long the owner lock must stay refused before an exclusive open reports kBusy.
 constexpr milliseconds kBusyAfter{50};
 // How many records a handle's Scan asks its backend for at a time.
@@ -241,20 +241,22 @@ class StoreCore {
 
   Result<std::unique_ptr<storage::Storage>> OpenStorage() {
     storage::RocksDbConfig config;
-    config.path = (directory_ / kDatabaseDir).string();
     config.create_if_missing = options_.create_if_missing;
     config.read_only = options_.read_only;
     config.memory_budget = options_.memory_budget;
     config.clock = options_.clock;
-    IDEM_ASSIGN_OR_RETURN(auto storage, storage::RocksDbStorage::Open(config));
+    IDEM_ASSIGN_OR_RETURN(auto storage, OpenStoreDatabase(directory_, std::move(config)));
     return std::unique_ptr<storage::Storage>(std::move(storage));
   }
 
+  // One line each: control characters in the message (from a path, or from RocksDB quoting
+  // one) are escaped, so a message can neither forge a line nor send a terminal escape.
   void Log(std::string_view message) const {
+    const std::string line = EscapeControls(message);
     if (options_.log) {
-      options_.log(message);
+      options_.log(line);
     } else {
-      std::cerr << "idem: " << message << '\n';
+      std::cerr << "idem: " << line << '\n';
     }
   }
 
@@ -390,33 +392,6 @@ class StoreHandle final : public Store {
   const Options options_;
 };
 
-// Makes sure `path` is a store directory (creating it if allowed) and returns its identity.
-Result<DirectoryId> PrepareDirectory(const fs::path& path, const Options& options) {
-  std::error_code error;
-  const fs::file_status status = fs::status(path, error);
-  if (!fs::exists(status)) {
-    if (!options.create_if_missing || options.read_only) {
-      return Status::NotFound("store " + path.string() + " does not exist");
-    }
-    fs::create_directories(path, error);
-    if (error) {
-      return Status::IOError("cannot create store " + path.string() + ": " + error.message());
-    }
-    // Only the owning user may read the records or connect to the store's socket.
-    fs::permissions(path, fs::perms::owner_all, error);
-  } else if (!fs::is_directory(status)) {
-    return Status::InvalidArgument("store " + path.string() + " is not a directory");
-  } else if ((!options.create_if_missing || options.read_only) &&
-             !fs::exists(path / kDatabaseDir)) {
-    return Status::NotFound("store " + path.string() + " holds no database");
-  }
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    return Status::IOError("cannot stat store " + path.string());
-  }
-  return DirectoryId{info.st_dev, info.st_ino};
-}
-
 Status CheckOptions(const Options& options) {
   if (options.default_lease <= milliseconds(0)) {
     return Status::InvalidArgument("default_lease must be positive");
@@ -451,23 +426,33 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
   if (!effective.clock) effective.clock = SystemClock();
 
   std::error_code error;
-  const fs::path directory = fs::absolute(fs::path(path), error).lexically_normal();
-  if (error) return Status::InvalidArgument("bad store path " + std::string(path));
+  fs::path directory = fs::absolute(fs::path(path), error).lexically_normal();
+  if (error) return Status::InvalidArgument("bad store path " + EscapeControls(path));
+  // "/a/store/" names /a/store.
+  if (!directory.has_filename() && directory.has_relative_path()) {
+    directory = directory.parent_path();
+  }
 
   std::lock_guard registry_lock(RegistryMutex());
-  IDEM_ASSIGN_OR_RETURN(DirectoryId id, PrepareDirectory(directory, effective));
+  Result<StoreDirectory> prepared =
+      PrepareStoreDirectory(directory, effective.create_if_missing && !effective.read_only);
+  if (!prepared.ok()) return prepared.status();
+  const DirectoryId id{prepared->device, prepared->inode};
   auto& registry = Registry();
   std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
   if (auto existing = registry[id].lock(); existing && !existing->forked()) {
     if (existing->read_only() && !effective.read_only) {
-      return Status::Busy("store " + directory.string() +
+      return Status::Busy("store " + EscapeControls(directory.string()) +
                           " is open read-only in this process; close it before opening it "
                           "for writing");
     }
     return std::unique_ptr<Store>(std::make_unique<StoreHandle>(std::move(existing), effective));
   }
   auto core = std::make_shared<StoreCore>(directory, id, effective);
-  IDEM_RETURN_IF_ERROR(core->Start());
+  if (Status started = core->Start(); !started.ok()) {
+    // Messages from below quote paths (RocksDB's among them) as they are.
+    return Status(started.code(), EscapeControls(started.message()));
+  }
   registry[id] = core;
   return std::unique_ptr<Store>(std::make_unique<StoreHandle>(std::move(core), effective));
 }

@@ -9,6 +9,7 @@
 #include "cli.h"
 
 #include <fcntl.h>
+#include <rocksdb/db.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -727,6 +728,10 @@ TEST_F(CliTest, UsageErrorsExitTwoWithAOneLineHint) {
       {"dump", path(), "--format", "prometheus"},
       {"dump", path(), "--limit", "0"},
       {"dump", path(), "--limit", "many"},
+      // Beyond int64_t: CLI11 alone read these as the largest value, that is no limit.
+      {"dump", path(), "--limit", "99999999999999999999"},
+      {"dump", path(), "--limit", "9223372036854775808"},
+      {"dump", path(), "--limit", "0x10"},
       {"dump", path(), "extra"},
       {"get", path()},
       {"get", path(), "k", "--format", "prometheus"},
@@ -879,6 +884,57 @@ TEST_F(CliTest, WritersExitThreeWhileAnExclusiveProcessHoldsTheStore) {
   holder.CloseStdin();
   EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
   EXPECT_EQ(RunCli({"get", path(), "order-1"}).code, 0);  // nothing was changed
+}
+
+// Before: `idem purge` gave a plain RocksDB database in PATH/db idem's column families and
+// files, and `idem forget` deleted its key.
+TEST_F(CliTest, EveryCommandRefusesWhatIsNotAnIdemStoreAndChangesNothing) {
+  const std::string in_db = dir_.Sub("rocksdb-in-db");
+  ASSERT_EQ(::mkdir(in_db.c_str(), 0700), 0);
+  const std::string itself = dir_.Sub("rocksdb-itself");
+  for (const std::string& database : {in_db + "/db", itself}) {
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(options, database, &db).ok()) << database;
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "k", "someone else's").ok());
+    delete db;
+  }
+  for (const std::string& store : {in_db, itself}) {
+    const auto before = idem_test::TreeSnapshot(store);
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+             {"dump", store},
+             {"get", store, "k"},
+             {"stats", store},
+             {"purge", store, "--dry-run"},
+             {"purge", store},
+             {"forget", store, "k"}}) {
+      const CliResult result = RunCli(args);
+      EXPECT_EQ(result.code, 3) << args[0] << " " << store << ": " << result.err;
+      EXPECT_NE(result.err.find("not an idem store"), std::string::npos) << result.err;
+      EXPECT_EQ(idem_test::TreeSnapshot(store), before) << args[0] << " changed " << store;
+    }
+  }
+}
+
+// Before: a path holding a newline or an escape sequence went to the terminal as is.
+TEST_F(CliTest, ControlCharactersInAPathNeverReachTheTerminal) {
+  const std::string bad = dir_.Sub("x\nidem get: forged\x1b[31mred");
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"dump", bad},
+           {"get", bad, "k"},
+           {"stats", bad},
+           {"purge", bad},
+           {"forget", bad, "k"}}) {
+    const CliResult result = RunCli(args);
+    EXPECT_EQ(result.code, 3) << args[0];
+    ASSERT_EQ(Lines(result.err).size(), 1u) << result.err;
+    for (const char c : result.err.substr(0, result.err.size() - 1)) {
+      EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 || c == 0x7f) << result.err;
+    }
+    EXPECT_NE(result.err.find("x\\x0aidem get: forged\\x1b[31mred"), std::string::npos)
+        << result.err;
+  }
 }
 
 // ---- The real binary -----------------------------------------------------------------------

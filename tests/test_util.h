@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,9 +14,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -143,6 +147,33 @@ inline bool UnderTsan() {
 
 // `normal` normally, `small` under ThreadSanitizer.
 inline int Scaled(int normal, int small) { return UnderTsan() ? small : normal; }
+
+// Everything about the tree at `root` that a write could change: for each entry (the root
+// included) its type and mode, owner, size, modification time to the nanosecond, and for a file
+// a hash of its bytes. Two equal snapshots: nothing was written.
+inline std::map<std::string, std::string> TreeSnapshot(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::map<std::string, std::string> entries;
+  const auto describe = [&](const fs::path& path) {
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) return;
+    std::ostringstream text;
+    text << std::oct << info.st_mode << std::dec << ' ' << info.st_uid << ' ' << info.st_size << ' '
+         << info.st_mtim.tv_sec << '.' << info.st_mtim.tv_nsec;
+    if (S_ISREG(info.st_mode)) {
+      std::ifstream in(path, std::ios::binary);
+      text << ' ' << std::hash<std::string>()(std::string(std::istreambuf_iterator<char>(in), {}));
+    }
+    entries[fs::relative(path, root).string()] = text.str();
+  };
+  describe(root);
+  std::error_code error;
+  for (fs::recursive_directory_iterator it(root, error), end; !error && it != end;
+       it.increment(error)) {
+    describe(it->path());
+  }
+  return entries;
+}
 
 }  // namespace idem_test
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
@@ -87,6 +88,25 @@ void AppendDisplayByteEscape(std::string& out, unsigned char byte) {
   out += "\\x";
   out += kHexDigits[byte >> 4];
   out += kHexDigits[byte & 0xF];
+}
+
+// `text` with each control character (bytes 0x00-0x1f, 0x7f) as \xNN and every other byte
+// kept. For messages that quote what the library or RocksDB quoted: the library escapes the
+// keys and paths it puts in a message, but not every message that reaches the command comes
+// from code that does; this keeps each message on one line and free of terminal escapes
+// without escaping twice what is already escaped (DisplayEscape would double its backslashes).
+std::string EscapeControlBytes(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      AppendDisplayByteEscape(out, byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 // The number of code points in valid UTF-8 text (how many columns it takes, for the scripts we
@@ -309,9 +329,9 @@ struct Context {
   std::ostream& out;
   std::ostream& err;
 
-  // "idem get: <message>" on err; returns `code`.
+  // "idem get: <message>" on err, one line whatever the message quotes; returns `code`.
   int Fail(int code, std::string_view message) const {
-    err << "idem " << command << ": " << message << '\n' << std::flush;
+    err << "idem " << command << ": " << EscapeControlBytes(message) << '\n' << std::flush;
     return code;
   }
 
@@ -321,16 +341,15 @@ struct Context {
   }
 
   int StoreError(std::string_view path, const Status& status) const {
+    const std::string shown = DisplayEscape(path);
     if (status.code() == Status::Code::kNotFound) {
-      return Fail(kExitStoreError,
-                  "no idem store at " + std::string(path) + " (" + status.message() + ")");
+      return Fail(kExitStoreError, "no idem store at " + shown + " (" + status.message() + ")");
     }
     if (status.code() == Status::Code::kBusy) {
-      return Fail(kExitStoreError, "store " + std::string(path) + " is held by another process (" +
-                                       status.ToString() + ")");
+      return Fail(kExitStoreError,
+                  "store " + shown + " is held by another process (" + status.ToString() + ")");
     }
-    return Fail(kExitStoreError,
-                "cannot use store " + std::string(path) + ": " + status.ToString());
+    return Fail(kExitStoreError, "cannot use store " + shown + ": " + status.ToString());
   }
 
   // Checks that the output was written; a closed pipe (`idem dump ... | head`) ends quietly.
@@ -705,7 +724,7 @@ int Purge(const Context& ctx, const std::string& path, bool dry_run, bool quiet)
   options.compact = !dry_run;
   if (progress) {
     ctx.err << "idem purge: " << (dry_run ? "counting" : "removing") << " expired records in "
-            << path << " ..." << std::flush;
+            << DisplayEscape(path) << " ..." << std::flush;
     options.progress = [&](uint64_t so_far) {
       const auto now = std::chrono::steady_clock::now();
       if (now - last_shown < std::chrono::milliseconds(200)) return;
@@ -743,6 +762,25 @@ int Forget(const Context& ctx, const std::string& path, const std::string& key_a
   store->reset();
   ctx.out << "forgot " << DisplayEscape(*key) << '\n';
   return ctx.FinishOutput(kExitOk);
+}
+
+// --limit N: a decimal whole number from 1 to 2^63-1. Checked on the text, before CLI11 converts
+// it: CLI11 2.1 reads a number too large for int64_t as the largest one (so
+// --limit 99999999999999999999 meant "no limit"), and reads 0x10 as 16.
+CLI::Validator LimitValidator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        const char* first = text.data();
+        const char* last = text.data() + text.size();
+        const auto [stop, error] = std::from_chars(first, last, value);
+        if (first == last || error != std::errc() || stop != last || value < 1) {
+          return "'" + DisplayEscape(text) + "' is not a whole number from 1 to " +
+                 std::to_string(std::numeric_limits<int64_t>::max());
+        }
+        return "";
+      },
+      "N >= 1");
 }
 
 // One line of a CLI11 message.
@@ -945,7 +983,7 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::IsMember({"table", "jsonl"}));
   dump_command
       ->add_option("--limit", dump.limit, "Stop after N records (N >= 1). Default: no limit")
-      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()).description("N >= 1"));
+      ->check(LimitValidator());
 
   std::string get_path;
   std::string get_key;

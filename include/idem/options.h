@@ -56,7 +56,9 @@ struct Options {
   // See Sharing. Default: kAuto.
   Sharing sharing = Sharing::kAuto;
 
-  // Create the store directory when it does not exist. When false, opening a missing store
+  // Create the store when it does not exist: in a missing directory (made with mode 0700), or
+  // an empty one. A directory holding anything else that is not an idem store is refused
+  // either way (kInvalidArgument) and left unchanged. When false, opening a missing store
   // returns kNotFound. Default: true.
   bool create_if_missing = true;
 

@@ -117,7 +117,10 @@ class Store {
  public:
   // Opens (or creates, see Options::create_if_missing) the store in directory `path`.
   // Errors: kNotFound (missing and not created), kBusy (held by another process that excludes
-  // this one), kCorruption (unreadable or of a newer format), kIOError, kInvalidArgument.
+  // this one), kCorruption (unreadable or of a newer format), kInvalidArgument (not a
+  // directory, or not an idem store: nothing in it is changed), kIOError (the directory
+  // belongs to another user or others can write it, a symbolic link inside it, the process
+  // serving its socket runs as another user, or the file system failed).
   static Result<std::unique_ptr<Store>> Open(std::string_view path, const Options& options = {});
 
   Store() = default;

@@ -4,19 +4,22 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
+
+#include "util/escape.h"
 
 namespace idem::sharing {
 namespace {
 
-constexpr char kLockName[] = "owner.lock";
+constexpr mode_t kLockFileMode = 0600;
 
-std::string LockPath(const std::string& directory) { return directory + "/" + kLockName; }
+std::string LockPath(const std::string& directory) { return directory + "/" + kOwnerLockFile; }
 
 // The descriptors of the owner locks this process holds. A child made by fork() shares their
 // open file descriptions, and so the locks: if it kept them, the store would stay locked after
@@ -44,21 +47,46 @@ void InstallForkHandler() {
 Result<std::unique_ptr<OwnerLock>> OwnerLock::TryAcquire(const std::string& directory,
                                                          Sharing sharing) {
   const std::string path = LockPath(directory);
-  FileDescriptor fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  // Never through a symbolic link (a planted one would make this process truncate and write
+  // whatever file it names), and created 0600 whatever the umask.
+  FileDescriptor fd(
+      ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, kLockFileMode));
   if (fd.get() < 0) {
-    return Status::IOError("cannot open the lock file " + path + ": " + std::strerror(errno));
+    if (errno == ELOOP) {
+      return Status::IOError("the lock file " + EscapeControls(path) +
+                             " is a symbolic link; idem never follows one inside a store "
+                             "(remove it)");
+    }
+    return Status::IOError("cannot open the lock file " + EscapeControls(path) + ": " +
+                           std::strerror(errno));
+  }
+  struct stat file {};
+  if (::fstat(fd.get(), &file) != 0) {
+    return Status::IOError("cannot stat the lock file " + EscapeControls(path) + ": " +
+                           std::strerror(errno));
+  }
+  // Written below: it must be this user's own file, and no other name of some other file.
+  if (!S_ISREG(file.st_mode) || file.st_uid != ::geteuid() || file.st_nlink != 1) {
+    return Status::IOError("the lock file " + EscapeControls(path) +
+                           " is not a regular file of this user (uid " +
+                           std::to_string(::geteuid()) + ") with one name; remove it");
+  }
+  if ((file.st_mode & 07777) != kLockFileMode && ::fchmod(fd.get(), kLockFileMode) != 0) {
+    return Status::IOError("cannot set the mode of the lock file " + EscapeControls(path) + ": " +
+                           std::strerror(errno));
   }
   while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     if (errno == EWOULDBLOCK) return std::unique_ptr<OwnerLock>();
-    return Status::IOError("cannot lock " + path + ": " + std::strerror(errno));
+    return Status::IOError("cannot lock " + EscapeControls(path) + ": " + std::strerror(errno));
   }
   // Informational only: the lock itself is the truth.
   const std::string info = "pid " + std::to_string(::getpid()) + "\nsharing " +
                            (sharing == Sharing::kExclusive ? "exclusive" : "auto") + "\n";
   if (::ftruncate(fd.get(), 0) != 0 ||
       ::pwrite(fd.get(), info.data(), info.size(), 0) != static_cast<ssize_t>(info.size())) {
-    return Status::IOError("cannot write the lock file " + path + ": " + std::strerror(errno));
+    return Status::IOError("cannot write the lock file " + EscapeControls(path) + ": " +
+                           std::strerror(errno));
   }
   InstallForkHandler();
   {
@@ -75,7 +103,8 @@ OwnerLock::~OwnerLock() {
 }
 
 bool OwnerLock::IsHeld(const std::string& directory) {
-  FileDescriptor fd(::open(LockPath(directory).c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(
+      ::open(LockPath(directory).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (fd.get() < 0) return false;  // no lock file: nobody ever owned the store
   while (::flock(fd.get(), LOCK_SH | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
@@ -86,7 +115,13 @@ bool OwnerLock::IsHeld(const std::string& directory) {
 }
 
 std::optional<OwnerInfo> OwnerLock::ReadOwner(const std::string& directory) {
-  std::ifstream file(LockPath(directory));
+  FileDescriptor fd(
+      ::open(LockPath(directory).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (fd.get() < 0) return std::nullopt;
+  char buffer[128];
+  const ssize_t n = ::pread(fd.get(), buffer, sizeof buffer, 0);
+  if (n <= 0) return std::nullopt;
+  std::istringstream file(std::string(buffer, static_cast<std::size_t>(n)));
   std::string word, mode;
   OwnerInfo info;
   if (!(file >> word >> info.pid) || word != "pid") return std::nullopt;

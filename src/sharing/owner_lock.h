@@ -23,6 +23,9 @@
 
 namespace idem::sharing {
 
+// The lock file's name in the store directory.
+inline constexpr char kOwnerLockFile[] = "owner.lock";
+
 // What the owner wrote into the lock file, for messages and for clients to tell an exclusive
 // owner (which serves no socket) from a sharing one.
 struct OwnerInfo {

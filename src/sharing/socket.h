@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -12,21 +13,42 @@
 
 namespace idem::sharing {
 
-// Where a store's owner listens: `directory`/socket when that path fits in a socket address
-// (108 bytes), else a name in Linux's abstract namespace derived from the directory's device
-// and inode (no file; only processes of this network namespace can reach it, and the peer
-// credential check still applies). Both ends compute the same address.
+class FileDescriptor;
+
+// The socket's name in the store directory, and the suffix of the name Listen binds first.
+inline constexpr char kSocketFile[] = "socket";
+inline constexpr char kSocketBindSuffix[] = ".new";
+
+// Where a store's owner listens: the socket file `socket` in the store directory, mode 0600.
+// Never a name in Linux's abstract namespace: that has no permissions (any local user could
+// connect to it) and no owner (after the owner died, any local user could bind the name and
+// answer the other processes).
+//
+// A socket address holds at most 107 bytes. For a longer store path this process reaches the
+// same file through a descriptor of the store directory that the address keeps open:
+// `/proc/self/fd/N/socket`. Where /proc is not mounted (or belongs to another PID namespace),
+// such an address is unusable and says why: Listen and Connect then fail with that reason (a
+// Sharing::kExclusive store, which serves no socket, still opens).
 struct SocketAddress {
-  std::string path;  // for an abstract address, starts with '\0'
-  bool abstract() const { return !path.empty() && path[0] == '\0'; }
-  std::string ToString() const;  // printable
+  std::string path;      // what bind and connect use
+  std::string shown;     // `directory`/socket, for messages (control characters escaped)
+  std::string unusable;  // not empty: why this process cannot use the socket
+  std::shared_ptr<const FileDescriptor> directory;  // held open for a /proc/self/fd path
+  const std::string& ToString() const { return shown; }
 };
+// `device` and `inode` identify `directory` (as the caller checked it): a long path's directory
+// descriptor must be that directory, not one put in its place since.
 SocketAddress SocketAddressFor(const std::string& directory, unsigned long device,
                                unsigned long inode);
 
-// A listening socket at `address` (a stale socket file left by a dead owner is replaced; call
-// only while holding the owner lock), mode 0600.
+// A listening socket at `address`, mode 0600 from the moment anyone can connect to it: it is
+// bound under a temporary name, restricted, then renamed over `socket` (which also replaces a
+// stale socket file left by a dead owner). Call only while holding the owner lock.
 Result<int> Listen(const SocketAddress& address);
+// A connection to the owner at `address`. Before anything is sent, checks that the process
+// serving it runs as this process's effective user (SO_PEERCRED): kIOError otherwise, so that
+// no request (or result) ever reaches another user's process. kUnavailable when nobody
+// listens there.
 Result<int> Connect(const SocketAddress& address);
 
 // Frames: u32 little-endian length, then that many bytes.

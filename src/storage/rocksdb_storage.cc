@@ -13,18 +13,26 @@
 #include <rocksdb/write_batch.h>
 #include <rocksdb/write_buffer_manager.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "storage/engine_options.h"
 #include "storage/manifest_mark.h"
+#include "storage/private_files.h"
 #include "storage/record_codec.h"
 #include "storage/rocksdb_status.h"
 #include "storage/storage_env.h"
+#include "util/escape.h"
 
 namespace idem::storage {
 namespace {
@@ -197,10 +205,12 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   // A read-only instance opens every table file at once: a live owner that compacts and deletes
   // files meanwhile cannot pull them from under its reads.
   if (config.read_only) db_options.max_open_files = -1;
+  // Every file and directory RocksDB creates is the owner's only (private_files.h).
+  const std::shared_ptr<rocksdb::FileSystem> file_system =
+      config.env ? config.env->GetFileSystem()
+                 : NewPrivateFileSystem(rocksdb::FileSystem::Default());
   // A MANIFEST that lost committed edits is refused before RocksDB can act on it; the owner
   // writes the mark that makes this check possible (manifest_mark.h).
-  const std::shared_ptr<rocksdb::FileSystem> file_system =
-      config.env ? config.env->GetFileSystem() : rocksdb::FileSystem::Default();
   IDEM_RETURN_IF_ERROR(CheckManifestMark(*file_system, path_));
   // A read-only instance deletes nothing: it needs no mark.
   env_ = NewStorageEnv(config.read_only ? file_system
@@ -695,6 +705,77 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
   // Buffered: a purge lost in a crash is simply done again by the next one.
   IDEM_RETURN_IF_ERROR(Write(Durability::kBuffered, &batch, "purging records"));
   return due;
+}
+
+Result<RocksDbStorage::Contents> RocksDbStorage::Inspect(const std::string& path) {
+  namespace fs = std::filesystem;
+  using Kind = Contents::Kind;
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT) return Contents{Kind::kNothing, ""};
+    return Status::IOError("cannot read " + EscapeControls(path) + ": " + std::strerror(errno));
+  }
+  if (S_ISLNK(info.st_mode)) return Contents{Kind::kOther, "a symbolic link"};
+  if (!S_ISDIR(info.st_mode)) return Contents{Kind::kOther, "a file, not a directory"};
+  // A live owner may write a newer OPTIONS file and delete the one just listed before it is
+  // read: then list again.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    std::error_code error;
+    bool empty = true;
+    bool has_current = false;
+    uint64_t newest = 0;
+    std::string newest_name;
+    for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
+      empty = false;
+      const std::string name = it->path().filename().string();
+      if (name == "CURRENT") has_current = true;
+      constexpr std::string_view kPrefix = "OPTIONS-";
+      if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+      uint64_t number = 0;
+      const char* first = name.data() + kPrefix.size();
+      const char* last = name.data() + name.size();
+      const auto [stop, parsed] = std::from_chars(first, last, number);
+      if (parsed == std::errc() && stop == last && (newest_name.empty() || number > newest)) {
+        newest = number;
+        newest_name = name;
+      }
+    }
+    if (error) {
+      return Status::IOError("cannot list " + EscapeControls(path) + ": " + error.message());
+    }
+    if (empty) return Contents{Kind::kNothing, ""};
+    if (!has_current) return Contents{Kind::kOther, "files, but no RocksDB database (no CURRENT)"};
+    if (newest_name.empty()) {
+      return Contents{Kind::kOther,
+                      "a RocksDB database without an OPTIONS file, which tells whose it is"};
+    }
+    std::ifstream options(path + "/" + newest_name);
+    if (!options) {
+      if (::access((path + "/" + newest_name).c_str(), F_OK) != 0 && errno == ENOENT) continue;
+      return Status::IOError("cannot read " + EscapeControls(path + "/" + newest_name));
+    }
+    // Sections such as `[CFOptions "by_expiry"]` name the column families.
+    constexpr std::string_view kSection = "[CFOptions \"";
+    std::vector<std::string> families;
+    for (std::string line; std::getline(options, line);) {
+      if (line.size() > kSection.size() + 2 && line.compare(0, kSection.size(), kSection) == 0 &&
+          line.compare(line.size() - 2, 2, "\"]") == 0) {
+        families.push_back(line.substr(kSection.size(), line.size() - kSection.size() - 2));
+      }
+    }
+    const auto has = [&](std::string_view family) {
+      return std::find(families.begin(), families.end(), family) != families.end();
+    };
+    if (has(kByExpiryFamily) && has(kMetaFamily)) return Contents{Kind::kIdem, ""};
+    std::string names;
+    for (const std::string& family : families) names += (names.empty() ? "" : ", ") + family;
+    return Contents{Kind::kOther, "a RocksDB database whose column families (" +
+                                      EscapeControls(names) + ") are not idem's (" +
+                                      rocksdb::kDefaultColumnFamilyName + ", " + kByExpiryFamily +
+                                      ", " + kMetaFamily + ")"};
+  }
+  return Status::IOError("the OPTIONS files of " + EscapeControls(path) +
+                         " kept changing while they were read");
 }
 
 }  // namespace idem::storage

@@ -45,6 +45,23 @@ class RocksDbStorage final : public Storage {
   static Result<std::unique_ptr<RocksDbStorage>> Open(const RocksDbConfig& config);
   ~RocksDbStorage() override;
 
+  // What the directory `path` holds, found without writing anything and without opening a
+  // RocksDB instance (which would write its info log, LOCK and OPTIONS files).
+  struct Contents {
+    enum class Kind {
+      kNothing,  // no such directory, or an empty one
+      kIdem,     // a RocksDB database with idem's column families
+      kOther,    // anything else (a symbolic link, a file, other files, another database)
+    };
+    Kind kind = Kind::kNothing;
+    std::string detail;  // for kOther: what it holds, for a message ("a RocksDB database ...")
+  };
+  // A database is idem's when its newest OPTIONS file (RocksDB rewrites it at every open, and
+  // renames it into place whole) names the column families by_expiry and meta. The MANIFEST is
+  // not read: a damaged one is reported by Open, naming it. Errors: kIOError when the directory
+  // cannot be read.
+  static Result<Contents> Inspect(const std::string& path);
+
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
   Result<std::optional<Record>> Read(std::string_view key) override;

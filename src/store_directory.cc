@@ -1,0 +1,251 @@
+#include "store_directory.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sharing/owner_lock.h"
+#include "sharing/socket.h"
+#include "util/escape.h"
+
+namespace idem {
+namespace {
+
+namespace fs = std::filesystem;
+using storage::RocksDbStorage;
+
+// Where a new store's database is built before it is renamed to `db`.
+constexpr char kNewDatabaseDir[] = "db.new";
+constexpr mode_t kStoreDirectoryMode = 0700;
+// Missing parents of a new store directory: as `mkdir -p` makes them, never writable by group
+// or others (the umask may narrow them further).
+constexpr mode_t kParentDirectoryMode = 0755;
+
+std::string Shown(const fs::path& path) { return EscapeControls(path.string()); }
+
+std::string ErrnoText(int error) { return std::strerror(error); }
+
+std::string ModeText(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+// The rule for the store directory and its database directory (see the header).
+Status CheckOwnerAndMode(const struct stat& info, const fs::path& path, std::string_view what) {
+  const uid_t user = ::geteuid();
+  const std::string owner = std::to_string(info.st_uid);
+  if (info.st_uid != user) {
+    return Status::IOError(
+        std::string(what) + " " + Shown(path) + " belongs to uid " + owner + ", not to uid " +
+        std::to_string(user) +
+        ", the user of this process: a store is used only by the user who owns it (any other "
+        "could read its records or answer in its place). Run this as uid " +
+        owner + " (for example with sudo -u '#" + owner + "'), or, if the store is this user's, " +
+        "give it back with: chown -R " + std::to_string(user) + " " + Shown(path));
+  }
+  if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return Status::IOError(std::string(what) + " " + Shown(path) + " has mode " +
+                           ModeText(info.st_mode) +
+                           ": group or others may write in it, and so replace its socket or "
+                           "its files. Fix it with: chmod go-w " +
+                           Shown(path) + " (idem makes store directories with mode 0700)");
+  }
+  return Status::OK();
+}
+
+Status SymbolicLinkInside(const fs::path& path) {
+  return Status::IOError(Shown(path) +
+                         " is a symbolic link; idem never follows one inside a store (remove it)");
+}
+
+Status NotAnIdemStore(const fs::path& path, const std::string& why) {
+  return Status::InvalidArgument("store " + Shown(path) + " is not an idem store: " + why +
+                                 "; idem changes nothing in it");
+}
+
+// Makes `path` (mode 0700) and its missing parents. `created`: whether `path` was made now.
+Status MakeStoreDirectory(const fs::path& path, bool* created) {
+  std::vector<fs::path> missing;
+  for (fs::path parent = path.parent_path(); !parent.empty() && parent != parent.root_path();
+       parent = parent.parent_path()) {
+    struct stat info {};
+    if (::stat(parent.c_str(), &info) == 0) break;
+    if (errno != ENOENT) {
+      return Status::IOError("cannot create store " + Shown(path) + ": " + Shown(parent) + ": " +
+                             ErrnoText(errno));
+    }
+    missing.push_back(parent);
+  }
+  for (auto parent = missing.rbegin(); parent != missing.rend(); ++parent) {
+    if (::mkdir(parent->c_str(), kParentDirectoryMode) != 0 && errno != EEXIST) {
+      return Status::IOError("cannot create store " + Shown(path) + ": " + Shown(*parent) + ": " +
+                             ErrnoText(errno));
+    }
+  }
+  // The mode is given to mkdir itself: the directory is never wider than 0700, not for an
+  // instant (the umask can only narrow it).
+  *created = ::mkdir(path.c_str(), kStoreDirectoryMode) == 0;
+  if (!*created && errno != EEXIST) {
+    return Status::IOError("cannot create store " + Shown(path) + ": " + ErrnoText(errno));
+  }
+  return Status::OK();
+}
+
+// Whether `name` is something idem itself leaves in a store directory that has no database
+// yet (an owner died while creating it), or lost+found.
+bool LeftByCreation(std::string_view name) {
+  static const std::array<std::string, 5> kNames = {
+      sharing::kOwnerLockFile, sharing::kSocketFile,
+      std::string(sharing::kSocketFile) + sharing::kSocketBindSuffix, kNewDatabaseDir,
+      "lost+found"};
+  return std::find(kNames.begin(), kNames.end(), name) != kNames.end();
+}
+
+// What `directory`, which holds no database, holds that idem did not put there.
+Result<std::vector<std::string>> ForeignEntries(const fs::path& directory) {
+  std::vector<std::string> foreign;
+  std::error_code error;
+  for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name != kDatabaseDir && !LeftByCreation(name)) foreign.push_back(name);
+  }
+  if (error)
+    return Status::IOError("cannot list store " + Shown(directory) + ": " + error.message());
+  std::sort(foreign.begin(), foreign.end());
+  return foreign;
+}
+
+// Builds a new database under db.new, then renames it to db.
+Status CreateDatabase(const fs::path& directory, storage::RocksDbConfig config) {
+  const fs::path staging = directory / kNewDatabaseDir;
+  std::error_code error;
+  fs::remove_all(staging, error);  // what an interrupted creation left; never follows a link
+  if (error) {
+    return Status::IOError("cannot remove " + Shown(staging) + " (left by an interrupted " +
+                           "creation): " + error.message());
+  }
+  config.path = staging.string();
+  config.create_if_missing = true;
+  config.read_only = false;
+  {
+    // Opening creates the column families and writes the format version; closing syncs.
+    IDEM_ASSIGN_OR_RETURN(auto created, RocksDbStorage::Open(config));
+  }
+  // Replaces an empty db/ as well.
+  const fs::path database = directory / kDatabaseDir;
+  if (::rename(staging.c_str(), database.c_str()) != 0) {
+    return Status::IOError("cannot rename " + Shown(staging) + " to " + Shown(database) + ": " +
+                           ErrnoText(errno));
+  }
+  sharing::FileDescriptor fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
+    return Status::IOError("cannot sync store " + Shown(directory) + ": " + ErrnoText(errno));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<StoreDirectory> PrepareStoreDirectory(const fs::path& path, bool create) {
+  bool created = false;
+  // The store path itself may be a symbolic link (the user's own choice); nothing inside it is
+  // followed.
+  sharing::FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0 && errno == ENOENT) {
+    if (!create) return Status::NotFound("store " + Shown(path) + " does not exist");
+    IDEM_RETURN_IF_ERROR(MakeStoreDirectory(path, &created));
+    fd = sharing::FileDescriptor(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  }
+  if (fd.get() < 0) {
+    if (errno == ENOTDIR)
+      return Status::InvalidArgument("store " + Shown(path) + " is not a directory");
+    return Status::IOError("cannot open store " + Shown(path) + ": " + ErrnoText(errno));
+  }
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) {
+    return Status::IOError("cannot stat store " + Shown(path) + ": " + ErrnoText(errno));
+  }
+  // A umask that removes owner bits (0277, say) left the new directory unusable to its owner.
+  if (created && info.st_uid == ::geteuid() && (info.st_mode & 07777) != kStoreDirectoryMode) {
+    if (::fchmod(fd.get(), kStoreDirectoryMode) != 0) {
+      return Status::IOError("cannot set the mode of store " + Shown(path) + ": " +
+                             ErrnoText(errno));
+    }
+    info.st_mode = (info.st_mode & ~07777) | kStoreDirectoryMode;
+  }
+  IDEM_RETURN_IF_ERROR(CheckOwnerAndMode(info, path, "store"));
+  StoreDirectory result{.device = info.st_dev, .inode = info.st_ino};
+
+  for (const char* name : {sharing::kOwnerLockFile, sharing::kSocketFile}) {
+    struct stat entry {};
+    if (::fstatat(fd.get(), name, &entry, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(entry.st_mode)) {
+      return SymbolicLinkInside(path / name);
+    }
+  }
+  const fs::path database = path / kDatabaseDir;
+  struct stat entry {};
+  if (::fstatat(fd.get(), kDatabaseDir, &entry, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISLNK(entry.st_mode)) return SymbolicLinkInside(database);
+    if (!S_ISDIR(entry.st_mode))
+      return NotAnIdemStore(path, Shown(database) + " is not a directory");
+    IDEM_RETURN_IF_ERROR(CheckOwnerAndMode(entry, database, "the database directory"));
+    IDEM_ASSIGN_OR_RETURN(const RocksDbStorage::Contents contents,
+                          RocksDbStorage::Inspect(database.string()));
+    if (contents.kind == RocksDbStorage::Contents::Kind::kOther) {
+      return NotAnIdemStore(path, Shown(database) + " holds " + contents.detail);
+    }
+    result.has_database = contents.kind == RocksDbStorage::Contents::Kind::kIdem;
+  } else if (errno != ENOENT) {
+    return Status::IOError("cannot stat " + Shown(database) + ": " + ErrnoText(errno));
+  }
+  if (result.has_database) return result;
+
+  IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> foreign, ForeignEntries(path));
+  if (!foreign.empty()) {
+    const bool rocksdb = std::find(foreign.begin(), foreign.end(), "CURRENT") != foreign.end();
+    std::string names;
+    for (std::size_t i = 0; i < foreign.size() && i < 3; ++i) {
+      names += (i == 0 ? "" : ", ") + EscapeControls(foreign[i]);
+    }
+    if (foreign.size() > 3) names += " and " + std::to_string(foreign.size() - 3) + " more";
+    return NotAnIdemStore(
+        path, "it holds " + names + " but no idem database (" + Shown(database) + ")" +
+                  (rocksdb ? ", and looks like a RocksDB database itself (an idem store keeps its "
+                             "database in db/)"
+                           : "") +
+                  (create ? "; a new store is created only in a new or empty directory" : ""));
+  }
+  if (!create) return Status::NotFound("store " + Shown(path) + " holds no database");
+  return result;
+}
+
+Result<std::unique_ptr<storage::RocksDbStorage>> OpenStoreDatabase(const fs::path& directory,
+                                                                   storage::RocksDbConfig config) {
+  const fs::path database = directory / kDatabaseDir;
+  if (!config.read_only && config.create_if_missing) {
+    // Looked at again under the owner lock: another process may have created it meanwhile.
+    IDEM_ASSIGN_OR_RETURN(const RocksDbStorage::Contents contents,
+                          RocksDbStorage::Inspect(database.string()));
+    if (contents.kind == RocksDbStorage::Contents::Kind::kOther) {
+      return NotAnIdemStore(directory, Shown(database) + " holds " + contents.detail);
+    }
+    if (contents.kind == RocksDbStorage::Contents::Kind::kNothing) {
+      IDEM_RETURN_IF_ERROR(CreateDatabase(directory, config));
+    }
+  }
+  config.path = database.string();
+  config.create_if_missing = false;
+  return RocksDbStorage::Open(config);
+}
+
+}  // namespace idem
