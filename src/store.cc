@@ -246,6 +246,7 @@ class StoreCore {
     config.read_only = options_.read_only;
     config.memory_budget = options_.memory_budget;
     config.clock = options_.clock;
+    config.log = [this](std::string_view message) { Log(message); };
     IDEM_ASSIGN_OR_RETURN(auto storage, storage::RocksDbStorage::Open(config));
     return std::unique_ptr<storage::Storage>(std::move(storage));
   }
