@@ -473,7 +473,12 @@ Result<uint64_t> RocksDbStorage::NextToken() {
 
 Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
                              std::string_view what, std::string_view key) {
-  IDEM_RETURN_IF_ERROR(ResumeAfterDiskError());
+  // failed_log is set during a failing log write, before RocksDB stops: a write that starts
+  // meanwhile checks too.
+  if (disk_errors_->stopped.load(std::memory_order_acquire) ||
+      disk_errors_->failed_log.load(std::memory_order_acquire) != 0) {
+    IDEM_RETURN_IF_ERROR(ResumeAfterDiskError());
+  }
   if (disk_errors_->guard_needed.load(std::memory_order_acquire)) WriteResumeGuard();
   const rocksdb::Status s = db_->Write(WriteOptionsFor(durability), batch);
   if (s.ok()) return Status::OK();
@@ -552,9 +557,20 @@ std::optional<uint64_t> RocksDbStorage::CurrentLogNumber() {
 }
 
 Status RocksDbStorage::ResumeAfterDiskError() {
-  if (!disk_errors_->stopped.load(std::memory_order_acquire)) return Status::OK();
   std::lock_guard lock(resume_mu_);
-  if (!disk_errors_->stopped.load(std::memory_order_acquire)) return Status::OK();
+  if (!disk_errors_->stopped.load(std::memory_order_acquire)) {
+    uint64_t failed = disk_errors_->failed_log.load(std::memory_order_acquire);
+    if (failed == 0) return Status::OK();
+    // A log write failed, in a call that has not returned yet (it stops the store) or before a
+    // resume that replaced the file.
+    const std::optional<uint64_t> current = CurrentLogNumber();
+    if (current && *current != failed) {
+      disk_errors_->failed_log.compare_exchange_strong(failed, 0);
+      return Status::OK();
+    }
+    return Status::IOError("store " + path_ +
+                           ": a write to its log file failed just now; retry the call");
+  }
   const auto now = std::chrono::steady_clock::now();
   // A failed attempt is not repeated at once: callers retrying in a loop would otherwise make
   // RocksDB try to flush for each call.
