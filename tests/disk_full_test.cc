@@ -526,4 +526,28 @@ TEST(DiskFull, TheInfoLogDropsLinesItCannotWrite) {
   EXPECT_TRUE(Contains(text, "[ERROR] after space was freed")) << text.substr(0, 400);
 }
 
+// The info log starts a new file at each open and at its size limit, keeping the old one as
+// LOG.old.MICROS (RocksDB deletes those beyond keep_log_file_num); no disk needed.
+TEST(InfoLog, StartsANewFileAtEachOpenAndAtItsSizeLimit) {
+  TempDir dir;
+  auto old_files = [&] {
+    int count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      if (entry.path().filename().string().rfind("LOG.old.", 0) == 0) ++count;
+    }
+    return count;
+  };
+  { idem::storage::InfoLog first(dir.path(), 1 << 20); }
+  EXPECT_EQ(old_files(), 0);
+  idem::storage::InfoLog log(dir.path(), 4096);
+  EXPECT_EQ(old_files(), 1);  // the first open's LOG
+  const std::string line(100, 'x');
+  for (int i = 0; i < 100; ++i) {
+    rocksdb::Log(rocksdb::InfoLogLevel::INFO_LEVEL, &log, "line %d %s", i, line.c_str());
+  }
+  EXPECT_GE(old_files(), 3);  // 100 lines of ~140 bytes in files of 4 KiB
+  EXPECT_LT(std::filesystem::file_size(dir.path() + "/LOG"), 4096u + 200);
+  EXPECT_EQ(log.dropped_lines(), 0u);
+}
+
 }  // namespace
