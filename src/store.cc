@@ -245,6 +245,7 @@ class StoreCore {
     config.read_only = options_.read_only;
     config.memory_budget = options_.memory_budget;
     config.clock = options_.clock;
+    config.log = [this](std::string_view message) { Log(message); };
     IDEM_ASSIGN_OR_RETURN(auto storage, OpenStoreDatabase(directory_, std::move(config)));
     return std::unique_ptr<storage::Storage>(std::move(storage));
   }

@@ -46,6 +46,9 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
   void FailSyncs(Error error, std::string only = "") { Set(sync_error_, error, only); }
   // From now on, creating or renaming files and directories, and creating the LOCK, fail.
   void FailCreates(Error error, std::string only = "") { Set(create_error_, error, only); }
+  // From now on, files created whose name contains `only` fail every append with `error`, until
+  // Clear(); files that exist already do not. For a fault that only the next log file meets.
+  void FailNewFiles(Error error, std::string only) { Set(new_file_error_, error, only); }
   // After `n` more writes and syncs (of any file: log, table, MANIFEST), every write and sync
   // fails with `error` until Clear(): a disk that dies at an arbitrary moment.
   void FailAfter(int64_t n, Error error) {
@@ -59,6 +62,7 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
     FailWrites(kNone);
     FailSyncs(kNone);
     FailCreates(kNone);
+    FailNewFiles(kNone, "");
   }
 
   // How many operations were failed on purpose, and how many were attempted at all.
@@ -103,10 +107,23 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
       sync_error_ = {countdown_error_, ""};
     }
   }
-  rocksdb::IOStatus CheckWrite(const std::string& file) {
+  rocksdb::IOStatus CheckWrite(const std::string& file, bool created_under_new_file_fault = false) {
     CountDown();
     writes_.fetch_add(1);
+    if (created_under_new_file_fault) {
+      std::lock_guard lock(mu_);
+      if (new_file_error_.error != kNone) {
+        failed_writes_.fetch_add(1);
+        return MakeError(new_file_error_.error, "While appending to file:", file);
+      }
+    }
     return Check(0, "While appending to file:", file);
+  }
+  // Whether a file created now falls under FailNewFiles.
+  bool UnderNewFileFault(const std::string& file) {
+    std::lock_guard lock(mu_);
+    return new_file_error_.error != kNone &&
+           (new_file_error_.only.empty() || file.find(new_file_error_.only) != std::string::npos);
   }
   rocksdb::IOStatus CheckSync(const std::string& file) {
     CountDown();
@@ -122,7 +139,7 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
                                     rocksdb::IODebugContext* dbg) override {
     if (auto s = CheckCreate(f); !s.ok()) return s;
     auto s = target()->NewWritableFile(f, options, r, dbg);
-    if (s.ok()) *r = std::make_unique<File>(std::move(*r), this, f);
+    if (s.ok()) *r = std::make_unique<File>(std::move(*r), this, f, UnderNewFileFault(f));
     return s;
   }
   rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& options,
@@ -130,7 +147,7 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
                                        rocksdb::IODebugContext* dbg) override {
     if (auto s = CheckCreate(f); !s.ok()) return s;
     auto s = target()->ReopenWritableFile(f, options, r, dbg);
-    if (s.ok()) *r = std::make_unique<File>(std::move(*r), this, f);
+    if (s.ok()) *r = std::make_unique<File>(std::move(*r), this, f, UnderNewFileFault(f));
     return s;
   }
   rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
@@ -139,7 +156,7 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
                                       rocksdb::IODebugContext* dbg) override {
     if (auto s = CheckCreate(f); !s.ok()) return s;
     auto s = target()->ReuseWritableFile(f, old, options, r, dbg);
-    if (s.ok()) *r = std::make_unique<File>(std::move(*r), this, f);
+    if (s.ok()) *r = std::make_unique<File>(std::move(*r), this, f, UnderNewFileFault(f));
     return s;
   }
   rocksdb::IOStatus CreateDir(const std::string& d, const rocksdb::IOOptions& options,
@@ -172,31 +189,35 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
 
   class File final : public rocksdb::FSWritableFileOwnerWrapper {
    public:
-    File(std::unique_ptr<rocksdb::FSWritableFile>&& target, FaultFs* fs, std::string name)
-        : FSWritableFileOwnerWrapper(std::move(target)), fs_(fs), name_(std::move(name)) {}
+    File(std::unique_ptr<rocksdb::FSWritableFile>&& target, FaultFs* fs, std::string name,
+         bool doomed)
+        : FSWritableFileOwnerWrapper(std::move(target)),
+          fs_(fs),
+          name_(std::move(name)),
+          doomed_(doomed) {}
 
     rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
                              rocksdb::IODebugContext* dbg) override {
-      if (auto s = fs_->CheckWrite(name_); !s.ok()) return s;
+      if (auto s = fs_->CheckWrite(name_, doomed_); !s.ok()) return s;
       return target()->Append(data, options, dbg);
     }
     rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
                              const rocksdb::DataVerificationInfo& info,
                              rocksdb::IODebugContext* dbg) override {
-      if (auto s = fs_->CheckWrite(name_); !s.ok()) return s;
+      if (auto s = fs_->CheckWrite(name_, doomed_); !s.ok()) return s;
       return target()->Append(data, options, info, dbg);
     }
     rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
                                        const rocksdb::IOOptions& options,
                                        rocksdb::IODebugContext* dbg) override {
-      if (auto s = fs_->CheckWrite(name_); !s.ok()) return s;
+      if (auto s = fs_->CheckWrite(name_, doomed_); !s.ok()) return s;
       return target()->PositionedAppend(data, offset, options, dbg);
     }
     rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
                                        const rocksdb::IOOptions& options,
                                        const rocksdb::DataVerificationInfo& info,
                                        rocksdb::IODebugContext* dbg) override {
-      if (auto s = fs_->CheckWrite(name_); !s.ok()) return s;
+      if (auto s = fs_->CheckWrite(name_, doomed_); !s.ok()) return s;
       return target()->PositionedAppend(data, offset, options, info, dbg);
     }
     rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
@@ -218,6 +239,7 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
    private:
     FaultFs* const fs_;
     const std::string name_;
+    const bool doomed_;  // created under FailNewFiles
   };
 
   void Set(Fault& fault, Error error, const std::string& only) {
@@ -227,7 +249,7 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
   }
 
   std::mutex mu_;
-  Fault write_error_, sync_error_, create_error_;
+  Fault write_error_, sync_error_, create_error_, new_file_error_;
   std::atomic<uint64_t> failed_writes_{0}, failed_syncs_{0}, failed_creates_{0};
   std::atomic<uint64_t> writes_{0}, syncs_{0};
   std::atomic<int64_t> countdown_{0};

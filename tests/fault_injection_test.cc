@@ -89,6 +89,10 @@ class FaultyStore {
     config.clock = clock_;
     config.memory_budget = 4 << 20;
     config.env = fs_->env();
+    config.log = [this](std::string_view line) {
+      std::lock_guard lock(log_mu_);
+      log_ += std::string(line) + "\n";
+    };
     auto storage = idem::storage::RocksDbStorage::Open(config);
     if (!storage.ok()) return storage.status();
     storage_ = storage->get();
@@ -131,8 +135,15 @@ class FaultyStore {
   idem::storage::RocksDbStorage& storage() { return *storage_; }
   idem_test::ManualClock& clock() { return *clock_; }
   const std::string& db_path() const { return db_path_; }
+  // What the storage told the operator (RocksDbConfig::log), a line each.
+  std::string log() const {
+    std::lock_guard lock(log_mu_);
+    return log_;
+  }
 
  private:
+  mutable std::mutex log_mu_;
+  std::string log_;
   const std::string db_path_;
   std::shared_ptr<FaultFs> fs_ = std::make_shared<FaultFs>();
   std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
@@ -436,6 +447,87 @@ TEST(FaultInjection, ReopenOnAFullDiskFailsCleanlyAndLosesNothing) {
   // Tokens stay unique across the failed opens.
   ASSERT_OK_AND_ASSIGN(auto claim, store.Begin("next"));
   EXPECT_EQ(claim.outcome, idem::Outcome::kAcquired);
+}
+
+// A log write fails right after every memtable was flushed. RocksDB 7.8 then resumes without
+// replacing the log file (it replaces it only when flushing a memtable that holds data), and
+// its writer of that file asserts on the next append: the process aborted. Now every write
+// says the store must be reopened (kIOError), flushes and compactions do not abort either, and
+// a reopen brings back everything acknowledged.
+TEST(FaultInjection, ALogWriteFailingWhenEveryMemtableIsEmptyNeverAborts) {
+  TempDir dir;
+  FaultyStore store(dir.Sub("db"));
+  ASSERT_OK(store.Open());
+  ASSERT_OK(store.Run("a"));
+  ASSERT_OK(store.storage().Flush());  // every memtable empty
+  store.fs().FailWrites(FaultFs::kEnospc, ".log");
+  EXPECT_CODE(store.Run("b"), kIOError);
+  store.fs().Clear();
+  // RocksDB resumes by itself (on the failed file): the store refuses to write to it.
+  Status refused;
+  EXPECT_TRUE(idem_test::WaitFor(
+      [&] {
+        refused = store.Run("c");
+        EXPECT_EQ(refused.code(), Status::Code::kIOError) << refused.ToString();
+        return Contains(refused.message(), "reopen");
+      },
+      20s))
+      << refused.ToString();
+  EXPECT_TRUE(Contains(refused.message(), store.db_path())) << refused.ToString();
+  for (int i = 0; i < 5; ++i) EXPECT_CODE(store.Run("d" + std::to_string(i)), kIOError);
+  (void)store.storage().Flush();
+  (void)store.storage().CompactRecords();
+  ExpectDone(store, {"a"});
+  EXPECT_TRUE(Contains(store.log(), "stopped writing")) << store.log();
+  store.Close();
+  CheckIndexMatchesRecords(store.db_path());
+  ASSERT_OK(store.Open());
+  ExpectDone(store, {"a"});
+  ASSERT_OK(store.Run("after-reopen"));
+}
+
+// The disk is still full for the first write after a resume (which flushed every memtable):
+// the store resumes again in place. Without the unlogged guard that the store writes after a
+// resume, RocksDB 7.8 would resume the second time on the failed log file (see above): before,
+// the process aborted; without the guard, the store would have to be reopened.
+TEST(FaultInjection, AFullDiskRightAfterAResumeResumesAgain) {
+  TempDir dir;
+  FaultyStore store(dir.Sub("db"));
+  ASSERT_OK(store.Open());
+  ASSERT_OK(store.Run("a"));
+  store.fs().FailWrites(FaultFs::kEnospc, ".log");
+  const Status failed = store.Run("b");
+  ASSERT_EQ(failed.code(), Status::Code::kIOError) << failed.ToString();
+  // ".../000012.log: No space left on device"
+  const std::size_t log_end = failed.message().rfind(".log");
+  ASSERT_NE(log_end, std::string::npos) << failed.ToString();
+  const std::string failed_log = failed.message().substr(
+      failed.message().rfind('/', log_end), log_end + 4 - failed.message().rfind('/', log_end));
+  // The disk heals for the log file that failed, but the next one RocksDB starts is full (in
+  // this order: a resume may be under way).
+  store.fs().FailNewFiles(FaultFs::kEnospc, ".log");
+  store.fs().FailWrites(FaultFs::kNone);
+  Status failed_again;
+  EXPECT_TRUE(idem_test::WaitFor(
+      [&] {
+        failed_again = store.Run("c");
+        EXPECT_EQ(failed_again.code(), Status::Code::kIOError) << failed_again.ToString();
+        // The first write after the resume fails, on the new log file.
+        return Contains(failed_again.message(), "writing record") &&
+               !Contains(failed_again.message(), failed_log);
+      },
+      20s))
+      << failed_again.ToString();
+  store.fs().Clear();
+  Status after;
+  EXPECT_TRUE(idem_test::WaitFor([&] { return (after = store.Run("d")).ok(); }, 20s))
+      << after.ToString();
+  ExpectDone(store, {"a", "d"});
+  EXPECT_TRUE(Contains(store.log(), "writes again")) << store.log();
+  store.Close();
+  CheckIndexMatchesRecords(store.db_path());
+  ASSERT_OK(store.Open());
+  ExpectDone(store, {"a", "d"});
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include <functional>
 
 #include "storage/engine_options.h"
+#include "storage/info_log.h"
 #include "storage/manifest_mark.h"
 #include "storage/private_files.h"
 #include "storage/record_codec.h"
@@ -35,6 +36,20 @@
 #include "util/escape.h"
 
 namespace idem::storage {
+
+struct DiskErrorFlags {
+  // A write failed: RocksDB refuses writes until it resumes (by itself after a full disk), and
+  // the next write asks it first (ResumeAfterDiskError).
+  std::atomic<bool> stopped{false};
+  // The number of the last write-ahead log file whose append or sync failed (0: none since the
+  // last check). RocksDB's writer of that file remembers the error and asserts when it is
+  // written again (see LogFailureWatch).
+  std::atomic<uint64_t> failed_log{0};
+  // A resume flushes every memtable; the next write first makes one non-empty again (see
+  // WriteResumeGuard).
+  std::atomic<bool> guard_needed{false};
+};
+
 namespace {
 
 constexpr char kByExpiryFamily[] = "by_expiry";
@@ -42,10 +57,14 @@ constexpr char kMetaFamily[] = "meta";
 constexpr char kFormatVersionKey[] = "format_version";
 constexpr char kTokenCeilingKey[] = "token_ceiling";
 constexpr char kFilterHorizonKey[] = "filter_horizon";
+// Never written: only deleted, unlogged, to keep a memtable non-empty after a resume.
+constexpr char kResumeGuardKey[] = "resume_guard";
 // How far the filter horizon trails the clock (see filter_horizon_ in the header). Purges run
 // every few minutes (the auto-purge) or hours (cron), so the entries they find due are newer
 // than a day and deleted without a read; compaction filters remove what expired over a day ago.
 constexpr int64_t kFilterHorizonLagMicros = int64_t{24} * 60 * 60 * 1'000'000;
+// The info log starts a new file at this size; RocksDB keeps keep_log_file_num files.
+constexpr std::size_t kInfoLogFileBytes = 1 << 20;
 // Purge deletes records in batches of this many keys, holding their stripe locks meanwhile.
 // Small enough that a purge never holds many locks at once (ThreadSanitizer tracks at most 64
 // per thread), large enough that one write carries many deletes.
@@ -119,57 +138,119 @@ class ExpiredRecordFilterFactory final : public rocksdb::CompactionFilterFactory
   const std::shared_ptr<const std::atomic<int64_t>> horizon_;
 };
 
-// RocksDB's info log, remembering the last file that recovery reported damaged. RocksDB's
-// status for a damaged write-ahead log is a bare "Corruption: checksum mismatch"; the file is
-// named only in the info log ("PATH/000012.log: dropping 512 bytes; Corruption: ..."), so this
-// logger keeps it for the status Open returns. Forwards to the usual LOG file when there is
-// one (read-only opens write nothing).
-class DamageNotingLogger final : public rocksdb::Logger {
+// Notes which write-ahead log file last failed an append or a sync (DiskErrorFlags::failed_log):
+// RocksDB 7.8's writer of that file remembers the error, and appending to it again asserts
+// (SIGABRT with Debian's build). RocksDB replaces the file when it resumes after the error, but
+// only if some memtable holds data then (DBImpl::FlushMemTable switches only a non-empty one;
+// fixed in RocksDB 9.5, pull request 12873): with every memtable empty it resumes on the failed
+// file. Passes every call through; wraps only the log files.
+class LogFailureWatch final : public rocksdb::FileSystemWrapper {
  public:
-  explicit DamageNotingLogger(std::shared_ptr<rocksdb::Logger> target)
-      : rocksdb::Logger(target ? target->GetInfoLogLevel() : rocksdb::InfoLogLevel::WARN_LEVEL),
-        target_(std::move(target)) {}
+  LogFailureWatch(std::shared_ptr<rocksdb::FileSystem> base, std::shared_ptr<DiskErrorFlags> flags)
+      : FileSystemWrapper(std::move(base)), flags_(std::move(flags)) {}
 
-  using rocksdb::Logger::Logv;
-  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
-    if (level >= rocksdb::InfoLogLevel::WARN_LEVEL) {
-      va_list copy;
-      va_copy(copy, ap);
-      char buffer[1024];
-      const int n = vsnprintf(buffer, sizeof buffer, format, copy);
-      va_end(copy);
-      const std::string_view line(buffer, n < 0 ? 0 : std::min<std::size_t>(n, sizeof buffer - 1));
-      if (const auto at = line.find(": dropping "); at != std::string_view::npos) {
-        std::lock_guard lock(mu_);
-        damaged_file_.assign(line.substr(0, at));
-      }
-    }
-    if (target_) target_->Logv(level, format, ap);
-  }
-  void Logv(const char* format, va_list ap) override {
-    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
-  }
-  void Flush() override {
-    if (target_) target_->Flush();
-  }
-  size_t GetLogFileSize() const override {
-    return target_ ? target_->GetLogFileSize() : rocksdb::Logger::GetLogFileSize();
-  }
+  static const char* kClassName() { return "idem.LogFailureWatch"; }
+  const char* Name() const override { return kClassName(); }
 
-  std::string damaged_file() const {
-    std::lock_guard lock(mu_);
-    return damaged_file_;
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* file,
+                                    rocksdb::IODebugContext* debug) override {
+    return Watch(name, target()->NewWritableFile(name, options, file, debug), file);
   }
-
- protected:
-  rocksdb::Status CloseImpl() override {
-    return target_ ? target_->Close() : rocksdb::Status::OK();
+  rocksdb::IOStatus ReopenWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* file,
+                                       rocksdb::IODebugContext* debug) override {
+    return Watch(name, target()->ReopenWritableFile(name, options, file, debug), file);
+  }
+  rocksdb::IOStatus ReuseWritableFile(const std::string& name, const std::string& old_name,
+                                      const rocksdb::FileOptions& options,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* file,
+                                      rocksdb::IODebugContext* debug) override {
+    return Watch(name, target()->ReuseWritableFile(name, old_name, options, file, debug), file);
   }
 
  private:
-  const std::shared_ptr<rocksdb::Logger> target_;
-  mutable std::mutex mu_;
-  std::string damaged_file_;
+  // A log file: every call that makes RocksDB's writer remember an error is checked.
+  class LogFile final : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    LogFile(std::unique_ptr<rocksdb::FSWritableFile>&& file, DiskErrorFlags* flags, uint64_t number)
+        : FSWritableFileOwnerWrapper(std::move(file)), flags_(flags), number_(number) {}
+
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* debug) override {
+      return Checked(target()->Append(data, options, debug));
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info,
+                             rocksdb::IODebugContext* debug) override {
+      return Checked(target()->Append(data, options, info, debug));
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
+                                       const rocksdb::IOOptions& options,
+                                       rocksdb::IODebugContext* debug) override {
+      return Checked(target()->PositionedAppend(data, offset, options, debug));
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
+                                       const rocksdb::IOOptions& options,
+                                       const rocksdb::DataVerificationInfo& info,
+                                       rocksdb::IODebugContext* debug) override {
+      return Checked(target()->PositionedAppend(data, offset, options, info, debug));
+    }
+    rocksdb::IOStatus Flush(const rocksdb::IOOptions& options,
+                            rocksdb::IODebugContext* debug) override {
+      return Checked(target()->Flush(options, debug));
+    }
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* debug) override {
+      return Checked(target()->Sync(options, debug));
+    }
+    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
+                            rocksdb::IODebugContext* debug) override {
+      return Checked(target()->Fsync(options, debug));
+    }
+    rocksdb::IOStatus RangeSync(uint64_t offset, uint64_t nbytes, const rocksdb::IOOptions& options,
+                                rocksdb::IODebugContext* debug) override {
+      return Checked(target()->RangeSync(offset, nbytes, options, debug));
+    }
+
+   private:
+    rocksdb::IOStatus Checked(rocksdb::IOStatus status) {
+      if (!status.ok()) flags_->failed_log.store(number_, std::memory_order_release);
+      return status;
+    }
+
+    DiskErrorFlags* const flags_;  // outlives the file: the file system holds it
+    const uint64_t number_;
+  };
+
+  // "/path/000075.log" -> 75.
+  static std::optional<uint64_t> LogNumber(std::string_view name) {
+    constexpr std::string_view kSuffix = ".log";
+    const auto slash = name.rfind('/');
+    if (slash != std::string_view::npos) name.remove_prefix(slash + 1);
+    if (name.size() <= kSuffix.size() || name.substr(name.size() - kSuffix.size()) != kSuffix) {
+      return std::nullopt;
+    }
+    name.remove_suffix(kSuffix.size());
+    uint64_t number = 0;
+    for (const char c : name) {
+      if (c < '0' || c > '9') return std::nullopt;
+      number = number * 10 + static_cast<uint64_t>(c - '0');
+    }
+    return number;
+  }
+
+  rocksdb::IOStatus Watch(const std::string& name, rocksdb::IOStatus status,
+                          std::unique_ptr<rocksdb::FSWritableFile>* file) {
+    if (status.ok()) {
+      if (const auto number = LogNumber(name)) {
+        *file = std::make_unique<LogFile>(std::move(*file), flags_.get(), *number);
+      }
+    }
+    return status;
+  }
+
+  const std::shared_ptr<DiskErrorFlags> flags_;
 };
 
 // Returns freed heap memory to the system after each flush and compaction. Those allocate and
@@ -202,6 +283,18 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   db_options.keep_log_file_num = 4;
   db_options.max_manifest_file_size = 64 << 20;
   db_options.listeners.push_back(std::make_shared<TrimmingListener>());
+  disk_errors_ = std::make_shared<DiskErrorFlags>();
+  log_ = config.log;
+  // RocksDB resumes by itself after a full disk: its SstFileManager checks the free space at
+  // once and then every 5 seconds, and resumes once there is room for the largest memtable.
+  // Resuming from idem's next write instead would be sooner, but breaks RocksDB 7.8: a flush
+  // queued before the error that runs before the resume loses its scheduling slot, and the
+  // resume then waits forever for a flush never scheduled (seen on a full tmpfs). RocksDB's own
+  // recovery counts as in progress from the error on, so no flush runs in that window.
+  resume_free_bytes_ = std::max(engine->records.write_buffer_size, std::size_t{1} << 20);
+  // Every write but the resume guard is logged: a flush at close would save nothing that
+  // reopening does not replay, and would write to a disk that may be full.
+  db_options.avoid_flush_during_shutdown = true;
   // A read-only instance opens every table file at once: a live owner that compacts and deletes
   // files meanwhile cannot pull them from under its reads.
   if (config.read_only) db_options.max_open_files = -1;
@@ -212,9 +305,11 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   // A MANIFEST that lost committed edits is refused before RocksDB can act on it; the owner
   // writes the mark that makes this check possible (manifest_mark.h).
   IDEM_RETURN_IF_ERROR(CheckManifestMark(*file_system, path_));
-  // A read-only instance deletes nothing: it needs no mark.
-  env_ = NewStorageEnv(config.read_only ? file_system
-                                        : NewManifestMarkingFileSystem(file_system, path_));
+  // A read-only instance deletes nothing: it needs no mark, and writes no log file.
+  env_ = NewStorageEnv(config.read_only
+                           ? file_system
+                           : std::make_shared<LogFailureWatch>(
+                                 NewManifestMarkingFileSystem(file_system, path_), disk_errors_));
   db_options.env = env_.get();
   // A damaged write-ahead log must not silently lose acknowledged records. RocksDB's default,
   // kPointInTimeRecovery, stops replaying at the first damaged record and opens the store
@@ -252,14 +347,15 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
       {kByExpiryFamily, index_options},
       {kMetaFamily, small_options},
   };
-  // The info log: RocksDB's LOG file in the database directory (none for a read-only open,
-  // which never writes), seen through a logger that notes which file recovery found damaged.
-  std::shared_ptr<rocksdb::Logger> log_file;
-  if (!config.read_only) {
-    rocksdb::CreateLoggerFromOptions(path_, db_options, &log_file).PermitUncheckedError();
+  // The info log: the LOG file in the database directory (none for a read-only open, which
+  // never writes), written by idem's logger, which a full or read-only disk cannot make abort
+  // (info_log.h). RocksDB's would create the directory first: so does this.
+  if (!config.read_only && config.create_if_missing) {
+    file_system->CreateDirIfMissing(path_, rocksdb::IOOptions(), nullptr).PermitUncheckedError();
   }
-  auto logger = std::make_shared<DamageNotingLogger>(std::move(log_file));
-  db_options.info_log = logger;
+  auto info_log =
+      std::make_shared<InfoLog>(config.read_only ? std::string() : path_, kInfoLogFileBytes);
+  db_options.info_log = info_log;
 
   rocksdb::DB* db = nullptr;
   rocksdb::Status opened;
@@ -273,7 +369,7 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
     opened = rocksdb::DB::Open(db_options, path_, families, &handles_, &db);
   }
   if (!opened.ok()) {
-    const std::string damaged = logger->damaged_file();
+    const std::string damaged = info_log->damaged_file();
     if (opened.IsCorruption() && !damaged.empty() &&
         opened.ToString().find(damaged) == std::string::npos) {
       return FromRocksDbOpen(rocksdb::Status::Corruption(opened.ToString(), "in file " + damaged),
@@ -387,43 +483,156 @@ Result<uint64_t> RocksDbStorage::NextToken() {
 
 Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
                              std::string_view what, std::string_view key) {
-  IDEM_RETURN_IF_ERROR(ResumeAfterWriteError());
+  // failed_log is set during a failing log write, before RocksDB stops: a write that starts
+  // meanwhile checks too.
+  if (disk_errors_->stopped.load(std::memory_order_acquire) ||
+      disk_errors_->failed_log.load(std::memory_order_acquire) != 0) {
+    IDEM_RETURN_IF_ERROR(ResumeAfterDiskError());
+  }
+  if (disk_errors_->guard_needed.load(std::memory_order_acquire)) WriteResumeGuard();
   const rocksdb::Status s = db_->Write(WriteOptionsFor(durability), batch);
   if (s.ok()) return Status::OK();
   // The batch is one write-ahead log record: either all of it (the record and its expiry-index
   // entry) or none of it is ever visible. It is not visible now; a log record that reached the
   // disk before a failed sync may reappear when the store is reopened, whole.
-  if (s.IsIOError() || s.IsCorruption() || s.severity() >= rocksdb::Status::Severity::kSoftError) {
-    write_failed_.store(true, std::memory_order_release);
-  }
   // The message is built only on failure: a successful write formats nothing.
   std::string context(what);
   if (!key.empty()) context += " " + EscapeKey(key);
-  return FromRocksDb(s, context + " in store " + path_);
+  Status failed = FromRocksDb(s, context + " in store " + path_);
+  if (s.IsIOError() || s.IsCorruption() || s.severity() >= rocksdb::Status::Severity::kSoftError) {
+    disk_errors_->stopped.store(true, std::memory_order_release);
+    disk_errors_->guard_needed.store(true, std::memory_order_release);
+    std::lock_guard lock(resume_mu_);
+    NoteStoppedLocked(s);
+  }
+  return failed;
 }
 
-Status RocksDbStorage::ResumeAfterWriteError() {
-  if (!write_failed_.load(std::memory_order_acquire)) return Status::OK();
+void RocksDbStorage::WriteResumeGuard() {
+  // A resume flushes every memtable and starts a new log file. If the next log write failed with
+  // every memtable still empty, the resume after it would keep that file (see LogFailureWatch)
+  // and the store could only be reopened. An unlogged deletion of a key never written makes the
+  // meta memtable non-empty at no I/O: that resume flushes it and replaces the file. It is
+  // never in a log file, and flushed, it is a tombstone of nothing. Fails while RocksDB is
+  // stopped, and is then tried again by the next write.
+  rocksdb::WriteOptions unlogged;
+  unlogged.disableWAL = true;
+  if (db_->Delete(unlogged, meta_, kResumeGuardKey).ok()) {
+    disk_errors_->guard_needed.store(false, std::memory_order_release);
+  }
+}
+
+void RocksDbStorage::NoteStoppedLocked(const rocksdb::Status& cause) {
+  last_cause_ = cause.ToString();
+  last_cause_no_space_ = cause.IsNoSpace();
+  if (stop_noted_) return;
+  stop_noted_ = true;
+  const auto now = std::chrono::steady_clock::now();
+  stopped_since_ = now;
+  // A disk that stays nearly full may stop and resume the store many times a minute: one line
+  // a minute says so.
+  if (stop_reported_ever_ && now - last_stop_report_ < kStopReportInterval) {
+    ++unreported_stops_;
+    stop_reported_ = false;
+    return;
+  }
+  std::string line = "store " + path_ + " stopped writing (" + last_cause_ +
+                     "); calls that write fail with kIOError until " +
+                     (last_cause_no_space_ ? "space is freed on its disk: " + FreeSpaceAdvice()
+                                           : "the disk is fixed and the store reopened");
+  if (unreported_stops_ > 0) {
+    line += " (it stopped " + std::to_string(unreported_stops_) +
+            " more times since the last such message)";
+  }
+  Report(line);
+  stop_reported_ever_ = true;
+  stop_reported_ = true;
+  last_stop_report_ = now;
+  unreported_stops_ = 0;
+}
+
+std::string RocksDbStorage::FreeSpaceAdvice() const {
+  return "it writes again by itself within 5 seconds of " +
+         std::to_string(resume_free_bytes_ >> 20) + " MiB being free";
+}
+
+void RocksDbStorage::Report(const std::string& message) const {
+  if (log_) log_(message);
+}
+
+std::optional<uint64_t> RocksDbStorage::CurrentLogNumber() {
+  std::unique_ptr<rocksdb::LogFile> log;
+  if (!db_->GetCurrentWalFile(&log).ok() || !log) return std::nullopt;
+  return log->LogNumber();
+}
+
+Status RocksDbStorage::ResumeAfterDiskError() {
   std::lock_guard lock(resume_mu_);
-  if (!write_failed_.load(std::memory_order_acquire)) return Status::OK();
-  // OK at once when RocksDB is not stopped; otherwise flushes the memtables to new files and
-  // starts a new log, which fails again while the disk still does.
+  if (!disk_errors_->stopped.load(std::memory_order_acquire)) {
+    uint64_t failed = disk_errors_->failed_log.load(std::memory_order_acquire);
+    if (failed == 0) return Status::OK();
+    // A log write failed, in a call that has not returned yet (it stops the store) or before a
+    // resume that replaced the file.
+    const std::optional<uint64_t> current = CurrentLogNumber();
+    if (current && *current != failed) {
+      disk_errors_->failed_log.compare_exchange_strong(failed, 0);
+      return Status::OK();
+    }
+    return Status::IOError("store " + path_ +
+                           ": a write to its log file failed just now; retry the call");
+  }
+  const auto now = std::chrono::steady_clock::now();
+  // A failed attempt is not repeated at once: callers retrying in a loop would otherwise make
+  // RocksDB try to flush for each call.
+  if (now < next_resume_) return last_resume_error_;
+  next_resume_ = now + kResumeInterval;
+  // OK at once when RocksDB is not stopped (it resumed by itself), Busy while it is recovering
+  // by itself from a full disk; otherwise flushes the memtables to new table files and starts a
+  // new log file, which fails again while the disk still does.
   const rocksdb::Status s = db_->Resume();
-  if (s.IsBusy()) {
-    // RocksDB is recovering on its own: after ENOSPC it polls the free space and resumes
-    // within seconds of space being freed.
-    return Status::IOError("store " + path_ +
-                           " is recovering from a disk error (free disk space if it is full); "
-                           "retry the call");
-  }
   if (!s.ok()) {
-    return Status::IOError("store " + path_ +
-                           " stopped writing after a disk error and cannot resume (" +
-                           s.ToString() +
-                           "); fix the disk, then close and reopen the store: every "
-                           "acknowledged record is kept");
+    if (s.IsNoSpace() || (s.IsBusy() && last_cause_no_space_)) {
+      last_resume_error_ =
+          Status::IOError("store " + path_ + " cannot write: its disk is full (" + last_cause_ +
+                          "); " + FreeSpaceAdvice() + ", and keeps every acknowledged record");
+    } else if (s.IsBusy()) {
+      last_resume_error_ = Status::IOError("store " + path_ + " is recovering from a disk error (" +
+                                           last_cause_ + "); retry the call");
+    } else {
+      last_resume_error_ = Status::IOError(
+          "store " + path_ + " stopped writing after a disk error and cannot resume (" +
+          s.ToString() +
+          "); fix the disk, then close and reopen the store: every acknowledged record is kept");
+    }
+    return last_resume_error_;
   }
-  write_failed_.store(false, std::memory_order_release);
+  // Resumed. On a new log file, unless the one whose write failed is still current (or the
+  // current one cannot be told, which is taken for the same).
+  if (uint64_t failed = disk_errors_->failed_log.load(std::memory_order_acquire); failed != 0) {
+    const std::optional<uint64_t> current = CurrentLogNumber();
+    if (!current || *current == failed) {
+      last_resume_error_ = Status::IOError(
+          "store " + path_ + " stopped writing after a write to its log file failed (" +
+          last_cause_ +
+          "), and cannot resume in place: RocksDB would write to that file again. Close and "
+          "reopen the store once its disk has space and works: every acknowledged record is kept");
+      next_resume_ = std::chrono::steady_clock::time_point::max();  // for good
+      Report(last_resume_error_.message());
+      return last_resume_error_;
+    }
+    // Unless another log write failed meanwhile.
+    disk_errors_->failed_log.compare_exchange_strong(failed, 0);
+  }
+  disk_errors_->stopped.store(false, std::memory_order_release);
+  next_resume_ = {};
+  last_resume_error_ = Status::OK();
+  if (stop_noted_ && stop_reported_) {
+    const auto stopped_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - stopped_since_).count();
+    Report("store " + path_ + " writes again, after " + std::to_string(stopped_ms) +
+           " ms stopped by a disk error");
+  }
+  stop_noted_ = false;
   return Status::OK();
 }
 

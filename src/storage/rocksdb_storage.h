@@ -11,10 +11,14 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "storage/storage.h"
@@ -23,11 +27,14 @@ namespace rocksdb {
 class ColumnFamilyHandle;
 class DB;
 class Env;
+class Status;
 class WriteBatch;
 struct WriteOptions;
 }  // namespace rocksdb
 
 namespace idem::storage {
+
+struct DiskErrorFlags;  // rocksdb_storage.cc
 
 struct RocksDbConfig {
   std::string path;  // the RocksDB directory
@@ -38,6 +45,10 @@ struct RocksDbConfig {
   // Test hook: the Env (and through it the FileSystem) RocksDB uses; null means the default.
   // The fault injection tests pass one whose writes and syncs fail on demand.
   std::shared_ptr<rocksdb::Env> env;
+  // Receives what an operator must hear and no call returns: the store stopped writing after a
+  // disk error, and started again (Options::log). Called from the caller's thread of a write,
+  // never from RocksDB's. Null: dropped.
+  std::function<void(std::string_view)> log;
 };
 
 class RocksDbStorage final : public Storage {
@@ -89,13 +100,24 @@ class RocksDbStorage final : public Storage {
   RocksDbStorage() = default;
   Status Initialize(const RocksDbConfig& config);
   Status PersistTokenCeiling(uint64_t ceiling);
-  // Every write goes through here. After a failed write RocksDB refuses further writes (its
-  // background error state): the next write first asks RocksDB to resume, and when it cannot,
-  // fails with a kIOError saying that the store must be reopened.
-  // `what` and `key` (may be empty) name the write in an error message.
+  // Every write goes through here. After a failed write (or a failed flush: the next write then
+  // fails) RocksDB refuses further writes (its background error state): the next write first
+  // checks that RocksDB has resumed (ResumeAfterDiskError), and fails with kIOError saying why
+  // when it has not. `what` and `key` (may be empty) name the write in an error message.
   Status Write(Durability durability, rocksdb::WriteBatch* batch, std::string_view what,
                std::string_view key = {});
-  Status ResumeAfterWriteError();
+  // OK when RocksDB takes writes (again). Otherwise kIOError: the disk is full (writes resume
+  // by themselves once space is freed), or the store must be reopened.
+  Status ResumeAfterDiskError();
+  // See the .cc: keeps a memtable non-empty after a resume.
+  void WriteResumeGuard();
+  // The number of the write-ahead log file RocksDB writes now.
+  std::optional<uint64_t> CurrentLogNumber();
+  // resume_mu_ held. Keeps `cause`, and reports (rate-limited) that writes stopped, once per
+  // stop.
+  void NoteStoppedLocked(const rocksdb::Status& cause);
+  std::string FreeSpaceAdvice() const;
+  void Report(const std::string& message) const;
   std::size_t StripeIndex(std::string_view key) const;
   // Deletes the due records among `entries` (each an index entry's expiry and key), reading
   // first those whose expiry is at or before `verify_up_to`.
@@ -106,19 +128,38 @@ class RocksDbStorage final : public Storage {
 
   // Constant after construction.
   std::string path_;
-  // The Env RocksDB uses: its own thread pools (storage_env.h) and the manifest-marking file
-  // system over the test hook's or the default one. Declared before db_, so it outlives it.
+  // The Env RocksDB uses: its own thread pools (storage_env.h), and over the test hook's or the
+  // default file system, the manifest-marking one and the watch of failed log writes. Declared
+  // before db_, so it outlives it.
   std::shared_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   rocksdb::ColumnFamilyHandle* records_ = nullptr;
   rocksdb::ColumnFamilyHandle* by_expiry_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
-  std::shared_ptr<void> keep_alive_;  // block cache and write-buffer manager
+  std::shared_ptr<void> keep_alive_;           // block cache and write-buffer manager
+  std::function<void(std::string_view)> log_;  // RocksDbConfig::log
+  std::size_t resume_free_bytes_ = 0;  // RocksDB resumes after a full disk once this is free
 
-  // Set by a failed write; the next write resumes RocksDB first (under resume_mu_).
-  std::atomic<bool> write_failed_{false};
+  // What failed writes tell: the next write checks that RocksDB resumed first, under
+  // resume_mu_. Shared with the file system that notes failed log writes.
+  std::shared_ptr<DiskErrorFlags> disk_errors_;
   std::mutex resume_mu_;
+  // A failed resume is retried no sooner than this; meanwhile calls get its error.
+  static constexpr std::chrono::milliseconds kResumeInterval{100};
+  // At most one "stopped writing" line per interval.
+  static constexpr std::chrono::seconds kStopReportInterval{60};
+  // Guarded by resume_mu_.
+  std::chrono::steady_clock::time_point next_resume_;
+  Status last_resume_error_;
+  std::string last_cause_;  // what made the last write fail
+  bool last_cause_no_space_ = false;
+  bool stop_noted_ = false;     // this stop was noted (reported or counted)
+  bool stop_reported_ = false;  // and reported: its end is reported too
+  bool stop_reported_ever_ = false;
+  std::chrono::steady_clock::time_point stopped_since_;
+  std::chrono::steady_clock::time_point last_stop_report_;
+  uint64_t unreported_stops_ = 0;
 
   // Per-key read-modify-write atomicity. 1024 stripes keep collisions rare at 64 threads.
   static constexpr std::size_t kStripes = 1024;
