@@ -902,13 +902,13 @@ TEST_F(CliTest, EveryCommandRefusesWhatIsNotAnIdemStoreAndChangesNothing) {
   }
   for (const std::string& store : {in_db, itself}) {
     const auto before = idem_test::TreeSnapshot(store);
-    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-             {"dump", store},
-             {"get", store, "k"},
-             {"stats", store},
-             {"purge", store, "--dry-run"},
-             {"purge", store},
-             {"forget", store, "k"}}) {
+    for (const std::vector<std::string>& args :
+         std::vector<std::vector<std::string>>{{"dump", store},
+                                               {"get", store, "k"},
+                                               {"stats", store},
+                                               {"purge", store, "--dry-run"},
+                                               {"purge", store},
+                                               {"forget", store, "k"}}) {
       const CliResult result = RunCli(args);
       EXPECT_EQ(result.code, 3) << args[0] << " " << store << ": " << result.err;
       EXPECT_NE(result.err.find("not an idem store"), std::string::npos) << result.err;
@@ -920,12 +920,12 @@ TEST_F(CliTest, EveryCommandRefusesWhatIsNotAnIdemStoreAndChangesNothing) {
 // Before: a path holding a newline or an escape sequence went to the terminal as is.
 TEST_F(CliTest, ControlCharactersInAPathNeverReachTheTerminal) {
   const std::string bad = dir_.Sub("x\nidem get: forged\x1b[31mred");
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"dump", bad},
-           {"get", bad, "k"},
-           {"stats", bad},
-           {"purge", bad},
-           {"forget", bad, "k"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"dump", bad},
+                                             {"get", bad, "k"},
+                                             {"stats", bad},
+                                             {"purge", bad},
+                                             {"forget", bad, "k"}}) {
     const CliResult result = RunCli(args);
     EXPECT_EQ(result.code, 3) << args[0];
     ASSERT_EQ(Lines(result.err).size(), 1u) << result.err;
