@@ -889,11 +889,11 @@ TEST_F(CliTest, ReadersExitThreeNamingAnOwnerThatDoesNotAnswer) {
   Populate();
   Child holder(SelfPath(), {"--hold-store", path()}, /*pipe_stdin=*/true);
   ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
-  ASSERT_EQ(::kill(holder.pid(), SIGSTOP), 0);
   struct Resume {
     pid_t pid;
     ~Resume() { ::kill(pid, SIGCONT); }
   } resume{holder.pid()};
+  ASSERT_TRUE(idem_test::StopProcess(holder.pid()));
 
   // The real binary, as an operator runs it; each waits Options::request_timeout (10 s).
   const auto start = std::chrono::steady_clock::now();

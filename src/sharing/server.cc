@@ -464,8 +464,8 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
     return in.empty() ? Phase::kIdle : Phase::kReading;
   }
   // A client that closed its connection after sending gave up waiting (its call returned
-  // kTimedOut): nobody would read the answer, so the request is not carried out.
-  if (closed || (events & (EPOLLRDHUP | EPOLLHUP)) != 0) return std::nullopt;
+  // kTimedOut, typically while this owner was stopped): nobody will read the answer.
+  const bool abandoned = closed || (events & (EPOLLRDHUP | EPOLLHUP)) != 0;
 
   const std::string_view frame = std::string_view(in).substr(kFrameHeaderSize);
   Result<Request> request = DecodeRequest(frame);
@@ -485,6 +485,16 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
                                         std::to_string(connection.pid) + ": " +
                                         request.status().ToString());
     }
+    return std::nullopt;
+  }
+  if (abandoned) {
+    // A Begin would leave a claim that holds the key for a lease, and a read is of no use:
+    // they are dropped. A Complete, Fail, Extend, SaveCheckpoint or Forget is carried out: it
+    // may record the result of work already done, which a retry then finds.
+    const bool keeps_work = std::holds_alternative<TransitionMessage>(*request) ||
+                            std::holds_alternative<ForgetMessage>(*request);
+    if (!keeps_work) return std::nullopt;
+    Handle(*request, connection.holder);
     return std::nullopt;
   }
   // This thread is busy for as long as the request runs: make sure another one waits.
