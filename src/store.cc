@@ -156,7 +156,13 @@ class StoreCore {
   }
 
   // A client of the owner listening at address_; waits at most until `give_up_at` for the
-  // owner to accept. kBusy: refused (do not retry); other errors: not reachable now.
+  // owner to accept. kUnavailable (nobody listens) and kTimedOut (the owner accepts nothing)
+  // may pass; any other error is a refusal (this process's own checks of the owner, or a
+  // failure here) and is final.
+  static bool Unreachable(const Status& status) {
+    return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
+  }
+
   Result<std::shared_ptr<Backend>> ConnectToOwner(SteadyTime give_up_at) {
     const auto left =
         std::max(milliseconds(1),
@@ -173,12 +179,12 @@ class StoreCore {
   // serves nobody): a new owner holds the lock while it replays the log and starts serving,
   // and files read in that window may be rewritten or deleted under the reader (the soak
   // caught readers missing acknowledged results then). So it waits for that owner, up to
-  // `give_up_at`. A refusal (kBusy) is returned at once.
+  // `give_up_at`. A refusal is returned at once.
   Result<std::shared_ptr<Backend>> AcquireReader(SteadyTime give_up_at) {
     milliseconds pause(1);
     for (;;) {
       Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
-      if (remote.ok() || remote.status().code() == Status::Code::kBusy) return remote;
+      if (remote.ok() || !Unreachable(remote.status())) return remote;
 
       const std::optional<sharing::OwnerInfo> owner =
           sharing::OwnerLock::ReadOwner(directory_.string());
@@ -205,7 +211,7 @@ class StoreCore {
   }
 
   // Becomes the owner, or a client of the owner; retries while the owner is starting or has
-  // just died, up to `give_up_at`. A refusal (kBusy) is returned at once.
+  // just died, up to `give_up_at`. A refusal is returned at once.
   Result<std::shared_ptr<Backend>> AcquireWriter(SteadyTime give_up_at) {
     const auto start = std::chrono::steady_clock::now();
     milliseconds pause(1);
@@ -230,7 +236,7 @@ class StoreCore {
         }
       } else {
         Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
-        if (remote.ok() || remote.status().code() == Status::Code::kBusy) return remote;
+        if (remote.ok() || !Unreachable(remote.status())) return remote;
         last_error = remote.status();
       }
 

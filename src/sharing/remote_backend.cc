@@ -73,9 +73,9 @@ Result<std::string> RemoteBackend::RoundTrip(const Request& request) {
       Result<FileDescriptor> fresh = NewConnection(Left(deadline));
       if (!fresh.ok()) {
         if (fresh.status().code() == Status::Code::kTimedOut) return timed_out();
-        // A refusal by this side's own checks of the owner.
-        if (fresh.status().code() == Status::Code::kBusy) return fresh.status();
-        lost_ = true;
+        // Nobody listens: the owner is gone.
+        if (fresh.status().code() == Status::Code::kUnavailable) lost_ = true;
+        // Otherwise a refusal by this side's own checks of the owner, or a local failure.
         return fresh.status();
       }
       connection = std::move(fresh).value();

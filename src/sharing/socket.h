@@ -29,7 +29,8 @@ SocketAddress SocketAddressFor(const std::string& directory, unsigned long devic
 // only while holding the owner lock), mode 0600.
 Result<int> Listen(const SocketAddress& address);
 // Waits at most `timeout` for room in the owner's queue of connections to accept (it fills up
-// while the owner is stopped): kTimedOut then.
+// while the owner is stopped): kTimedOut then. kUnavailable when nobody listens. Any other
+// error is final for the callers (RemoteBackend, StoreCore): they do not fail over for it.
 Result<int> Connect(const SocketAddress& address, std::chrono::milliseconds timeout);
 
 // Frames: u32 little-endian length, then that many bytes.
