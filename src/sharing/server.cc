@@ -41,6 +41,17 @@ constexpr uint64_t kFirstConnectionId = 16;
 
 std::string ErrnoText(int error) { return std::strerror(error); }
 
+// Empties a connection's buffer, giving back its memory when a large request or answer grew
+// it: a thousand idle connections must not each keep megabytes.
+void ReleaseLarge(std::string& buffer) {
+  constexpr std::size_t kKeptCapacity = 64 << 10;
+  if (buffer.capacity() > kKeptCapacity) {
+    std::string().swap(buffer);
+  } else {
+    buffer.clear();
+  }
+}
+
 Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, uint64_t key) {
   epoll_event event{};
   event.events = events;
@@ -501,7 +512,7 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
   AddThreadIfAllBusy();
   connection.out = EncodeFrame(Handle(*request, connection.holder));
   connection.out_done = 0;
-  in.clear();
+  ReleaseLarge(in);
   return SendAnswer(connection);
 }
 
@@ -518,8 +529,7 @@ std::optional<Server::Phase> Server::SendAnswer(Connection& connection) {
       return std::nullopt;
     }
   }
-  out.clear();
-  out.shrink_to_fit();  // an idle connection keeps no large buffer
+  ReleaseLarge(out);
   connection.out_done = 0;
   return Phase::kIdle;
 }
