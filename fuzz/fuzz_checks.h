@@ -110,9 +110,14 @@ inline std::string CheckBody(uint8_t selector, std::string_view body) {
                                 sharing::DecodeCounters);
     }
     default: {
-      Result<uint64_t> count = sharing::DecodeCount(body);
-      if (!count.ok()) return {};
-      return CheckBodyRoundTrip("DecodeCount", *count, sharing::EncodeCount, sharing::DecodeCount);
+      Result<sharing::PurgeProgress> progress = sharing::DecodePurgeProgress(body);
+      if (!progress.ok()) return {};
+      const auto encoded = sharing::EncodePurgeProgress(*progress);
+      Result<sharing::PurgeProgress> again = sharing::DecodePurgeProgress(encoded);
+      if (!again.ok() || sharing::EncodePurgeProgress(*again) != encoded) {
+        return "DecodePurgeProgress: a decoded body does not survive encode + decode";
+      }
+      return {};
     }
   }
 }
@@ -141,15 +146,30 @@ inline std::string CheckFrameDecoder(std::string_view data) {
   }
 
   Status status;
-  Result<std::string_view> body = sharing::DecodeResponse(frame, status);
+  sharing::ResponseKind kind = sharing::ResponseKind::kAnswer;
+  Result<std::string_view> body = sharing::DecodeResponse(frame, status, kind);
   if (!body.ok()) {
     if (body.status().code() != Status::Code::kUnavailable) {
       return "DecodeResponse failed with " + body.status().ToString() + ", not kUnavailable";
     }
     return {};
   }
+  if (frame.empty() || static_cast<uint8_t>(frame[0]) != sharing::kProtocolVersion) {
+    // Another version: read as a refusal, from its first three fields only.
+    if (kind != sharing::ResponseKind::kRefusal || status.ok() || !body->empty()) {
+      return "a response of another version is not a refusal with an error and no body";
+    }
+    return {};
+  }
   if (body->data() < frame.data() || body->data() + body->size() != frame.data() + frame.size()) {
     return "DecodeResponse returned a body that is not the end of the frame";
+  }
+  if (kind != sharing::ResponseKind::kAnswer) {
+    if (status.ok() || !body->empty()) return "a refusal or goodbye carries OK or a body";
+    if (sharing::EncodeClosing(kind, status) != frame) {
+      return "a decoded refusal or goodbye does not re-encode to the same bytes";
+    }
+    return {};
   }
   // A response's status and body come back byte for byte; a non-OK response carries no body.
   const std::string_view sent_body = status.ok() ? *body : std::string_view();

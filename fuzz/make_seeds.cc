@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
   ok &= Write(frames, "request_scan", request_prefix + sharing::EncodeRequest(scan));
   sharing::PurgeMessage purge;
   purge.options.dry_run = true;
+  purge.ticket = 99;
+  purge.wait = 1000ms;
   ok &= Write(frames, "request_purge", request_prefix + sharing::EncodeRequest(purge));
   ok &= Write(frames, "request_counters",
               request_prefix + sharing::EncodeRequest(sharing::CountersMessage{}));
@@ -155,7 +157,16 @@ int main(int argc, char** argv) {
   ok &= Write(frames, "response_scan_page", Response(2, sharing::EncodeScanPage(page)));
   idem::Counters counters{.claims = 3, .replays = 2, .in_progress = 1, .purged = 9};
   ok &= Write(frames, "response_counters", Response(3, sharing::EncodeCounters(counters)));
-  ok &= Write(frames, "response_count", Response(4, sharing::EncodeCount(12)));
+  ok &= Write(frames, "response_purge_progress",
+              Response(4, sharing::EncodePurgeProgress({.count = 12, .done = true})));
+  ok &= Write(frames, "response_refusal",
+              std::string(1, '\1') +
+                  sharing::EncodeClosing(sharing::ResponseKind::kRefusal,
+                                         idem::Status::Busy("only uid 1000 may use this store")));
+  ok &= Write(frames, "response_goodbye",
+              std::string(1, '\1') +
+                  sharing::EncodeClosing(sharing::ResponseKind::kGoodbye,
+                                         idem::Status::Unavailable("idle for 60000 ms")));
   ok &= Write(frames, "response_error",
               std::string(1, '\1') +
                   sharing::EncodeResponse(idem::Status::LeaseLost("token 7 is not current")));

@@ -13,10 +13,12 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "backend.h"
 #include "local_backend.h"
+#include "sharing/log_limiter.h"
 #include "sharing/owner_lock.h"
 #include "sharing/process.h"
 #include "sharing/remote_backend.h"
@@ -93,7 +95,8 @@ class StoreCore {
   // Takes up the process's role for the store.
   Status Start() {
     std::lock_guard lock(mu_);
-    IDEM_ASSIGN_OR_RETURN(backend_, AcquireBackend());
+    IDEM_ASSIGN_OR_RETURN(
+        backend_, AcquireBackend(std::chrono::steady_clock::now() + options_.failover_timeout));
     return Status::OK();
   }
 
@@ -102,40 +105,72 @@ class StoreCore {
   bool forked() const { return sharing::ForkGeneration() != creator_generation_; }
 
   // Runs `call(backend, resent)` on the current backend; when that backend lost the owner, fails
-  // over and runs it again with resent = true.
+  // over and runs it again with resent = true. The failovers of one call together take at most
+  // options.failover_timeout: an owner that keeps dropping connections (one of another
+  // version, say) ends the call with kUnavailable, not a loop.
   template <class Call>
   auto Run(Call&& call) -> std::invoke_result_t<Call&, Backend&, bool> {
     if (forked()) {
       return Status::Unavailable("the store was opened before fork(); open it again in the child");
     }
     std::shared_ptr<Backend> backend = Current();
+    std::optional<std::chrono::steady_clock::time_point> give_up_at;
     for (bool resent = false;; resent = true) {
       auto result = call(*backend, resent);
       if (!backend->lost()) return result;
-      Result<std::shared_ptr<Backend>> next = Failover(backend);
+      const auto now = std::chrono::steady_clock::now();
+      if (!give_up_at) {
+        give_up_at = now + options_.failover_timeout;
+      } else if (now >= *give_up_at) {
+        return Status::Unavailable("lost the owner of store " + directory_.string() +
+                                   " again and again for " +
+                                   std::to_string(options_.failover_timeout.count()) + " ms");
+      }
+      Result<std::shared_ptr<Backend>> next = Failover(backend, *give_up_at);
       if (!next.ok()) return next.status();
       backend = std::move(next).value();
     }
   }
 
  private:
+  using SteadyTime = std::chrono::steady_clock::time_point;
+
   std::shared_ptr<Backend> Current() {
     std::lock_guard lock(mu_);
     return backend_;
   }
 
-  Result<std::shared_ptr<Backend>> Failover(const std::shared_ptr<Backend>& lost) {
+  Result<std::shared_ptr<Backend>> Failover(const std::shared_ptr<Backend>& lost,
+                                            SteadyTime give_up_at) {
     std::lock_guard lock(mu_);
     if (backend_ == lost) {
-      Log("lost the owner of store " + directory_.string() + "; failing over");
-      IDEM_ASSIGN_OR_RETURN(backend_, AcquireBackend());
+      log_.Log("failover", "lost the owner of store " + directory_.string() + "; failing over");
+      IDEM_ASSIGN_OR_RETURN(backend_, AcquireBackend(give_up_at));
     }
     return backend_;
   }
 
-  // mu_ held.
-  Result<std::shared_ptr<Backend>> AcquireBackend() {
-    return options_.read_only ? AcquireReader() : AcquireWriter();
+  // mu_ held. Gives up at `give_up_at`.
+  Result<std::shared_ptr<Backend>> AcquireBackend(SteadyTime give_up_at) {
+    return options_.read_only ? AcquireReader(give_up_at) : AcquireWriter(give_up_at);
+  }
+
+  // A client of the owner listening at address_; waits at most until `give_up_at` for the
+  // owner to accept. kUnavailable (nobody listens) and kTimedOut (the owner accepts nothing)
+  // may pass; any other error is a refusal (this process's own checks of the owner, or a
+  // failure here) and is final.
+  static bool Unreachable(const Status& status) {
+    return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
+  }
+
+  Result<std::shared_ptr<Backend>> ConnectToOwner(SteadyTime give_up_at) {
+    const auto left =
+        std::max(milliseconds(1),
+                 std::chrono::ceil<milliseconds>(give_up_at - std::chrono::steady_clock::now()));
+    IDEM_ASSIGN_OR_RETURN(
+        auto remote, sharing::RemoteBackend::Connect(address_, options_.request_timeout,
+                                                     std::min(left, options_.request_timeout)));
+    return std::shared_ptr<Backend>(std::move(remote));
   }
 
   // A reader never takes the owner lock: it asks the running owner (live records, the owner's
@@ -144,14 +179,12 @@ class StoreCore {
   // serves nobody): a new owner holds the lock while it replays the log and starts serving,
   // and files read in that window may be rewritten or deleted under the reader (the soak
   // caught readers missing acknowledged results then). So it waits for that owner, up to
-  // options.failover_timeout.
-  Result<std::shared_ptr<Backend>> AcquireReader() {
-    const auto give_up_at = std::chrono::steady_clock::now() + options_.failover_timeout;
+  // `give_up_at`. A refusal is returned at once.
+  Result<std::shared_ptr<Backend>> AcquireReader(SteadyTime give_up_at) {
     milliseconds pause(1);
     for (;;) {
-      Result<std::unique_ptr<sharing::RemoteBackend>> remote =
-          sharing::RemoteBackend::Connect(address_);
-      if (remote.ok()) return std::shared_ptr<Backend>(std::move(remote).value());
+      Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
+      if (remote.ok() || !Unreachable(remote.status())) return remote;
 
       const std::optional<sharing::OwnerInfo> owner =
           sharing::OwnerLock::ReadOwner(directory_.string());
@@ -168,6 +201,7 @@ class StoreCore {
       }
       if (std::chrono::steady_clock::now() >= give_up_at) {
         return Status::Unavailable("the owner of store " + directory_.string() +
+                                   (owner ? " (pid " + std::to_string(owner->pid) + ")" : "") +
                                    " holds it but did not answer within " +
                                    std::to_string(options_.failover_timeout.count()) + " ms");
       }
@@ -177,10 +211,9 @@ class StoreCore {
   }
 
   // Becomes the owner, or a client of the owner; retries while the owner is starting or has
-  // just died, up to options.failover_timeout.
-  Result<std::shared_ptr<Backend>> AcquireWriter() {
+  // just died, up to `give_up_at`. A refusal is returned at once.
+  Result<std::shared_ptr<Backend>> AcquireWriter(SteadyTime give_up_at) {
     const auto start = std::chrono::steady_clock::now();
-    const auto give_up_at = start + options_.failover_timeout;
     milliseconds pause(1);
     Status last_error;
     for (;;) {
@@ -202,9 +235,8 @@ class StoreCore {
                                    : " is held exclusively" + holder));
         }
       } else {
-        Result<std::unique_ptr<sharing::RemoteBackend>> remote =
-            sharing::RemoteBackend::Connect(address_);
-        if (remote.ok()) return std::shared_ptr<Backend>(std::move(remote).value());
+        Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
+        if (remote.ok() || !Unreachable(remote.status())) return remote;
         last_error = remote.status();
       }
 
@@ -266,6 +298,7 @@ class StoreCore {
   const fs::path directory_;
   const sharing::SocketAddress address_;
   const Options options_;  // the first opener's
+  sharing::LogLimiter log_{[this](std::string_view message) { Log(message); }};
 
   std::mutex mu_;
   // Guarded by mu_.
@@ -404,6 +437,9 @@ Status CheckOptions(const Options& options) {
   IDEM_RETURN_IF_ERROR(CheckDuration("execute_wait", options.execute_wait));
   IDEM_RETURN_IF_ERROR(CheckDuration("failover_timeout", options.failover_timeout));
   IDEM_RETURN_IF_ERROR(CheckDuration("renewal_grace", options.renewal_grace));
+  if (options.request_timeout <= milliseconds(0)) {
+    return Status::InvalidArgument("request_timeout must be positive");
+  }
   return CheckDuration("auto_purge_interval", options.auto_purge_interval);
 }
 

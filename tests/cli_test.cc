@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <rocksdb/db.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -128,6 +130,8 @@ class Child {
     if (pid_ > 0) Wait();
     ::unlink(err_file_.c_str());
   }
+
+  pid_t pid() const { return pid_; }
 
   // One line of the child's stdout (without the newline); empty at end of file.
   std::string ReadLine() {
@@ -935,6 +939,44 @@ TEST_F(CliTest, ControlCharactersInAPathNeverReachTheTerminal) {
     EXPECT_NE(result.err.find("x\\x0aidem get: forged\\x1b[31mred"), std::string::npos)
         << result.err;
   }
+}
+
+TEST_F(CliTest, ReadersExitThreeNamingAnOwnerThatDoesNotAnswer) {
+  Populate();
+  Child holder(SelfPath(), {"--hold-store", path()}, /*pipe_stdin=*/true);
+  ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{holder.pid()};
+  ASSERT_TRUE(idem_test::StopProcess(holder.pid()));
+
+  // The real binary, as an operator runs it; each waits Options::request_timeout (10 s).
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::future<CliResult>> runs;
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"get", path(), "order-1"}, {"stats", path()}, {"dump", path()}}) {
+    runs.push_back(std::async(std::launch::async, [args] { return RunTool(args); }));
+  }
+  for (auto& run : runs) {
+    if (run.wait_until(start + 25s) != std::future_status::ready) {
+      ::kill(holder.pid(), SIGCONT);  // lets the command end
+      run.wait();
+      ADD_FAILURE() << "the command waited for the stopped owner";
+      continue;
+    }
+    const CliResult result = run.get();
+    EXPECT_EQ(result.code, 3) << result.out << result.err;
+    EXPECT_NE(result.err.find("pid " + std::to_string(holder.pid())), std::string::npos)
+        << result.err;
+    EXPECT_NE(result.err.find("did not answer"), std::string::npos) << result.err;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+
+  ASSERT_EQ(::kill(holder.pid(), SIGCONT), 0);
+  EXPECT_EQ(RunCli({"get", path(), "order-1"}).code, 0);
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
 }
 
 // ---- The real binary -----------------------------------------------------------------------

@@ -7,6 +7,9 @@
 //       Claims KEY with a one-hour lease, prints "held TOKEN", then waits to be killed.
 //   sharing_worker open STORE auto|exclusive
 //       Opens the store, prints "open" or the status, then waits to be killed.
+//   sharing_worker read STORE KEY
+//       Opens the store read-only and gets KEY (5 s for the owner to answer), prints
+//       "<status or 'found'/'absent'> in <milliseconds> ms" and exits.
 // Every line printed is flushed at once: the test reads them from a pipe.
 
 #include <fcntl.h>
@@ -100,6 +103,25 @@ int main(int argc, char** argv) {
     auto store = idem::Store::Open(args[1], options);
     Say(store.ok() ? "open" : store.status().ToString());
     for (;;) ::pause();
+  }
+  if (args.size() == 3 && args[0] == "read") {
+    const auto start = std::chrono::steady_clock::now();
+    idem::Options options;
+    options.read_only = true;
+    options.failover_timeout = std::chrono::seconds(5);
+    options.request_timeout = std::chrono::seconds(5);
+    auto store = idem::Store::Open(args[1], options);
+    std::string outcome;
+    if (!store.ok()) {
+      outcome = store.status().ToString();
+    } else {
+      auto record = (*store)->Get(args[2]);
+      outcome = !record.ok() ? record.status().ToString() : *record ? "found" : "absent";
+    }
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    Say(outcome + " in " + std::to_string(took.count()) + " ms");
+    return 0;
   }
   std::fprintf(stderr, "usage: see the comment at the top of sharing_worker.cc\n");
   return 2;

@@ -5,6 +5,7 @@
 #define IDEM_TESTS_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -132,6 +133,25 @@ inline bool WaitFor(const std::function<bool()>& condition,
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+// Sends SIGSTOP to process `pid` and waits until every one of its threads has stopped (kill
+// returns before they have). False if it could not be stopped within 10 s.
+inline bool StopProcess(pid_t pid) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  return WaitFor([&] {
+    std::error_code error;
+    for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const auto name_end = line.rfind(')');
+      if (name_end == std::string::npos || name_end + 2 >= line.size()) return false;
+      if (line[name_end + 2] != 'T') return false;  // field 3, the state: T is stopped
+    }
+    return !error;
+  });
 }
 
 // True when running under ThreadSanitizer (the build sets no macro we can rely on, so the

@@ -115,12 +115,25 @@ struct Options {
   std::chrono::milliseconds renewal_grace{std::chrono::seconds(5)};
 
   // How long Open, or a call whose store owner has just died, keeps trying to reach the owner
-  // or to become it, before failing with kUnavailable. Default: 10 s.
+  // or to become it (all the failovers of one call together), before failing with kUnavailable.
+  // An owner that refuses this process (kBusy) ends it at once. Default: 10 s.
   std::chrono::milliseconds failover_timeout{std::chrono::seconds(10)};
 
+  // How long a call waits for the answer of the process that owns the store, when another
+  // process does (docs/semantics.md, "Several processes, one store"). When it passes, the call
+  // returns kTimedOut, which is retryable: the owner is stopped (SIGSTOP, a debugger, a frozen
+  // VM) or overloaded. The request may or may not have been carried out; resending it under
+  // the same key is safe, and this process stays usable (the connection is dropped, never
+  // reused). Scan and Purge are split into short requests (pages; polls of a purge job). Shorter:
+  // callers learn sooner that the owner is stuck; too short: calls fail while the owner is merely
+  // slow (a long fsync under load). It does not apply while this process owns the store. Must be
+  // positive. Default: 10 s.
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
+
   // Receives warnings that no call returns: a refused or malformed connection to the store's
-  // socket, a background purge that failed. Called from background threads; must be
-  // thread-safe. Null: written to stderr as "idem: <message>".
+  // socket, a failover, a background purge that failed. Socket and failover warnings are
+  // rate-limited by cause (one line per cause per 10 s, counting the ones left out). Called from
+  // background threads; must be thread-safe. Null: written to stderr as "idem: <message>".
   std::function<void(std::string_view)> log;
 
   // Wall-clock source; null means the system clock. See Clock.

@@ -96,8 +96,8 @@ struct PurgeOptions {
   bool dry_run = false;  // count what would be purged, delete nothing
   bool compact = false;  // also compact the purged key range to reclaim disk space now
   // Called now and then with the number of records purged (or, in a dry run, counted) so far,
-  // on the calling thread. Only when this process owns the store: a purge carried out by
-  // another owner reports nothing until it returns.
+  // on the calling thread. When another process owns the store and purges on this one's
+  // behalf, about once a second.
   std::function<void(uint64_t)> progress;
 };
 

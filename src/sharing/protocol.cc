@@ -122,8 +122,10 @@ std::string EncodeRequest(const Request& request) {
           w.U32(message.limit);
         } else if constexpr (std::is_same_v<T, PurgeMessage>) {
           w.U8(static_cast<uint8_t>(Op::kPurge));
+          w.U64(message.ticket);
           w.U8(message.options.dry_run ? 1 : 0);
           w.U8(message.options.compact ? 1 : 0);
+          w.Millis(message.wait);
         } else {
           static_assert(std::is_same_v<T, CountersMessage>);
           w.U8(static_cast<uint8_t>(Op::kCounters));
@@ -193,9 +195,11 @@ Result<Request> DecodeRequest(std::string_view frame) {
     }
     case Op::kPurge: {
       PurgeMessage m;
+      m.ticket = r.U64();
       const uint8_t dry_run = r.U8();
       const uint8_t compact = r.U8();
-      if (dry_run > 1 || compact > 1) bad_enum = true;
+      m.wait = r.Millis();
+      if (dry_run > 1 || compact > 1 || m.wait.count() < 0) bad_enum = true;
       m.options.dry_run = dry_run == 1;
       m.options.compact = compact == 1;
       request = m;
@@ -219,21 +223,50 @@ std::string EncodeResponse(const Status& status, std::string_view body) {
   w.U8(kProtocolVersion);
   w.U8(static_cast<uint8_t>(status.code()));
   w.Bytes(status.message());
+  w.U8(static_cast<uint8_t>(ResponseKind::kAnswer));
   if (status.ok()) w.buffer().append(body);
   return std::move(w.buffer());
 }
 
-Result<std::string_view> DecodeResponse(std::string_view frame, Status& status) {
+std::string EncodeClosing(ResponseKind kind, const Status& status) {
+  Writer w;
+  w.U8(kProtocolVersion);
+  w.U8(static_cast<uint8_t>(status.code()));
+  w.Bytes(status.message());
+  w.U8(static_cast<uint8_t>(kind));
+  return std::move(w.buffer());
+}
+
+Result<std::string_view> DecodeResponse(std::string_view frame, Status& status,
+                                        ResponseKind& kind) {
   Reader r(frame);
   const uint8_t version = r.U8();
   const uint8_t code = r.U8();
   const std::string_view message = r.Bytes();
-  if (r.failed() || version != kProtocolVersion ||
-      code > static_cast<uint8_t>(Status::Code::kUnavailable)) {
+  if (r.failed()) return Status::Unavailable("the store's owner sent a malformed response");
+  if (version != kProtocolVersion) {
+    // An owner of another version: only the first three fields are known to mean the same.
+    const bool error = code != 0 && code <= static_cast<uint8_t>(Status::Code::kUnavailable);
+    status = error ? Status(static_cast<Status::Code>(code), std::string(message))
+                   : Status::Busy("the store's owner speaks protocol version " +
+                                  std::to_string(version) + ", this process " +
+                                  std::to_string(kProtocolVersion));
+    kind = ResponseKind::kRefusal;
+    return std::string_view();
+  }
+  const uint8_t kind_byte = r.U8();
+  if (r.failed() || code > static_cast<uint8_t>(Status::Code::kUnavailable) ||
+      kind_byte > static_cast<uint8_t>(ResponseKind::kGoodbye) || (kind_byte != 0 && code == 0) ||
+      (code != 0 && !r.done())) {
     return Status::Unavailable("the store's owner sent a malformed response");
   }
   status = Status(static_cast<Status::Code>(code), std::string(message));
-  return frame.substr(6 + message.size());
+  kind = static_cast<ResponseKind>(kind_byte);
+  return frame.substr(frame.size() - r.remaining());
+}
+
+uint8_t RequestVersion(std::string_view frame) {
+  return frame.empty() ? 0 : static_cast<uint8_t>(frame[0]);
 }
 
 std::string EncodeClaim(const Claim& claim) {
@@ -315,17 +348,21 @@ Result<Counters> DecodeCounters(std::string_view body) {
   return c;
 }
 
-std::string EncodeCount(uint64_t count) {
+std::string EncodePurgeProgress(const PurgeProgress& progress) {
   Writer w;
-  w.U64(count);
+  w.U64(progress.count);
+  w.U8(progress.done ? 1 : 0);
   return std::move(w.buffer());
 }
 
-Result<uint64_t> DecodeCount(std::string_view body) {
+Result<PurgeProgress> DecodePurgeProgress(std::string_view body) {
   Reader r(body);
-  const uint64_t count = r.U64();
-  if (!r.done()) return Status::Unavailable("malformed count from owner");
-  return count;
+  PurgeProgress progress;
+  progress.count = r.U64();
+  const uint8_t done = r.U8();
+  if (!r.done() || done > 1) return Status::Unavailable("malformed purge progress from owner");
+  progress.done = done == 1;
+  return progress;
 }
 
 }  // namespace idem::sharing

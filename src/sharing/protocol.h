@@ -3,10 +3,15 @@
 //
 //   frame    := u32 length (little-endian, bytes that follow) | payload
 //   request  := u8 version | u8 op | body of the op
-//   response := u8 version | u8 status code | bytes message | body (when the code is OK)
+//   response := u8 version | u8 status code | bytes message | u8 kind | body (kAnswer, code OK)
 //
 // Every request can be sent again after a lost reply without changing its outcome, so a client
-// resends it to the next owner after a failover.
+// resends it to the next owner after a failover. Besides answers, the owner sends a refusal
+// (instead of serving a connection) and a goodbye (before closing an idle one); after either it
+// closes the connection without carrying out any request sent on it.
+//
+// The first three fields of a response keep their layout in every version: a client reads a
+// response of another version as a refusal from an owner that speaks another protocol.
 
 #ifndef IDEM_SHARING_PROTOCOL_H_
 #define IDEM_SHARING_PROTOCOL_H_
@@ -22,7 +27,9 @@
 namespace idem::sharing {
 
 // Never change these values: they are on the wire.
-inline constexpr uint8_t kProtocolVersion = 1;
+// Version 2: responses carry their kind; Purge runs as a job polled by bounded requests; records
+// carry the record value format of the store (storage/record_codec.h).
+inline constexpr uint8_t kProtocolVersion = 2;
 enum class Op : uint8_t {
   kBegin = 1,
   kTransition = 2,
@@ -31,6 +38,13 @@ enum class Op : uint8_t {
   kScan = 5,
   kPurge = 6,
   kCounters = 7,
+};
+
+// What a response is. Never change these values: they are on the wire.
+enum class ResponseKind : uint8_t {
+  kAnswer = 0,   // the answer to the request; the connection stays open
+  kRefusal = 1,  // the owner does not serve this connection (why: the status) and closes it
+  kGoodbye = 2,  // the owner closes this idle connection; send the request on a new one
 };
 
 // Appends wire fields to a buffer.
@@ -66,6 +80,7 @@ class Reader {
   bool failed() const { return failed_; }
   // True when everything was read and nothing is left over.
   bool done() const { return !failed_ && in_.empty(); }
+  std::size_t remaining() const { return in_.size(); }
 
  private:
   bool Take(std::size_t size, std::string_view& out);
@@ -92,8 +107,18 @@ struct ScanMessage {
   ScanOptions options;
   uint32_t limit;
 };
+// Starts the purge job `ticket` (chosen at random by the client, one per Store::Purge call) or
+// asks how the one already started is going. The owner answers when the job is done or after
+// `wait`, whichever comes first, with a PurgeProgress: every request is bounded however long the
+// purge takes. options.progress does not travel.
 struct PurgeMessage {
   PurgeOptions options;
+  uint64_t ticket = 0;
+  std::chrono::milliseconds wait{0};
+};
+struct PurgeProgress {
+  uint64_t count = 0;  // records purged (or counted, in a dry run) so far
+  bool done = false;   // true: count is the result
 };
 struct CountersMessage {};
 
@@ -106,8 +131,14 @@ Result<Request> DecodeRequest(std::string_view frame);
 
 // Responses: the status, then for an OK status the op's result.
 std::string EncodeResponse(const Status& status, std::string_view body = {});
-// Splits a response into its status and body; a malformed response is kUnavailable.
-Result<std::string_view> DecodeResponse(std::string_view frame, Status& status);
+// A refusal or a goodbye (not OK: the status says why).
+std::string EncodeClosing(ResponseKind kind, const Status& status);
+// Splits a response into its status, kind and body; a malformed response is kUnavailable. A
+// response of another protocol version is returned as a refusal (kBusy when its own code is
+// not an error), whatever follows its message.
+Result<std::string_view> DecodeResponse(std::string_view frame, Status& status, ResponseKind& kind);
+// The version byte of a request frame, or 0 when there is none.
+uint8_t RequestVersion(std::string_view frame);
 
 std::string EncodeClaim(const Claim& claim);
 Result<Claim> DecodeClaim(std::string_view body);
@@ -117,8 +148,8 @@ std::string EncodeScanPage(const ScanPage& page);
 Result<ScanPage> DecodeScanPage(std::string_view body);
 std::string EncodeCounters(const Counters& counters);
 Result<Counters> DecodeCounters(std::string_view body);
-std::string EncodeCount(uint64_t count);
-Result<uint64_t> DecodeCount(std::string_view body);
+std::string EncodePurgeProgress(const PurgeProgress& progress);
+Result<PurgeProgress> DecodePurgeProgress(std::string_view body);
 
 }  // namespace idem::sharing
 

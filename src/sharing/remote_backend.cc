@@ -1,57 +1,117 @@
 #include "sharing/remote_backend.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
+
+#include "sharing/process.h"
+
 namespace idem::sharing {
 namespace {
 
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
 // Responses are bounded by the owner's own limits; this only guards against a broken peer.
 constexpr std::size_t kMaxResponse = std::size_t{1} << 30;
-constexpr std::chrono::seconds kResponseBodyTimeout{30};
+// The longest a purge poll asks the owner to wait for the job to end, and its share of the
+// request deadline: the answer must come back well within it.
+constexpr milliseconds kPurgePollWait{1000};
+
+milliseconds Left(Clock::time_point deadline) {
+  return std::max(milliseconds(0), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
+}
 
 }  // namespace
 
-Result<std::unique_ptr<RemoteBackend>> RemoteBackend::Connect(const SocketAddress& address) {
-  IDEM_ASSIGN_OR_RETURN(int fd, sharing::Connect(address));
-  std::unique_ptr<RemoteBackend> backend(new RemoteBackend(address));
-  backend->idle_.emplace_back(fd);
+Result<std::unique_ptr<RemoteBackend>> RemoteBackend::Connect(const SocketAddress& address,
+                                                              milliseconds request_timeout,
+                                                              milliseconds connect_timeout) {
+  std::unique_ptr<RemoteBackend> backend(new RemoteBackend(address, request_timeout));
+  IDEM_ASSIGN_OR_RETURN(FileDescriptor connection, backend->NewConnection(connect_timeout));
+  backend->idle_.push_back(std::move(connection));
   return backend;
 }
 
+Result<FileDescriptor> RemoteBackend::NewConnection(milliseconds timeout) {
+  IDEM_ASSIGN_OR_RETURN(int fd, sharing::Connect(address_, timeout));
+  FileDescriptor connection(fd);
+  ucred peer{};
+  socklen_t size = sizeof(peer);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0) owner_pid_ = peer.pid;
+  return connection;
+}
+
+std::string RemoteBackend::OwnerName() const {
+  const pid_t pid = owner_pid_.load();
+  // 0: the owner runs in a PID namespace this process cannot see.
+  return pid > 0 ? "the store's owner (pid " + std::to_string(pid) + ")" : "the store's owner";
+}
+
 Result<std::string> RemoteBackend::RoundTrip(const Request& request) {
-  FileDescriptor connection;
-  {
-    std::lock_guard lock(mu_);
-    if (!idle_.empty()) {
-      connection = std::move(idle_.back());
-      idle_.pop_back();
+  const auto deadline = Clock::now() + request_timeout_;
+  const auto timed_out = [&] {
+    return Status::TimedOut(OwnerName() + " did not answer within " +
+                            std::to_string(request_timeout_.count()) +
+                            " ms (is it stopped or overloaded?); the request may or may not "
+                            "have been carried out");
+  };
+  const std::string frame = EncodeFrame(EncodeRequest(request));
+  // Once round per goodbye: the owner closed a pooled connection, and the request goes again on
+  // a new one.
+  for (;;) {
+    FileDescriptor connection;
+    {
+      std::lock_guard lock(mu_);
+      if (!idle_.empty()) {
+        connection = std::move(idle_.back());
+        idle_.pop_back();
+      }
     }
-  }
-  if (connection.get() < 0) {
-    Result<int> fd = sharing::Connect(address_);
-    if (!fd.ok()) {
+    if (connection.get() < 0) {
+      if (Left(deadline).count() == 0) return timed_out();
+      Result<FileDescriptor> fresh = NewConnection(Left(deadline));
+      if (!fresh.ok()) {
+        if (fresh.status().code() == Status::Code::kTimedOut) return timed_out();
+        // Nobody listens: the owner is gone.
+        if (fresh.status().code() == Status::Code::kUnavailable) lost_ = true;
+        // Otherwise a refusal by this side's own checks of the owner, or a local failure.
+        return fresh.status();
+      }
+      connection = std::move(fresh).value();
+    }
+    const Status sent = SendFrame(connection.get(), frame, deadline);
+    if (sent.code() == Status::Code::kTimedOut) return timed_out();
+    // Even when sending failed, the owner may have said why it closed the connection: read
+    // what arrived, without waiting.
+    Result<std::string> reply =
+        ReadFrame(connection.get(), kMaxResponse, sent.ok() ? deadline : Clock::now());
+    if (!reply.ok()) {
+      if (sent.ok() && reply.status().code() == Status::Code::kTimedOut) return timed_out();
+      // Closed without a word: the owner is gone. Every pooled connection is as dead.
       lost_ = true;
-      return fd.status();
+      return Status::Unavailable("lost the connection to " + OwnerName() + ": " +
+                                 (sent.ok() ? reply.status() : sent).message());
     }
-    connection = FileDescriptor(*fd);
+    Status status;
+    ResponseKind kind = ResponseKind::kAnswer;
+    IDEM_ASSIGN_OR_RETURN(std::string_view body, DecodeResponse(*reply, status, kind));
+    switch (kind) {
+      case ResponseKind::kAnswer: {
+        std::string owned_body(body);
+        {
+          std::lock_guard lock(mu_);
+          idle_.push_back(std::move(connection));
+        }
+        if (!status.ok()) return status;
+        return owned_body;
+      }
+      case ResponseKind::kRefusal:
+        return status;
+      case ResponseKind::kGoodbye:
+        continue;
+    }
   }
-  Status sent = WriteFrame(connection.get(), EncodeRequest(request));
-  Result<std::string> frame = sent.ok()
-                                  ? ReadFrame(connection.get(), kMaxResponse, kResponseBodyTimeout)
-                                  : Result<std::string>(sent);
-  if (!frame.ok()) {
-    // The owner closed the connection or died: every pooled connection is as dead.
-    lost_ = true;
-    return Status::Unavailable("lost the connection to the store's owner: " +
-                               frame.status().message());
-  }
-  Status status;
-  IDEM_ASSIGN_OR_RETURN(std::string_view body, DecodeResponse(*frame, status));
-  std::string owned_body(body);
-  {
-    std::lock_guard lock(mu_);
-    idle_.push_back(std::move(connection));
-  }
-  if (!status.ok()) return status;
-  return owned_body;
 }
 
 Result<Claim> RemoteBackend::Begin(const BeginCall& call, const Holder& /*holder*/) {
@@ -80,8 +140,18 @@ Result<ScanPage> RemoteBackend::Scan(const ScanOptions& options, std::size_t lim
 }
 
 Result<uint64_t> RemoteBackend::Purge(const PurgeOptions& options) {
-  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(PurgeMessage{options}));
-  return DecodeCount(body);
+  PurgeMessage message;
+  message.options.dry_run = options.dry_run;
+  message.options.compact = options.compact;
+  message.ticket = RandomRequestId();
+  // Half the deadline at most: the answer must arrive before the round trip gives up.
+  message.wait = std::min(kPurgePollWait, request_timeout_ / 2);
+  for (;;) {
+    IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(message));
+    IDEM_ASSIGN_OR_RETURN(PurgeProgress progress, DecodePurgeProgress(body));
+    if (options.progress) options.progress(progress.count);
+    if (progress.done) return progress.count;
+  }
 }
 
 Result<Counters> RemoteBackend::GetCounters() {

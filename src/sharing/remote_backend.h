@@ -1,12 +1,25 @@
 // RemoteBackend: a process that does not own a store sends each call to the owner over the
-// store's socket. Connections are pooled (one per concurrent caller); once the owner cannot be
-// reached, lost() turns true and the Store fails over (becomes the owner or reconnects) and
-// resends the call.
+// store's socket. Connections are pooled (one per concurrent caller).
+//
+// Every round trip has a deadline (Options::request_timeout). What a call returns:
+//   - the owner's answer;
+//   - kTimedOut when the owner did not answer in time (stopped, or overloaded): the connection
+//     is closed, never reused, so a late answer cannot answer a later request;
+//   - kBusy when the owner refused the connection (another user's store, its connection cap,
+//     another protocol version): the owner is there, so this is not a lost owner;
+//   - kUnavailable with lost() true once the owner cannot be reached (it closed the connection
+//     without a word, or nobody listens): the Store fails over (becomes the owner or reconnects)
+//     and resends the call.
+// A goodbye (the owner closing an idle connection) is not seen by callers: the request, which
+// the owner did not carry out, is sent again on a new connection.
 
 #ifndef IDEM_SHARING_REMOTE_BACKEND_H_
 #define IDEM_SHARING_REMOTE_BACKEND_H_
 
+#include <sys/types.h>
+
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -19,28 +32,39 @@ namespace idem::sharing {
 
 class RemoteBackend final : public Backend {
  public:
-  // Connects once, to make sure an owner is serving at `address`.
-  static Result<std::unique_ptr<RemoteBackend>> Connect(const SocketAddress& address);
+  // Connects once (waiting at most `connect_timeout`), to make sure an owner is listening at
+  // `address`. Each later round trip waits at most `request_timeout`.
+  static Result<std::unique_ptr<RemoteBackend>> Connect(const SocketAddress& address,
+                                                        std::chrono::milliseconds request_timeout,
+                                                        std::chrono::milliseconds connect_timeout);
 
   Result<Claim> Begin(const BeginCall& call, const Holder& holder) override;
   Status Transition(const TransitionCall& call) override;
   Result<std::optional<Record>> Get(std::string_view key) override;
   Status Forget(std::string_view key, Durability durability) override;
   Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) override;
+  // A purge job on the owner, polled by requests that each end within request_timeout;
+  // options.progress is called after each.
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
   bool lost() const override { return lost_.load(); }
 
  private:
-  explicit RemoteBackend(SocketAddress address) : address_(std::move(address)) {}
-  // Sends one request and returns the body of an OK response, or the owner's non-OK status.
-  // kUnavailable (and lost()) when the owner cannot be reached.
+  RemoteBackend(SocketAddress address, std::chrono::milliseconds request_timeout)
+      : address_(std::move(address)), request_timeout_(request_timeout) {}
+  // Sends one request and returns the body of an OK answer, or the owner's non-OK status.
   Result<std::string> RoundTrip(const Request& request);
+  // A new connection; remembers the owner's pid (from the kernel) for messages.
+  Result<FileDescriptor> NewConnection(std::chrono::milliseconds timeout);
+  // "the store's owner (pid N)".
+  std::string OwnerName() const;
 
   // Constant after construction.
   const SocketAddress address_;
+  const std::chrono::milliseconds request_timeout_;
 
   std::atomic<bool> lost_{false};
+  std::atomic<pid_t> owner_pid_{0};
   std::mutex mu_;
   std::vector<FileDescriptor> idle_;  // guarded by mu_
 };

@@ -2,143 +2,536 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "sharing/process.h"
 
 namespace idem::sharing {
 namespace {
 
+using std::chrono::milliseconds;
+
 // Scan pages asked for over the socket are capped: a client cannot make the owner build an
 // arbitrarily large response.
 constexpr uint32_t kMaxScanPage = 4096;
+// A purge poll is answered within this time, whatever the client asked: a purge request stays
+// short, and the client learns its progress at least this often.
+constexpr milliseconds kMaxPurgeWait{1000};
+// Purge jobs at once, running or finished and not yet collected by their client, and how long
+// a finished one waits for its client to ask for the result.
+constexpr std::size_t kMaxPurgeJobs = 16;
+constexpr std::chrono::seconds kPurgeResultKept{60};
+// How many threads serve requests before any is found busy.
+constexpr std::size_t kInitialThreads = 2;
+
+// epoll keys: the three fixed descriptors, then connection ids.
+constexpr uint64_t kListenKey = 1;
+constexpr uint64_t kStopKey = 2;
+constexpr uint64_t kTimerKey = 3;
+constexpr uint64_t kFirstConnectionId = 16;
+
+std::string ErrnoText(int error) { return std::strerror(error); }
+
+// Empties a connection's buffer, giving back its memory when a large request or answer grew
+// it: a thousand idle connections must not each keep megabytes.
+void ReleaseLarge(std::string& buffer) {
+  constexpr std::size_t kKeptCapacity = 64 << 10;
+  if (buffer.capacity() > kKeptCapacity) {
+    std::string().swap(buffer);
+  } else {
+    buffer.clear();
+  }
+}
+
+Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, uint64_t key) {
+  epoll_event event{};
+  event.events = events;
+  event.data.u64 = key;
+  if (::epoll_ctl(epoll_fd, op, fd, &event) != 0) {
+    return Status::IOError("epoll_ctl: " + ErrnoText(errno));
+  }
+  return Status::OK();
+}
 
 }  // namespace
+
+struct Server::Connection {
+  Connection(uint64_t id, int fd, pid_t pid, Holder holder)
+      : id(id), fd(fd), pid(pid), holder(std::move(holder)) {}
+
+  // Constant after construction.
+  const uint64_t id;
+  const FileDescriptor fd;  // closed with the last reference
+  const pid_t pid;
+  const Holder holder;  // the peer as a holder of claims, named by the kernel
+
+  // Guarded by Server::mu_. While busy, one thread has the connection (it is not armed in the
+  // epoll set); the others, and Sweep, leave it alone.
+  bool busy = false;
+  Phase phase = Phase::kIdle;
+  Server::Clock::time_point since;  // when the phase began
+
+  // Used only by the thread that has the connection; handed over through Server::mu_.
+  std::string in;
+  std::string out;
+  std::size_t out_done = 0;
+};
+
+struct Server::PurgeJob {
+  std::atomic<uint64_t> progress{0};
+  std::thread thread;
+  // Guarded by Server::purge_mu_.
+  std::optional<Result<uint64_t>> result;  // set when the purge is over
+  Server::Clock::time_point finished;
+};
+
+Server::Server(Backend& backend, ServerOptions options)
+    : backend_(backend),
+      options_(std::move(options)),
+      log_(options_.log),
+      next_id_(kFirstConnectionId) {}
 
 Result<std::unique_ptr<Server>> Server::Start(const SocketAddress& address, Backend& backend,
                                               ServerOptions options) {
   std::unique_ptr<Server> server(new Server(backend, std::move(options)));
+  rlimit files{};
+  const std::size_t descriptor_share =
+      ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+          ? static_cast<std::size_t>(files.rlim_cur / 2)
+          : server->options_.max_connections;
+  server->max_connections_ =
+      std::max<std::size_t>(1, std::min(server->options_.max_connections, descriptor_share));
+
+  server->epoll_fd_ = FileDescriptor(::epoll_create1(EPOLL_CLOEXEC));
+  server->stop_fd_ = FileDescriptor(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  server->timer_fd_ = FileDescriptor(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  server->spare_fd_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (server->epoll_fd_.get() < 0 || server->stop_fd_.get() < 0 || server->timer_fd_.get() < 0) {
+    return Status::IOError("cannot set up the store's socket server: " + ErrnoText(errno));
+  }
   IDEM_ASSIGN_OR_RETURN(int listen_fd, Listen(address));
   server->listen_fd_ = FileDescriptor(listen_fd);
-  int wake[2];
-  if (::pipe2(wake, O_CLOEXEC) != 0) {
-    return Status::IOError(std::string("pipe: ") + std::strerror(errno));
+  const int flags = ::fcntl(listen_fd, F_GETFL);
+  if (flags < 0 || ::fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    return Status::IOError("cannot make the store socket non-blocking: " + ErrnoText(errno));
   }
-  server->wake_read_ = FileDescriptor(wake[0]);
-  server->wake_write_ = FileDescriptor(wake[1]);
-  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  const int epoll_fd = server->epoll_fd_.get();
+  IDEM_RETURN_IF_ERROR(
+      EpollControl(epoll_fd, EPOLL_CTL_ADD, listen_fd, EPOLLIN | EPOLLONESHOT, kListenKey));
+  // Not one-shot: every thread must see it.
+  IDEM_RETURN_IF_ERROR(
+      EpollControl(epoll_fd, EPOLL_CTL_ADD, server->stop_fd_.get(), EPOLLIN, kStopKey));
+  IDEM_RETURN_IF_ERROR(EpollControl(epoll_fd, EPOLL_CTL_ADD, server->timer_fd_.get(),
+                                    EPOLLIN | EPOLLONESHOT, kTimerKey));
+  std::lock_guard lock(server->mu_);
+  for (std::size_t i = 0; i < std::min(kInitialThreads, server->options_.max_threads); ++i) {
+    server->threads_.emplace_back([s = server.get()] { s->RunThread(); });
+  }
   return server;
 }
 
 Server::~Server() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
-    // Wakes every connection thread blocked in recv; each then exits.
-    for (auto& [id, connection] : connections_) {
-      if (connection.fd >= 0) ::shutdown(connection.fd, SHUT_RDWR);
-    }
+    threads.swap(threads_);
   }
-  const char byte = 0;
-  static_cast<void>(::write(wake_write_.get(), &byte, 1));
-  if (acceptor_.joinable()) acceptor_.join();
-  std::map<uint64_t, Connection> connections;
+  const uint64_t one = 1;
+  static_cast<void>(::write(stop_fd_.get(), &one, sizeof one));
+  // A thread running a request finishes it (its client gets the answer) before it stops.
+  for (std::thread& thread : threads) thread.join();
+  std::map<uint64_t, std::shared_ptr<PurgeJob>> purges;
   {
-    std::lock_guard lock(mu_);
-    connections.swap(connections_);
+    std::lock_guard lock(purge_mu_);
+    purges.swap(purges_);
   }
-  for (auto& [id, connection] : connections) {
-    if (connection.thread.joinable()) connection.thread.join();
+  for (auto& [ticket, job] : purges) {
+    if (job->thread.joinable()) job->thread.join();
   }
+  // Closing the connections tells their clients that this owner is gone.
+  std::lock_guard lock(mu_);
+  connections_.clear();
 }
 
-void Server::ReapFinished() {
-  for (auto it = connections_.begin(); it != connections_.end();) {
-    if (it->second.finished) {
-      it->second.thread.join();
-      it = connections_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void Server::AcceptLoop() {
+void Server::RunThread() {
   for (;;) {
-    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    epoll_event event{};
+    waiting_threads_.fetch_add(1);
+    // One event at a time: the others stay for the threads still waiting.
+    const int ready = ::epoll_wait(epoll_fd_.get(), &event, 1, -1);
+    waiting_threads_.fetch_sub(1);
+    if (ready < 0) {
       if (errno == EINTR) continue;
-      options_.log(std::string("socket poll failed: ") + std::strerror(errno));
+      log_.Log("epoll",
+               "the store's socket server stopped a thread: epoll_wait: " + ErrnoText(errno));
       return;
     }
-    if (fds[1].revents != 0) return;
-    const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;  // the peer gave up already, or a transient error: keep serving
-    std::lock_guard lock(mu_);
-    ReapFinished();
-    if (stopping_) {
-      ::close(fd);
-      return;
+    if (ready == 0) continue;
+    switch (event.data.u64) {
+      case kStopKey:
+        return;
+      case kListenKey:
+        AcceptAll();
+        break;
+      case kTimerKey:
+        Sweep();
+        break;
+      default:
+        Serve(event.data.u64, event.events);
     }
-    if (connections_.size() >= options_.max_connections) {
-      options_.log("refused a connection: already serving " + std::to_string(connections_.size()) +
-                   " connections");
+  }
+}
+
+void Server::AddThreadIfAllBusy() {
+  if (waiting_threads_.load() > 0) return;
+  std::lock_guard lock(mu_);
+  if (stopping_ || threads_.size() >= options_.max_threads) return;
+  threads_.emplace_back([this] { RunThread(); });
+}
+
+void Server::Say(int fd, ResponseKind kind, const Status& why) {
+  // Best effort, without waiting: a peer that does not read it learns from the close alone.
+  const std::string frame = EncodeFrame(EncodeClosing(kind, why));
+  static_cast<void>(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
+}
+
+std::shared_ptr<Server::Connection> Server::TakeLongestIdle() {
+  std::shared_ptr<Connection> oldest;
+  for (const auto& [id, connection] : connections_) {
+    if (connection->busy || connection->phase != Phase::kIdle) continue;
+    if (!oldest || connection->since < oldest->since) oldest = connection;
+  }
+  if (oldest) connections_.erase(oldest->id);
+  return oldest;
+}
+
+void Server::ArmTimer(bool on) {
+  if (on == timer_armed_) return;
+  const milliseconds period =
+      std::clamp(std::min(options_.idle_timeout, options_.frame_timeout) / 4, milliseconds(10),
+                 milliseconds(1000));
+  itimerspec spec{};
+  if (on) {
+    spec.it_value.tv_sec = period.count() / 1000;
+    spec.it_value.tv_nsec = (period.count() % 1000) * 1'000'000;
+    spec.it_interval = spec.it_value;
+  }
+  if (::timerfd_settime(timer_fd_.get(), 0, &spec, nullptr) == 0) timer_armed_ = on;
+}
+
+void Server::AcceptAll() {
+  const std::string owner = "the store's owner (pid " + std::to_string(::getpid()) + ")";
+  for (;;) {
+    const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno != EMFILE && errno != ENFILE) {
+        log_.Log("accept", "cannot accept connections to the store's socket: " + ErrnoText(errno));
+        break;
+      }
+      // Out of descriptors. An idle connection can go (its client reconnects when it needs
+      // to); otherwise the spare descriptor is freed for an instant to tell the peer why it is
+      // refused, so that the listening socket does not stay readable for ever.
+      std::shared_ptr<Connection> idle;
+      {
+        std::lock_guard lock(mu_);
+        idle = TakeLongestIdle();
+      }
+      if (idle) {
+        log_.Log("descriptors",
+                 "the process is out of file descriptors: closed its longest idle "
+                 "connection to the store's socket, of pid " +
+                     std::to_string(idle->pid));
+        Say(idle->fd.get(), ResponseKind::kGoodbye,
+            Status::Unavailable(owner + " is out of file descriptors"));
+        continue;  // `idle` closes here
+      }
+      int refused = -1;
+      {
+        std::lock_guard lock(mu_);
+        spare_fd_ = FileDescriptor();
+        refused = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (refused >= 0) {
+          Say(refused, ResponseKind::kRefusal,
+              Status::Busy(owner + " is out of file descriptors and busy"));
+          ::close(refused);
+        }
+        spare_fd_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      }
+      log_.Log("descriptors",
+               "the process is out of file descriptors: refused a connection to "
+               "the store's socket");
+      if (refused < 0) break;
+      continue;
+    }
+
+    ucred peer{};
+    socklen_t size = sizeof(peer);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
+      log_.Log("credentials", "dropped a connection: no peer credentials: " + ErrnoText(errno));
       ::close(fd);
       continue;
     }
-    const uint64_t id = next_id_++;
-    Connection& connection = connections_[id];
-    connection.fd = fd;
-    connection.thread = std::thread([this, id, fd] { Serve(id, fd); });
+    if (peer.uid != ::geteuid()) {
+      log_.Log("uid", "refused a connection from pid " + std::to_string(peer.pid) + " of uid " +
+                          std::to_string(peer.uid) + ": only uid " + std::to_string(::geteuid()) +
+                          " may use this store");
+      Say(fd, ResponseKind::kRefusal,
+          Status::Busy(owner + " refuses uid " + std::to_string(peer.uid) + ": only uid " +
+                       std::to_string(::geteuid()) + " may use this store"));
+      ::close(fd);
+      continue;
+    }
+    Holder holder = HolderFor(peer.pid);
+    std::shared_ptr<Connection> displaced;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) {
+        ::close(fd);
+        return;
+      }
+      if (connections_.size() >= max_connections_) displaced = TakeLongestIdle();
+      if (connections_.size() < max_connections_) {
+        auto connection = std::make_shared<Connection>(next_id_++, fd, peer.pid, std::move(holder));
+        connection->since = Clock::now();
+        if (EpollControl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
+                         connection->id)
+                .ok()) {
+          connections_.emplace(connection->id, connection);
+          ArmTimer(true);
+        }
+        // On failure the connection's descriptor closes with it: the client reconnects.
+      } else {
+        log_.Log("cap", "refused a connection from pid " + std::to_string(peer.pid) + ": all " +
+                            std::to_string(max_connections_) +
+                            " connections have a request running");
+        Say(fd, ResponseKind::kRefusal,
+            Status::Busy(owner + " is serving its limit of " + std::to_string(max_connections_) +
+                         " connections, each with a request running"));
+        ::close(fd);
+      }
+    }
+    if (displaced) {
+      log_.Log("displaced", "at the limit of " + std::to_string(max_connections_) +
+                                " connections: closed the longest idle one, of pid " +
+                                std::to_string(displaced->pid) + ", to serve pid " +
+                                std::to_string(peer.pid));
+      Say(displaced->fd.get(), ResponseKind::kGoodbye,
+          Status::Unavailable(owner + " closed this idle connection to make room"));
+    }
+  }
+  static_cast<void>(EpollControl(epoll_fd_.get(), EPOLL_CTL_MOD, listen_fd_.get(),
+                                 EPOLLIN | EPOLLONESHOT, kListenKey));
+}
+
+void Server::Sweep() {
+  uint64_t expirations = 0;
+  static_cast<void>(::read(timer_fd_.get(), &expirations, sizeof expirations));
+  const auto now = Clock::now();
+  std::vector<std::shared_ptr<Connection>> idle, stalled;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      const Connection& connection = *it->second;
+      const auto age = now - connection.since;
+      if (!connection.busy && connection.phase == Phase::kIdle && age >= options_.idle_timeout) {
+        idle.push_back(it->second);
+      } else if (!connection.busy && connection.phase != Phase::kIdle &&
+                 age >= options_.frame_timeout) {
+        stalled.push_back(it->second);
+      } else {
+        ++it;
+        continue;
+      }
+      it = connections_.erase(it);
+    }
+    if (connections_.empty()) ArmTimer(false);
+    static_cast<void>(EpollControl(epoll_fd_.get(), EPOLL_CTL_MOD, timer_fd_.get(),
+                                   EPOLLIN | EPOLLONESHOT, kTimerKey));
+  }
+  for (const auto& connection : idle) {
+    Say(connection->fd.get(), ResponseKind::kGoodbye,
+        Status::Unavailable("the store's owner closed this connection after " +
+                            std::to_string(options_.idle_timeout.count()) + " ms idle"));
+  }
+  for (const auto& connection : stalled) {
+    log_.Log("stalled",
+             "dropped the connection of pid " + std::to_string(connection->pid) +
+                 (connection->phase == Phase::kReading ? ": it stalled in the middle of a request"
+                                                       : ": it did not read its answer") +
+                 " for " + std::to_string(options_.frame_timeout.count()) + " ms");
+  }
+
+  // Results of purges that their clients never came back for.
+  std::vector<std::shared_ptr<PurgeJob>> finished;
+  {
+    std::lock_guard lock(purge_mu_);
+    for (auto it = purges_.begin(); it != purges_.end();) {
+      if (it->second->result && now - it->second->finished >= kPurgeResultKept) {
+        finished.push_back(std::move(it->second));
+        it = purges_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& job : finished) job->thread.join();
+}
+
+void Server::Serve(uint64_t id, uint32_t events) {
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard lock(mu_);
+    auto it = connections_.find(id);
+    // Gone: closed by Sweep or displaced after the event was queued.
+    if (it == connections_.end() || it->second->busy) return;
+    connection = it->second;
+    connection->busy = true;
+  }
+  std::optional<Phase> next = connection->phase == Phase::kWriting
+                                  ? SendAnswer(*connection)
+                                  : ServeRequest(*connection, events);
+  Release(connection, next);
+}
+
+void Server::Release(const std::shared_ptr<Connection>& connection, std::optional<Phase> phase) {
+  {
+    std::lock_guard lock(mu_);
+    connection->busy = false;
+    if (!phase) {
+      connections_.erase(connection->id);  // the descriptor closes with the last reference
+      return;
+    }
+    if (*phase != connection->phase || *phase == Phase::kIdle) {
+      connection->since = Clock::now();
+      connection->phase = *phase;
+    }
+    if (stopping_) return;  // the destructor closes it
+  }
+  // Armed after the lock is released: the next request may be there already, and the thread
+  // it wakes takes the lock at once. Sweep may close the connection meanwhile; its descriptor
+  // stays open (and its number unused) while `connection` holds it, and an event for an id no
+  // longer served is ignored.
+  const uint32_t wanted = *phase == Phase::kWriting ? EPOLLOUT : EPOLLIN | EPOLLRDHUP;
+  if (!EpollControl(epoll_fd_.get(), EPOLL_CTL_MOD, connection->fd.get(), wanted | EPOLLONESHOT,
+                    connection->id)
+           .ok()) {
+    std::lock_guard lock(mu_);
+    connections_.erase(connection->id);
   }
 }
 
-void Server::Serve(uint64_t id, int fd) {
-  ucred peer{};
-  socklen_t size = sizeof(peer);
-  bool keep = true;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
-    options_.log(std::string("dropped a connection: no peer credentials: ") + std::strerror(errno));
-    keep = false;
-  } else if (peer.uid != ::geteuid()) {
-    options_.log("refused a connection from pid " + std::to_string(peer.pid) + " of uid " +
-                 std::to_string(peer.uid) + ": only uid " + std::to_string(::geteuid()) +
-                 " may use this store");
-    keep = false;
-  }
-  // The peer as a holder of claims, named by the kernel, not by what the peer says.
-  const Holder holder = HolderFor(peer.pid);
-  while (keep) {
-    Result<std::string> frame = ReadFrame(fd, options_.max_frame, options_.frame_timeout);
-    if (!frame.ok()) {
-      // A closed connection is the normal end; anything else is the peer's fault.
-      if (frame.status().code() != Status::Code::kUnavailable) {
-        options_.log("dropped the connection of pid " + std::to_string(peer.pid) + ": " +
-                     frame.status().ToString());
+std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32_t events) {
+  const int fd = connection.fd.get();
+  std::string& in = connection.in;
+  bool closed = false;
+  uint32_t size = 0;
+  for (;;) {
+    char chunk[16384];
+    const ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (n > 0) {
+      in.append(chunk, static_cast<std::size_t>(n));
+      if (in.size() < kFrameHeaderSize) continue;
+      size = FrameLength(in.data());
+      if (size > options_.max_frame) {
+        log_.Log("oversized frame", "dropped the connection of pid " +
+                                        std::to_string(connection.pid) + ": frame of " +
+                                        std::to_string(size) + " bytes is over the limit of " +
+                                        std::to_string(options_.max_frame));
+        return std::nullopt;
       }
+      // Each side sends one frame and waits for the answer: bytes past this frame mean a peer
+      // that does not follow the protocol.
+      if (in.size() > kFrameHeaderSize + size) {
+        log_.Log("extra frame", "dropped the connection of pid " + std::to_string(connection.pid) +
+                                    ": it sent another frame before the answer to this one");
+        return std::nullopt;
+      }
+      // Whole: nothing more is due before the answer (a close shows in `events`).
+      if (in.size() == kFrameHeaderSize + size) break;
+    } else if (n == 0) {
+      closed = true;
       break;
-    }
-    Result<Request> request = DecodeRequest(*frame);
-    if (!request.ok()) {
-      options_.log("dropped the connection of pid " + std::to_string(peer.pid) + ": " +
-                   request.status().ToString());
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       break;
+    } else if (errno != EINTR) {
+      return std::nullopt;  // the connection failed: nobody is there to answer
     }
-    if (!WriteFrame(fd, Handle(*request, holder)).ok()) break;
   }
-  // Closed under mu_, so the destructor never shuts down a descriptor number already reused.
-  std::lock_guard lock(mu_);
-  ::close(fd);
-  auto it = connections_.find(id);
-  if (it != connections_.end()) {
-    it->second.fd = -1;
-    it->second.finished = true;
+  if (in.size() >= kFrameHeaderSize) size = FrameLength(in.data());
+  if (in.size() < kFrameHeaderSize || in.size() < kFrameHeaderSize + size) {
+    if (closed) return std::nullopt;  // the normal end of a connection, or a peer gone mid-frame
+    return in.empty() ? Phase::kIdle : Phase::kReading;
   }
+  // A client that closed its connection after sending gave up waiting (its call returned
+  // kTimedOut, typically while this owner was stopped): nobody will read the answer.
+  const bool abandoned = closed || (events & (EPOLLRDHUP | EPOLLHUP)) != 0;
+
+  const std::string_view frame = std::string_view(in).substr(kFrameHeaderSize);
+  Result<Request> request = DecodeRequest(frame);
+  if (!request.ok()) {
+    const uint8_t version = RequestVersion(frame);
+    if (version != 0 && version != kProtocolVersion) {
+      log_.Log("version", "refused the connection of pid " + std::to_string(connection.pid) +
+                              ": it speaks protocol version " + std::to_string(version) +
+                              ", this owner " + std::to_string(kProtocolVersion));
+      Say(fd, ResponseKind::kRefusal,
+          Status::Busy("the store's owner (pid " + std::to_string(::getpid()) +
+                       ") speaks protocol version " + std::to_string(kProtocolVersion) +
+                       ", this process " + std::to_string(version) +
+                       ": every process sharing a store must run the same idem release"));
+    } else {
+      log_.Log("malformed request", "dropped the connection of pid " +
+                                        std::to_string(connection.pid) + ": " +
+                                        request.status().ToString());
+    }
+    return std::nullopt;
+  }
+  if (abandoned) {
+    // A Begin would leave a claim that holds the key for a lease, and a read is of no use:
+    // they are dropped. A Complete, Fail, Extend, SaveCheckpoint or Forget is carried out: it
+    // may record the result of work already done, which a retry then finds.
+    const bool keeps_work = std::holds_alternative<TransitionMessage>(*request) ||
+                            std::holds_alternative<ForgetMessage>(*request);
+    if (!keeps_work) return std::nullopt;
+    Handle(*request, connection.holder);
+    return std::nullopt;
+  }
+  // This thread is busy for as long as the request runs: make sure another one waits.
+  AddThreadIfAllBusy();
+  connection.out = EncodeFrame(Handle(*request, connection.holder));
+  connection.out_done = 0;
+  ReleaseLarge(in);
+  return SendAnswer(connection);
+}
+
+std::optional<Server::Phase> Server::SendAnswer(Connection& connection) {
+  std::string& out = connection.out;
+  while (connection.out_done < out.size()) {
+    const ssize_t n = ::send(connection.fd.get(), out.data() + connection.out_done,
+                             out.size() - connection.out_done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      connection.out_done += static_cast<std::size_t>(n);
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return Phase::kWriting;  // the rest when the client has read some
+    } else if (errno != EINTR) {
+      return std::nullopt;
+    }
+  }
+  ReleaseLarge(out);
+  connection.out_done = 0;
+  return Phase::kIdle;
 }
 
 std::string Server::Handle(const Request& request, const Holder& peer) {
@@ -163,9 +556,7 @@ std::string Server::Handle(const Request& request, const Holder& peer) {
           return page.ok() ? EncodeResponse(Status::OK(), EncodeScanPage(*page))
                            : EncodeResponse(page.status());
         } else if constexpr (std::is_same_v<T, PurgeMessage>) {
-          Result<uint64_t> count = backend_.Purge(message.options);
-          return count.ok() ? EncodeResponse(Status::OK(), EncodeCount(*count))
-                            : EncodeResponse(count.status());
+          return HandlePurge(message);
         } else {
           Result<Counters> counters = backend_.GetCounters();
           return counters.ok() ? EncodeResponse(Status::OK(), EncodeCounters(*counters))
@@ -173,6 +564,48 @@ std::string Server::Handle(const Request& request, const Holder& peer) {
         }
       },
       request);
+}
+
+std::string Server::HandlePurge(const PurgeMessage& message) {
+  std::unique_lock lock(purge_mu_);
+  std::shared_ptr<PurgeJob>& slot = purges_[message.ticket];
+  if (!slot) {
+    if (purges_.size() > kMaxPurgeJobs) {
+      purges_.erase(message.ticket);
+      return EncodeResponse(Status::Busy("the store's owner is running " +
+                                         std::to_string(kMaxPurgeJobs) + " purges already"));
+    }
+    slot = std::make_shared<PurgeJob>();
+    PurgeOptions options;
+    options.dry_run = message.options.dry_run;
+    options.compact = message.options.compact;
+    slot->thread = std::thread([this, job = slot.get(), options]() mutable {
+      options.progress = [job](uint64_t so_far) { job->progress.store(so_far); };
+      Result<uint64_t> result = backend_.Purge(options);
+      {
+        std::lock_guard done_lock(purge_mu_);
+        job->result = std::move(result);
+        job->finished = Clock::now();
+      }
+      purge_changed_.notify_all();
+    });
+  }
+  const std::shared_ptr<PurgeJob> job = slot;
+  purge_changed_.wait_for(lock, std::clamp(message.wait, milliseconds(0), kMaxPurgeWait),
+                          [&] { return job->result.has_value(); });
+  if (!job->result) {
+    return EncodeResponse(Status::OK(), EncodePurgeProgress({job->progress.load(), false}));
+  }
+  // The client has its answer: the job is over (a lost answer means a new purge, as after a
+  // failover).
+  const Result<uint64_t> result = *job->result;
+  // Whoever takes the job out of the map joins its thread.
+  if (purges_.erase(message.ticket) == 1) {
+    lock.unlock();
+    job->thread.join();
+  }
+  return result.ok() ? EncodeResponse(Status::OK(), EncodePurgeProgress({*result, true}))
+                     : EncodeResponse(result.status());
 }
 
 }  // namespace idem::sharing

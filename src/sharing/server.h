@@ -1,22 +1,39 @@
-// The owner's side of sharing: serves the store's socket, one thread per connected process,
-// passing each request to the owner's LocalBackend. A connection from another user, or one that
-// sends a malformed, truncated or oversized frame, is dropped with a log line; it never blocks
-// or crashes the owner (a stalled frame times out on its own thread).
+// The owner's side of sharing: serves the store's socket, passing each request to the owner's
+// LocalBackend.
+//
+// Connections cost a descriptor and a few bytes, not a thread: a few threads take turns waiting
+// on one epoll set ("leader/followers"); the thread that is woken reads the request, runs it,
+// writes the answer and goes back to waiting. Each connection is armed one-shot, so exactly one
+// thread works on it at a time. While a request runs, another thread waits on the set; when none
+// is left, the pool grows (up to ServerOptions::max_threads), so a slow request (a Scan page, a
+// purge poll) never keeps the others, new connections or timeouts waiting.
+//
+// A connection from another user is refused; a malformed, truncated or oversized frame drops
+// its connection with a log line; a peer that stalls in the middle of a frame, or does not read
+// its answer, is dropped after frame_timeout; an idle connection is closed after idle_timeout.
+// Refusals and goodbyes are sent as responses before the close (sharing/protocol.h), so a
+// client never mistakes them for a lost owner. At the connection cap, a new connection displaces
+// the longest idle one; it is refused only when every connection has a request running.
 
 #ifndef IDEM_SHARING_SERVER_H_
 #define IDEM_SHARING_SERVER_H_
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "backend.h"
+#include "sharing/log_limiter.h"
 #include "sharing/protocol.h"
 #include "sharing/socket.h"
 
@@ -24,8 +41,17 @@ namespace idem::sharing {
 
 struct ServerOptions {
   std::size_t max_frame = 4 << 20;  // bytes; larger request frames are refused
+  // A request must arrive whole, and an answer be taken by its client, within this time once
+  // begun.
   std::chrono::milliseconds frame_timeout{std::chrono::seconds(10)};
+  // A connection with no request for this long is closed (with a goodbye). Clients reconnect
+  // transparently; this only reclaims the connections of callers that went quiet.
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
+  // At most this many connections, and never more than half of the process's descriptor limit
+  // (RLIMIT_NOFILE at Start): the rest is left to RocksDB and the application.
   std::size_t max_connections = 1024;
+  // Threads serving requests: two at first, more while every one is busy, up to this many.
+  std::size_t max_threads = 16;
   std::function<void(std::string_view)> log;  // never null
 };
 
@@ -35,39 +61,71 @@ class Server {
   // outlive the server.
   static Result<std::unique_ptr<Server>> Start(const SocketAddress& address, Backend& backend,
                                                ServerOptions options);
-  // Stops accepting, closes every connection and waits for their threads.
+  // Stops serving, lets running requests and purges finish, and closes every connection.
   ~Server();
 
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
  private:
-  struct Connection {
-    int fd;
-    std::thread thread;
-    bool finished = false;
+  struct Connection;
+  struct PurgeJob;
+  using Clock = std::chrono::steady_clock;
+  // Where a connection stands between requests.
+  enum class Phase {
+    kIdle,     // waiting for a request
+    kReading,  // part of a request has arrived
+    kWriting,  // an answer is partly sent; the client has not taken the rest yet
   };
 
-  Server(Backend& backend, ServerOptions options)
-      : backend_(backend), options_(std::move(options)) {}
-  void AcceptLoop();
-  void Serve(uint64_t id, int fd);
+  Server(Backend& backend, ServerOptions options);
+  void RunThread();
+  void AddThreadIfAllBusy();
+  void AcceptAll();
+  void Sweep();
+  void Serve(uint64_t id, uint32_t events);
+  // Reads what has arrived and, once a request is whole, runs it and sends the answer. Returns
+  // the connection's next phase, or nullopt when it must be closed.
+  std::optional<Phase> ServeRequest(Connection& connection, uint32_t events);
+  // Sends what is left of the answer; the next phase, or nullopt when the connection failed.
+  std::optional<Phase> SendAnswer(Connection& connection);
+  // Hands the connection back to the epoll set in `phase`, or closes it (nullopt).
+  void Release(const std::shared_ptr<Connection>& connection, std::optional<Phase> phase);
+  // Sends a refusal or a goodbye on a connection nobody else uses any more (the caller closes
+  // it next).
+  static void Say(int fd, ResponseKind kind, const Status& why);
+  // The longest idle connection, taken out of the set; null if every one is busy. mu_ held.
+  std::shared_ptr<Connection> TakeLongestIdle();
+  void ArmTimer(bool on);  // mu_ held
   // The response frame for one decoded request from the process `peer`.
   std::string Handle(const Request& request, const Holder& peer);
-  void ReapFinished();  // joins the threads of closed connections; mu_ held
+  std::string HandlePurge(const PurgeMessage& message);
 
   // Constant after construction.
   Backend& backend_;
   const ServerOptions options_;
+  std::size_t max_connections_ = 0;
   FileDescriptor listen_fd_;
-  FileDescriptor wake_read_, wake_write_;  // a byte on this pipe stops the accept loop
-  std::thread acceptor_;
+  FileDescriptor epoll_fd_;
+  FileDescriptor stop_fd_;   // an eventfd: readable once the server stops
+  FileDescriptor timer_fd_;  // ticks while there are connections, for the timeouts
+  LogLimiter log_;
+
+  std::atomic<int> waiting_threads_{0};  // threads in epoll_wait
 
   std::mutex mu_;
   // Guarded by mu_.
-  std::map<uint64_t, Connection> connections_;
-  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::shared_ptr<Connection>> connections_;
+  uint64_t next_id_;
+  std::vector<std::thread> threads_;
   bool stopping_ = false;
+  bool timer_armed_ = false;
+  FileDescriptor spare_fd_;  // closed for an instant to refuse a peer when out of descriptors
+
+  std::mutex purge_mu_;
+  std::condition_variable purge_changed_;
+  // Guarded by purge_mu_.
+  std::map<uint64_t, std::shared_ptr<PurgeJob>> purges_;
 };
 
 }  // namespace idem::sharing

@@ -5,9 +5,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "storage/record_codec.h"
@@ -34,15 +36,17 @@ constexpr std::size_t kMaxDirectLength =
     sizeof(sockaddr_un::sun_path) - 1 -
     (1 + sizeof(kSocketFile) - 1 + sizeof(kSocketBindSuffix) - 1);
 
-// Waits until `fd` is readable or `deadline` passes.
-Status WaitReadable(int fd, std::chrono::steady_clock::time_point deadline) {
+// Waits until `fd` is ready for `events` or `deadline` passes (kTimedOut: `what`).
+Status WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadline,
+               std::string_view what) {
   for (;;) {
-    const auto left =
-        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Status::TimedOut("the peer stalled in the middle of a frame");
-    pollfd p{fd, POLLIN, 0};
+    const auto left = std::max(
+        std::chrono::milliseconds(0),
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+    pollfd p{fd, events, 0};
     const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
     if (ready > 0) return Status::OK();
+    if (ready == 0 && left.count() == 0) return Status::TimedOut(std::string(what));
     if (ready < 0 && errno != EINTR) return Status::Unavailable("poll: " + ErrnoText(errno));
   }
 }
@@ -59,7 +63,8 @@ Status ReadExactly(int fd, char* out, std::size_t size,
     } else if (n == 0) {
       return Status::Unavailable("connection closed by the peer");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      IDEM_RETURN_IF_ERROR(WaitReadable(fd, deadline));
+      IDEM_RETURN_IF_ERROR(
+          WaitFor(fd, POLLIN, deadline, "the peer stalled in the middle of a frame"));
     } else if (errno != EINTR) {
       return Status::Unavailable("receiving: " + ErrnoText(errno));
     }
@@ -154,7 +159,7 @@ Result<int> Listen(const SocketAddress& address) {
   return fd.release();
 }
 
-Result<int> Connect(const SocketAddress& address) {
+Result<int> Connect(const SocketAddress& address, std::chrono::milliseconds timeout) {
   if (!address.unusable.empty()) return Status::IOError(address.unusable);
   // Only the owner's user can put anything in the store directory, and the peer's credentials
   // are checked below; a symbolic link in place of the socket is refused all the same.
@@ -165,10 +170,22 @@ Result<int> Connect(const SocketAddress& address) {
   }
   FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Status::IOError("socket: " + ErrnoText(errno));
+  // connect() on a UNIX socket waits for room in the listener's backlog, which a stopped owner
+  // never makes; the send timeout bounds that wait (frames are sent without blocking anyway).
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::max(timeout, std::chrono::milliseconds(1)));
+  const timeval limit{static_cast<time_t>(micros.count() / 1'000'000),
+                      static_cast<suseconds_t>(micros.count() % 1'000'000)};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
   sockaddr_un addr;
   const socklen_t length = ToSockaddr(address.path, addr);
   while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
     if (errno == EINTR) continue;
+    if (errno == EAGAIN) {
+      return Status::TimedOut("the store's owner at " + address.shown +
+                              " accepted no connection within " + std::to_string(timeout.count()) +
+                              " ms");
+    }
     return Status::Unavailable("cannot connect to the store's owner at " + address.shown + ": " +
                                ErrnoText(errno));
   }
@@ -188,17 +205,26 @@ Result<int> Connect(const SocketAddress& address) {
   return fd.release();
 }
 
-Status WriteFrame(int fd, std::string_view payload) {
+std::string EncodeFrame(std::string_view payload) {
   std::string frame;
-  frame.reserve(4 + payload.size());
+  frame.reserve(kFrameHeaderSize + payload.size());
   storage::PutFixed32(frame, static_cast<uint32_t>(payload.size()));
   frame.append(payload);
+  return frame;
+}
+
+uint32_t FrameLength(const char* header) { return storage::GetFixed32(header); }
+
+Status SendFrame(int fd, std::string_view frame, std::chrono::steady_clock::time_point deadline) {
   std::size_t done = 0;
   while (done < frame.size()) {
-    const ssize_t n = ::send(fd, frame.data() + done, frame.size() - done, MSG_NOSIGNAL);
+    const ssize_t n =
+        ::send(fd, frame.data() + done, frame.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       done += static_cast<std::size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      IDEM_RETURN_IF_ERROR(WaitFor(fd, POLLOUT, deadline, "the peer stopped reading"));
+    } else if (errno != EINTR) {
       return Status::Unavailable("sending: " + ErrnoText(errno));
     }
   }
@@ -206,40 +232,36 @@ Status WriteFrame(int fd, std::string_view payload) {
 }
 
 Result<std::string> ReadFrame(int fd, std::size_t max_size,
-                              std::chrono::milliseconds body_timeout) {
-  // The wait for a frame to start is unbounded (an idle connection); once it has started, the
-  // rest must arrive within `body_timeout`. The first read takes the header and, usually, the
-  // whole body: one system call per frame.
+                              std::chrono::steady_clock::time_point deadline) {
+  // A frame is read after a request was sent, so it is rarely there yet: wait first. The
+  // first read then usually takes the header and the whole body.
   char first[4096];
   std::size_t got = 0;
-  while (got == 0) {
-    const ssize_t n = ::recv(fd, first, sizeof first, 0);
+  while (got < kFrameHeaderSize) {
+    IDEM_RETURN_IF_ERROR(WaitFor(fd, POLLIN, deadline, "no answer"));
+    const ssize_t n = ::recv(fd, first + got, sizeof first - got, MSG_DONTWAIT);
     if (n > 0) {
-      got = static_cast<std::size_t>(n);
+      got += static_cast<std::size_t>(n);
     } else if (n == 0) {
       return Status::Unavailable("connection closed by the peer");
-    } else if (errno != EINTR) {
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       return Status::Unavailable("receiving: " + ErrnoText(errno));
     }
   }
-  const auto deadline = std::chrono::steady_clock::now() + body_timeout;
-  if (got < 4) {
-    IDEM_RETURN_IF_ERROR(ReadExactly(fd, first + got, 4 - got, deadline));
-    got = 4;
-  }
-  const uint32_t size = storage::GetFixed32(first);
+  const uint32_t size = FrameLength(first);
   if (size > max_size) {
     return Status::InvalidArgument("frame of " + std::to_string(size) +
                                    " bytes is over the limit of " + std::to_string(max_size));
   }
   // Each side sends one frame and waits for the answer: bytes past this frame mean a peer that
   // does not follow the protocol.
-  if (got - 4 > size) {
+  if (got - kFrameHeaderSize > size) {
     return Status::InvalidArgument("the peer sent another frame before the answer to this one");
   }
-  std::string payload(first + 4, got - 4);
+  std::string payload(first + kFrameHeaderSize, got - kFrameHeaderSize);
   payload.resize(size);
-  IDEM_RETURN_IF_ERROR(ReadExactly(fd, payload.data() + (got - 4), size - (got - 4), deadline));
+  IDEM_RETURN_IF_ERROR(ReadExactly(fd, payload.data() + (got - kFrameHeaderSize),
+                                   size - (got - kFrameHeaderSize), deadline));
   return payload;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -47,18 +48,28 @@ SocketAddress SocketAddressFor(const std::string& directory, unsigned long devic
 Result<int> Listen(const SocketAddress& address);
 // A connection to the owner at `address`. Before anything is sent, checks that the process
 // serving it runs as this process's effective user (SO_PEERCRED): kIOError otherwise, so that
-// no request (or result) ever reaches another user's process. kUnavailable when nobody
-// listens there.
-Result<int> Connect(const SocketAddress& address);
+// no request (or result) ever reaches another user's process. Waits at most `timeout` for room
+// in the owner's queue of connections to accept (it fills up while the owner is stopped):
+// kTimedOut then. kUnavailable when nobody listens there. Any other error is final for the
+// callers (RemoteBackend, StoreCore): they do not fail over for it.
+Result<int> Connect(const SocketAddress& address, std::chrono::milliseconds timeout);
 
 // Frames: u32 little-endian length, then that many bytes.
-Status WriteFrame(int fd, std::string_view payload);
-// Reads one frame of at most `max_size` bytes. Once its first byte has arrived, the rest must
-// arrive within `body_timeout`, so a peer that stalls mid-frame cannot hold a reader forever.
-// kUnavailable when the peer closed or the connection failed; kInvalidArgument for an
-// oversized frame, or for bytes past the frame (each side sends one frame, then waits for the
-// answer); kTimedOut for a stalled one.
-Result<std::string> ReadFrame(int fd, std::size_t max_size, std::chrono::milliseconds body_timeout);
+inline constexpr std::size_t kFrameHeaderSize = 4;
+// The frame carrying `payload`.
+std::string EncodeFrame(std::string_view payload);
+// The payload length announced by a frame header (kFrameHeaderSize bytes at `header`).
+uint32_t FrameLength(const char* header);
+
+// Sends a whole frame (from EncodeFrame) by `deadline`. kTimedOut when the peer does not take
+// it in time (it stopped reading); kUnavailable when the connection failed or was closed.
+Status SendFrame(int fd, std::string_view frame, std::chrono::steady_clock::time_point deadline);
+// Reads one frame of at most `max_size` bytes, whole, by `deadline`; reads what has arrived even
+// when the deadline has passed already. kUnavailable when the peer closed or the connection
+// failed; kInvalidArgument for an oversized frame, or for bytes past the frame (each side sends
+// one frame, then waits for the answer); kTimedOut when it did not arrive in time.
+Result<std::string> ReadFrame(int fd, std::size_t max_size,
+                              std::chrono::steady_clock::time_point deadline);
 
 // Closes `fd` on destruction.
 class FileDescriptor {

@@ -1,0 +1,64 @@
+// Log lines rate-limited by cause, so that a storm (a crowd of refused connections, a client
+// failing over again and again) costs a few lines, not thousands: the first line of a cause goes
+// out at once, later ones at most once per interval, each saying how many were left out since.
+
+#ifndef IDEM_SHARING_LOG_LIMITER_H_
+#define IDEM_SHARING_LOG_LIMITER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace idem::sharing {
+
+class LogLimiter {
+ public:
+  // `sink` receives the lines that go out; it is called without the limiter's lock held.
+  explicit LogLimiter(std::function<void(std::string_view)> sink,
+                      std::chrono::milliseconds interval = std::chrono::seconds(10))
+      : sink_(std::move(sink)), interval_(interval) {}
+
+  // Logs `message` unless a line of `cause` went out less than an interval ago. `cause` names
+  // the kind of event ("refused: connection cap"); messages of one cause may differ in detail.
+  void Log(std::string_view cause, std::string message) {
+    const auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard lock(mu_);
+      auto it = causes_.find(cause);
+      if (it == causes_.end()) it = causes_.emplace(std::string(cause), Cause{}).first;
+      Cause& seen = it->second;
+      if (seen.last && now - *seen.last < interval_) {
+        ++seen.skipped;
+        return;
+      }
+      if (seen.skipped > 0) {
+        message += " (and " + std::to_string(seen.skipped) + " more like it since the last)";
+      }
+      seen.last = now;
+      seen.skipped = 0;
+    }
+    sink_(message);
+  }
+
+ private:
+  struct Cause {
+    std::optional<std::chrono::steady_clock::time_point> last;
+    uint64_t skipped = 0;
+  };
+
+  // Constant after construction.
+  const std::function<void(std::string_view)> sink_;
+  const std::chrono::milliseconds interval_;
+
+  std::mutex mu_;
+  std::map<std::string, Cause, std::less<>> causes_;  // guarded by mu_
+};
+
+}  // namespace idem::sharing
+
+#endif  // IDEM_SHARING_LOG_LIMITER_H_

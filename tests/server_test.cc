@@ -1,0 +1,252 @@
+// The owner's socket server and its client, over a backend the test controls: refusals at the
+// connection cap, slow requests, idle connections, purges longer than a request deadline, and
+// the rate-limited log.
+
+#include "sharing/server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <mutex>
+
+#include "sharing/log_limiter.h"
+#include "sharing/remote_backend.h"
+#include "test_util.h"
+
+namespace {
+
+using idem::Result;
+using idem::Status;
+using idem::sharing::RemoteBackend;
+using idem::sharing::Server;
+using idem::sharing::ServerOptions;
+using idem_test::TempDir;
+using namespace std::chrono_literals;
+
+// A backend whose Get of "slow" blocks until released, and whose Purge takes a while.
+class ControlledBackend final : public idem::Backend {
+ public:
+  Result<idem::Claim> Begin(const idem::BeginCall&, const idem::Holder&) override {
+    return Status::InvalidArgument("not used");
+  }
+  Status Transition(const idem::TransitionCall&) override {
+    return Status::InvalidArgument("not used");
+  }
+  Result<std::optional<idem::Record>> Get(std::string_view key) override {
+    if (key == "slow") {
+      std::unique_lock lock(mu_);
+      ++blocked_;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return released_; });
+      --blocked_;
+    }
+    idem::Record record;
+    record.key = std::string(key);
+    record.state = idem::State::kDone;
+    record.result = "result of " + record.key;
+    return std::optional<idem::Record>(record);
+  }
+  Status Forget(std::string_view, idem::Durability) override { return Status::OK(); }
+  Result<idem::ScanPage> Scan(const idem::ScanOptions&, std::size_t) override {
+    return idem::ScanPage{};
+  }
+  // Purges 15 records, one every 100 ms: longer than the tests' request deadline.
+  Result<uint64_t> Purge(const idem::PurgeOptions& options) override {
+    for (uint64_t purged = 1; purged <= 15; ++purged) {
+      std::this_thread::sleep_for(100ms);  // the work of a purge, not a synchronisation
+      if (options.progress) options.progress(purged);
+    }
+    return uint64_t{15};
+  }
+  Result<idem::Counters> GetCounters() override { return idem::Counters{}; }
+
+  // Waits until `count` Gets of "slow" are blocked.
+  void AwaitBlocked(int count) {
+    std::unique_lock lock(mu_);
+    changed_.wait(lock, [&] { return blocked_ >= count; });
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int blocked_ = 0;
+  bool released_ = false;
+};
+
+struct CapturedLog {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  int Count(std::string_view text) {
+    std::lock_guard lock(mu);
+    int count = 0;
+    for (const auto& line : lines) count += line.find(text) != std::string::npos;
+    return count;
+  }
+};
+
+// A server on a socket in a temporary directory, over a ControlledBackend.
+class ServerTest : public ::testing::Test {
+ protected:
+  void StartServer(ServerOptions options) {
+    options.log = [this](std::string_view line) {
+      std::lock_guard lock(log_.mu);
+      log_.lines.emplace_back(line);
+    };
+    struct stat info {};
+    ASSERT_EQ(stat(dir_.path().c_str(), &info), 0);
+    address_ = idem::sharing::SocketAddressFor(dir_.path(), info.st_dev, info.st_ino);
+    auto server = Server::Start(address_, backend_, std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+  }
+
+  std::unique_ptr<RemoteBackend> Client(std::chrono::milliseconds request_timeout = 5s) {
+    auto client = RemoteBackend::Connect(address_, request_timeout, 5s);
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    return client.ok() ? std::move(client).value() : nullptr;
+  }
+
+  int RawConnect() {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, address_.path.data(), address_.path.size());
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  void TearDown() override {
+    backend_.Release();
+    server_.reset();
+  }
+
+  TempDir dir_;
+  ControlledBackend backend_;
+  CapturedLog log_;
+  idem::sharing::SocketAddress address_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ServerTest, AConnectionOverTheCapIsRefusedWithAStatusNotTakenForALostOwner) {
+  StartServer({.max_connections = 2});
+  auto first = Client();
+  auto second = Client();
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  // Both connections have a request running: neither can make room.
+  auto slow1 = std::async(std::launch::async, [&] { return first->Get("slow"); });
+  auto slow2 = std::async(std::launch::async, [&] { return second->Get("slow"); });
+  backend_.AwaitBlocked(2);
+
+  auto third = Client();
+  ASSERT_NE(third, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  const Status refused = third->Get("k").status();
+  EXPECT_EQ(refused.code(), Status::Code::kBusy) << refused.ToString();
+  EXPECT_NE(refused.message().find("limit of 2 connections"), std::string::npos)
+      << refused.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // at once, not at the deadline
+  EXPECT_FALSE(third->lost());                              // the owner is there: no failover
+  EXPECT_EQ(log_.Count("connections have a request running"), 1);
+
+  backend_.Release();
+  EXPECT_TRUE(slow1.get().ok());
+  EXPECT_TRUE(slow2.get().ok());
+  // Once a connection is idle again, a newcomer takes its place.
+  ASSERT_OK_AND_ASSIGN(auto record, third->Get("k"));
+  EXPECT_TRUE(record.has_value());
+  // The client whose idle connection made room reconnects by itself, unaware.
+  for (RemoteBackend* client : {first.get(), second.get()}) {
+    ASSERT_OK_AND_ASSIGN(auto again, client->Get("k"));
+    EXPECT_TRUE(again.has_value());
+    EXPECT_FALSE(client->lost());
+  }
+}
+
+TEST_F(ServerTest, SlowRequestsDoNotHoldUpTheOthers) {
+  StartServer({});
+  std::vector<std::unique_ptr<RemoteBackend>> slow_clients;
+  std::vector<std::future<Result<std::optional<idem::Record>>>> slow_calls;
+  // More slow requests than the threads the server starts with.
+  for (int i = 0; i < 4; ++i) {
+    slow_clients.push_back(Client());
+    ASSERT_NE(slow_clients.back(), nullptr);
+    slow_calls.push_back(
+        std::async(std::launch::async, [c = slow_clients.back().get()] { return c->Get("slow"); }));
+  }
+  backend_.AwaitBlocked(4);
+  auto quick = Client(1s);
+  ASSERT_NE(quick, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto record, quick->Get("k"));
+  EXPECT_TRUE(record.has_value());
+  backend_.Release();
+  for (auto& call : slow_calls) EXPECT_TRUE(call.get().ok());
+}
+
+TEST_F(ServerTest, IdleConnectionsAreClosedWithAGoodbyeAndClientsReconnectUnaware) {
+  StartServer({.idle_timeout = 200ms});
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Get("k").ok());  // its pooled connection is idle from now on
+  const int raw = RawConnect();
+  ASSERT_GE(raw, 0);
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::string> frame = idem::sharing::ReadFrame(raw, 1 << 20, start + 10s);
+  ASSERT_TRUE(frame.ok()) << frame.status().ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+  Status status;
+  idem::sharing::ResponseKind kind{};
+  ASSERT_TRUE(idem::sharing::DecodeResponse(*frame, status, kind).ok());
+  EXPECT_EQ(kind, idem::sharing::ResponseKind::kGoodbye);
+  close(raw);
+  // The client's connection, idle for longer, was closed too; its next call goes through.
+  ASSERT_OK_AND_ASSIGN(auto record, client->Get("k"));
+  EXPECT_TRUE(record.has_value());
+  EXPECT_FALSE(client->lost());
+}
+
+TEST_F(ServerTest, APurgeLongerThanTheRequestDeadlineReportsProgressAndFinishes) {
+  StartServer({});
+  // Each request must end within 500 ms; the purge takes 1.5 s.
+  auto client = Client(500ms);
+  ASSERT_NE(client, nullptr);
+  std::vector<uint64_t> progress;
+  idem::PurgeOptions options;
+  options.progress = [&](uint64_t so_far) { progress.push_back(so_far); };
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, client->Purge(options));
+  EXPECT_EQ(purged, 15u);
+  ASSERT_GE(progress.size(), 2u);
+  EXPECT_EQ(progress.back(), 15u);
+  EXPECT_TRUE(std::is_sorted(progress.begin(), progress.end()));
+}
+
+TEST(LogLimiter, RepeatsOfACauseAreCountedNotWritten) {
+  std::vector<std::string> lines;
+  idem::sharing::LogLimiter limiter([&](std::string_view line) { lines.emplace_back(line); },
+                                    std::chrono::hours(1));
+  for (int i = 0; i < 1000; ++i) limiter.Log("refused", "refused pid " + std::to_string(i));
+  limiter.Log("other", "another cause");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "refused pid 0");
+  EXPECT_EQ(lines[1], "another cause");
+  idem::sharing::LogLimiter quick([&](std::string_view line) { lines.emplace_back(line); },
+                                  std::chrono::milliseconds(0));
+  quick.Log("a", "one");
+  quick.Log("a", "two");
+  EXPECT_EQ(lines.back(), "two");
+}
+
+}  // namespace
