@@ -106,6 +106,16 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < records.size(); ++i) {
     ok &= Write(root / "record_decoder", record_names[i], WithKey(records[i]));
   }
+  // A version 1 value (idem 0.1): the version 2 header without its pid scope.
+  {
+    namespace storage = idem::storage;
+    std::string v1 = WithKey(records[0]);
+    const std::size_t value_at = 1 + records[0].key.size();
+    v1.erase(value_at + storage::kFixedHeaderSizeV1,
+             storage::kFixedHeaderSize - storage::kFixedHeaderSizeV1);
+    v1[value_at] = static_cast<char>(storage::kRecordFormatVersion1);
+    ok &= Write(root / "record_decoder", "pending_v1", v1);
+  }
 
   // frame_decoder: selector 0 and a request, or selector 1 + body kind and a response.
   namespace sharing = idem::sharing;
