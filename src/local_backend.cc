@@ -1,7 +1,5 @@
 #include "local_backend.h"
 
-#include <algorithm>
-
 #include "sharing/process.h"
 #include "storage/record_codec.h"
 
@@ -155,8 +153,7 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
         bool reserved = pending && stored->lease_deadline > now;
         if (pending && !reserved) {
           graces = stall_watch_->Graces();
-          reserved = std::any_of(graces.begin(), graces.end(),
-                                 [&](const auto& grace) { return grace.Covers(*stored); });
+          reserved = engine::GraceLeft(*stored, graces).count() > 0;
         }
         const bool holder_is_dead =
             reserved && options_.take_over_dead_holders && sharing::HolderIsDead(stored->holder);

@@ -3,11 +3,8 @@
 #include "storage/record_codec.h"
 
 namespace idem {
-namespace {
 
 using std::chrono::milliseconds;
-
-}  // namespace
 
 StallWatch::StallWatch(std::shared_ptr<const Clock> clock, milliseconds grace)
     : clock_(std::move(clock)), grace_(grace) {
@@ -42,7 +39,6 @@ void StallWatch::Tick(Steady::time_point now) {
     stall_.scope.lease_ended_after = last_tick_wall_;
     stall_.scope.written_before = storage::TruncateToMicros(clock_->Now());
     stall_.until = now + grace_;
-    ++stalls_;
   }
   last_tick_ = now;
   last_tick_wall_ = clock_->Now();
@@ -61,11 +57,6 @@ std::array<engine::RenewalGrace, 2> StallWatch::Graces() {
         std::max(std::chrono::ceil<milliseconds>(windows[i]->until - now), milliseconds(0));
   }
   return graces;
-}
-
-uint64_t StallWatch::stalls() {
-  std::lock_guard lock(mu_);
-  return stalls_;
 }
 
 }  // namespace idem

@@ -18,7 +18,6 @@
 #include <array>
 #include <chrono>
 #include <condition_variable>
-#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -48,9 +47,6 @@ class StallWatch {
   // its grace.
   std::array<engine::RenewalGrace, 2> Graces();
 
-  // How many stalls were noticed since the watch started.
-  uint64_t stalls();
-
  private:
   using Steady = std::chrono::steady_clock;
 
@@ -74,7 +70,6 @@ class StallWatch {
   std::chrono::system_clock::time_point last_tick_wall_;
   Window ownership_;
   Window stall_;
-  uint64_t stalls_ = 0;
 
   std::thread thread_;
 };

@@ -155,14 +155,15 @@ class StoreCore {
     return options_.read_only ? AcquireReader(give_up_at) : AcquireWriter(give_up_at);
   }
 
-  // A client of the owner listening at address_; waits at most until `give_up_at` for the
-  // owner to accept. kUnavailable (nobody listens) and kTimedOut (the owner accepts nothing)
-  // may pass; any other error is a refusal (this process's own checks of the owner, or a
+  // kUnavailable (nobody listens) and kTimedOut (the owner accepts nothing) may pass; any other
+  // error from ConnectToOwner is a refusal (this process's own checks of the owner, or a
   // failure here) and is final.
   static bool Unreachable(const Status& status) {
     return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
   }
 
+  // A client of the owner listening at address_; waits at most until `give_up_at` for the
+  // owner to accept.
   Result<std::shared_ptr<Backend>> ConnectToOwner(SteadyTime give_up_at) {
     const auto left =
         std::max(milliseconds(1),

@@ -46,6 +46,14 @@ std::optional<Record> Visible(std::optional<Record> stored, TimePoint now) {
   return stored;
 }
 
+milliseconds GraceLeft(const Record& record, std::span<const RenewalGrace> graces) {
+  milliseconds left{0};
+  for (const RenewalGrace& grace : graces) {
+    if (grace.Covers(record)) left = std::max(left, grace.left);
+  }
+  return left;
+}
+
 BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& request, TimePoint now,
                           uint64_t fresh_token, bool holder_is_dead,
                           std::span<const RenewalGrace> graces) {
@@ -98,10 +106,7 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
             claim.record = std::move(record);
             return decision;
           }
-          milliseconds grace_left{0};
-          for (const RenewalGrace& grace : graces) {
-            if (grace.Covers(record)) grace_left = std::max(grace_left, grace.left);
-          }
+          const milliseconds grace_left = GraceLeft(record, graces);
           if (grace_left.count() > 0) {
             claim.outcome = Outcome::kInProgress;
             claim.retry_after = grace_left;

@@ -60,6 +60,10 @@ struct RenewalGrace {
   }
 };
 
+// How much longer one of `graces` keeps `record` for its holder (the longest, when several
+// cover it); 0 when none does.
+std::chrono::milliseconds GraceLeft(const Record& record, std::span<const RenewalGrace> graces);
+
 struct BeginDecision {
   Claim claim;         // claim.record: the record as stored after the call
   bool write = false;  // true: store claim.record

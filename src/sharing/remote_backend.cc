@@ -1,7 +1,5 @@
 #include "sharing/remote_backend.h"
 
-#include <sys/socket.h>
-
 #include <algorithm>
 
 #include "sharing/process.h"
@@ -34,12 +32,9 @@ Result<std::unique_ptr<RemoteBackend>> RemoteBackend::Connect(const SocketAddres
 }
 
 Result<FileDescriptor> RemoteBackend::NewConnection(milliseconds timeout) {
-  IDEM_ASSIGN_OR_RETURN(int fd, sharing::Connect(address_, timeout));
-  FileDescriptor connection(fd);
-  ucred peer{};
-  socklen_t size = sizeof(peer);
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0) owner_pid_ = peer.pid;
-  return connection;
+  IDEM_ASSIGN_OR_RETURN(OwnerConnection connection, sharing::Connect(address_, timeout));
+  owner_pid_ = connection.owner_pid;
+  return std::move(connection.fd);
 }
 
 std::string RemoteBackend::OwnerName() const {

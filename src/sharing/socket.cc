@@ -159,7 +159,7 @@ Result<int> Listen(const SocketAddress& address) {
   return fd.release();
 }
 
-Result<int> Connect(const SocketAddress& address, std::chrono::milliseconds timeout) {
+Result<OwnerConnection> Connect(const SocketAddress& address, std::chrono::milliseconds timeout) {
   if (!address.unusable.empty()) return Status::IOError(address.unusable);
   // Only the owner's user can put anything in the store directory, and the peer's credentials
   // are checked below; a symbolic link in place of the socket is refused all the same.
@@ -202,7 +202,7 @@ Result<int> Connect(const SocketAddress& address, std::chrono::milliseconds time
                            ", not by this process's user (uid " + std::to_string(::geteuid()) +
                            "): refusing to send it anything");
   }
-  return fd.release();
+  return OwnerConnection{std::move(fd), peer.pid};
 }
 
 std::string EncodeFrame(std::string_view payload) {

@@ -3,10 +3,12 @@
 #ifndef IDEM_SHARING_SOCKET_H_
 #define IDEM_SHARING_SOCKET_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstddef>
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -46,13 +48,6 @@ SocketAddress SocketAddressFor(const std::string& directory, unsigned long devic
 // bound under a temporary name, restricted, then renamed over `socket` (which also replaces a
 // stale socket file left by a dead owner). Call only while holding the owner lock.
 Result<int> Listen(const SocketAddress& address);
-// A connection to the owner at `address`. Before anything is sent, checks that the process
-// serving it runs as this process's effective user (SO_PEERCRED): kIOError otherwise, so that
-// no request (or result) ever reaches another user's process. Waits at most `timeout` for room
-// in the owner's queue of connections to accept (it fills up while the owner is stopped):
-// kTimedOut then. kUnavailable when nobody listens there. Any other error is final for the
-// callers (RemoteBackend, StoreCore): they do not fail over for it.
-Result<int> Connect(const SocketAddress& address, std::chrono::milliseconds timeout);
 
 // Frames: u32 little-endian length, then that many bytes.
 inline constexpr std::size_t kFrameHeaderSize = 4;
@@ -92,6 +87,22 @@ class FileDescriptor {
  private:
   int fd_ = -1;
 };
+
+// A connection to a store's owner, and the owner's pid as the kernel names it (from the same
+// SO_PEERCRED read that checked its user; 0 when it runs in a PID namespace this process cannot
+// see).
+struct OwnerConnection {
+  FileDescriptor fd;
+  pid_t owner_pid = 0;
+};
+
+// A connection to the owner at `address`. Before anything is sent, checks that the process
+// serving it runs as this process's effective user (SO_PEERCRED): kIOError otherwise, so that
+// no request (or result) ever reaches another user's process. Waits at most `timeout` for room
+// in the owner's queue of connections to accept (it fills up while the owner is stopped):
+// kTimedOut then. kUnavailable when nobody listens there. Any other error is final for the
+// callers (RemoteBackend, StoreCore): they do not fail over for it.
+Result<OwnerConnection> Connect(const SocketAddress& address, std::chrono::milliseconds timeout);
 
 }  // namespace idem::sharing
 
