@@ -98,6 +98,20 @@ Status MakeStoreDirectory(const fs::path& path, bool* created) {
   if (!*created && errno != EEXIST) {
     return Status::IOError("cannot create store " + Shown(path) + ": " + ErrnoText(errno));
   }
+  if (!*created) return Status::OK();
+  // A new directory's entry is durable only once its parent is synced: without this a power
+  // cut could take the whole store away, fsynced records and all, on a file system that does
+  // not order its metadata (ext4 and XFS happen to; POSIX does not promise it).
+  std::vector<fs::path> made = {path};
+  made.insert(made.end(), missing.begin(), missing.end());  // deepest first
+  for (const fs::path& directory : made) {
+    const fs::path parent = directory.parent_path().empty() ? "." : directory.parent_path();
+    sharing::FileDescriptor fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
+      return Status::IOError("cannot sync " + Shown(parent) + " after creating store " +
+                             Shown(path) + ": " + ErrnoText(errno));
+    }
+  }
   return Status::OK();
 }
 
@@ -142,16 +156,7 @@ Status CreateDatabase(const fs::path& directory, storage::RocksDbConfig config) 
     IDEM_ASSIGN_OR_RETURN(auto created, RocksDbStorage::Open(config));
   }
   // Replaces an empty db/ as well.
-  const fs::path database = directory / kDatabaseDir;
-  if (::rename(staging.c_str(), database.c_str()) != 0) {
-    return Status::IOError("cannot rename " + Shown(staging) + " to " + Shown(database) + ": " +
-                           ErrnoText(errno));
-  }
-  sharing::FileDescriptor fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
-    return Status::IOError("cannot sync store " + Shown(directory) + ": " + ErrnoText(errno));
-  }
-  return Status::OK();
+  return RocksDbStorage::Install(config, staging.string(), (directory / kDatabaseDir).string());
 }
 
 }  // namespace

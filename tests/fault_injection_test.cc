@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "fault_fs.h"
+#include "index_check.h"
 #include "local_backend.h"
 #include "storage/rocksdb_storage.h"
 #include "test_util.h"
@@ -20,59 +21,10 @@
 namespace {
 
 using idem::Status;
+using idem_test::CheckIndexMatchesRecords;
 using idem_test::FaultFs;
 using idem_test::TempDir;
 using namespace std::chrono_literals;
-
-// The store's RocksDB opened on its own, read-only, after idem closed it: checks that every
-// record has exactly one expiry-index entry naming its expiry and every entry a record, i.e.
-// that no write was ever half-applied. Returns the records' keys.
-std::vector<std::string> CheckIndexMatchesRecords(const std::string& db_path) {
-  rocksdb::DBOptions options;
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, {}}, {"by_expiry", {}}, {"meta", {}}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  const rocksdb::Status opened =
-      rocksdb::DB::OpenForReadOnly(options, db_path, families, &handles, &raw);
-  EXPECT_TRUE(opened.ok()) << opened.ToString();
-  if (!opened.ok()) return {};
-  std::unique_ptr<rocksdb::DB> db(raw);
-  std::map<std::string, std::string> records;  // key -> the expiry bytes of its value
-  {
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator({}, handles[0]));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      EXPECT_GE(it->value().size(), 9u);
-      records[it->key().ToString()] = it->value().ToString().substr(1, 8);
-    }
-  }
-  std::map<std::string, int> entries;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator({}, handles[1]));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      const std::string index_key = it->key().ToString();
-      const std::string key = index_key.substr(8);
-      ++entries[key];
-      auto record = records.find(key);
-      EXPECT_NE(record, records.end()) << "an index entry without a record: " << key;
-      if (record == records.end()) continue;
-      // The entry's expiry (big-endian, sign bit flipped) equals the record's (little-endian).
-      uint64_t from_entry = 0, from_record = 0;
-      for (int i = 0; i < 8; ++i) {
-        from_entry = (from_entry << 8) | static_cast<uint8_t>(index_key[i]);
-        from_record |= uint64_t{static_cast<uint8_t>(record->second[i])} << (8 * i);
-      }
-      EXPECT_EQ(from_entry ^ (uint64_t{1} << 63), from_record) << "stale index entry for " << key;
-    }
-  }
-  std::vector<std::string> keys;
-  for (const auto& [key, expiry] : records) {
-    EXPECT_EQ(entries[key], 1) << "record " << key << " has " << entries[key] << " index entries";
-    keys.push_back(key);
-  }
-  for (auto* handle : handles) EXPECT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
-  return keys;
-}
 
 // A LocalBackend on a RocksDbStorage whose file system is a FaultFs: what Store::Open builds for
 // the owner of a store, with the fault hook added.

@@ -274,6 +274,7 @@ Result<std::unique_ptr<RocksDbStorage>> RocksDbStorage::Open(const RocksDbConfig
 
 Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   path_ = config.path;
+  if (config.token_block != 0) token_block_ = config.token_block;
   auto engine = std::make_shared<EngineOptions>(MakeEngineOptions(config.memory_budget));
   keep_alive_ = engine;
 
@@ -414,7 +415,7 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   }
   // Tokens below the stored ceiling may have been handed out before a crash: skip them all.
   next_token_ = start;
-  IDEM_RETURN_IF_ERROR(PersistTokenCeiling(start + kTokenBlock));
+  IDEM_RETURN_IF_ERROR(PersistTokenCeiling(start + token_block_));
 
   const TimePoint now = config.clock->Now();
   read = db_->Get(rocksdb::ReadOptions(), meta_, kFilterHorizonKey, &value);
@@ -475,7 +476,7 @@ Result<uint64_t> RocksDbStorage::NextToken() {
   if (token >= token_ceiling_.load()) {
     std::lock_guard lock(token_mu_);
     while (token >= token_ceiling_.load()) {
-      IDEM_RETURN_IF_ERROR(PersistTokenCeiling(token_ceiling_.load() + kTokenBlock));
+      IDEM_RETURN_IF_ERROR(PersistTokenCeiling(token_ceiling_.load() + token_block_));
     }
   }
   return token;
@@ -914,6 +915,21 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
   // Buffered: a purge lost in a crash is simply done again by the next one.
   IDEM_RETURN_IF_ERROR(Write(Durability::kBuffered, &batch, "purging records"));
   return due;
+}
+
+Status RocksDbStorage::Install(const RocksDbConfig& config, const std::string& staging,
+                               const std::string& destination) {
+  const std::shared_ptr<rocksdb::FileSystem> file_system =
+      config.env ? config.env->GetFileSystem() : rocksdb::FileSystem::Default();
+  const std::string parent = std::filesystem::path(destination).parent_path().string();
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(file_system->RenameFile(staging, destination, rocksdb::IOOptions(), nullptr),
+                  "installing " + EscapeControls(staging) + " as " + EscapeControls(destination)));
+  std::unique_ptr<rocksdb::FSDirectory> directory;
+  rocksdb::IOStatus synced =
+      file_system->NewDirectory(parent, rocksdb::IOOptions(), &directory, nullptr);
+  if (synced.ok()) synced = directory->Fsync(rocksdb::IOOptions(), nullptr);
+  return FromRocksDb(synced, "syncing " + EscapeControls(parent));
 }
 
 Result<RocksDbStorage::Contents> RocksDbStorage::Inspect(const std::string& path) {

@@ -45,6 +45,9 @@ struct RocksDbConfig {
   // Test hook: the Env (and through it the FileSystem) RocksDB uses; null means the default.
   // The fault injection tests pass one whose writes and syncs fail on demand.
   std::shared_ptr<rocksdb::Env> env;
+  // Test hook: how many tokens each persisted token ceiling reserves (kTokenBlock). The power-cut
+  // tests make it small, so that cuts land while a ceiling is being written.
+  uint64_t token_block = 0;  // 0: kTokenBlock
   // Receives what an operator must hear and no call returns: the store stopped writing after a
   // disk error, and started again (Options::log). Called from the caller's thread of a write,
   // never from RocksDB's. Null: dropped.
@@ -72,6 +75,12 @@ class RocksDbStorage final : public Storage {
   // not read: a damaged one is reported by Open, naming it. Errors: kIOError when the directory
   // cannot be read.
   static Result<Contents> Inspect(const std::string& path);
+
+  // Puts a database built at `staging` (and closed) in place at `destination`, renaming it and
+  // syncing their parent directory, through the file system `config` names, so that a power cut
+  // leaves either no database at `destination` or the whole one.
+  static Status Install(const RocksDbConfig& config, const std::string& staging,
+                        const std::string& destination);
 
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
@@ -201,6 +210,7 @@ class RocksDbStorage final : public Storage {
 
   std::mutex purge_mu_;  // one purge at a time
 
+  uint64_t token_block_ = kTokenBlock;  // RocksDbConfig::token_block
   std::atomic<uint64_t> next_token_{1};
   std::mutex token_mu_;
   std::atomic<uint64_t> token_ceiling_{0};  // written under token_mu_
