@@ -16,8 +16,8 @@
 #include <optional>
 #include <vector>
 
-#include "sharing/process.h"
 #include "test_util.h"
+#include "util/process.h"
 
 namespace {
 
@@ -236,35 +236,35 @@ TEST(DeadHolder, ThisProcessesOwnClaimsAreAlive) {
 }
 
 TEST(DeadHolder, AReusedPidIsNotMistakenForTheHolder) {
-  namespace sharing = idem::sharing;
-  const idem::Holder self = sharing::ThisProcessHolder();
+  namespace util = idem::util;
+  const idem::Holder self = util::ThisProcessHolder();
   ASSERT_NE(self.process_start, 0u);
   ASSERT_NE(self.pid_scope, 0u) << "this test needs a /proc of its own PID namespace";
-  EXPECT_EQ(self.pid_scope, sharing::PidScope());
-  EXPECT_FALSE(sharing::HolderIsDead(self));
+  EXPECT_EQ(self.pid_scope, util::PidScope());
+  EXPECT_FALSE(util::HolderIsDead(self));
   // The same pid with another start time is a different (earlier) process: dead.
   idem::Holder earlier = self;
   earlier.process_start += 1;
-  EXPECT_TRUE(sharing::HolderIsDead(earlier));
+  EXPECT_TRUE(util::HolderIsDead(earlier));
   // Unknown holders are never declared dead.
-  EXPECT_FALSE(sharing::HolderIsDead({}));
+  EXPECT_FALSE(util::HolderIsDead({}));
   // A pid beyond the kernel's pid_max exists nowhere.
   idem::Holder nowhere = self;
   nowhere.pid = 1u << 30;
-  EXPECT_TRUE(sharing::HolderIsDead(nowhere));
+  EXPECT_TRUE(util::HolderIsDead(nowhere));
   // ... but recorded in another scope (boot, PID or time namespace), or in an unknown one, it
   // may name a live process there: never dead.
   nowhere.pid_scope = self.pid_scope + 1;
-  EXPECT_FALSE(sharing::HolderIsDead(nowhere));
+  EXPECT_FALSE(util::HolderIsDead(nowhere));
   nowhere.pid_scope = 0;
-  EXPECT_FALSE(sharing::HolderIsDead(nowhere));
+  EXPECT_FALSE(util::HolderIsDead(nowhere));
   // A forked child is a holder of its own.
   int channel[2];
   ASSERT_EQ(pipe(channel), 0);
-  const idem::Holder parent = sharing::ThisProcessHolder();
+  const idem::Holder parent = util::ThisProcessHolder();
   const pid_t child = fork();
   if (child == 0) {
-    const idem::Holder holder = sharing::ThisProcessHolder();
+    const idem::Holder holder = util::ThisProcessHolder();
     const bool distinct = holder.pid != parent.pid && holder.request_id != parent.request_id;
     const char byte = distinct ? 'y' : 'n';
     _exit(write(channel[1], &byte, 1) == 1 ? 0 : 1);

@@ -12,9 +12,9 @@
 #include <random>
 #include <thread>
 
+#include "core/local_backend.h"
 #include "fault_fs.h"
 #include "index_check.h"
-#include "local_backend.h"
 #include "storage/rocksdb_storage.h"
 #include "test_util.h"
 

@@ -344,11 +344,11 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
   const std::vector<std::string> hostile = {
       std::string("\x05\x00\x00\x00garbage", 11),                   // not a request
       std::string("\xff\xff\xff\x7f", 4),                           // 2 GiB length
-      std::string("\x03\x00\x00\x00\x02\x63\x00", 7),               // unknown op 0x63
-      std::string("\x06\x00\x00\x00\x02\x01\xff\xff\xff\xff", 10),  // key runs past the end
+      std::string("\x03\x00\x00\x00\x03\x63\x00", 7),               // unknown op 0x63
+      std::string("\x06\x00\x00\x00\x03\x01\xff\xff\xff\xff", 10),  // key runs past the end
       // Two Get requests in one write: a second request before the answer to the first.
-      std::string("\x07\x00\x00\x00\x02\x03\x01\x00\x00\x00k"
-                  "\x07\x00\x00\x00\x02\x03\x01\x00\x00\x00k",
+      std::string("\x07\x00\x00\x00\x03\x03\x01\x00\x00\x00k"
+                  "\x07\x00\x00\x00\x03\x03\x01\x00\x00\x00k",
                   22),
   };
   for (const std::string& frame : hostile) {
@@ -362,9 +362,10 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
   EXPECT_TRUE(log.Contains("dropped the connection"));
   EXPECT_TRUE(log.Contains("over the limit"));
 
-  // A request of another protocol version (a process of another idem release) is refused with
-  // a status that process can read, not dropped: it must not take the owner for lost.
-  for (const char version : {'\x01', '\x09'}) {
+  // A request of another protocol version (a process of another idem release: version 2 sent
+  // records in the store's disk format) is refused with a status that process can read, not
+  // dropped: it must not take the owner for lost.
+  for (const char version : {'\x01', '\x02', '\x09'}) {
     const int fd = RawConnect(dir.StorePath());
     ASSERT_GE(fd, 0);
     const std::string get =
@@ -374,7 +375,7 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
     ASSERT_TRUE(refused.has_value()) << "version " << int{version};
     EXPECT_EQ(refused->kind, idem::sharing::ResponseKind::kRefusal);
     EXPECT_EQ(refused->status.code(), Status::Code::kBusy);
-    EXPECT_NE(refused->status.message().find("protocol version 2"), std::string::npos)
+    EXPECT_NE(refused->status.message().find("protocol version 3"), std::string::npos)
         << refused->status.message();
     close(fd);
   }
@@ -407,7 +408,7 @@ TEST(Sharing, AnotherUsersConnectionIsRefused) {
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
     const int fd = RawConnect(dir.StorePath());
     if (fd < 0) _exit(11);
-    const std::string get("\x07\x00\x00\x00\x02\x03\x01\x00\x00\x00k", 11);
+    const std::string get("\x07\x00\x00\x00\x03\x03\x01\x00\x00\x00k", 11);
     static_cast<void>(send(fd, get.data(), get.size(), MSG_NOSIGNAL));  // may be closed already
     // The owner says why before it closes: a refusal, not a lost owner.
     const std::optional<Closing> refused = ReadClosing(fd);

@@ -5,7 +5,7 @@
 #include <rocksdb/perf_context.h>
 #include <rocksdb/perf_level.h>
 
-#include "local_backend.h"
+#include "core/local_backend.h"
 #include "storage/rocksdb_storage.h"
 #include "test_util.h"
 

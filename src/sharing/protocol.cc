@@ -1,12 +1,7 @@
 #include "sharing/protocol.h"
 
-#include "storage/record_codec.h"
-
 namespace idem::sharing {
 namespace {
-
-using storage::GetFixed32;
-using storage::GetFixed64;
 
 // Reads an enum stored as u8, failing the reader when it is above `last`.
 template <class Enum>
@@ -21,66 +16,6 @@ Status Malformed(std::string_view what) {
 }
 
 }  // namespace
-
-void Writer::U32(uint32_t value) { storage::PutFixed32(out_, value); }
-void Writer::U64(uint64_t value) { storage::PutFixed64(out_, value); }
-
-void Writer::Bytes(std::string_view bytes) {
-  U32(static_cast<uint32_t>(bytes.size()));
-  out_.append(bytes);
-}
-
-void Writer::RecordFields(const Record& record) {
-  Bytes(record.key);
-  Bytes(storage::EncodeRecord(record));
-  U8(record.timed_out ? 1 : 0);
-}
-
-bool Reader::Take(std::size_t size, std::string_view& out) {
-  if (failed_ || in_.size() < size) {
-    failed_ = true;
-    return false;
-  }
-  out = in_.substr(0, size);
-  in_.remove_prefix(size);
-  return true;
-}
-
-uint8_t Reader::U8() {
-  std::string_view bytes;
-  return Take(1, bytes) ? static_cast<uint8_t>(bytes[0]) : 0;
-}
-
-uint32_t Reader::U32() {
-  std::string_view bytes;
-  return Take(4, bytes) ? GetFixed32(bytes.data()) : 0;
-}
-
-uint64_t Reader::U64() {
-  std::string_view bytes;
-  return Take(8, bytes) ? GetFixed64(bytes.data()) : 0;
-}
-
-std::string_view Reader::Bytes() {
-  const uint32_t size = U32();
-  std::string_view bytes;
-  Take(size, bytes);
-  return bytes;
-}
-
-Record Reader::RecordFields() {
-  const std::string_view key = Bytes();
-  const std::string_view value = Bytes();
-  const uint8_t timed_out = U8();
-  if (failed_) return {};
-  Result<Record> record = storage::DecodeRecord(key, value);
-  if (!record.ok() || timed_out > 1) {
-    failed_ = true;
-    return {};
-  }
-  record->timed_out = timed_out == 1;
-  return std::move(record).value();
-}
 
 std::string EncodeRequest(const Request& request) {
   Writer w;
@@ -330,20 +265,13 @@ Result<ScanPage> DecodeScanPage(std::string_view body) {
 
 std::string EncodeCounters(const Counters& c) {
   Writer w;
-  for (uint64_t value : {c.claims, c.replays, c.in_progress, c.takeovers, c.failed, c.mismatches,
-                         c.lease_lost, c.purged}) {
-    w.U64(value);
-  }
+  w.CounterFields(c);
   return std::move(w.buffer());
 }
 
 Result<Counters> DecodeCounters(std::string_view body) {
   Reader r(body);
-  Counters c;
-  for (uint64_t* field : {&c.claims, &c.replays, &c.in_progress, &c.takeovers, &c.failed,
-                          &c.mismatches, &c.lease_lost, &c.purged}) {
-    *field = r.U64();
-  }
+  Counters c = r.CounterFields();
   if (!r.done()) return Status::Unavailable("malformed counters from owner");
   return c;
 }

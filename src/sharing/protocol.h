@@ -22,14 +22,16 @@
 #include <string_view>
 #include <variant>
 
-#include "backend.h"
+#include "engine/backend.h"
+#include "sharing/wire_codec.h"
 
 namespace idem::sharing {
 
 // Never change these values: they are on the wire.
-// Version 2: responses carry their kind; Purge runs as a job polled by bounded requests; records
-// carry the record value format of the store (storage/record_codec.h).
-inline constexpr uint8_t kProtocolVersion = 2;
+// Version 2: responses carry their kind; Purge runs as a job polled by bounded requests.
+// Version 3: records and counters have the wire's own encoding (sharing/wire_codec.h), no longer
+// the store's on-disk record format.
+inline constexpr uint8_t kProtocolVersion = 3;
 enum class Op : uint8_t {
   kBegin = 1,
   kTransition = 2,
@@ -45,48 +47,6 @@ enum class ResponseKind : uint8_t {
   kAnswer = 0,   // the answer to the request; the connection stays open
   kRefusal = 1,  // the owner does not serve this connection (why: the status) and closes it
   kGoodbye = 2,  // the owner closes this idle connection; send the request on a new one
-};
-
-// Appends wire fields to a buffer.
-class Writer {
- public:
-  void U8(uint8_t value) { out_ += static_cast<char>(value); }
-  void U32(uint32_t value);
-  void U64(uint64_t value);
-  void I64(int64_t value) { U64(static_cast<uint64_t>(value)); }
-  void Bytes(std::string_view bytes);  // u32 length, then the bytes
-  void Millis(std::chrono::milliseconds value) { I64(value.count()); }
-  void RecordFields(const Record& record);
-
-  std::string& buffer() { return out_; }
-
- private:
-  std::string out_;
-};
-
-// Reads wire fields from a buffer. A read past the end (or a malformed record) sets failed()
-// and returns zero values; callers check failed() once at the end.
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  uint8_t U8();
-  uint32_t U32();
-  uint64_t U64();
-  int64_t I64() { return static_cast<int64_t>(U64()); }
-  std::string_view Bytes();
-  std::chrono::milliseconds Millis() { return std::chrono::milliseconds(I64()); }
-  Record RecordFields();
-
-  bool failed() const { return failed_; }
-  // True when everything was read and nothing is left over.
-  bool done() const { return !failed_ && in_.empty(); }
-  std::size_t remaining() const { return in_.size(); }
-
- private:
-  bool Take(std::size_t size, std::string_view& out);
-
-  std::string_view in_;
-  bool failed_ = false;
 };
 
 // The body of each request, as the server sees it once decoded. Views point into the frame.

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "sharing/process.h"
+#include "util/process.h"
 
 namespace idem::sharing {
 namespace {
@@ -138,7 +138,7 @@ Result<uint64_t> RemoteBackend::Purge(const PurgeOptions& options) {
   PurgeMessage message;
   message.options.dry_run = options.dry_run;
   message.options.compact = options.compact;
-  message.ticket = RandomRequestId();
+  message.ticket = util::RandomRequestId();
   // Half the deadline at most: the answer must arrive before the round trip gives up.
   message.wait = std::min(kPurgePollWait, request_timeout_ / 2);
   for (;;) {

@@ -24,7 +24,7 @@
 #include <mutex>
 #include <vector>
 
-#include "backend.h"
+#include "engine/backend.h"
 #include "sharing/protocol.h"
 #include "sharing/socket.h"
 

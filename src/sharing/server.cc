@@ -13,7 +13,7 @@
 #include <cstring>
 #include <optional>
 
-#include "sharing/process.h"
+#include "util/process.h"
 
 namespace idem::sharing {
 namespace {
@@ -293,7 +293,7 @@ void Server::AcceptAll() {
       ::close(fd);
       continue;
     }
-    Holder holder = HolderFor(peer.pid);
+    Holder holder = util::HolderFor(peer.pid);
     std::shared_ptr<Connection> displaced;
     {
       std::lock_guard lock(mu_);

@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend.h"
+#include "engine/backend.h"
 #include "sharing/log_limiter.h"
 #include "sharing/protocol.h"
 #include "sharing/socket.h"

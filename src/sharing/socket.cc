@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "storage/record_codec.h"
+#include "util/coding.h"
 #include "util/escape.h"
 
 namespace idem::sharing {
@@ -208,12 +208,12 @@ Result<OwnerConnection> Connect(const SocketAddress& address, std::chrono::milli
 std::string EncodeFrame(std::string_view payload) {
   std::string frame;
   frame.reserve(kFrameHeaderSize + payload.size());
-  storage::PutFixed32(frame, static_cast<uint32_t>(payload.size()));
+  util::PutFixed32(frame, static_cast<uint32_t>(payload.size()));
   frame.append(payload);
   return frame;
 }
 
-uint32_t FrameLength(const char* header) { return storage::GetFixed32(header); }
+uint32_t FrameLength(const char* header) { return util::GetFixed32(header); }
 
 Status SendFrame(int fd, std::string_view frame, std::chrono::steady_clock::time_point deadline) {
   std::size_t done = 0;

@@ -50,42 +50,7 @@ Status Corrupt(std::string_view key, std::string_view what) {
   return Status::Corruption("record " + EscapeKey(key) + ": " + std::string(what));
 }
 
-// The microseconds that a system_clock::time_point can hold: FromMicros of a value outside them
-// overflows (found by fuzz/fuzz_record_decoder; no record written by EncodeRecord has one).
-constexpr int64_t kMinMicros = std::chrono::duration_cast<std::chrono::microseconds>(
-                                   std::chrono::system_clock::duration::min())
-                                   .count();
-constexpr int64_t kMaxMicros = std::chrono::duration_cast<std::chrono::microseconds>(
-                                   std::chrono::system_clock::duration::max())
-                                   .count();
-
 }  // namespace
-
-void PutFixed32(std::string& out, uint32_t value) {
-  char buffer[4];
-  StoreFixed32(buffer, value);
-  out.append(buffer, sizeof(buffer));
-}
-
-void PutFixed64(std::string& out, uint64_t value) {
-  char buffer[8];
-  StoreFixed64(buffer, value);
-  out.append(buffer, sizeof(buffer));
-}
-
-int64_t ToMicros(std::chrono::system_clock::time_point time) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(time.time_since_epoch()).count();
-}
-
-std::chrono::system_clock::time_point FromMicros(int64_t micros) {
-  return std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::microseconds(micros)));
-}
-
-std::chrono::system_clock::time_point TruncateToMicros(std::chrono::system_clock::time_point time) {
-  return FromMicros(ToMicros(time));
-}
 
 std::string EncodeRecord(const Record& record) {
   std::string out;
@@ -150,7 +115,7 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
                                      {31, "updated"},
                                      {39, "lease_deadline"}}) {
     const auto micros = static_cast<int64_t>(GetFixed64(p + offset));
-    if (micros < kMinMicros || micros > kMaxMicros) {
+    if (!util::MicrosFitTimePoint(micros)) {
       return Corrupt(key, std::string(name) + " time " + std::to_string(micros) +
                               " us is outside the range of a time point");
     }

@@ -1,4 +1,4 @@
-#include "lease_keeper.h"
+#include "extras/lease_keeper.h"
 
 #include <pthread.h>
 

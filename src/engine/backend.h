@@ -4,8 +4,8 @@
 // repeated after a lost reply without changing its outcome (see docs/semantics.md), which is
 // what lets a client resend it to a new owner after a failover.
 
-#ifndef IDEM_BACKEND_H_
-#define IDEM_BACKEND_H_
+#ifndef IDEM_ENGINE_BACKEND_H_
+#define IDEM_ENGINE_BACKEND_H_
 
 #include <chrono>
 #include <cstdint>
@@ -68,4 +68,4 @@ class Backend {
 
 }  // namespace idem
 
-#endif  // IDEM_BACKEND_H_
+#endif  // IDEM_ENGINE_BACKEND_H_

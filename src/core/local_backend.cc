@@ -1,7 +1,8 @@
-#include "local_backend.h"
+#include "core/local_backend.h"
 
-#include "sharing/process.h"
 #include "storage/record_codec.h"
+#include "util/process.h"
+#include "util/time.h"
 
 namespace idem {
 namespace {
@@ -97,7 +98,7 @@ void LocalBackend::PurgeLoop(std::chrono::milliseconds interval) {
 }
 
 std::chrono::system_clock::time_point LocalBackend::Now() const {
-  return storage::TruncateToMicros(options_.clock->Now());
+  return util::TruncateToMicros(options_.clock->Now());
 }
 
 Status LocalBackend::CheckWritable() const {
@@ -156,7 +157,7 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
           reserved = engine::GraceLeft(*stored, graces).count() > 0;
         }
         const bool holder_is_dead =
-            reserved && options_.take_over_dead_holders && sharing::HolderIsDead(stored->holder);
+            reserved && options_.take_over_dead_holders && util::HolderIsDead(stored->holder);
         decision = engine::DecideBegin(std::move(stored), request, now, fresh_token, holder_is_dead,
                                        graces);
         return decision.write ? &decision.claim.record : nullptr;

@@ -16,16 +16,16 @@
 #include <optional>
 #include <thread>
 
-#include "backend.h"
-#include "local_backend.h"
+#include "core/local_backend.h"
+#include "core/store_directory.h"
+#include "engine/backend.h"
 #include "sharing/log_limiter.h"
 #include "sharing/owner_lock.h"
-#include "sharing/process.h"
 #include "sharing/remote_backend.h"
 #include "sharing/server.h"
 #include "storage/rocksdb_storage.h"
-#include "store_directory.h"
 #include "util/escape.h"
+#include "util/process.h"
 
 namespace idem {
 namespace {
@@ -102,7 +102,7 @@ class StoreCore {
 
   bool read_only() const { return options_.read_only; }
   // True in a child of fork(): this core belongs to the parent.
-  bool forked() const { return sharing::ForkGeneration() != creator_generation_; }
+  bool forked() const { return util::ForkGeneration() != creator_generation_; }
 
   // Runs `call(backend, resent)` on the current backend; when that backend lost the owner, fails
   // over and runs it again with resent = true. The failovers of one call together take at most
@@ -295,7 +295,7 @@ class StoreCore {
   }
 
   // Constant after construction.
-  const uint64_t creator_generation_ = sharing::ForkGeneration();
+  const uint64_t creator_generation_ = util::ForkGeneration();
   const fs::path directory_;
   const sharing::SocketAddress address_;
   const Options options_;  // the first opener's
@@ -335,10 +335,10 @@ class StoreHandle final : public Store {
         .lease = options.lease.count() > 0 ? options.lease : options_.default_lease,
         .retention = options.retention.count() > 0 ? options.retention : options_.default_retention,
         // One id for this call, resends included: a resent Begin gets its own claim back.
-        .request_id = sharing::RandomRequestId(),
+        .request_id = util::RandomRequestId(),
         .durability = options_.durability,
     };
-    const Holder holder = sharing::ThisProcessHolder();
+    const Holder holder = util::ThisProcessHolder();
     return core_->Run([&](Backend& backend, bool) { return backend.Begin(call, holder); });
   }
 

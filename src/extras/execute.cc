@@ -5,8 +5,8 @@
 #include <optional>
 #include <thread>
 
+#include "extras/lease_keeper.h"
 #include "idem/store.h"
-#include "lease_keeper.h"
 
 namespace idem {
 namespace {

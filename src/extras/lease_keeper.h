@@ -2,8 +2,8 @@
 // request is not taken over while its process is alive. One thread per process serves every
 // store and every attempt: renewals are rare (every lease/3) and cheap.
 
-#ifndef IDEM_LEASE_KEEPER_H_
-#define IDEM_LEASE_KEEPER_H_
+#ifndef IDEM_EXTRAS_LEASE_KEEPER_H_
+#define IDEM_EXTRAS_LEASE_KEEPER_H_
 
 #include <atomic>
 #include <chrono>
@@ -101,4 +101,4 @@ class LeaseKeeper {
 
 }  // namespace idem
 
-#endif  // IDEM_LEASE_KEEPER_H_
+#endif  // IDEM_EXTRAS_LEASE_KEEPER_H_

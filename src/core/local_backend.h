@@ -2,8 +2,8 @@
 // store (and by read-only handles, which never write). It checks every argument against its
 // own Options (the owner's limits apply to every process sharing the store). Thread-safe.
 
-#ifndef IDEM_LOCAL_BACKEND_H_
-#define IDEM_LOCAL_BACKEND_H_
+#ifndef IDEM_CORE_LOCAL_BACKEND_H_
+#define IDEM_CORE_LOCAL_BACKEND_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -11,8 +11,8 @@
 #include <mutex>
 #include <thread>
 
-#include "backend.h"
-#include "stall_watch.h"
+#include "core/stall_watch.h"
+#include "engine/backend.h"
 #include "storage/storage.h"
 
 namespace idem {
@@ -64,4 +64,4 @@ class LocalBackend final : public Backend {
 
 }  // namespace idem
 
-#endif  // IDEM_LOCAL_BACKEND_H_
+#endif  // IDEM_CORE_LOCAL_BACKEND_H_

@@ -1,4 +1,4 @@
-#include "sharing/process.h"
+#include "util/process.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-namespace idem::sharing {
+namespace idem::util {
 namespace {
 
 // What a child of fork() must not share with its parent. Updated by the fork handler in the
@@ -287,4 +287,4 @@ bool HolderIsDead(const Holder& holder) {
   return start && *start != holder.process_start;
 }
 
-}  // namespace idem::sharing
+}  // namespace idem::util

@@ -1,7 +1,7 @@
 // Identity and liveness of processes on this host, for claims whose holder may have died.
 
-#ifndef IDEM_SHARING_PROCESS_H_
-#define IDEM_SHARING_PROCESS_H_
+#ifndef IDEM_UTIL_PROCESS_H_
+#define IDEM_UTIL_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -10,7 +10,7 @@
 
 #include "idem/record.h"
 
-namespace idem::sharing {
+namespace idem::util {
 
 // The start time of process `pid` in clock ticks after boot (field 22 of /proc/PID/stat), or
 // nullopt when it cannot be read: no such process, no /proc of this process's PID namespace, or
@@ -46,6 +46,6 @@ Holder HolderFor(pid_t pid);
 // for its lease.
 bool HolderIsDead(const Holder& holder);
 
-}  // namespace idem::sharing
+}  // namespace idem::util
 
-#endif  // IDEM_SHARING_PROCESS_H_
+#endif  // IDEM_UTIL_PROCESS_H_

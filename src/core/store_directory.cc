@@ -1,4 +1,4 @@
-#include "store_directory.h"
+#include "core/store_directory.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
-#include "stall_watch.h"
+#include "core/stall_watch.h"
 
-#include "storage/record_codec.h"
+#include "util/time.h"
 
 namespace idem {
 
@@ -13,7 +13,7 @@ StallWatch::StallWatch(std::shared_ptr<const Clock> clock, milliseconds grace)
   last_tick_ = now;
   last_tick_wall_ = clock_->Now();
   // Every claim written before this owner began may have lost renewals while there was none.
-  ownership_.scope.written_before = storage::TruncateToMicros(last_tick_wall_);
+  ownership_.scope.written_before = util::TruncateToMicros(last_tick_wall_);
   ownership_.until = now + grace_;
   thread_ = std::thread([this] { Run(); });
 }
@@ -37,7 +37,7 @@ void StallWatch::Tick(Steady::time_point now) {
     // Renewals stopped at the last tick and are possible again from now: claims live then and
     // not written since keep their holders for one grace.
     stall_.scope.lease_ended_after = last_tick_wall_;
-    stall_.scope.written_before = storage::TruncateToMicros(clock_->Now());
+    stall_.scope.written_before = util::TruncateToMicros(clock_->Now());
     stall_.until = now + grace_;
   }
   last_tick_ = now;

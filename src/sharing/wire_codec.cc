@@ -1,0 +1,172 @@
+#include "sharing/wire_codec.h"
+
+#include <iterator>
+
+#include "util/coding.h"
+#include "util/time.h"
+
+namespace idem::sharing {
+namespace {
+
+// Each counter's number on the wire. Never renumber or reuse one: a reader skips numbers it
+// does not know, so a counter added within a protocol version reads as 0 from an older owner
+// and is ignored by an older client.
+struct WireCounter {
+  uint8_t id;
+  uint64_t Counters::*field;
+};
+constexpr WireCounter kWireCounters[] = {
+    {1, &Counters::claims},     {2, &Counters::replays}, {3, &Counters::in_progress},
+    {4, &Counters::takeovers},  {5, &Counters::failed},  {6, &Counters::mismatches},
+    {7, &Counters::lease_lost}, {8, &Counters::purged},
+};
+static_assert(
+    [] {
+      for (const WireCounter& counter : kWireCounters) {
+        if (counter.id == 0 || counter.id >= 32) return false;  // Reader's `seen` mask
+      }
+      return true;
+    }(),
+    "counter numbers are 1 to 31");
+// The size of one counter on the wire: u8 id, u64 value.
+constexpr std::size_t kCounterSize = 9;
+
+}  // namespace
+
+void Writer::U32(uint32_t value) { util::PutFixed32(out_, value); }
+void Writer::U64(uint64_t value) { util::PutFixed64(out_, value); }
+
+void Writer::Bytes(std::string_view bytes) {
+  U32(static_cast<uint32_t>(bytes.size()));
+  out_.append(bytes);
+}
+
+void Writer::Time(std::chrono::system_clock::time_point value) { I64(util::ToMicros(value)); }
+
+void Writer::RecordFields(const Record& record) {
+  Bytes(record.key);
+  U8(static_cast<uint8_t>(record.state));
+  Bool(record.timed_out);
+  Bytes(record.type);
+  Bytes(record.fingerprint);
+  Bytes(record.result);
+  Bytes(record.checkpoint);
+  U64(record.token);
+  U32(record.attempts);
+  Bool(record.retryable);
+  Time(record.created);
+  Time(record.updated);
+  Time(record.lease_deadline);
+  Time(record.expires);
+  U32(record.holder.pid);
+  U64(record.holder.process_start);
+  U64(record.holder.pid_scope);
+  U64(record.holder.request_id);
+  Bool(record.holder.took_over);
+}
+
+void Writer::CounterFields(const Counters& counters) {
+  U32(static_cast<uint32_t>(std::size(kWireCounters)));
+  for (const WireCounter& counter : kWireCounters) {
+    U8(counter.id);
+    U64(counters.*counter.field);
+  }
+}
+
+bool Reader::Take(std::size_t size, std::string_view& out) {
+  if (failed_ || in_.size() < size) {
+    failed_ = true;
+    return false;
+  }
+  out = in_.substr(0, size);
+  in_.remove_prefix(size);
+  return true;
+}
+
+uint8_t Reader::U8() {
+  std::string_view bytes;
+  return Take(1, bytes) ? static_cast<uint8_t>(bytes[0]) : 0;
+}
+
+uint32_t Reader::U32() {
+  std::string_view bytes;
+  return Take(4, bytes) ? util::GetFixed32(bytes.data()) : 0;
+}
+
+uint64_t Reader::U64() {
+  std::string_view bytes;
+  return Take(8, bytes) ? util::GetFixed64(bytes.data()) : 0;
+}
+
+bool Reader::Bool() {
+  const uint8_t value = U8();
+  if (value > 1) failed_ = true;
+  return value == 1;
+}
+
+std::string_view Reader::Bytes() {
+  const uint32_t size = U32();
+  std::string_view bytes;
+  Take(size, bytes);
+  return bytes;
+}
+
+std::chrono::system_clock::time_point Reader::Time() {
+  const int64_t micros = I64();
+  if (!util::MicrosFitTimePoint(micros)) {
+    failed_ = true;
+    return {};
+  }
+  return util::FromMicros(micros);
+}
+
+Record Reader::RecordFields() {
+  Record record;
+  record.key = Bytes();
+  const uint8_t state = U8();
+  if (state > static_cast<uint8_t>(State::kFailed)) failed_ = true;
+  record.state = static_cast<State>(state);
+  record.timed_out = Bool();
+  record.type = Bytes();
+  record.fingerprint = Bytes();
+  record.result = Bytes();
+  record.checkpoint = Bytes();
+  record.token = U64();
+  record.attempts = U32();
+  record.retryable = Bool();
+  record.created = Time();
+  record.updated = Time();
+  record.lease_deadline = Time();
+  record.expires = Time();
+  record.holder.pid = U32();
+  record.holder.process_start = U64();
+  record.holder.pid_scope = U64();
+  record.holder.request_id = U64();
+  record.holder.took_over = Bool();
+  if (failed_) return {};
+  return record;
+}
+
+Counters Reader::CounterFields() {
+  Counters counters;
+  const uint32_t count = U32();
+  if (failed_ || count > remaining() / kCounterSize) {
+    failed_ = true;
+    return {};
+  }
+  uint32_t seen = 0;  // bit i: the counter numbered i was read (numbers 1 to 31 are known)
+  for (uint32_t i = 0; i < count && !failed_; ++i) {
+    const uint8_t id = U8();
+    const uint64_t value = U64();
+    for (const WireCounter& counter : kWireCounters) {
+      if (counter.id != id) continue;
+      if ((seen & (1u << id)) != 0) failed_ = true;
+      seen |= 1u << id;
+      counters.*counter.field = value;
+    }
+  }
+  if (failed_) return {};
+  return counters;
+}
+
+}  // namespace idem::sharing

@@ -1,0 +1,211 @@
+// The wire protocol's encoding of records and counters (sharing/wire_codec.h, docs/format.md):
+// its own layout, independent of the on-disk record format, and strict about what it accepts.
+
+#include "sharing/protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "util/time.h"
+
+namespace idem::sharing {
+namespace {
+
+using util::FromMicros;
+
+std::string Bytes(const char* bytes, std::size_t size) { return std::string(bytes, size); }
+
+// A little-endian u32 length, then the bytes.
+std::string Prefixed(std::string_view bytes) {
+  const auto n = static_cast<uint32_t>(bytes.size());
+  std::string out = {static_cast<char>(n & 0xFF), static_cast<char>((n >> 8) & 0xFF),
+                     static_cast<char>((n >> 16) & 0xFF), static_cast<char>(n >> 24)};
+  return out + std::string(bytes);
+}
+
+Record SampleRecord() {
+  Record r;
+  r.key = "k";
+  r.state = State::kFailed;
+  r.timed_out = false;
+  r.type = "t";
+  r.fingerprint = "f";
+  r.result = "r";
+  r.checkpoint = "c";
+  r.token = 0x1122334455667788ULL;
+  r.attempts = 3;
+  r.retryable = true;
+  r.created = FromMicros(-1);
+  r.updated = FromMicros(7);
+  r.lease_deadline = FromMicros(8);
+  r.expires = FromMicros(0x0102);
+  r.holder = {
+      .pid = 0x01020304, .process_start = 5, .pid_scope = 9, .request_id = 6, .took_over = true};
+  return r;
+}
+
+// The exact bytes of a record in protocol version 3 (docs/format.md), so that neither a change of
+// the on-disk format (which the protocol carried until version 2) nor an encoder change can alter
+// the protocol unnoticed: a round trip alone would not catch a change made to both sides.
+TEST(Protocol, ARecordHasTheWiresOwnDocumentedLayout) {
+  const std::string expected = std::string("\x01", 1) +  // present
+                               Prefixed("k") +           // key
+                               Bytes(
+                                   "\x02"   // state: failed
+                                   "\x00",  // timed_out
+                                   2) +
+                               Prefixed("t") + Prefixed("f") + Prefixed("r") +
+                               Prefixed("c") +  // type ... checkpoint
+                               Bytes(
+                                   "\x88\x77\x66\x55\x44\x33\x22\x11"  // token
+                                   "\x03\0\0\0"                        // attempts
+                                   "\x01"                              // retryable
+                                   "\xff\xff\xff\xff\xff\xff\xff\xff"  // created = -1 us
+                                   "\x07\0\0\0\0\0\0\0"                // updated
+                                   "\x08\0\0\0\0\0\0\0"                // lease_deadline
+                                   "\x02\x01\0\0\0\0\0\0"              // expires
+                                   "\x04\x03\x02\x01"                  // holder pid
+                                   "\x05\0\0\0\0\0\0\0"                // process_start
+                                   "\x09\0\0\0\0\0\0\0"                // pid_scope
+                                   "\x06\0\0\0\0\0\0\0"                // request_id
+                                   "\x01",                             // took_over
+                                   8 + 4 + 1 + 4 * 8 + 4 + 3 * 8 + 1);
+  EXPECT_EQ(EncodeOptionalRecord(SampleRecord()), expected);
+}
+
+TEST(Protocol, RecordsRoundTripInEveryBody) {
+  Record timed_out = SampleRecord();
+  timed_out.state = State::kPending;
+  timed_out.timed_out = true;
+  timed_out.key = std::string("\0\xff", 2);
+
+  Result<std::optional<Record>> one = DecodeOptionalRecord(EncodeOptionalRecord(timed_out));
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(**one, timed_out);
+  Result<std::optional<Record>> none = DecodeOptionalRecord(EncodeOptionalRecord({}));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+
+  const Claim claim{.outcome = Outcome::kInProgress,
+                    .token = 7,
+                    .took_over = true,
+                    .retry_after = std::chrono::milliseconds(1500),
+                    .record = timed_out};
+  Result<Claim> decoded_claim = DecodeClaim(EncodeClaim(claim));
+  ASSERT_TRUE(decoded_claim.ok()) << decoded_claim.status().ToString();
+  EXPECT_EQ(decoded_claim->record, timed_out);
+  EXPECT_EQ(decoded_claim->retry_after, claim.retry_after);
+
+  const ScanPage page{.records = {SampleRecord(), timed_out, Record{}}, .more = true};
+  Result<ScanPage> decoded_page = DecodeScanPage(EncodeScanPage(page));
+  ASSERT_TRUE(decoded_page.ok()) << decoded_page.status().ToString();
+  EXPECT_EQ(decoded_page->records, page.records);
+  EXPECT_TRUE(decoded_page->more);
+}
+
+// Each field the decoder checks, set out of its range in an otherwise valid record.
+TEST(Protocol, ARecordWithAFieldOutOfRangeIsMalformed) {
+  const std::string good = EncodeOptionalRecord(SampleRecord());
+  const std::size_t state_at = 1 + 4 + 1;  // present, key
+  const std::size_t timed_out_at = state_at + 1;
+  const std::size_t retryable_at = timed_out_at + 1 + 4 * (4 + 1) + 8 + 4;
+  const std::size_t created_at = retryable_at + 1;
+  const std::size_t took_over_at = good.size() - 1;
+  struct Case {
+    const char* what;
+    std::size_t at;
+    std::string bytes;
+  };
+  for (const Case& c :
+       {Case{"state 3", state_at, "\x03"}, Case{"timed_out 2", timed_out_at, "\x02"},
+        Case{"retryable 2", retryable_at, "\x02"},
+        // i64 max microseconds: beyond what a time_point holds
+        Case{"created beyond a time_point", created_at, "\xff\xff\xff\xff\xff\xff\xff\x7f"},
+        Case{"took_over 2", took_over_at, "\x02"}}) {
+    std::string bad = good;
+    bad.replace(c.at, c.bytes.size(), c.bytes);
+    Result<std::optional<Record>> decoded = DecodeOptionalRecord(bad);
+    ASSERT_FALSE(decoded.ok()) << c.what;
+    EXPECT_EQ(decoded.status().code(), Status::Code::kUnavailable) << c.what;
+  }
+  for (std::size_t size = 0; size < good.size(); ++size) {
+    EXPECT_FALSE(DecodeOptionalRecord(good.substr(0, size)).ok()) << "cut at " << size;
+  }
+  EXPECT_FALSE(DecodeOptionalRecord(good + "x").ok()) << "trailing byte";
+}
+
+// Counters travel as numbered fields: u32 count, then (u8 number, u64 value) for each.
+TEST(Protocol, CountersAreNumberedFields) {
+  const Counters counters{.claims = 1,
+                          .replays = 2,
+                          .in_progress = 3,
+                          .takeovers = 4,
+                          .failed = 5,
+                          .mismatches = 6,
+                          .lease_lost = 7,
+                          .purged = 0x0102};
+  std::string expected = Bytes("\x08\0\0\0", 4);
+  for (int id = 1; id <= 8; ++id) {
+    expected += static_cast<char>(id);
+    expected +=
+        id == 8 ? Bytes("\x02\x01\0\0\0\0\0\0", 8) : static_cast<char>(id) + std::string(7, '\0');
+  }
+  EXPECT_EQ(EncodeCounters(counters), expected);
+  Result<Counters> decoded = DecodeCounters(expected);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->purged, 0x0102u);
+  EXPECT_EQ(decoded->lease_lost, 7u);
+}
+
+TEST(Protocol, CountersSkipUnknownNumbersAndRefuseRepeatedOnes) {
+  // Number 200 (a counter of a later release) is skipped; absent counters read 0.
+  const std::string known_and_unknown = Bytes(
+      "\x02\0\0\0"
+      "\x02\x05\0\0\0\0\0\0\0"
+      "\xc8\x09\0\0\0\0\0\0\0",
+      4 + 2 * 9);
+  Result<Counters> decoded = DecodeCounters(known_and_unknown);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->replays, 5u);
+  EXPECT_EQ(decoded->claims, 0u);
+  EXPECT_EQ(decoded->purged, 0u);
+
+  const std::string repeated = Bytes(
+      "\x02\0\0\0"
+      "\x02\x05\0\0\0\0\0\0\0"
+      "\x02\x06\0\0\0\0\0\0\0",
+      4 + 2 * 9);
+  EXPECT_FALSE(DecodeCounters(repeated).ok());
+  // A count that the body cannot hold.
+  EXPECT_FALSE(DecodeCounters(Bytes("\xff\xff\xff\xff", 4)).ok());
+  EXPECT_FALSE(DecodeCounters(known_and_unknown + "x").ok());
+}
+
+// Version 2 sent records in the store's disk format: an owner of version 3 refuses its requests
+// naming both versions, and a client of version 3 reads a version 2 answer as a refusal.
+TEST(Protocol, AVersionTwoPeerIsRefusedNamingTheVersions) {
+  std::string request = EncodeRequest(GetMessage{"k"});
+  ASSERT_EQ(RequestVersion(request), kProtocolVersion);
+  ASSERT_EQ(kProtocolVersion, 3);
+  request[0] = '\x02';
+  Result<Request> decoded = DecodeRequest(request);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(decoded.status().message().find("version 2"), std::string::npos)
+      << decoded.status().message();
+
+  std::string response = EncodeResponse(Status::OK(), EncodeOptionalRecord(SampleRecord()));
+  response[0] = '\x02';
+  Status status;
+  ResponseKind kind = ResponseKind::kAnswer;
+  Result<std::string_view> body = DecodeResponse(response, status, kind);
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  EXPECT_EQ(kind, ResponseKind::kRefusal);
+  EXPECT_EQ(status.code(), Status::Code::kBusy);
+  EXPECT_NE(status.message().find("protocol version 2, this process 3"), std::string::npos)
+      << status.message();
+}
+
+}  // namespace
+}  // namespace idem::sharing
