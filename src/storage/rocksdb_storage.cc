@@ -28,6 +28,7 @@
 
 #include "storage/engine_options.h"
 #include "storage/info_log.h"
+#include "storage/log_tail.h"
 #include "storage/manifest_mark.h"
 #include "storage/private_files.h"
 #include "storage/record_codec.h"
@@ -306,6 +307,13 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   // A MANIFEST that lost committed edits is refused before RocksDB can act on it; the owner
   // writes the mark that makes this check possible (manifest_mark.h).
   IDEM_RETURN_IF_ERROR(CheckManifestMark(*file_system, path_));
+  // Pages a power cut never wrote end the logs where they are, before RocksDB reads them
+  // (log_tail.h). Only an owner may change the files; a read-only open of such a store reports
+  // the log damaged until an owner has opened it.
+  std::vector<std::string> cut_logs;
+  if (!config.read_only) {
+    IDEM_ASSIGN_OR_RETURN(cut_logs, CutUnwrittenLogTails(*file_system, path_));
+  }
   // A read-only instance deletes nothing: it needs no mark, and writes no log file.
   env_ = NewStorageEnv(config.read_only
                            ? file_system
@@ -357,6 +365,10 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   auto info_log =
       std::make_shared<InfoLog>(config.read_only ? std::string() : path_, kInfoLogFileBytes);
   db_options.info_log = info_log;
+  for (const std::string& line : cut_logs) {
+    rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, info_log, "idem: %s", line.c_str());
+    Report("store " + EscapeControls(path_) + ": " + line);
+  }
 
   rocksdb::DB* db = nullptr;
   rocksdb::Status opened;
