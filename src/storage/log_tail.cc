@@ -201,22 +201,6 @@ Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
     cut = true;
   }
 
-  std::string current;
-  if (rocksdb::ReadFileToString(&fs, db_path + "/CURRENT", &current).ok()) {
-    if (!current.empty() && current.back() == '\n') current.pop_back();
-    if (FileNumber(current, "MANIFEST-", "").has_value()) {
-      const std::string path = db_path + "/" + current;
-      Result<LogScan> scan = ScanLog(fs, path);
-      // A MANIFEST that cannot be read is RocksDB's to report, naming it.
-      if (scan.ok() && scan->unwritten_pages) {
-        IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan->intact_end));
-        report.push_back("cut " + EscapeControls(path) + " at byte " +
-                         std::to_string(scan->intact_end) + " of " + std::to_string(scan->size) +
-                         ": a power cut left pages there that were never written; the edit "
-                         "they held was never synced");
-      }
-    }
-  }
   return report;
 }
 

@@ -20,8 +20,12 @@
 //
 // The signature, at the first record that is not whole and intact: its header reads as zeros,
 // or zeros run from inside it to the end of a 4 KiB page (at least 64 bytes of them, so that a
-// payload ending in a few zero bytes is not mistaken for one). The current MANIFEST (the same
-// format) is checked the same way.
+// payload ending in a few zero bytes is not mistaken for one).
+//
+// The MANIFEST (the same format) needs none of this: RocksDB syncs it after every edit, so only
+// its last edit can hold such pages, and RocksDB 7.8 reads a damaged last edit as a torn one
+// (tests/power_cut_test.cc,
+// UnwrittenPages.TheLastManifestEditNeverWrittenIsIgnoredAndNothingIsLost).
 
 #ifndef IDEM_STORAGE_LOG_TAIL_H_
 #define IDEM_STORAGE_LOG_TAIL_H_
@@ -57,8 +61,9 @@ struct LogScan {
 
 Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path);
 
-// Cuts the logs of the database at `db_path` after a power cut as described above, syncing
-// what it changes. Returns a line for the operator per file changed (none when nothing was).
+// Cuts the write-ahead logs of the database at `db_path` after a power cut as described
+// above, syncing what it changes. Returns a line for the operator per file changed (none when
+// nothing was).
 Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
                                                       const std::string& db_path);
 
