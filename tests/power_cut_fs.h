@@ -123,19 +123,7 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
       // sync, at random.
       const uint64_t unsynced =
           inode->written_on > inode->synced ? inode->written_on - inode->synced : 0;
-      uint64_t kept = 0;
-      switch (random == nullptr ? 0 : (*random)() % 4) {
-        case 0:
-        case 1:
-          kept = 0;
-          break;
-        case 2:
-          kept = unsynced;
-          break;
-        default:
-          kept = (*random)() % (unsynced + 1);
-          break;
-      }
+      const uint64_t kept = Survivors(random, unsynced);
       struct stat info {};
       if (::stat(path.c_str(), &info) != 0) continue;  // never written to disk
       const uint64_t length =
@@ -150,8 +138,7 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
       }
       // Some file systems (XFS; ext4 with data=writeback) may persist a file's new length
       // before its data: the unsynced part kept may read as zeros, in whole pages.
-      if (random != nullptr && length > inode->synced &&
-          (*random)() % 2 == 0) {
+      if (random != nullptr && length > inode->synced && (*random)() % 2 == 0) {
         constexpr uint64_t kPage = 4096;
         const uint64_t first = (inode->synced + kPage - 1) / kPage * kPage;
         for (uint64_t page = first; page < length; page += kPage) {
@@ -177,18 +164,7 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
       auto& changes = it->second;
       std::size_t before_cut = 0;
       while (before_cut < changes.size() && !changes[before_cut].after_cut) ++before_cut;
-      std::size_t keep = 0;
-      switch (random == nullptr ? 0 : (*random)() % 3) {
-        case 0:
-          keep = 0;
-          break;
-        case 1:
-          keep = before_cut;
-          break;
-        default:
-          keep = (*random)() % (before_cut + 1);
-          break;
-      }
+      const std::size_t keep = Survivors(random, before_cut);
       outcome.kept_entry_changes += static_cast<int>(keep);
       for (std::size_t i = changes.size(); i-- > keep;) {
         std::string error = Undo(changes[i]);
@@ -491,6 +467,20 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
     PowerCutFs* const fs_;
     const std::string path_;
   };
+
+  // How many of `count` unsynced things (bytes, directory changes) a cut keeps: none, all, or
+  // some, a third of the time each; none without `random`.
+  static uint64_t Survivors(std::mt19937_64* random, uint64_t count) {
+    if (random == nullptr) return 0;
+    switch ((*random)() % 3) {
+      case 0:
+        return 0;
+      case 1:
+        return count;
+      default:
+        return (*random)() % (count + 1);
+    }
+  }
 
   // Counts a change, and turns the power off when the count set by CutAfter is reached.
   void CountLocked() {
