@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <map>
 #include <string_view>
 
+#include "storage/file_names.h"
 #include "storage/rocksdb_status.h"
 #include "util/coding.h"
 #include "util/escape.h"
@@ -132,20 +132,6 @@ LogScan Scan(std::string_view data) {
   scan.damaged = !AllZero(data.substr(bad));
   scan.unwritten_pages = scan.damaged && UnwrittenPages(data, bad, bad_end);
   return scan;
-}
-
-std::optional<uint64_t> FileNumber(std::string_view name, std::string_view prefix,
-                                   std::string_view suffix) {
-  if (name.size() <= prefix.size() + suffix.size() || name.substr(0, prefix.size()) != prefix ||
-      name.substr(name.size() - suffix.size()) != suffix) {
-    return std::nullopt;
-  }
-  const std::string_view digits =
-      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  uint64_t number = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
-  if (error != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
-  return number;
 }
 
 // Truncates `path` to `size` bytes and syncs it.

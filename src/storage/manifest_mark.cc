@@ -3,7 +3,6 @@
 #include <rocksdb/file_system.h>
 
 #include <atomic>
-#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <map>
@@ -11,6 +10,7 @@
 #include <optional>
 #include <string_view>
 
+#include "storage/file_names.h"
 #include "storage/rocksdb_status.h"
 
 namespace idem::storage {
@@ -18,24 +18,9 @@ namespace {
 
 constexpr std::string_view kManifestPrefix = "MANIFEST-";
 
-std::string_view BaseName(std::string_view path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
-std::optional<uint64_t> ParseNumber(std::string_view digits) {
-  uint64_t value = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size()) {
-    return std::nullopt;
-  }
-  return value;
-}
-
 // The number of "MANIFEST-000016" (a base name), if it is one.
 std::optional<uint64_t> ManifestNumber(std::string_view name) {
-  if (name.substr(0, kManifestPrefix.size()) != kManifestPrefix) return std::nullopt;
-  return ParseNumber(name.substr(kManifestPrefix.size()));
+  return FileNumber(name, kManifestPrefix, "");
 }
 
 std::string ManifestName(uint64_t number) {

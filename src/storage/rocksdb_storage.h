@@ -29,12 +29,15 @@ class DB;
 class Env;
 class Status;
 class WriteBatch;
+struct ColumnFamilyDescriptor;
+struct DBOptions;
 struct WriteOptions;
 }  // namespace rocksdb
 
 namespace idem::storage {
 
-struct DiskErrorFlags;  // rocksdb_storage.cc
+struct DiskErrorFlags;  // log_failure_watch.h
+class InfoLog;          // info_log.h
 
 struct RocksDbConfig {
   std::string path;  // the RocksDB directory
@@ -108,6 +111,19 @@ class RocksDbStorage final : public Storage {
  private:
   RocksDbStorage() = default;
   Status Initialize(const RocksDbConfig& config);
+  // The steps of Initialize, after the options are made: open RocksDB (read-only or not), check
+  // the store's format version (writing it into a new store), start tokens above the persisted
+  // ceiling, and load the filter horizon.
+  Status OpenDatabase(const rocksdb::DBOptions& options,
+                      const std::vector<rocksdb::ColumnFamilyDescriptor>& families, bool read_only,
+                      const InfoLog& info_log);
+  Status CheckFormatVersion(bool read_only);
+  Status ReserveTokens();
+  Status LoadFilterHorizon(TimePoint now);
+  // The fixed-width value `bytes` long (4 or 8) at `key` of the meta column family, if any;
+  // kCorruption naming `what` when it has another size.
+  Result<std::optional<uint64_t>> ReadMeta(const char* key, std::size_t bytes,
+                                           std::string_view what);
   Status PersistTokenCeiling(uint64_t ceiling);
   // Every write goes through here. After a failed write (or a failed flush: the next write then
   // fails) RocksDB refuses further writes (its background error state): the next write first

@@ -1,0 +1,61 @@
+// How the store lays its data out in RocksDB (docs/format.md): the column families, the keys
+// of the meta column family, and the expiry index's keys. Shared by the files of RocksDbStorage.
+
+#ifndef IDEM_STORAGE_LAYOUT_H_
+#define IDEM_STORAGE_LAYOUT_H_
+
+#include <rocksdb/options.h>
+#include <rocksdb/slice.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "idem/options.h"
+#include "util/coding.h"
+
+namespace idem::storage {
+
+// The records are in RocksDB's default column family; beside them:
+inline constexpr char kByExpiryFamily[] = "by_expiry";
+inline constexpr char kMetaFamily[] = "meta";
+// Keys of the meta column family.
+inline constexpr char kFormatVersionKey[] = "format_version";
+inline constexpr char kTokenCeilingKey[] = "token_ceiling";
+inline constexpr char kFilterHorizonKey[] = "filter_horizon";
+// Never written: only deleted, unlogged, to keep a memtable non-empty after a resume.
+inline constexpr char kResumeGuardKey[] = "resume_guard";
+
+inline rocksdb::Slice AsSlice(std::string_view bytes) { return {bytes.data(), bytes.size()}; }
+
+// Expiry index key: the expiry as big-endian microseconds with the sign bit flipped (so that
+// byte order is time order, pre-1970 included), then the record key.
+inline void ExpiryIndexKeyInto(int64_t expires_micros, std::string_view key, std::string& out) {
+  const uint64_t biased = static_cast<uint64_t>(expires_micros) ^ (uint64_t{1} << 63);
+  out.resize(8 + key.size());
+  // Big-endian, so that byte order is time order.
+  util::StoreFixed64(out.data(), util::ByteSwap(biased));
+  if (!key.empty()) std::memcpy(out.data() + 8, key.data(), key.size());  // data() may be null
+}
+
+inline std::string ExpiryIndexKey(int64_t expires_micros, std::string_view key) {
+  std::string out;
+  ExpiryIndexKeyInto(expires_micros, key, out);
+  return out;
+}
+
+inline int64_t ExpiryOfIndexKey(std::string_view index_key) {
+  const uint64_t biased = util::ByteSwap(util::GetFixed64(index_key.data()));
+  return static_cast<int64_t>(biased ^ (uint64_t{1} << 63));
+}
+
+inline rocksdb::WriteOptions WriteOptionsFor(Durability durability) {
+  rocksdb::WriteOptions options;
+  options.sync = durability == Durability::kSync;
+  return options;
+}
+
+}  // namespace idem::storage
+
+#endif  // IDEM_STORAGE_LAYOUT_H_
