@@ -40,7 +40,7 @@ if [[ $smoke -eq 1 ]]; then
 fi
 
 # ---- packages -----------------------------------------------------------------------------------
-packages=(build-essential cmake pkg-config librocksdb-dev libssl-dev libboost-dev libcli11-dev
+packages=(build-essential cmake pkg-config librocksdb-dev libssl-dev libcli11-dev
           sqlite3 libsqlite3-dev redis-server libhiredis-dev python3)
 [[ $smoke -eq 1 ]] || packages+=(gnuplot-nox)  # the plot (pngcairo works without X)
 missing=()

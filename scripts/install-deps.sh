@@ -11,10 +11,7 @@ packages=(
   pkg-config
   librocksdb-dev    # the storage engine (7.8.3)
   libssl-dev        # libcrypto: SHA-256 for Fingerprint
-  libboost-dev      # Boost.Interprocess (sharing a store between processes)
-  libfmt-dev
   libgtest-dev
-  libgmock-dev
   libcli11-dev      # the idem command's argument parser
   nlohmann-json3-dev  # the idem command's JSON Lines output
   libcpp-httplib-dev  # the HTTP service example (examples/http_service)
