@@ -639,6 +639,18 @@ TEST_P(UnwrittenPages, TheLogIsCutThereAndTheStoreHoldsAPrefixOfTheWrites) {
     file.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
     ASSERT_TRUE(file.good());
   }
+  {
+    // A read-only open changes nothing: it says what the first read-write open will do.
+    idem::Options read_only = idem_test::TestOptions(clock);
+    read_only.read_only = true;
+    auto reader = idem::Store::Open(dir.StorePath(), read_only);
+    ASSERT_FALSE(reader.ok());
+    EXPECT_EQ(reader.status().code(), Status::Code::kCorruption);
+    EXPECT_NE(reader.status().message().find("power cut"), std::string::npos)
+        << reader.status().ToString();
+    EXPECT_NE(reader.status().message().find("idem purge"), std::string::npos)
+        << reader.status().ToString();
+  }
   std::string said;
   idem::Options options = idem_test::TestOptions(clock);
   options.log = [&said](std::string_view line) { said += std::string(line) + "\n"; };

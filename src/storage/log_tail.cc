@@ -154,7 +154,7 @@ Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path) {
 }
 
 Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
-                                                      const std::string& db_path) {
+                                                      const std::string& db_path, bool dry_run) {
   std::vector<std::string> children;
   const rocksdb::IOStatus listed =
       fs.GetChildren(db_path, rocksdb::IOOptions(), &children, nullptr);
@@ -164,6 +164,7 @@ Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
   for (const auto& name : children) {
     if (auto number = FileNumber(name, "", ".log")) logs.emplace(*number, name);
   }
+  const std::string verb = dry_run ? "would be " : "";
   std::vector<std::string> report;
   bool cut = false;  // a log was cut: every newer one holds only writes never synced
   for (const auto& [number, name] : logs) {
@@ -171,22 +172,21 @@ Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
     IDEM_ASSIGN_OR_RETURN(const LogScan scan, ScanLog(fs, path));
     if (cut) {
       if (scan.size == 0) continue;
-      IDEM_RETURN_IF_ERROR(CutFile(fs, path, 0));
-      report.push_back("emptied the write-ahead log " + EscapeControls(path) + " (" +
+      if (!dry_run) IDEM_RETURN_IF_ERROR(CutFile(fs, path, 0));
+      report.push_back("the write-ahead log " + EscapeControls(path) + " " + verb + "emptied (" +
                        std::to_string(scan.size) +
                        " bytes of writes never synced, after the power cut found in an older "
                        "log)");
       continue;
     }
     if (!scan.unwritten_pages) continue;
-    IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan.intact_end));
-    report.push_back("cut the write-ahead log " + EscapeControls(path) + " at byte " +
+    if (!dry_run) IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan.intact_end));
+    report.push_back("the write-ahead log " + EscapeControls(path) + " " + verb + "cut at byte " +
                      std::to_string(scan.intact_end) + " of " + std::to_string(scan.size) +
                      ": a power cut left pages there that were never written; what followed "
                      "was never synced (calls that were not answered, or kBuffered writes)");
     cut = true;
   }
-
   return report;
 }
 

@@ -63,9 +63,10 @@ Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path);
 
 // Cuts the write-ahead logs of the database at `db_path` after a power cut as described
 // above, syncing what it changes. Returns a line for the operator per file changed (none when
-// nothing was).
+// nothing was). `dry_run`: changes nothing, and says what would be changed.
 Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
-                                                      const std::string& db_path);
+                                                      const std::string& db_path,
+                                                      bool dry_run = false);
 
 }  // namespace idem::storage
 

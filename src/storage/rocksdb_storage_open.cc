@@ -139,11 +139,18 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   // writes the mark that makes this check possible (manifest_mark.h).
   IDEM_RETURN_IF_ERROR(CheckManifestMark(*file_system, path_));
   // Pages a power cut never wrote end the logs where they are, before RocksDB reads them
-  // (log_tail.h). Only an owner may change the files; a read-only open of such a store reports
-  // the log damaged until an owner has opened it.
-  std::vector<std::string> cut_logs;
-  if (!config.read_only) {
-    IDEM_ASSIGN_OR_RETURN(cut_logs, CutUnwrittenLogTails(*file_system, path_));
+  // (log_tail.h). Only an owner may change the files: a read-only open of such a store says
+  // what the first read-write open will do.
+  IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> cut_logs,
+                        CutUnwrittenLogTails(*file_system, path_, config.read_only));
+  if (config.read_only && !cut_logs.empty()) {
+    return Status::Corruption("store " + EscapeControls(path_) +
+                              " was not opened since a power "
+                              "cut: " +
+                              cut_logs.front() +
+                              ". The first read-write open (an "
+                              "application, or idem purge) does it; until then it cannot be "
+                              "read as it is");
   }
   // A read-only instance deletes nothing: it needs no mark, and writes no log file.
   env_ = NewStorageEnv(
