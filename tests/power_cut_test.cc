@@ -612,7 +612,7 @@ TEST_P(UnwrittenPages, TheLogIsCutThereAndTheStoreHoldsAPrefixOfTheWrites) {
     }
   }
   ASSERT_FALSE(log.empty());
-  auto scan = idem::storage::ScanLog(*rocksdb::FileSystem::Default(), log);
+  auto scan = idem::storage::ScanLog(*rocksdb::FileSystem::Default(), log, true);
   ASSERT_TRUE(scan.ok()) << scan.status().ToString();
   ASSERT_GT(scan->records.size(), 100u);
   ASSERT_FALSE(scan->damaged);
@@ -709,7 +709,7 @@ TEST(UnwrittenPages, TheLastManifestEditNeverWrittenIsIgnoredAndNothingIsLost) {
     std::getline(file, current);
   }
   const std::string manifest = dir.StorePath() + "/db/" + current;
-  auto scan = idem::storage::ScanLog(*rocksdb::FileSystem::Default(), manifest);
+  auto scan = idem::storage::ScanLog(*rocksdb::FileSystem::Default(), manifest, true);
   ASSERT_TRUE(scan.ok()) << scan.status().ToString();
   ASSERT_GE(scan->records.size(), 2u);
   ASSERT_EQ(scan->intact_end, scan->size);

@@ -56,83 +56,102 @@ bool AllZero(std::string_view bytes) {
   return std::all_of(bytes.begin(), bytes.end(), [](char c) { return c == 0; });
 }
 
-// Whether [begin, end) of `data` (a record that is not whole and intact) shows pages never
-// written: its header reads as zeros, or zeros run from inside it to the end of a page.
-bool UnwrittenPages(std::string_view data, uint64_t begin, uint64_t end) {
-  end = std::min<uint64_t>(end, data.size());
+// Whether [begin, end) of `block` (a record that is not whole and intact) shows pages never
+// written: its header reads as zeros, or zeros run from inside it to the end of a page. Blocks
+// start at multiples of the page size, so a page never crosses one.
+bool UnwrittenPages(std::string_view block, uint64_t begin, uint64_t end) {
+  end = std::min<uint64_t>(end, block.size());
   for (uint64_t q = begin; q < end; ++q) {
-    if (data[q] != 0 || (q > begin && data[q - 1] == 0)) continue;  // not a run's start
-    const uint64_t page_end = std::min<uint64_t>((q / kPageSize + 1) * kPageSize, data.size());
-    if (!AllZero(data.substr(q, page_end - q))) continue;
+    if (block[q] != 0 || (q > begin && block[q - 1] == 0)) continue;  // not a run's start
+    const uint64_t page_end = std::min<uint64_t>((q / kPageSize + 1) * kPageSize, block.size());
+    if (!AllZero(block.substr(q, page_end - q))) continue;
     if (q == begin || page_end - q >= kMinimumZeroRun) return true;
   }
   return false;
 }
 
-LogScan Scan(std::string_view data) {
-  LogScan scan;
-  scan.size = data.size();
-  uint64_t pos = 0;
-  uint64_t fragment_start = 0;
-  bool in_fragment = false;
-  // The first record that is not whole and intact: where it starts, and how far it reaches.
-  uint64_t bad = data.size();
-  uint64_t bad_end = data.size();
-  while (pos < data.size()) {
-    const uint64_t block_left = kBlockSize - pos % kBlockSize;
-    if (block_left < kHeaderSize) {
-      pos += block_left;  // padding
-      continue;
+// Follows a log's records one block at a time (a log may be tens of megabytes; a store's memory
+// budget may be a few).
+class Scanner {
+ public:
+  explicit Scanner(bool keep_record_starts) : keep_record_starts_(keep_record_starts) {}
+
+  // The next block, which starts at `offset`; the last one may be short. False once the scan
+  // knows all it needs.
+  bool Block(std::string_view block, uint64_t offset) {
+    if (bad_) {
+      scan_.damaged = !AllZero(block);  // data after the bad record: RocksDB reads past it
+      return !scan_.damaged;
     }
-    if (pos + kHeaderSize > data.size()) break;  // a header cut short by the end: a torn tail
-    const uint32_t stored_crc = util::GetFixed32(data.data() + pos);
-    const uint64_t length = static_cast<uint8_t>(data[pos + 4]) |
-                            (static_cast<uint64_t>(static_cast<uint8_t>(data[pos + 5])) << 8);
-    const uint8_t type = static_cast<uint8_t>(data[pos + 6]);
-    if (type >= kFirstRecyclableType && type <= kLastRecyclableType) {
-      scan.unknown_format = true;
-      scan.intact_end = data.size();
-      return scan;
+    uint64_t pos = 0;
+    while (pos + kHeaderSize <= kBlockSize) {  // a block's last few bytes are padding
+      if (pos >= block.size()) break;
+      if (pos + kHeaderSize > block.size()) return Stop(offset + pos);  // a torn header
+      const uint32_t stored_crc = util::GetFixed32(block.data() + pos);
+      const uint64_t length = static_cast<uint8_t>(block[pos + 4]) |
+                              (static_cast<uint64_t>(static_cast<uint8_t>(block[pos + 5])) << 8);
+      const uint8_t type = static_cast<uint8_t>(block[pos + 6]);
+      if (type >= kFirstRecyclableType && type <= kLastRecyclableType) {
+        scan_.unknown_format = true;
+        return false;
+      }
+      const bool zero_header = type == kZeroType && length == 0;
+      const bool fits = pos + kHeaderSize + length <= kBlockSize;
+      if (!zero_header && fits && pos + kHeaderSize + length > block.size()) {
+        return Stop(offset + pos);  // a record cut short by the end: a torn tail
+      }
+      const bool intact =
+          !zero_header && type != kZeroType && fits &&
+          Masked(Crc32c(block.substr(pos + kHeaderSize - 1, length + 1))) == stored_crc &&
+          (type == kMiddleType || type == kLastType ? in_fragment_ : !in_fragment_);
+      if (!intact) {
+        bad_ = true;
+        scan_.intact_end = in_fragment_ ? fragment_start_ : offset + pos;
+        scan_.damaged = !AllZero(block.substr(pos));
+        const uint64_t end = zero_header || !fits ? block.size() : pos + kHeaderSize + length;
+        scan_.unwritten_pages = UnwrittenPages(block, pos, end);
+        return !scan_.damaged;
+      }
+      if (type == kFirstType) {
+        in_fragment_ = true;
+        fragment_start_ = offset + pos;
+      } else if (type == kLastType) {
+        in_fragment_ = false;
+        Record(fragment_start_);
+      } else if (type != kMiddleType) {
+        Record(offset + pos);
+      }
+      pos += kHeaderSize + length;
     }
-    const bool zero_header = type == kZeroType && length == 0;
-    if (!zero_header && kHeaderSize + length <= block_left &&
-        pos + kHeaderSize + length > data.size()) {
-      break;  // a record cut short by the end: a torn tail
-    }
-    const bool intact =
-        !zero_header && type != kZeroType && kHeaderSize + length <= block_left &&
-        Masked(Crc32c(data.substr(pos + kHeaderSize - 1, length + 1))) == stored_crc &&
-        ((type == kFullType || type > kLastType) ? !in_fragment
-         : type == kFirstType                    ? !in_fragment
-                                                 : in_fragment);
-    if (!intact) {
-      bad = pos;
-      bad_end = zero_header || kHeaderSize + length > block_left ? pos + block_left
-                                                                 : pos + kHeaderSize + length;
-      break;
-    }
-    if (type == kFirstType) {
-      in_fragment = true;
-      fragment_start = pos;
-    } else if (type == kLastType) {
-      in_fragment = false;
-      scan.records.push_back(fragment_start);
-    } else if (type != kMiddleType) {
-      scan.records.push_back(pos);
-    }
-    pos += kHeaderSize + length;
+    scan_.intact_end =
+        in_fragment_ ? fragment_start_ : offset + std::min<uint64_t>(pos, block.size());
+    return true;
   }
-  if (bad == data.size()) {
-    // Whole records, then at most a torn one: what RocksDB reads as a crash's tail.
-    scan.intact_end = in_fragment ? fragment_start : std::min<uint64_t>(pos, data.size());
-    return scan;
+
+  LogScan Finish(uint64_t size) {
+    scan_.size = size;
+    if (scan_.unknown_format) scan_.intact_end = size;
+    // Pages never written matter only with data after them (RocksDB skips zeros to the end).
+    scan_.unwritten_pages = scan_.unwritten_pages && scan_.damaged;
+    return std::move(scan_);
   }
-  scan.intact_end = in_fragment ? fragment_start : bad;
-  // Zeros to the end are what RocksDB skips as preallocated space: nothing to read after them.
-  scan.damaged = !AllZero(data.substr(bad));
-  scan.unwritten_pages = scan.damaged && UnwrittenPages(data, bad, bad_end);
-  return scan;
-}
+
+ private:
+  // Whole records up to `end`, then a torn one: what RocksDB reads as a crash's tail.
+  bool Stop(uint64_t end) {
+    scan_.intact_end = in_fragment_ ? fragment_start_ : end;
+    return false;
+  }
+  void Record(uint64_t start) {
+    if (keep_record_starts_) scan_.records.push_back(start);
+  }
+
+  const bool keep_record_starts_;
+  LogScan scan_;
+  bool in_fragment_ = false;
+  uint64_t fragment_start_ = 0;
+  bool bad_ = false;  // the first record that is not whole and intact was found
+};
 
 // Truncates `path` to `size` bytes and syncs it.
 Status CutFile(rocksdb::FileSystem& fs, const std::string& path, uint64_t size) {
@@ -146,11 +165,25 @@ Status CutFile(rocksdb::FileSystem& fs, const std::string& path, uint64_t size) 
 
 }  // namespace
 
-Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path) {
-  std::string data;
+Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path, bool keep_record_starts) {
+  const std::string what = "reading " + EscapeControls(path);
+  uint64_t size = 0;
   IDEM_RETURN_IF_ERROR(
-      FromRocksDb(rocksdb::ReadFileToString(&fs, path, &data), "reading " + EscapeControls(path)));
-  return Scan(data);
+      FromRocksDb(fs.GetFileSize(path, rocksdb::IOOptions(), &size, nullptr), what));
+  std::unique_ptr<rocksdb::FSSequentialFile> file;
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(fs.NewSequentialFile(path, rocksdb::FileOptions(), &file, nullptr), what));
+  Scanner scanner(keep_record_starts);
+  std::string scratch(kBlockSize, '\0');
+  for (uint64_t offset = 0; offset < size;) {
+    rocksdb::Slice block;
+    IDEM_RETURN_IF_ERROR(FromRocksDb(
+        file->Read(kBlockSize, rocksdb::IOOptions(), &block, scratch.data(), nullptr), what));
+    if (block.empty()) break;  // shorter than it was a moment ago
+    if (!scanner.Block({block.data(), block.size()}, offset)) break;
+    offset += block.size();
+  }
+  return scanner.Finish(size);
 }
 
 Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,

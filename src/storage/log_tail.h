@@ -45,7 +45,7 @@ namespace idem::storage {
 // What a file in RocksDB's log format holds.
 struct LogScan {
   uint64_t size = 0;
-  // The start of each whole, intact logical record, in order.
+  // The start of each whole, intact logical record, in order (when asked for).
   std::vector<uint64_t> records;
   // Where the whole, intact records end: the start of the first record that is not (or of the
   // fragmented record it belongs to), or `size`.
@@ -59,7 +59,9 @@ struct LogScan {
   bool unknown_format = false;
 };
 
-Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path);
+// Reads the file a block at a time.
+Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path,
+                        bool keep_record_starts = false);
 
 // Cuts the write-ahead logs of the database at `db_path` after a power cut as described
 // above, syncing what it changes. Returns a line for the operator per file changed (none when
