@@ -1129,7 +1129,9 @@ TEST(Execute, SavesCheckpointsThroughTheAttempt) {
 TEST(Execute, RenewsTheLeaseWhileTheFunctionRuns) {
   TempDir dir;
   idem::Options options = TestOptions();  // the real clock
-  options.default_lease = 300ms;
+  // Renewed every 300 ms: a renewal must be late by 600 ms for the lease to pass, which a busy
+  // shared machine can cause with a shorter lease (seen with 300 ms: a renewal 200 ms late).
+  options.default_lease = 900ms;
   IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
 
   std::atomic<bool> started{false};
@@ -1159,7 +1161,7 @@ TEST(Execute, RenewsTheLeaseWhileTheFunctionRuns) {
   });
   auto execution = store->Execute("slow", {}, [&](idem::Attempt&) -> idem::Result<std::string> {
     started.store(true);
-    std::this_thread::sleep_for(1500ms);
+    std::this_thread::sleep_for(2700ms);  // three leases
     return std::string("slow result");
   });
   finished.store(true);
