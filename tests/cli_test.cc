@@ -576,6 +576,22 @@ TEST_F(CliTest, StatsJsonCountsByStateAndType) {
                                                 "failed", "mismatches", "lease_lost", "purged"}));
 }
 
+// A type label that is not UTF-8 is written as dump writes it: each such byte as \u00XX, so
+// that the raw line gives back the exact bytes (docs/operations.md).
+TEST_F(CliTest, StatsJsonWritesBytesThatAreNotUtf8AsDumpDoes) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k", {.type = "t\xe9\x7f"}));
+    const CliResult dump = RunCli({"dump", path(), "--format", "jsonl"});
+    EXPECT_NE(dump.out.find("\"type\":\"t\\u00e9\\u007f\""), std::string::npos) << dump.out;
+  }
+  const CliResult result = RunCli({"stats", path(), "--format", "jsonl"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find("\"by_type\":{\"t\\u00e9\\u007f\":1}"), std::string::npos)
+      << result.out;
+}
+
 TEST_F(CliTest, StatsTable) {
   Populate();
   const CliResult result = RunCli({"stats", path(), "--format", "table"});

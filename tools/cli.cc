@@ -17,7 +17,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +24,8 @@
 #include <vector>
 
 #include "idem/idem.h"
+#include "util/escape.h"
+#include "util/hex.h"
 
 #ifndef IDEM_VERSION
 #define IDEM_VERSION "0.1.0"
@@ -76,37 +77,9 @@ std::size_t Utf8SequenceLength(std::string_view s, std::size_t i, char32_t* code
   return length;
 }
 
-constexpr char kHexDigits[] = "0123456789abcdef";
-
 void AppendJsonByteEscape(std::string& out, unsigned char byte) {
   out += "\\u00";
-  out += kHexDigits[byte >> 4];
-  out += kHexDigits[byte & 0xF];
-}
-
-void AppendDisplayByteEscape(std::string& out, unsigned char byte) {
-  out += "\\x";
-  out += kHexDigits[byte >> 4];
-  out += kHexDigits[byte & 0xF];
-}
-
-// `text` with each control character (bytes 0x00-0x1f, 0x7f) as \xNN and every other byte
-// kept. For messages that quote what the library or RocksDB quoted: the library escapes the
-// keys and paths it puts in a message, but not every message that reaches the command comes
-// from code that does; this keeps each message on one line and free of terminal escapes
-// without escaping twice what is already escaped (DisplayEscape would double its backslashes).
-std::string EscapeControlBytes(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      AppendDisplayByteEscape(out, byte);
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  util::AppendHexByte(out, byte);
 }
 
 // The number of code points in valid UTF-8 text (how many columns it takes, for the scripts we
@@ -163,26 +136,63 @@ bool IsUnset(TimePoint t) { return t.time_since_epoch().count() == 0; }
 
 // ---- Records as text -----------------------------------------------------------------------
 
-void AppendJsonString(std::string& out, std::string_view name, std::string_view value) {
-  out += '"';
-  out += name;
-  out += "\":\"";
-  out += JsonEscape(value);
-  out += '"';
-}
+// The command's one JSON writer (records and stats): compact, members in the order written,
+// strings through JsonEscape (so every \u00XX is exactly the byte XX, docs/operations.md).
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::string& out) : out_(out) {}
 
-void AppendJsonTime(std::string& out, std::string_view name, TimePoint value) {
-  out += '"';
-  out += name;
-  out += "\":";
-  if (IsUnset(value)) {
-    out += "null";
-  } else {
-    out += '"';
-    out += FormatRfc3339(value);
-    out += '"';
+  void BeginObject() {
+    Separate();
+    out_ += '{';
+    first_ = true;
   }
-}
+  void EndObject() {
+    out_ += '}';
+    first_ = false;
+  }
+  // A member's name; its value is written next.
+  void Key(std::string_view name) {
+    Separate();
+    AppendString(name);
+    out_ += ':';
+    first_ = true;
+  }
+  void String(std::string_view value) {
+    Separate();
+    AppendString(value);
+  }
+  void Number(uint64_t value) {
+    Separate();
+    out_ += std::to_string(value);
+  }
+  void Null() {
+    Separate();
+    out_ += "null";
+  }
+  // RFC 3339 in UTC, or null for a time never set.
+  void Time(TimePoint value) {
+    if (IsUnset(value)) {
+      Null();
+    } else {
+      String(FormatRfc3339(value));
+    }
+  }
+
+ private:
+  void Separate() {
+    if (!first_) out_ += ',';
+    first_ = false;
+  }
+  void AppendString(std::string_view value) {
+    out_ += '"';
+    out_ += JsonEscape(value);
+    out_ += '"';
+  }
+
+  std::string& out_;
+  bool first_ = true;
+};
 
 // The columns of `idem dump --format table`.
 enum Column { kKey, kType, kState, kAttempts, kToken, kUpdated, kLease, kExpires, kResult, kCount };
@@ -329,9 +339,13 @@ struct Context {
   std::ostream& out;
   std::ostream& err;
 
-  // "idem get: <message>" on err, one line whatever the message quotes; returns `code`.
+  // "idem get: <message>" on err, one line whatever the message quotes; returns `code`. The
+  // library escapes the keys and paths it puts in a message, but not every message that
+  // reaches the command comes from code that does: EscapeControls keeps it on one line and
+  // free of terminal escapes without escaping twice what is escaped already (DisplayEscape
+  // would double its backslashes).
   int Fail(int code, std::string_view message) const {
-    err << "idem " << command << ": " << EscapeControlBytes(message) << '\n' << std::flush;
+    err << "idem " << command << ": " << EscapeControls(message) << '\n' << std::flush;
     return code;
   }
 
@@ -372,30 +386,10 @@ Result<std::unique_ptr<Store>> OpenStore(const std::string& path, bool read_only
   return Store::Open(path, options);
 }
 
-// Parses a hex string ("00ff41") into bytes.
-std::optional<std::string> DecodeHex(std::string_view hex) {
-  if (hex.size() % 2 != 0) return std::nullopt;
-  const auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string bytes;
-  bytes.reserve(hex.size() / 2);
-  for (std::size_t i = 0; i < hex.size(); i += 2) {
-    const int high = nibble(hex[i]);
-    const int low = nibble(hex[i + 1]);
-    if (high < 0 || low < 0) return std::nullopt;
-    bytes += static_cast<char>(high * 16 + low);
-  }
-  return bytes;
-}
-
 // The key given on the command line, decoded from hex with --hex-key; nullopt after reporting a
 // usage error.
 std::optional<std::string> KeyArgument(const Context& ctx, const std::string& key, bool hex) {
-  std::optional<std::string> bytes = hex ? DecodeHex(key) : std::optional<std::string>(key);
+  std::optional<std::string> bytes = hex ? util::FromHex(key) : std::optional<std::string>(key);
   if (!bytes) {
     ctx.Usage("--hex-key: '" + DisplayEscape(key) + "' is not hex (pairs of digits 0-9, a-f)");
     return std::nullopt;
@@ -493,6 +487,11 @@ struct StoreStats {
   std::optional<Record> oldest_pending;  // key and created only
   uint64_t disk_bytes = 0;
   Counters counters;
+
+  uint64_t CountInState(std::string_view state) const {
+    const auto it = by_state.find(state);
+    return it == by_state.end() ? 0 : it->second;
+  }
 };
 
 uint64_t DirectorySize(const std::string& path) {
@@ -540,24 +539,6 @@ std::string HumanAge(std::chrono::system_clock::duration age) {
   return buffer;
 }
 
-std::vector<std::pair<std::string_view, uint64_t>> CounterList(const Counters& c) {
-  return {{"claims", c.claims},         {"replays", c.replays}, {"in_progress", c.in_progress},
-          {"takeovers", c.takeovers},   {"failed", c.failed},   {"mismatches", c.mismatches},
-          {"lease_lost", c.lease_lost}, {"purged", c.purged}};
-}
-
-constexpr std::string_view CounterHelp(std::string_view name) {
-  if (name == "claims") return "Begin calls that acquired a key (takeovers included).";
-  if (name == "replays") return "Begin calls answered with a stored result.";
-  if (name == "in_progress") return "Begin calls answered in progress (a live lease elsewhere).";
-  if (name == "takeovers") return "Begin calls that took over an expired lease.";
-  if (name == "failed") return "Begin calls answered with a terminal failure.";
-  if (name == "mismatches") return "Begin calls whose fingerprint differed from the stored one.";
-  if (name == "lease_lost") return "Complete/Fail/Extend/SaveCheckpoint calls with a stale token.";
-  if (name == "purged") return "Records removed by purge.";
-  return "";
-}
-
 // A Prometheus label value: valid UTF-8 with \, " and newline escaped.
 std::string PrometheusLabel(std::string_view value) {
   std::string out;
@@ -583,9 +564,8 @@ void WriteStatsPrometheus(std::ostream& out, const std::string& path, const Stor
   family("idem_records", "gauge",
          "Live records by state (timeout: pending with an expired lease).");
   for (std::string_view state : kDisplayStates) {
-    const auto it = stats.by_state.find(state);
-    out << "idem_records{" << store << ",state=\"" << state << "\"} "
-        << (it == stats.by_state.end() ? 0 : it->second) << '\n';
+    out << "idem_records{" << store << ",state=\"" << state << "\"} " << stats.CountInState(state)
+        << '\n';
   }
   family("idem_records_by_type", "gauge", "Live records by type label.");
   for (const auto& [type, count] : stats.by_type) {
@@ -594,9 +574,7 @@ void WriteStatsPrometheus(std::ostream& out, const std::string& path, const Stor
   }
   family("idem_timed_out_records", "gauge",
          "Pending records whose lease has passed (stuck or abandoned).");
-  const auto timeout = stats.by_state.find("timeout");
-  out << "idem_timed_out_records{" << store << "} "
-      << (timeout == stats.by_state.end() ? 0 : timeout->second) << '\n';
+  out << "idem_timed_out_records{" << store << "} " << stats.CountInState("timeout") << '\n';
   if (stats.oldest_pending) {
     family("idem_oldest_pending_created_timestamp_seconds", "gauge",
            "Creation time of the oldest pending record, in seconds since the Unix epoch.");
@@ -610,40 +588,60 @@ void WriteStatsPrometheus(std::ostream& out, const std::string& path, const Stor
   }
   family("idem_disk_bytes", "gauge", "Bytes of all files under the store directory.");
   out << "idem_disk_bytes{" << store << "} " << stats.disk_bytes << '\n';
-  for (const auto& [name, value] : CounterList(stats.counters)) {
-    const std::string metric = "idem_" + std::string(name) + "_total";
+  for (const CounterInfo& counter : kCounters) {
+    const std::string metric = "idem_" + std::string(counter.name) + "_total";
     family(metric, "counter",
-           std::string(CounterHelp(name)) + " Counted by the process that ran idem stats.");
-    out << metric << '{' << store << "} " << value << '\n';
+           std::string(counter.help) + " Counted by the process that ran idem stats.");
+    out << metric << '{' << store << "} " << stats.counters.*counter.field << '\n';
   }
 }
 
 void WriteStatsJson(std::ostream& out, const std::string& path, const StoreStats& stats) {
-  nlohmann::ordered_json json;
-  json["store"] = ToValidUtf8(path);
-  json["records"] = stats.records;
-  nlohmann::ordered_json by_state = nlohmann::ordered_json::object();
+  std::string text;
+  JsonWriter json(text);
+  json.BeginObject();
+  json.Key("store");
+  json.String(path);
+  json.Key("records");
+  json.Number(stats.records);
+  json.Key("by_state");
+  json.BeginObject();
   for (std::string_view state : kDisplayStates) {
-    const auto it = stats.by_state.find(state);
-    by_state[std::string(state)] = it == stats.by_state.end() ? 0 : it->second;
+    json.Key(state);
+    json.Number(stats.CountInState(state));
   }
-  json["by_state"] = std::move(by_state);
-  nlohmann::ordered_json by_type = nlohmann::ordered_json::object();
-  for (const auto& [type, count] : stats.by_type) by_type[ToValidUtf8(type)] = count;
-  json["by_type"] = std::move(by_type);
-  const auto timeout = stats.by_state.find("timeout");
-  json["timed_out"] = timeout == stats.by_state.end() ? 0 : timeout->second;
+  json.EndObject();
+  json.Key("by_type");
+  json.BeginObject();
+  for (const auto& [type, count] : stats.by_type) {
+    json.Key(type);
+    json.Number(count);
+  }
+  json.EndObject();
+  json.Key("timed_out");
+  json.Number(stats.CountInState("timeout"));
+  json.Key("oldest_pending");
   if (stats.oldest_pending) {
-    json["oldest_pending"] = {{"key", ToValidUtf8(stats.oldest_pending->key)},
-                              {"created", FormatRfc3339(stats.oldest_pending->created)}};
+    json.BeginObject();
+    json.Key("key");
+    json.String(stats.oldest_pending->key);
+    json.Key("created");
+    json.Time(stats.oldest_pending->created);
+    json.EndObject();
   } else {
-    json["oldest_pending"] = nullptr;
+    json.Null();
   }
-  json["disk_bytes"] = stats.disk_bytes;
-  nlohmann::ordered_json counters = nlohmann::ordered_json::object();
-  for (const auto& [name, value] : CounterList(stats.counters)) counters[std::string(name)] = value;
-  json["counters"] = std::move(counters);
-  out << json.dump() << '\n';
+  json.Key("disk_bytes");
+  json.Number(stats.disk_bytes);
+  json.Key("counters");
+  json.BeginObject();
+  for (const CounterInfo& counter : kCounters) {
+    json.Key(counter.name);
+    json.Number(stats.counters.*counter.field);
+  }
+  json.EndObject();
+  json.EndObject();
+  out << text << '\n';
 }
 
 void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStats& stats) {
@@ -652,9 +650,7 @@ void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStat
       << " bytes)\n"
       << "records         " << stats.records << '\n';
   for (std::string_view state : kDisplayStates) {
-    const auto it = stats.by_state.find(state);
-    out << "  " << PadRight(std::string(state), 14) << (it == stats.by_state.end() ? 0 : it->second)
-        << '\n';
+    out << "  " << PadRight(std::string(state), 14) << stats.CountInState(state) << '\n';
   }
   out << "oldest pending  ";
   if (stats.oldest_pending) {
@@ -670,8 +666,8 @@ void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStat
     out << "  " << PadRight(type.empty() ? "(none)" : DisplayCell(type, 32), 14) << count << '\n';
   }
   out << "counters (this process)\n";
-  for (const auto& [name, value] : CounterList(stats.counters)) {
-    out << "  " << PadRight(std::string(name), 14) << value << '\n';
+  for (const CounterInfo& counter : kCounters) {
+    out << "  " << PadRight(std::string(counter.name), 14) << stats.counters.*counter.field << '\n';
   }
 }
 
@@ -693,7 +689,9 @@ int Stats(const Context& ctx, const std::string& path, const std::string& format
     return true;
   });
   if (!scanned.ok()) return ctx.StoreError(path, scanned);
-  stats.counters = (*store)->GetCounters();
+  Result<Counters> counters = (*store)->GetCounters();
+  if (!counters.ok()) return ctx.StoreError(path, counters.status());
+  stats.counters = *counters;
   store->reset();
   stats.disk_bytes = DirectorySize(path);
 
@@ -878,7 +876,7 @@ std::string DisplayEscape(std::string_view s) {
       // Escape every byte of a control character, or the one byte that starts no sequence.
       const std::size_t bytes = length == 0 ? 1 : length;
       for (std::size_t k = 0; k < bytes; ++k) {
-        AppendDisplayByteEscape(out, static_cast<unsigned char>(s[i + k]));
+        util::AppendEscapedByte(out, static_cast<unsigned char>(s[i + k]));
       }
       i += bytes;
       continue;
@@ -924,31 +922,35 @@ std::string FormatLocalTime(std::chrono::system_clock::time_point t) {
 std::string RecordToJson(const Record& record) {
   std::string out;
   out.reserve(192 + record.key.size() + record.result.size() + record.checkpoint.size());
-  out += '{';
-  AppendJsonString(out, "key", record.key);
-  out += ',';
-  AppendJsonString(out, "type", record.type);
-  out += ',';
-  AppendJsonString(out, "state", DisplayState(record));
-  out += ',';
-  AppendJsonString(out, "result", record.result);
-  out += ',';
-  AppendJsonString(out, "fingerprint", record.fingerprint);
-  out += ',';
-  AppendJsonString(out, "checkpoint", record.checkpoint);
-  out += ",\"token\":";
-  out += std::to_string(record.token);
-  out += ",\"attempts\":";
-  out += std::to_string(record.attempts);
-  out += ',';
-  AppendJsonTime(out, "created", record.created);
-  out += ',';
-  AppendJsonTime(out, "updated", record.updated);
-  out += ',';
-  AppendJsonTime(out, "lease_deadline", record.lease_deadline);
-  out += ',';
-  AppendJsonTime(out, "expires", record.expires);
-  out += '}';
+  JsonWriter json(out);
+  json.BeginObject();
+  const std::pair<std::string_view, std::string_view> strings[] = {
+      {"key", record.key},
+      {"type", record.type},
+      {"state", DisplayState(record)},
+      {"result", record.result},
+      {"fingerprint", record.fingerprint},
+      {"checkpoint", record.checkpoint},
+  };
+  for (const auto& [name, value] : strings) {
+    json.Key(name);
+    json.String(value);
+  }
+  json.Key("token");
+  json.Number(record.token);
+  json.Key("attempts");
+  json.Number(record.attempts);
+  const std::pair<std::string_view, TimePoint> times[] = {
+      {"created", record.created},
+      {"updated", record.updated},
+      {"lease_deadline", record.lease_deadline},
+      {"expires", record.expires},
+  };
+  for (const auto& [name, value] : times) {
+    json.Key(name);
+    json.Time(value);
+  }
+  json.EndObject();
   return out;
 }
 

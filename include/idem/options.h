@@ -138,6 +138,17 @@ struct Options {
 
   // Wall-clock source; null means the system clock. See Clock.
   std::shared_ptr<const Clock> clock;
+
+  // The lease a call asking for `lease` gets (BeginOptions::lease, Store::Extend): `lease`
+  // when positive, default_lease when 0.
+  std::chrono::milliseconds LeaseOrDefault(std::chrono::milliseconds lease) const {
+    return lease.count() > 0 ? lease : default_lease;
+  }
+  // The retention a Begin asking for `retention` gets: `retention` when positive,
+  // default_retention when 0.
+  std::chrono::milliseconds RetentionOrDefault(std::chrono::milliseconds retention) const {
+    return retention.count() > 0 ? retention : default_retention;
+  }
 };
 
 struct BeginOptions {

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "idem/counters.h"
 #include "idem/function_ref.h"
 #include "idem/options.h"
 #include "idem/record.h"
@@ -101,18 +102,6 @@ struct PurgeOptions {
   std::function<void(uint64_t)> progress;
 };
 
-// Counts since this process opened the store.
-struct Counters {
-  uint64_t claims = 0;       // Begin -> kAcquired (takeovers included)
-  uint64_t replays = 0;      // Begin -> kReplay
-  uint64_t in_progress = 0;  // Begin -> kInProgress
-  uint64_t takeovers = 0;    // Begin -> kAcquired with took_over
-  uint64_t failed = 0;       // Begin -> kFailed
-  uint64_t mismatches = 0;   // Begin -> kMismatch
-  uint64_t lease_lost = 0;   // Complete/Fail/Extend/SaveCheckpoint -> kLeaseLost
-  uint64_t purged = 0;       // records removed by Purge
-};
-
 class Store {
  public:
   // Opens (or creates, see Options::create_if_missing) the store in directory `path`.
@@ -165,7 +154,10 @@ class Store {
   // size of the store.
   virtual Result<uint64_t> Purge(const PurgeOptions& options = {}) = 0;
 
-  virtual Counters GetCounters() const = 0;
+  // The counters of the process that owns the store (see Counters): this process's own when it
+  // is the owner, otherwise the owner's, asked over its socket. Errors: those of reaching the
+  // owner (kUnavailable, kTimedOut), never zeros in their place.
+  virtual Result<Counters> GetCounters() const = 0;
 
   // High level: runs fn at most once per key across threads (and processes sharing the store):
   // Begin; on kAcquired run fn(Attempt&) and Complete with its value or Fail with its error; on
