@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -169,17 +170,18 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
 }
 
 // Runs the command that was parsed.
-int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::ostream& err) {
+int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::ostream& err,
+             const std::shared_ptr<const Clock>& clock) {
   const auto& [dump, get, stats, purge, forget] = commands;
   try {
     if (dump->parsed()) {
       args.dump.has_type = args.dump_type->count() > 0;
-      return Dump(Context{"dump", out, err}, args.dump);
+      return Dump(Context{"dump", out, err, clock}, args.dump);
     }
-    if (get->parsed()) return Get(Context{"get", out, err}, args.get);
-    if (stats->parsed()) return Stats(Context{"stats", out, err}, args.stats);
-    if (purge->parsed()) return Purge(Context{"purge", out, err}, args.purge);
-    if (forget->parsed()) return Forget(Context{"forget", out, err}, args.forget);
+    if (get->parsed()) return Get(Context{"get", out, err, clock}, args.get);
+    if (stats->parsed()) return Stats(Context{"stats", out, err, clock}, args.stats);
+    if (purge->parsed()) return Purge(Context{"purge", out, err, clock}, args.purge);
+    if (forget->parsed()) return Forget(Context{"forget", out, err, clock}, args.forget);
   } catch (const std::exception& e) {  // std::bad_alloc, a filesystem error, ...
     err << "idem: " << OneLine(e.what()) << '\n' << std::flush;
     return kExitStoreError;
@@ -190,7 +192,8 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
 
 }  // namespace
 
-int Run(int argc, char** argv, std::ostream& out, std::ostream& err) {
+int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
+        std::shared_ptr<const Clock> clock) {
   CLI::App app{"Inspect and maintain an idem idempotency store.", "idem"};
   app.set_version_flag("--version", std::string(IDEM_VERSION));
   app.require_subcommand(1);
@@ -203,7 +206,7 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const Commands commands = {AddDump(app, args), AddGet(app, args.get), AddStats(app, args.stats),
                              AddPurge(app, args.purge), AddForget(app, args.forget)};
   if (const std::optional<int> code = Parse(app, commands, argc, argv, out, err)) return *code;
-  return Dispatch(commands, args, out, err);
+  return Dispatch(commands, args, out, err, clock);
 }
 
 }  // namespace idem::cli

@@ -6,7 +6,7 @@
 namespace idem::cli {
 
 int Dump(const Context& ctx, const DumpArgs& args) {
-  auto store = OpenStore(args.path, /*read_only=*/true);
+  auto store = ctx.OpenStore(args.path, /*read_only=*/true);
   if (!store.ok()) return ctx.StoreError(args.path, store.status());
 
   const bool table = ResolveFormat(ctx, args.format) == "table";

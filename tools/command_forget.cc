@@ -9,7 +9,7 @@ int Forget(const Context& ctx, const ForgetArgs& args) {
   const std::string& path = args.path;
   const std::optional<std::string> key = KeyArgument(ctx, args.key, args.hex_key);
   if (!key) return kExitUsage;
-  auto store = OpenStore(path, /*read_only=*/false);
+  auto store = ctx.OpenStore(path, /*read_only=*/false);
   if (!store.ok()) return ctx.StoreError(path, store.status());
   const Status forgotten = (*store)->Forget(*key);
   if (forgotten.code() == Status::Code::kNotFound) {

@@ -10,7 +10,7 @@ int Get(const Context& ctx, const GetArgs& args) {
   const std::string& path = args.path;
   const std::optional<std::string> key = KeyArgument(ctx, args.key, args.hex_key);
   if (!key) return kExitUsage;
-  auto store = OpenStore(path, /*read_only=*/true);
+  auto store = ctx.OpenStore(path, /*read_only=*/true);
   if (!store.ok()) return ctx.StoreError(path, store.status());
   auto record = (*store)->Get(*key);
   if (!record.ok()) {

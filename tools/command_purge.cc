@@ -12,7 +12,7 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
   const bool dry_run = args.dry_run;
   const bool quiet = args.quiet;
   // A dry run only reads: it never writes nor takes the store from its owner.
-  auto store = OpenStore(path, /*read_only=*/dry_run);
+  auto store = ctx.OpenStore(path, /*read_only=*/dry_run);
   if (!store.ok()) return ctx.StoreError(path, store.status());
   // On a terminal, say what is going on, with the running count when this process does the
   // purge itself (through another owner the count arrives at the end).

@@ -25,6 +25,7 @@ struct StoreStats {
   std::optional<Record> oldest_pending;  // key and created only
   uint64_t disk_bytes = 0;
   Counters counters;
+  std::chrono::system_clock::time_point now;  // when the records were counted
 
   uint64_t CountInState(std::string_view state) const {
     const auto it = by_state.find(state);
@@ -194,7 +195,7 @@ void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStat
   if (stats.oldest_pending) {
     out << DisplayCell(stats.oldest_pending->key, 48) << ", created "
         << FormatLocalTime(stats.oldest_pending->created) << " ("
-        << HumanAge(std::chrono::system_clock::now() - stats.oldest_pending->created) << " ago)\n";
+        << HumanAge(stats.now - stats.oldest_pending->created) << " ago)\n";
   } else {
     out << "-\n";
   }
@@ -213,7 +214,7 @@ void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStat
 
 int Stats(const Context& ctx, const StatsArgs& args) {
   const std::string& path = args.path;
-  auto store = OpenStore(path, /*read_only=*/true);
+  auto store = ctx.OpenStore(path, /*read_only=*/true);
   if (!store.ok()) return ctx.StoreError(path, store.status());
   StoreStats stats;
   const Status scanned = (*store)->Scan(ScanOptions{}, [&](const Record& record) {
@@ -233,6 +234,7 @@ int Stats(const Context& ctx, const StatsArgs& args) {
   Result<Counters> counters = (*store)->GetCounters();
   if (!counters.ok()) return ctx.StoreError(path, counters.status());
   stats.counters = *counters;
+  stats.now = ctx.Now();
   store->reset();
   stats.disk_bytes = DirectorySize(path);
 

@@ -40,11 +40,16 @@ int Context::FinishOutput(int code) const {
   return Fail(kExitStoreError, "cannot write the output");
 }
 
+std::chrono::system_clock::time_point Context::Now() const {
+  return clock ? clock->Now() : std::chrono::system_clock::now();
+}
+
 bool Context::OutIsTerminal() const { return &out == &std::cout && ::isatty(STDOUT_FILENO) == 1; }
 bool Context::ErrIsTerminal() const { return &err == &std::cerr && ::isatty(STDERR_FILENO) == 1; }
 
-Result<std::unique_ptr<Store>> OpenStore(const std::string& path, bool read_only) {
+Result<std::unique_ptr<Store>> Context::OpenStore(const std::string& path, bool read_only) const {
   Options options;
+  options.clock = clock;
   options.create_if_missing = false;
   options.read_only = read_only;
   options.auto_purge_interval = std::chrono::milliseconds(0);

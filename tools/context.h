@@ -4,6 +4,7 @@
 #ifndef IDEM_TOOLS_CONTEXT_H_
 #define IDEM_TOOLS_CONTEXT_H_
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -20,6 +21,14 @@ struct Context {
   std::string command;  // "dump", "get", ... for messages
   std::ostream& out;
   std::ostream& err;
+  std::shared_ptr<const Clock> clock;  // null: the system clock
+
+  // The store at `path` as the commands open it: never created, never purged in the
+  // background, on this context's clock.
+  Result<std::unique_ptr<Store>> OpenStore(const std::string& path, bool read_only) const;
+
+  // The time on this context's clock.
+  std::chrono::system_clock::time_point Now() const;
 
   // "idem get: <message>" on err, one line whatever the message quotes; returns `code`. The
   // library escapes the keys and paths it puts in a message, but not every message that
@@ -40,9 +49,6 @@ struct Context {
   bool OutIsTerminal() const;
   bool ErrIsTerminal() const;
 };
-
-// The store at `path` as the commands open it: never created, never purged in the background.
-Result<std::unique_ptr<Store>> OpenStore(const std::string& path, bool read_only);
 
 // The key given on the command line, decoded from hex with --hex-key; nullopt after reporting a
 // usage error.
