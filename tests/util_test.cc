@@ -12,6 +12,7 @@
 
 #include "idem/counters.h"
 #include "idem/options.h"
+#include "idem/status.h"
 #include "util/backoff.h"
 #include "util/escape.h"
 #include "util/hex.h"
@@ -96,6 +97,24 @@ TEST(Counters, TheTableListsEveryCounterOnceInItsFixedOrder) {
   for (const idem::CounterInfo& counter : idem::kCounters) counters.*counter.field = value++;
   EXPECT_EQ(counters.claims, 1u);
   EXPECT_EQ(counters.purged, 8u);
+}
+
+}  // namespace
+
+namespace {
+
+// Reading the value of an error is a bug in the caller: caught at once in debug builds.
+TEST(ResultDeathTest, ValueOfAnErrorAsserts) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "assertions are compiled out (NDEBUG): the Debug builds (ASan, TSan) run this";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  idem::Result<int> error = idem::Status::NotFound("no such thing");
+  EXPECT_DEATH(static_cast<void>(error.value()), "Result::value\\(\\) called on an error");
+  EXPECT_DEATH(static_cast<void>(*error), "Result::value\\(\\) called on an error");
+  idem::Result<int> value = 3;
+  EXPECT_EQ(value.value(), 3);
+#endif
 }
 
 }  // namespace

@@ -20,6 +20,13 @@ namespace idem {
 class [[nodiscard]] Status {
  public:
   // Callers may switch on these. The meaning of each is fixed; new codes may be added at the end.
+  //
+  // Besides the codes a call's comment names, any call on a store may return kIOError (the file
+  // system failed), kCorruption (stored bytes cannot be decoded), kUnavailable (the store is
+  // closing, its owner cannot be reached, or the handle was opened before fork()), kTimedOut (the
+  // owner did not answer within Options::request_timeout) and kBusy (a failover found the store
+  // held by a process that excludes this one). IsRetryable (idem/retry.h) tells which of them a
+  // retry may cure.
   enum class Code {
     kOk = 0,
     kInvalidArgument,  // the caller passed a bad value (empty key, oversized result, ...)
@@ -107,15 +114,24 @@ class [[nodiscard]] Result {
   // Status::OK() when it holds a value.
   const Status& status() const { return status_; }
 
-  // Precondition: ok().
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T&& operator*() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  // Precondition: ok() (asserted in debug builds; undefined behaviour otherwise).
+  T& value() & {
+    assert(ok() && "Result::value() called on an error");
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok() && "Result::value() called on an error");
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok() && "Result::value() called on an error");
+    return std::move(*value_);
+  }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
 
  private:
   Status status_;
