@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "idem/export.h"
+
 namespace idem {
 
 // The stored state of a key. Never change these values: they are persisted.
@@ -66,11 +68,11 @@ struct Record {
 };
 
 // "pending", "done", "failed".
-std::string_view StateName(State state);
+IDEM_EXPORT std::string_view StateName(State state);
 
 // The state as the tools show it: "pending", "done", "failed", or "timeout" for a pending record
 // whose lease has passed.
-std::string_view DisplayState(const Record& record);
+IDEM_EXPORT std::string_view DisplayState(const Record& record);
 
 }  // namespace idem
 

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <utility>
 
+#include "idem/export.h"
+
 namespace idem {
 
 class [[nodiscard]] Status {
@@ -80,7 +82,7 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
 
   // "OK", or "<CodeName>: <message>", for example "InvalidArgument: key is empty".
-  std::string ToString() const;
+  IDEM_EXPORT std::string ToString() const;
 
   friend bool operator==(const Status& a, const Status& b) {
     return a.code_ == b.code_ && a.message_ == b.message_;
@@ -92,7 +94,7 @@ class [[nodiscard]] Status {
 };
 
 // "Ok", "InvalidArgument", ... : the enumerator's name without its leading 'k'.
-std::string_view CodeName(Status::Code code);
+IDEM_EXPORT std::string_view CodeName(Status::Code code);
 
 // A terminal failure for the callable given to Store::Execute: it is recorded as
 // Failure::kTerminal, so later Begin calls on the key return Outcome::kFailed instead of

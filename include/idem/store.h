@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "idem/counters.h"
+#include "idem/export.h"
 #include "idem/function_ref.h"
 #include "idem/options.h"
 #include "idem/record.h"
@@ -53,13 +54,13 @@ struct Claim {
 };
 
 // "acquired", "replay", "in_progress", "failed", "mismatch".
-std::string_view OutcomeName(Outcome outcome);
+IDEM_EXPORT std::string_view OutcomeName(Outcome outcome);
 
 class Store;
 class LeaseStatus;  // internal: what Execute's lease renewal knows of an attempt's lease
 
 // Handed to the function that Execute runs: who this attempt is, and a way to save progress.
-struct Attempt {
+struct IDEM_EXPORT Attempt {
   uint64_t token = 0;
   bool took_over = false;
   // The checkpoint saved by an earlier attempt (empty if none). Valid during the call.
@@ -102,7 +103,7 @@ struct PurgeOptions {
   std::function<void(uint64_t)> progress;
 };
 
-class Store {
+class IDEM_EXPORT Store {
  public:
   // Opens (or creates, see Options::create_if_missing) the store in directory `path`.
   // Errors: kNotFound (missing and not created), kBusy (held by another process that excludes
