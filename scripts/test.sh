@@ -5,6 +5,9 @@
 #                   (scripts/bench.sh --smoke, in build-bench/)
 #   2. build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer: all tests
 #   3. build-tsan/  ThreadSanitizer: the tests labelled "concurrency"
+# Each build is a preset of CMakePresets.json (default, asan, tsan), with warnings as errors
+# (IDEM_WERROR): to reproduce one step by hand, `cmake --preset asan && cmake --build --preset
+# asan -j2 && ctest --preset asan -j2`.
 # Set IDEM_SKIP_SANITIZERS=1 to run step 1 only. IDEM_JOBS sets build and test parallelism
 # (default 2). Exits non-zero on the first failure.
 set -euo pipefail
@@ -19,11 +22,11 @@ step "installing packages"
 scripts/install-deps.sh
 
 step "build/: configure and build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_BUILD_TESTS=ON
-cmake --build build -j "$jobs"
+cmake --preset default
+cmake --build --preset default -j "$jobs"
 
 step "build/: all tests"
-ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
+ctest --preset default -j "$jobs"
 
 # A brief run of each libFuzzer target (clang, in build-fuzz/): any crash fails the run and is
 # kept in fuzz/regressions/ (see fuzz/README.md).
@@ -41,24 +44,19 @@ if [[ "${IDEM_SKIP_SANITIZERS:-0}" == 1 ]]; then
   exit 0
 fi
 
-# -O1 keeps sanitized builds quick to compile and still fast enough to run. Test discovery at
-# test time (not build time) runs the sanitized binaries only under the options set below.
-sanitizer_flags=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1"
-                 -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=OFF
-                 -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST)
-
+# The sanitizer presets build Debug at -O1 (quick to compile, fast enough to run), without the
+# examples, and discover tests at test time, so that the sanitized binaries run only under the
+# options their test presets set (ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS).
 step "build-asan/: configure and build with -fsanitize=address,undefined"
-cmake -S . -B build-asan "${sanitizer_flags[@]}" -DIDEM_SANITIZE=address,undefined
-cmake --build build-asan -j "$jobs"
+cmake --preset asan
+cmake --build --preset asan -j "$jobs"
 
 step "build-asan/: all tests under ASan and UBSan"
-ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1" \
-UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
+ctest --preset asan -j "$jobs"
 
 step "build-tsan/: configure and build with -fsanitize=thread"
-cmake -S . -B build-tsan "${sanitizer_flags[@]}" -DIDEM_SANITIZE=thread
-cmake --build build-tsan -j "$jobs"
+cmake --preset tsan
+cmake --build --preset tsan -j "$jobs"
 
 # ThreadSanitizer cannot map its shadow memory under some kernels' high-entropy address
 # randomization; running without randomization avoids that where the kernel allows it.
@@ -67,17 +65,16 @@ if setarch "$(uname -m)" -R true 2>/dev/null; then
   no_aslr=(setarch "$(uname -m)" -R)
 fi
 
-# librocksdb and libstdc++ are not built with -fsanitize=thread, so TSan cannot see how they
-# synchronize their own threads (RocksDB's group commit hands one thread's WriteBatch to
-# another): ignore_noninstrumented_modules and tests/tsan.supp drop the false reports that
-# this causes. Accesses made by idem's own (instrumented) code are still checked.
-# No halt_on_error: a test runs to its end (and cleans up its child processes), and a process
-# that saw a race exits 66, which fails the test. die_after_fork=0: the sharing tests start
-# threads in a child of fork (Execute's lease renewal), which TSan otherwise kills.
+# The tsan test preset sets TSAN_OPTIONS. librocksdb and libstdc++ are not built with
+# -fsanitize=thread, so TSan cannot see how they synchronize their own threads (RocksDB's group
+# commit hands one thread's WriteBatch to another): ignore_noninstrumented_modules and
+# tests/tsan.supp drop the false reports that this causes. Accesses made by idem's own
+# (instrumented) code are still checked. No halt_on_error: a test runs to its end (and cleans up
+# its child processes), and a process that saw a race exits 66, which fails the test.
+# die_after_fork=0: the sharing tests start threads in a child of fork (Execute's lease
+# renewal), which TSan otherwise kills.
 step "build-tsan/: concurrency tests under TSan"
-TSAN_OPTIONS="ignore_noninstrumented_modules=1:second_deadlock_stack=1:die_after_fork=0:suppressions=$PWD/tests/tsan.supp" \
-  "${no_aslr[@]}" ctest --test-dir build-tsan -L concurrency --no-tests=error \
-  --output-on-failure -j "$jobs" --timeout 600
+"${no_aslr[@]}" ctest --preset tsan -j "$jobs"
 
 step "done"
 echo "test.sh: all tests passed (plain, ASan+UBSan, TSan)"

@@ -2,9 +2,15 @@
 // purge with a short retention, a store held by another process, and the real binary (exit
 // codes, `| head`, memory of a large dump).
 //
-// This binary has its own main: started as `cli_test --hold-store PATH` (or
-// --hold-store-exclusive), it opens the store at PATH for writing, prints "ready", and holds it
-// until its stdin closes (the "other process").
+// Time passes on a manual clock (CliTest::clock_, started at the real time so that the real
+// binary, on the system clock, sees the same records live): the test's writers and the commands
+// run in-process share it, and a second process holding the store runs that far ahead of the
+// system clock.
+//
+// This binary has its own main: started as `cli_test --hold-store PATH AHEAD_US` (or
+// --hold-store-exclusive), it opens the store at PATH for writing on the system clock moved
+// AHEAD_US microseconds ahead, prints "ready", and holds it until its stdin closes (the "other
+// process").
 
 #include "cli.h"
 
@@ -50,8 +56,8 @@ struct CliResult {
   std::string err;
 };
 
-// Runs idem::cli::Run in-process with argv = {"idem", args...}.
-CliResult RunCli(const std::vector<std::string>& args) {
+// Runs idem::cli::Run in-process with argv = {"idem", args...}, on `clock`.
+CliResult RunCliOn(const std::vector<std::string>& args, std::shared_ptr<const idem::Clock> clock) {
   std::vector<std::string> storage = {"idem"};
   storage.insert(storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -60,7 +66,8 @@ CliResult RunCli(const std::vector<std::string>& args) {
   std::ostringstream out;
   std::ostringstream err;
   CliResult result;
-  result.code = idem::cli::Run(static_cast<int>(storage.size()), argv.data(), out, err);
+  result.code =
+      idem::cli::Run(static_cast<int>(storage.size()), argv.data(), out, err, std::move(clock));
   result.out = out.str();
   result.err = err.str();
   return result;
@@ -219,13 +226,40 @@ const std::string kBinaryKey = std::string("bin\0\xff\x01", 6);
 const std::string kBinaryResult = "\xfe\xff bytes\n\"quoted\"\\";
 const std::string kLongResult(500, 'r');
 
+// The system clock moved `ahead` forward: the clock of the process holding the store.
+class AheadClock final : public idem::Clock {
+ public:
+  explicit AheadClock(std::chrono::microseconds ahead) : ahead_(ahead) {}
+  std::chrono::system_clock::time_point Now() const override {
+    return std::chrono::system_clock::now() + ahead_;
+  }
+
+ private:
+  std::chrono::microseconds ahead_;
+};
+
 class CliTest : public ::testing::Test {
  protected:
   std::string path() const { return dir_.StorePath(); }
 
-  // A writer for setting up a test; no fsync (the records outlive the process all the same).
+  // The command, in-process, on clock_.
+  CliResult RunCli(const std::vector<std::string>& args) const { return RunCliOn(args, clock_); }
+
+  // Another process holding the store (for writing, exclusively or not), on clock_'s time.
+  std::unique_ptr<Child> StartHolder(bool exclusive = false) const {
+    const auto ahead = std::chrono::duration_cast<std::chrono::microseconds>(
+        clock_->Now() - std::chrono::system_clock::now());
+    return std::make_unique<Child>(
+        SelfPath(),
+        std::vector<std::string>{exclusive ? "--hold-store-exclusive" : "--hold-store", path(),
+                                 std::to_string(ahead.count())},
+        /*pipe_stdin=*/true);
+  }
+
+  // A writer for setting up a test, on clock_; no fsync (the records outlive the process all
+  // the same).
   std::unique_ptr<idem::Store> Open() {
-    idem::Options options = idem_test::TestOptions();
+    idem::Options options = idem_test::TestOptions(clock_);
     options.durability = idem::Durability::kBuffered;
     auto store = idem::Store::Open(path(), options);
     EXPECT_TRUE(store.ok()) << store.status().ToString();
@@ -249,7 +283,7 @@ class CliTest : public ::testing::Test {
     ASSERT_OK(store->Complete(kBinaryKey, binary.token, kBinaryResult));
     ASSERT_OK_AND_ASSIGN(auto long_one, store->Begin("long", {.type = "pay"}));
     ASSERT_OK(store->Complete("long", long_one.token, kLongResult));
-    std::this_thread::sleep_for(5ms);  // "stuck" times out
+    clock_->Advance(5ms);  // "stuck" times out
   }
 
   // The (key -> state) of a jsonl dump.
@@ -262,6 +296,8 @@ class CliTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  const std::shared_ptr<idem_test::ManualClock> clock_ =
+      std::make_shared<idem_test::ManualClock>(std::chrono::system_clock::now());
 };
 
 const std::regex kRfc3339(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)");
@@ -576,6 +612,22 @@ TEST_F(CliTest, StatsJsonCountsByStateAndType) {
                                                 "failed", "mismatches", "lease_lost", "purged"}));
 }
 
+// A type label that is not UTF-8 is written as dump writes it: each such byte as \u00XX, so
+// that the raw line gives back the exact bytes (docs/operations.md).
+TEST_F(CliTest, StatsJsonWritesBytesThatAreNotUtf8AsDumpDoes) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k", {.type = "t\xe9\x7f"}));
+    const CliResult dump = RunCli({"dump", path(), "--format", "jsonl"});
+    EXPECT_NE(dump.out.find("\"type\":\"t\\u00e9\\u007f\""), std::string::npos) << dump.out;
+  }
+  const CliResult result = RunCli({"stats", path(), "--format", "jsonl"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find("\"by_type\":{\"t\\u00e9\\u007f\":1}"), std::string::npos)
+      << result.out;
+}
+
 TEST_F(CliTest, StatsTable) {
   Populate();
   const CliResult result = RunCli({"stats", path(), "--format", "table"});
@@ -635,7 +687,7 @@ TEST_F(CliTest, PurgeRemovesRecordsWhoseRetentionExpired) {
     ASSERT_OK_AND_ASSIGN(auto kept, store->Begin("kept", {}));
     ASSERT_OK(store->Complete("kept", kept.token, "x"));
   }
-  std::this_thread::sleep_for(100ms);
+  clock_->Advance(100ms);  // their retention passes
 
   // Expired records are absent for every read before they are purged.
   EXPECT_EQ(RunCli({"get", path(), "gone-1"}).code, 1);
@@ -665,7 +717,7 @@ TEST_F(CliTest, PurgeQuietPrintsNothing) {
     ASSERT_OK_AND_ASSIGN(auto claim, (store->Begin("gone", {.lease = 50ms, .retention = 1ms})));
     ASSERT_OK(store->Complete("gone", claim.token, "x"));
   }
-  std::this_thread::sleep_for(100ms);
+  clock_->Advance(100ms);  // their retention passes
   CliResult result = RunCli({"purge", path(), "--dry-run", "--quiet"});
   EXPECT_EQ(result.code, 0);
   EXPECT_EQ(result.out, "");
@@ -842,8 +894,9 @@ TEST_F(CliTest, EveryCommandWorksWhileAnotherProcessHoldsTheStore) {
     ASSERT_OK_AND_ASSIGN(auto claim, (store->Begin("expiring", {.lease = 50ms, .retention = 1ms})));
     ASSERT_OK(store->Complete("expiring", claim.token, "x"));
   }
-  std::this_thread::sleep_for(100ms);
-  Child holder(SelfPath(), {"--hold-store", path()}, /*pipe_stdin=*/true);
+  clock_->Advance(100ms);  // their retention passes
+  const std::unique_ptr<Child> held = StartHolder();
+  Child& holder = *held;
   ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
 
   // The readers open the store read-only beside the holder.
@@ -874,7 +927,8 @@ TEST_F(CliTest, EveryCommandWorksWhileAnotherProcessHoldsTheStore) {
 
 TEST_F(CliTest, WritersExitThreeWhileAnExclusiveProcessHoldsTheStore) {
   Populate();
-  Child holder(SelfPath(), {"--hold-store-exclusive", path()}, /*pipe_stdin=*/true);
+  const std::unique_ptr<Child> held = StartHolder(/*exclusive=*/true);
+  Child& holder = *held;
   ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
 
   EXPECT_EQ(RunCli({"dump", path()}).code, 0);
@@ -943,7 +997,8 @@ TEST_F(CliTest, ControlCharactersInAPathNeverReachTheTerminal) {
 
 TEST_F(CliTest, ReadersExitThreeNamingAnOwnerThatDoesNotAnswer) {
   Populate();
-  Child holder(SelfPath(), {"--hold-store", path()}, /*pipe_stdin=*/true);
+  const std::unique_ptr<Child> held = StartHolder();
+  Child& holder = *held;
   ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
   struct Resume {
     pid_t pid;
@@ -1068,8 +1123,8 @@ TEST_F(CliTest, BinaryDumpsALargeStoreInBoundedMemory) {
 
 // The other process of the "held" test: opens the store for writing, adds a record, says
 // "ready", and holds the store until stdin closes.
-int HoldStore(const std::string& path, idem::Sharing sharing) {
-  idem::Options options = idem_test::TestOptions();
+int HoldStore(const std::string& path, idem::Sharing sharing, std::chrono::microseconds ahead) {
+  idem::Options options = idem_test::TestOptions(std::make_shared<AheadClock>(ahead));
   options.sharing = sharing;
   auto store = idem::Store::Open(path, options);
   if (!store.ok()) {
@@ -1087,11 +1142,12 @@ int HoldStore(const std::string& path, idem::Sharing sharing) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 3 && std::string(argv[1]) == "--hold-store") {
-    return HoldStore(argv[2], idem::Sharing::kAuto);
+  if (argc == 4 && std::string(argv[1]) == "--hold-store") {
+    return HoldStore(argv[2], idem::Sharing::kAuto, std::chrono::microseconds(std::atoll(argv[3])));
   }
-  if (argc == 3 && std::string(argv[1]) == "--hold-store-exclusive") {
-    return HoldStore(argv[2], idem::Sharing::kExclusive);
+  if (argc == 4 && std::string(argv[1]) == "--hold-store-exclusive") {
+    return HoldStore(argv[2], idem::Sharing::kExclusive,
+                     std::chrono::microseconds(std::atoll(argv[3])));
   }
   ::setenv("TZ", "UTC", 1);
   ::tzset();

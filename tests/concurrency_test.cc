@@ -92,7 +92,7 @@ TEST(Concurrency, EachKeyIsAcquiredExactlyOnce) {
     }
   }
   EXPECT_EQ(wrong, 0);
-  const idem::Counters counters = store->GetCounters();
+  ASSERT_OK_AND_ASSIGN(const idem::Counters counters, store->GetCounters());
   EXPECT_EQ(counters.claims, static_cast<uint64_t>(kKeys));
   EXPECT_EQ(counters.in_progress, static_cast<uint64_t>(kKeys) * (kThreads - 1));
   for (int i = 0; i < kKeys; i += 97) {
@@ -376,7 +376,7 @@ TEST(Concurrency, PurgeDoesNotLoseLiveRecords) {
   // before it was re-acquired.
   EXPECT_GE(purged.load(), static_cast<uint64_t>(kExpired - renewed));
   EXPECT_LE(purged.load(), static_cast<uint64_t>(kExpired));
-  EXPECT_EQ(store->GetCounters().purged, purged.load());
+  EXPECT_EQ(store->GetCounters()->purged, purged.load());
   ASSERT_OK_AND_ASSIGN(auto left, store->Purge({.dry_run = true}));
   EXPECT_EQ(left, 0u);
 }

@@ -193,7 +193,7 @@ TEST(DeadHolder, AClaimOfAKilledProcessIsTakenOverAtOnce) {
   EXPECT_TRUE(claim.took_over);
   EXPECT_EQ(claim.record.attempts, 2u);
   EXPECT_EQ(claim.record.holder.pid, static_cast<uint32_t>(getpid()));
-  EXPECT_EQ(store->GetCounters().takeovers, 1u);
+  EXPECT_EQ(store->GetCounters()->takeovers, 1u);
 }
 
 TEST(DeadHolder, AClaimOfALiveProcessWaitsForItsLease) {

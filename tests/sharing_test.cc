@@ -569,7 +569,7 @@ TEST(Sharing, AReaderAsksTheRunningOwnerAndNeverTakesOwnership) {
   ASSERT_OK_AND_ASSIGN(auto record, reader->Get("order-1"));
   ASSERT_TRUE(record.has_value());
   // The counters are the owner's.
-  EXPECT_EQ(reader->GetCounters().claims, 1u);
+  EXPECT_EQ(reader->GetCounters()->claims, 1u);
   EXPECT_CODE(reader->Begin("x").status(), kInvalidArgument);
   // When the owner dies, the reader does not take the store: it reads it as a secondary.
   owner.Kill();

@@ -14,10 +14,12 @@
 #define IDEM_TOOLS_CLI_H_
 
 #include <chrono>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <string_view>
 
+#include "idem/options.h"
 #include "idem/record.h"
 
 namespace idem::cli {
@@ -36,7 +38,10 @@ enum ExitCode : int {
 //
 // The default --format is `table` when `out` is std::cout and standard output is a terminal, and
 // `jsonl` otherwise. Progress of a purge is shown only when `err` is std::cerr on a terminal.
-int Run(int argc, char** argv, std::ostream& out, std::ostream& err);
+// `clock` is the wall clock the store is opened with (leases, retention, purge) and ages are
+// measured by; null (the command's) is the system clock. Tests pass a manual one.
+int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
+        std::shared_ptr<const Clock> clock = nullptr);
 
 // ---- Formats (exposed for tests) ------------------------------------------------------------
 

@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "idem/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -83,121 +85,123 @@ typedef struct idem_attempt_t idem_attempt_t;
 /* ---- Errors and memory -------------------------------------------------------------------- */
 
 /* Frees a string or buffer returned by idem (an error, a result, a token). NULL is allowed. */
-void idem_free(void* ptr);
+IDEM_EXPORT void idem_free(void* ptr);
 
 /* The IDEM_* code of an error string set through errptr; IDEM_OK for NULL. */
-int idem_error_code(const char* err);
+IDEM_EXPORT int idem_error_code(const char* err);
 
 /* "OK", "InvalidArgument", ...: the name of an IDEM_* error code (static storage). */
-const char* idem_code_name(int code);
+IDEM_EXPORT const char* idem_code_name(int code);
 
 /* ---- Options ------------------------------------------------------------------------------ */
 
 /* Options for idem_open with the defaults of idem::Options. */
-idem_options_t* idem_options_create(void);
-void idem_options_destroy(idem_options_t* options);
+IDEM_EXPORT idem_options_t* idem_options_create(void);
+IDEM_EXPORT void idem_options_destroy(idem_options_t* options);
 /* IDEM_SYNC (default: fsync before acknowledging) or IDEM_BUFFERED. */
-void idem_options_set_durability(idem_options_t* options, int durability);
+IDEM_EXPORT void idem_options_set_durability(idem_options_t* options, int durability);
 /* IDEM_SHARING_AUTO (default) or IDEM_SHARING_EXCLUSIVE. */
-void idem_options_set_sharing(idem_options_t* options, int sharing);
+IDEM_EXPORT void idem_options_set_sharing(idem_options_t* options, int sharing);
 /* Lease of a claim when idem_begin's lease_ms is 0. Default: 10000. */
-void idem_options_set_default_lease_ms(idem_options_t* options, int64_t ms);
+IDEM_EXPORT void idem_options_set_default_lease_ms(idem_options_t* options, int64_t ms);
 /* Retention of a record when idem_begin's retention_ms is 0. Default: 30 days. */
-void idem_options_set_default_retention_ms(idem_options_t* options, int64_t ms);
+IDEM_EXPORT void idem_options_set_default_retention_ms(idem_options_t* options, int64_t ms);
 /* How long idem_execute waits for another owner. Default: 30000. */
-void idem_options_set_execute_wait_ms(idem_options_t* options, int64_t ms);
+IDEM_EXPORT void idem_options_set_execute_wait_ms(idem_options_t* options, int64_t ms);
 /* Interval of the background purge; 0 disables it. Default: 10 minutes. */
-void idem_options_set_auto_purge_interval_ms(idem_options_t* options, int64_t ms);
+IDEM_EXPORT void idem_options_set_auto_purge_interval_ms(idem_options_t* options, int64_t ms);
 /* Create the store directory when missing (default 1). */
-void idem_options_set_create_if_missing(idem_options_t* options, unsigned char value);
+IDEM_EXPORT void idem_options_set_create_if_missing(idem_options_t* options, unsigned char value);
 /* Open for reading only (default 0): writing calls fail with IDEM_INVALID_ARGUMENT. */
-void idem_options_set_read_only(idem_options_t* options, unsigned char value);
+IDEM_EXPORT void idem_options_set_read_only(idem_options_t* options, unsigned char value);
 /* Longest key, in bytes. Default: 512. */
-void idem_options_set_max_key_size(idem_options_t* options, size_t bytes);
+IDEM_EXPORT void idem_options_set_max_key_size(idem_options_t* options, size_t bytes);
 /* Longest result, error text or checkpoint, in bytes. Default: 1 MiB. */
-void idem_options_set_max_result_size(idem_options_t* options, size_t bytes);
+IDEM_EXPORT void idem_options_set_max_result_size(idem_options_t* options, size_t bytes);
 
 /* ---- Store -------------------------------------------------------------------------------- */
 
 /* Opens the store in directory `path`; `options` may be NULL for the defaults and may be
  * destroyed after the call. Returns NULL and sets *errptr on error. */
-idem_store_t* idem_open(const char* path, const idem_options_t* options, char** errptr);
+IDEM_EXPORT idem_store_t* idem_open(const char* path, const idem_options_t* options, char** errptr);
 
 /* Closes the handle. NULL is allowed. */
-void idem_close(idem_store_t* store);
+IDEM_EXPORT void idem_close(idem_store_t* store);
 
 /* Claims `key` or reports what an earlier attempt left (idem::Store::Begin). lease_ms and
  * retention_ms: 0 for the store's defaults. Returns a claim to release with
  * idem_claim_destroy, or NULL and sets *errptr on error. */
-idem_claim_t* idem_begin(idem_store_t* store, const char* key, size_t keylen, const char* type,
-                         const char* fingerprint, int64_t lease_ms, int64_t retention_ms,
-                         char** errptr);
+IDEM_EXPORT idem_claim_t* idem_begin(idem_store_t* store, const char* key, size_t keylen,
+                                     const char* type, const char* fingerprint, int64_t lease_ms,
+                                     int64_t retention_ms, char** errptr);
 
-void idem_claim_destroy(idem_claim_t* claim);
+IDEM_EXPORT void idem_claim_destroy(idem_claim_t* claim);
 /* IDEM_ACQUIRED, IDEM_REPLAY, IDEM_OUTCOME_IN_PROGRESS, IDEM_OUTCOME_FAILED or
  * IDEM_OUTCOME_MISMATCH. */
-int idem_claim_outcome(const idem_claim_t* claim);
+IDEM_EXPORT int idem_claim_outcome(const idem_claim_t* claim);
 /* IDEM_ACQUIRED: the fencing token to pass to idem_complete, idem_fail, ... */
-uint64_t idem_claim_token(const idem_claim_t* claim);
+IDEM_EXPORT uint64_t idem_claim_token(const idem_claim_t* claim);
 /* IDEM_ACQUIRED after an expired or abandoned attempt. */
-unsigned char idem_claim_took_over(const idem_claim_t* claim);
+IDEM_EXPORT unsigned char idem_claim_took_over(const idem_claim_t* claim);
 /* IDEM_OUTCOME_IN_PROGRESS: milliseconds left on the other owner's lease. */
-int64_t idem_claim_retry_after_ms(const idem_claim_t* claim);
+IDEM_EXPORT int64_t idem_claim_retry_after_ms(const idem_claim_t* claim);
 /* The record's result: IDEM_REPLAY the stored result, IDEM_OUTCOME_FAILED the error text. */
-const char* idem_claim_result(const idem_claim_t* claim, size_t* len);
+IDEM_EXPORT const char* idem_claim_result(const idem_claim_t* claim, size_t* len);
 /* How many times the key was acquired (1 on the first attempt). */
-uint32_t idem_claim_attempts(const idem_claim_t* claim);
+IDEM_EXPORT uint32_t idem_claim_attempts(const idem_claim_t* claim);
 /* The record as stored after the call; owned by the claim. */
-const idem_record_t* idem_claim_record(const idem_claim_t* claim);
+IDEM_EXPORT const idem_record_t* idem_claim_record(const idem_claim_t* claim);
 
 /* The four calls below succeed only with the record's current token while it is pending;
  * otherwise IDEM_LEASE_LOST (IDEM_NOT_FOUND without a record). */
 
 /* Stores the result and marks the record done. */
-void idem_complete(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-                   const char* result, size_t resultlen, char** errptr);
+IDEM_EXPORT void idem_complete(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                               const char* result, size_t resultlen, char** errptr);
 /* Records a failure; kind is IDEM_RETRYABLE or IDEM_TERMINAL. */
-void idem_fail(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-               const char* error, size_t errorlen, int kind, char** errptr);
+IDEM_EXPORT void idem_fail(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                           const char* error, size_t errorlen, int kind, char** errptr);
 /* Sets the lease deadline to now + lease_ms (0: the default lease). */
-void idem_extend(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-                 int64_t lease_ms, char** errptr);
+IDEM_EXPORT void idem_extend(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                             int64_t lease_ms, char** errptr);
 /* Stores a recovery point that survives a takeover. */
-void idem_save_checkpoint(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-                          const char* data, size_t datalen, char** errptr);
+IDEM_EXPORT void idem_save_checkpoint(idem_store_t* store, const char* key, size_t keylen,
+                                      uint64_t token, const char* data, size_t datalen,
+                                      char** errptr);
 
 /* Removes a record whatever its state (IDEM_NOT_FOUND if there is none). */
-void idem_forget(idem_store_t* store, const char* key, size_t keylen, char** errptr);
+IDEM_EXPORT void idem_forget(idem_store_t* store, const char* key, size_t keylen, char** errptr);
 
 /* Removes the records whose retention has expired; returns how many (or, with dry_run, how
  * many it would remove). Returns 0 and sets *errptr on error. */
-uint64_t idem_purge(idem_store_t* store, unsigned char dry_run, char** errptr);
+IDEM_EXPORT uint64_t idem_purge(idem_store_t* store, unsigned char dry_run, char** errptr);
 
 /* ---- Records ------------------------------------------------------------------------------ */
 
 /* The record of `key`, to release with idem_record_destroy; NULL when there is none (errptr
  * untouched) or on error (*errptr set). */
-idem_record_t* idem_get(idem_store_t* store, const char* key, size_t keylen, char** errptr);
+IDEM_EXPORT idem_record_t* idem_get(idem_store_t* store, const char* key, size_t keylen,
+                                    char** errptr);
 
-void idem_record_destroy(idem_record_t* record);
-const char* idem_record_key(const idem_record_t* record, size_t* len);
-const char* idem_record_type(const idem_record_t* record, size_t* len);
+IDEM_EXPORT void idem_record_destroy(idem_record_t* record);
+IDEM_EXPORT const char* idem_record_key(const idem_record_t* record, size_t* len);
+IDEM_EXPORT const char* idem_record_type(const idem_record_t* record, size_t* len);
 /* IDEM_STATE_PENDING, IDEM_STATE_DONE or IDEM_STATE_FAILED. */
-int idem_record_state(const idem_record_t* record);
+IDEM_EXPORT int idem_record_state(const idem_record_t* record);
 /* Pending and its lease has passed ("timeout"). */
-unsigned char idem_record_timed_out(const idem_record_t* record);
+IDEM_EXPORT unsigned char idem_record_timed_out(const idem_record_t* record);
 /* Done: the result; failed: the error text; pending: empty. */
-const char* idem_record_result(const idem_record_t* record, size_t* len);
-const char* idem_record_fingerprint(const idem_record_t* record, size_t* len);
-const char* idem_record_checkpoint(const idem_record_t* record, size_t* len);
-uint64_t idem_record_token(const idem_record_t* record);
-uint32_t idem_record_attempts(const idem_record_t* record);
+IDEM_EXPORT const char* idem_record_result(const idem_record_t* record, size_t* len);
+IDEM_EXPORT const char* idem_record_fingerprint(const idem_record_t* record, size_t* len);
+IDEM_EXPORT const char* idem_record_checkpoint(const idem_record_t* record, size_t* len);
+IDEM_EXPORT uint64_t idem_record_token(const idem_record_t* record);
+IDEM_EXPORT uint32_t idem_record_attempts(const idem_record_t* record);
 /* A failed record that the next idem_begin acquires again. */
-unsigned char idem_record_retryable(const idem_record_t* record);
-int64_t idem_record_created_us(const idem_record_t* record);
-int64_t idem_record_updated_us(const idem_record_t* record);
-int64_t idem_record_lease_deadline_us(const idem_record_t* record);
-int64_t idem_record_expires_us(const idem_record_t* record);
+IDEM_EXPORT unsigned char idem_record_retryable(const idem_record_t* record);
+IDEM_EXPORT int64_t idem_record_created_us(const idem_record_t* record);
+IDEM_EXPORT int64_t idem_record_updated_us(const idem_record_t* record);
+IDEM_EXPORT int64_t idem_record_lease_deadline_us(const idem_record_t* record);
+IDEM_EXPORT int64_t idem_record_expires_us(const idem_record_t* record);
 
 /* ---- Execute ------------------------------------------------------------------------------ */
 
@@ -217,19 +221,19 @@ typedef char* (*idem_execute_fn)(void* ctx, idem_attempt_t* attempt, size_t* res
                                  char** errmsg, unsigned char* terminal);
 
 /* The fencing token of this attempt. */
-uint64_t idem_attempt_token(const idem_attempt_t* attempt);
+IDEM_EXPORT uint64_t idem_attempt_token(const idem_attempt_t* attempt);
 /* This attempt took over an expired or abandoned one. */
-unsigned char idem_attempt_took_over(const idem_attempt_t* attempt);
+IDEM_EXPORT unsigned char idem_attempt_took_over(const idem_attempt_t* attempt);
 /* 1 on the first attempt. */
-uint32_t idem_attempt_attempts(const idem_attempt_t* attempt);
+IDEM_EXPORT uint32_t idem_attempt_attempts(const idem_attempt_t* attempt);
 /* 1 while this attempt surely holds its lease (idem::Attempt::LeaseHeld): check it right before
  * a side effect that must not run twice. */
-unsigned char idem_attempt_lease_held(const idem_attempt_t* attempt);
+IDEM_EXPORT unsigned char idem_attempt_lease_held(const idem_attempt_t* attempt);
 /* The checkpoint saved by an earlier attempt (empty if none). */
-const char* idem_attempt_checkpoint(const idem_attempt_t* attempt, size_t* len);
+IDEM_EXPORT const char* idem_attempt_checkpoint(const idem_attempt_t* attempt, size_t* len);
 /* Saves a recovery point for the next owner should this attempt die. */
-void idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data, size_t datalen,
-                                  char** errptr);
+IDEM_EXPORT void idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data,
+                                              size_t datalen, char** errptr);
 
 /* Runs the whole lifecycle of one request (idem::Store::Execute): Begin; when acquired, calls
  * fn and records its result or failure; on a replay returns the stored result without calling
@@ -241,21 +245,22 @@ void idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data, siz
  * of fn (with the code IDEM_FAILED when terminal, IDEM_UNAVAILABLE otherwise), or
  * IDEM_FAILED for a key that failed terminally before, IDEM_MISMATCH, IDEM_IN_PROGRESS when
  * the wait ran out, and the store's errors. */
-char* idem_execute(idem_store_t* store, const char* key, size_t keylen, const char* type,
-                   const char* fingerprint, int64_t lease_ms, int64_t retention_ms,
-                   idem_execute_fn fn, void* ctx, size_t* resultlen, unsigned char* replayed,
-                   uint32_t* attempts, char** errptr);
+IDEM_EXPORT char* idem_execute(idem_store_t* store, const char* key, size_t keylen,
+                               const char* type, const char* fingerprint, int64_t lease_ms,
+                               int64_t retention_ms, idem_execute_fn fn, void* ctx,
+                               size_t* resultlen, unsigned char* replayed, uint32_t* attempts,
+                               char** errptr);
 
 /* ---- One-time tokens ---------------------------------------------------------------------- */
 
 /* A fresh token that idem_consume_token accepts once within ttl_ms: a malloc'd NUL-terminated
  * string to release with idem_free. NULL and *errptr set on error. */
-char* idem_issue_token(idem_store_t* store, int64_t ttl_ms, char** errptr);
+IDEM_EXPORT char* idem_issue_token(idem_store_t* store, int64_t ttl_ms, char** errptr);
 
 /* Consumes `token` (NUL-terminated): succeeds for exactly one caller. Errors:
  * IDEM_INVALID_ARGUMENT (malformed), IDEM_NOT_FOUND ("token expired ..." or "unknown token"),
  * IDEM_FAILED ("token already consumed", or being consumed by another caller). */
-void idem_consume_token(idem_store_t* store, const char* token, char** errptr);
+IDEM_EXPORT void idem_consume_token(idem_store_t* store, const char* token, char** errptr);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -3,6 +3,7 @@
 #ifndef IDEM_IDEM_H_
 #define IDEM_IDEM_H_
 
+#include "idem/counters.h"
 #include "idem/function_ref.h"
 #include "idem/options.h"
 #include "idem/record.h"

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "idem/export.h"
+
 namespace idem {
 
 // When a claim or a result is acknowledged, how much of a crash it survives.
@@ -29,14 +31,14 @@ enum class Sharing {
 // The source of wall-clock time for leases and retention. Tests inject a manual clock; the
 // default is std::chrono::system_clock. Implementations must be thread-safe: Now() is called
 // from every caller thread and from RocksDB's compaction threads.
-class Clock {
+class IDEM_EXPORT Clock {
  public:
   virtual ~Clock() = default;
   virtual std::chrono::system_clock::time_point Now() const = 0;
 };
 
 // The system clock.
-std::shared_ptr<const Clock> SystemClock();
+IDEM_EXPORT std::shared_ptr<const Clock> SystemClock();
 
 struct Options {
   // How long a Begin's claim stays live when BeginOptions::lease is 0. A pending record whose
@@ -138,6 +140,17 @@ struct Options {
 
   // Wall-clock source; null means the system clock. See Clock.
   std::shared_ptr<const Clock> clock;
+
+  // The lease a call asking for `lease` gets (BeginOptions::lease, Store::Extend): `lease`
+  // when positive, default_lease when 0.
+  std::chrono::milliseconds LeaseOrDefault(std::chrono::milliseconds lease) const {
+    return lease.count() > 0 ? lease : default_lease;
+  }
+  // The retention a Begin asking for `retention` gets: `retention` when positive,
+  // default_retention when 0.
+  std::chrono::milliseconds RetentionOrDefault(std::chrono::milliseconds retention) const {
+    return retention.count() > 0 ? retention : default_retention;
+  }
 };
 
 struct BeginOptions {
@@ -153,10 +166,10 @@ struct BeginOptions {
 };
 
 // A stable digest of a request payload: the lowercase hex SHA-256 (64 characters).
-std::string Fingerprint(std::string_view payload);
+IDEM_EXPORT std::string Fingerprint(std::string_view payload);
 
 // A unique, time-ordered request id: a UUID version 7 in its 36-character text form.
-std::string NewRequestId();
+IDEM_EXPORT std::string NewRequestId();
 
 }  // namespace idem
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "idem/export.h"
+
 namespace idem {
 
 // The stored state of a key. Never change these values: they are persisted.
@@ -16,6 +18,10 @@ enum class State : uint8_t { kPending = 0, kDone = 1, kFailed = 2 };
 // Who acquired a record's current attempt, and how. Recorded by Begin so that a claim whose
 // process has died can be taken over without waiting for its lease, and so that a Begin resent
 // after a lost reply gets its own claim back instead of kInProgress.
+//
+// Part of the API, to read: it tells an operator or a tool which process holds a pending claim.
+// The pid and start time mean something only on the host, and in the PID and time namespaces,
+// that `pid_scope` names. Set by idem; a value a caller puts in a Record changes nothing stored.
 struct Holder {
   uint32_t pid = 0;            // the acquiring process (0: unknown)
   uint64_t process_start = 0;  // its start time (clock ticks after boot), so a reused pid differs
@@ -49,7 +55,9 @@ struct Record {
   uint64_t token = 0;
   // How many times the key was acquired.
   uint32_t attempts = 0;
-  // Whether a kFailed record may be acquired again (true) or is final (false).
+  // kFailed: whether the failure was Failure::kRetryable, so the next Begin acquires the key
+  // again (true), or Failure::kTerminal, final (false). The C API reads it as
+  // idem_record_retryable. False in other states.
   bool retryable = false;
   // The holder of the latest attempt.
   Holder holder;
@@ -60,11 +68,11 @@ struct Record {
 };
 
 // "pending", "done", "failed".
-std::string_view StateName(State state);
+IDEM_EXPORT std::string_view StateName(State state);
 
 // The state as the tools show it: "pending", "done", "failed", or "timeout" for a pending record
 // whose lease has passed.
-std::string_view DisplayState(const Record& record);
+IDEM_EXPORT std::string_view DisplayState(const Record& record);
 
 }  // namespace idem
 

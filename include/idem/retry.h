@@ -75,18 +75,19 @@ struct RetryHooks {
 // True for the errors that a later attempt may not meet: kIOError, kUnavailable, kTimedOut,
 // kBusy, kLeaseLost and kInProgress. False for OK and for the errors that repeat on every
 // attempt: kInvalidArgument, kNotFound, kMismatch, kFailed (terminal) and kCorruption.
-bool IsRetryable(const Status& status);
+IDEM_EXPORT bool IsRetryable(const Status& status);
 
 // The policy's backoff before retry number `retry` (1 for the first retry), before jitter:
 // min(max_backoff, first_backoff * multiplier^(retry-1)).
-std::chrono::milliseconds BackoffBefore(const RetryPolicy& policy, int retry);
+IDEM_EXPORT std::chrono::milliseconds BackoffBefore(const RetryPolicy& policy, int retry);
 
 // The wait before retry number `retry`: BackoffBefore, scaled by `random01` (in [0, 1)) when
 // the policy has full_jitter.
-std::chrono::milliseconds RetryDelay(const RetryPolicy& policy, int retry, double random01);
+IDEM_EXPORT std::chrono::milliseconds RetryDelay(const RetryPolicy& policy, int retry,
+                                                 double random01);
 
 // kInvalidArgument naming the field when the policy is unusable (see each field's limits).
-Status CheckRetryPolicy(const RetryPolicy& policy);
+IDEM_EXPORT Status CheckRetryPolicy(const RetryPolicy& policy);
 
 namespace retry_internal {
 
@@ -99,7 +100,7 @@ struct Step {
 };
 
 // The hooks with the defaults filled in.
-RetryHooks WithDefaults(RetryHooks hooks);
+IDEM_EXPORT RetryHooks WithDefaults(RetryHooks hooks);
 
 template <class R>
 const Status& StatusOf(const R& result) {

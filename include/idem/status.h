@@ -15,11 +15,20 @@
 #include <string_view>
 #include <utility>
 
+#include "idem/export.h"
+
 namespace idem {
 
 class [[nodiscard]] Status {
  public:
   // Callers may switch on these. The meaning of each is fixed; new codes may be added at the end.
+  //
+  // Besides the codes a call's comment names, any call on a store may return kIOError (the file
+  // system failed), kCorruption (stored bytes cannot be decoded), kUnavailable (the store is
+  // closing, its owner cannot be reached, or the handle was opened before fork()), kTimedOut (the
+  // owner did not answer within Options::request_timeout) and kBusy (a failover found the store
+  // held by a process that excludes this one). IsRetryable (idem/retry.h) tells which of them a
+  // retry may cure.
   enum class Code {
     kOk = 0,
     kInvalidArgument,  // the caller passed a bad value (empty key, oversized result, ...)
@@ -73,7 +82,7 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
 
   // "OK", or "<CodeName>: <message>", for example "InvalidArgument: key is empty".
-  std::string ToString() const;
+  IDEM_EXPORT std::string ToString() const;
 
   friend bool operator==(const Status& a, const Status& b) {
     return a.code_ == b.code_ && a.message_ == b.message_;
@@ -85,7 +94,7 @@ class [[nodiscard]] Status {
 };
 
 // "Ok", "InvalidArgument", ... : the enumerator's name without its leading 'k'.
-std::string_view CodeName(Status::Code code);
+IDEM_EXPORT std::string_view CodeName(Status::Code code);
 
 // A terminal failure for the callable given to Store::Execute: it is recorded as
 // Failure::kTerminal, so later Begin calls on the key return Outcome::kFailed instead of
@@ -107,15 +116,24 @@ class [[nodiscard]] Result {
   // Status::OK() when it holds a value.
   const Status& status() const { return status_; }
 
-  // Precondition: ok().
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T&& operator*() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  // Precondition: ok() (asserted in debug builds; undefined behaviour otherwise).
+  T& value() & {
+    assert(ok() && "Result::value() called on an error");
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok() && "Result::value() called on an error");
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok() && "Result::value() called on an error");
+    return std::move(*value_);
+  }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
 
  private:
   Status status_;

@@ -22,6 +22,8 @@
 #include <string>
 #include <string_view>
 
+#include "idem/counters.h"
+#include "idem/export.h"
 #include "idem/function_ref.h"
 #include "idem/options.h"
 #include "idem/record.h"
@@ -52,13 +54,13 @@ struct Claim {
 };
 
 // "acquired", "replay", "in_progress", "failed", "mismatch".
-std::string_view OutcomeName(Outcome outcome);
+IDEM_EXPORT std::string_view OutcomeName(Outcome outcome);
 
 class Store;
 class LeaseStatus;  // internal: what Execute's lease renewal knows of an attempt's lease
 
 // Handed to the function that Execute runs: who this attempt is, and a way to save progress.
-struct Attempt {
+struct IDEM_EXPORT Attempt {
   uint64_t token = 0;
   bool took_over = false;
   // The checkpoint saved by an earlier attempt (empty if none). Valid during the call.
@@ -101,19 +103,7 @@ struct PurgeOptions {
   std::function<void(uint64_t)> progress;
 };
 
-// Counts since this process opened the store.
-struct Counters {
-  uint64_t claims = 0;       // Begin -> kAcquired (takeovers included)
-  uint64_t replays = 0;      // Begin -> kReplay
-  uint64_t in_progress = 0;  // Begin -> kInProgress
-  uint64_t takeovers = 0;    // Begin -> kAcquired with took_over
-  uint64_t failed = 0;       // Begin -> kFailed
-  uint64_t mismatches = 0;   // Begin -> kMismatch
-  uint64_t lease_lost = 0;   // Complete/Fail/Extend/SaveCheckpoint -> kLeaseLost
-  uint64_t purged = 0;       // records removed by Purge
-};
-
-class Store {
+class IDEM_EXPORT Store {
  public:
   // Opens (or creates, see Options::create_if_missing) the store in directory `path`.
   // Errors: kNotFound (missing and not created), kBusy (held by another process that excludes
@@ -165,7 +155,10 @@ class Store {
   // size of the store.
   virtual Result<uint64_t> Purge(const PurgeOptions& options = {}) = 0;
 
-  virtual Counters GetCounters() const = 0;
+  // The counters of the process that owns the store (see Counters): this process's own when it
+  // is the owner, otherwise the owner's, asked over its socket. Errors: those of reaching the
+  // owner (kUnavailable, kTimedOut), never zeros in their place.
+  virtual Result<Counters> GetCounters() const = 0;
 
   // High level: runs fn at most once per key across threads (and processes sharing the store):
   // Begin; on kAcquired run fn(Attempt&) and Complete with its value or Fail with its error; on

@@ -1,39 +1,23 @@
 // Request identities: Fingerprint (SHA-256 from OpenSSL's libcrypto) and NewRequestId (UUIDv7).
 
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <random>
 
 #include "idem/options.h"
+#include "util/hex.h"
+#include "util/random.h"
 
 namespace idem {
-namespace {
-
-constexpr char kHexDigits[] = "0123456789abcdef";
-
-void AppendHex(std::string& out, const unsigned char* bytes, std::size_t size) {
-  for (std::size_t i = 0; i < size; ++i) {
-    out += kHexDigits[bytes[i] >> 4];
-    out += kHexDigits[bytes[i] & 0xF];
-  }
-}
-
-}  // namespace
-
 std::string Fingerprint(std::string_view payload) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int size = 0;
   // EVP_Digest is one-shot and thread-safe; SHA-256 never fails on valid input.
   EVP_Digest(payload.data(), payload.size(), digest.data(), &size, EVP_sha256(), nullptr);
-  std::string hex;
-  hex.reserve(2 * size);
-  AppendHex(hex, digest.data(), size);
-  return hex;
+  return util::ToHex(std::string_view(reinterpret_cast<const char*>(digest.data()), size));
 }
 
 std::string NewRequestId() {
@@ -51,12 +35,11 @@ std::string NewRequestId() {
     if (stamp <= previous) stamp = previous + 1;  // same millisecond, or the clock went back
   } while (!last_stamp.compare_exchange_weak(previous, stamp, std::memory_order_relaxed));
 
+  // The random bits only keep ids of different processes apart (the stamp orders this
+  // process's own): RandomSeed never fails.
   std::array<unsigned char, 16> bytes{};
-  if (RAND_bytes(bytes.data() + 8, 8) != 1) {
-    thread_local std::mt19937_64 fallback{std::random_device{}()};
-    const uint64_t r = fallback();
-    for (int i = 0; i < 8; ++i) bytes[8 + i] = static_cast<unsigned char>(r >> (8 * i));
-  }
+  const uint64_t random = util::RandomSeed();
+  for (int i = 0; i < 8; ++i) bytes[8 + i] = static_cast<unsigned char>(random >> (8 * i));
   const uint64_t unix_millis = stamp >> 12;
   const uint64_t counter = stamp & 0xFFF;
   for (int i = 0; i < 6; ++i) bytes[i] = static_cast<unsigned char>(unix_millis >> (40 - 8 * i));
@@ -68,7 +51,7 @@ std::string NewRequestId() {
   text.reserve(36);
   for (int i = 0; i < 16; ++i) {
     if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
-    AppendHex(text, &bytes[i], 1);
+    util::AppendHexByte(text, bytes[i]);
   }
   return text;
 }

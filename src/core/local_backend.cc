@@ -37,33 +37,30 @@ constexpr std::size_t kScanPageBytes = 1 << 20;
 void LocalBackend::AtomicCounters::Count(const Claim& claim) {
   switch (claim.outcome) {
     case Outcome::kAcquired:
-      claims.fetch_add(1, std::memory_order_relaxed);
-      if (claim.took_over) takeovers.fetch_add(1, std::memory_order_relaxed);
+      Add<&Counters::claims>(1);
+      if (claim.took_over) Add<&Counters::takeovers>(1);
       break;
     case Outcome::kReplay:
-      replays.fetch_add(1, std::memory_order_relaxed);
+      Add<&Counters::replays>(1);
       break;
     case Outcome::kInProgress:
-      in_progress.fetch_add(1, std::memory_order_relaxed);
+      Add<&Counters::in_progress>(1);
       break;
     case Outcome::kFailed:
-      failed.fetch_add(1, std::memory_order_relaxed);
+      Add<&Counters::failed>(1);
       break;
     case Outcome::kMismatch:
-      mismatches.fetch_add(1, std::memory_order_relaxed);
+      Add<&Counters::mismatches>(1);
       break;
   }
 }
 
 Counters LocalBackend::AtomicCounters::Snapshot() const {
-  return Counters{.claims = claims.load(),
-                  .replays = replays.load(),
-                  .in_progress = in_progress.load(),
-                  .takeovers = takeovers.load(),
-                  .failed = failed.load(),
-                  .mismatches = mismatches.load(),
-                  .lease_lost = lease_lost.load(),
-                  .purged = purged.load()};
+  Counters counters;
+  for (std::size_t i = 0; i < kCounterCount; ++i) {
+    counters.*kCounters[i].field = values_[i].load(std::memory_order_relaxed);
+  }
+  return counters;
 }
 
 LocalBackend::LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options)
@@ -182,7 +179,7 @@ Status LocalBackend::Transition(const TransitionCall& call) {
       },
       call.durability, /*absent_since=*/std::nullopt));
   if (decision.status.code() == Status::Code::kLeaseLost) {
-    counters_.lease_lost.fetch_add(1, std::memory_order_relaxed);
+    counters_.Add<&Counters::lease_lost>(1);
   }
   return decision.status;
 }
@@ -232,7 +229,7 @@ Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limi
 Result<uint64_t> LocalBackend::Purge(const PurgeOptions& options) {
   if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_ASSIGN_OR_RETURN(uint64_t count, storage_->Purge(Now(), options));
-  if (!options.dry_run) counters_.purged.fetch_add(count, std::memory_order_relaxed);
+  if (!options.dry_run) counters_.Add<&Counters::purged>(count);
   return count;
 }
 

@@ -5,6 +5,7 @@
 #ifndef IDEM_CORE_LOCAL_BACKEND_H_
 #define IDEM_CORE_LOCAL_BACKEND_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -34,11 +35,24 @@ class LocalBackend final : public Backend {
   Result<Counters> GetCounters() override;
 
  private:
-  struct AtomicCounters {
-    std::atomic<uint64_t> claims{0}, replays{0}, in_progress{0}, takeovers{0}, failed{0},
-        mismatches{0}, lease_lost{0}, purged{0};
+  // One atomic per row of kCounters.
+  class AtomicCounters {
+   public:
+    // Adds to the counter `field` (a member of Counters), whose row is found at compile time.
+    template <uint64_t Counters::*field>
+    void Add(uint64_t count) {
+      constexpr std::size_t row = [] {
+        std::size_t i = 0;
+        while (kCounters[i].field != field) ++i;
+        return i;
+      }();
+      values_[row].fetch_add(count, std::memory_order_relaxed);
+    }
     void Count(const Claim& claim);
     Counters Snapshot() const;
+
+   private:
+    std::array<std::atomic<uint64_t>, kCounterCount> values_{};
   };
 
   Status CheckWritable() const;

@@ -24,6 +24,7 @@
 #include "sharing/remote_backend.h"
 #include "sharing/server.h"
 #include "storage/rocksdb_storage.h"
+#include "util/backoff.h"
 #include "util/escape.h"
 #include "util/process.h"
 
@@ -42,6 +43,10 @@ class SystemClockImpl final : public Clock {
 
 // How long the owner lock must stay refused before an exclusive open reports kBusy.
 constexpr milliseconds kBusyAfter{50};
+// Waiting for an owner that is starting (or has just died) polls fast at first: most owners
+// answer within milliseconds.
+constexpr milliseconds kFirstPause{1};
+constexpr milliseconds kLongestPause{50};
 // How many records a handle's Scan asks its backend for at a time.
 constexpr std::size_t kScanPageSize = 1024;
 
@@ -182,7 +187,7 @@ class StoreCore {
   // caught readers missing acknowledged results then). So it waits for that owner, up to
   // `give_up_at`. A refusal is returned at once.
   Result<std::shared_ptr<Backend>> AcquireReader(SteadyTime give_up_at) {
-    milliseconds pause(1);
+    util::Backoff backoff(kFirstPause, kLongestPause);
     for (;;) {
       Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
       if (remote.ok() || !Unreachable(remote.status())) return remote;
@@ -206,8 +211,7 @@ class StoreCore {
                                    " holds it but did not answer within " +
                                    std::to_string(options_.failover_timeout.count()) + " ms");
       }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, milliseconds(50));
+      std::this_thread::sleep_for(backoff.Next());
     }
   }
 
@@ -215,7 +219,7 @@ class StoreCore {
   // just died, up to `give_up_at`. A refusal is returned at once.
   Result<std::shared_ptr<Backend>> AcquireWriter(SteadyTime give_up_at) {
     const auto start = std::chrono::steady_clock::now();
-    milliseconds pause(1);
+    util::Backoff backoff(kFirstPause, kLongestPause);
     Status last_error;
     for (;;) {
       IDEM_ASSIGN_OR_RETURN(auto owner_lock,
@@ -247,8 +251,7 @@ class StoreCore {
             std::to_string(options_.failover_timeout.count()) + " ms: " + last_error.message());
       }
       // The owner holds the lock but is still opening RocksDB, or has just died.
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, milliseconds(50));
+      std::this_thread::sleep_for(backoff.Next());
     }
   }
 
@@ -332,8 +335,8 @@ class StoreHandle final : public Store {
         .key = key,
         .type = options.type,
         .fingerprint = options.fingerprint,
-        .lease = options.lease.count() > 0 ? options.lease : options_.default_lease,
-        .retention = options.retention.count() > 0 ? options.retention : options_.default_retention,
+        .lease = options_.LeaseOrDefault(options.lease),
+        .retention = options_.RetentionOrDefault(options.retention),
         // One id for this call, resends included: a resent Begin gets its own claim back.
         .request_id = util::RandomRequestId(),
         .durability = options_.durability,
@@ -359,7 +362,7 @@ class StoreHandle final : public Store {
                             .token = token,
                             .payload = {},
                             .failure = Failure::kRetryable,
-                            .lease = lease.count() > 0 ? lease : options_.default_lease});
+                            .lease = options_.LeaseOrDefault(lease)});
   }
 
   Status SaveCheckpoint(std::string_view key, uint64_t token, std::string_view data) override {
@@ -402,10 +405,8 @@ class StoreHandle final : public Store {
     return core_->Run([&](Backend& backend, bool) { return backend.Purge(options); });
   }
 
-  Counters GetCounters() const override {
-    Result<Counters> counters =
-        core_->Run([](Backend& backend, bool) { return backend.GetCounters(); });
-    return counters.ok() ? *counters : Counters{};
+  Result<Counters> GetCounters() const override {
+    return core_->Run([](Backend& backend, bool) { return backend.GetCounters(); });
   }
 
   const Options& options() const override { return options_; }

@@ -11,6 +11,7 @@
 
 #include "idem/c.h"
 #include "idem/store.h"
+#include "util/time.h"
 
 using idem::Status;
 using std::chrono::milliseconds;
@@ -91,10 +92,6 @@ std::string_view Text(const char* text) {
 const char* Out(const std::string& value, size_t* len) {
   if (len != nullptr) *len = value.size();
   return value.c_str();
-}
-
-int64_t UnixMicros(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
 }
 
 idem::BeginOptions MakeBeginOptions(const char* type, const char* fingerprint, int64_t lease_ms,
@@ -299,16 +296,16 @@ unsigned char idem_record_retryable(const idem_record_t* record) {
   return record->record.retryable;
 }
 int64_t idem_record_created_us(const idem_record_t* record) {
-  return UnixMicros(record->record.created);
+  return idem::util::ToMicros(record->record.created);
 }
 int64_t idem_record_updated_us(const idem_record_t* record) {
-  return UnixMicros(record->record.updated);
+  return idem::util::ToMicros(record->record.updated);
 }
 int64_t idem_record_lease_deadline_us(const idem_record_t* record) {
-  return UnixMicros(record->record.lease_deadline);
+  return idem::util::ToMicros(record->record.lease_deadline);
 }
 int64_t idem_record_expires_us(const idem_record_t* record) {
-  return UnixMicros(record->record.expires);
+  return idem::util::ToMicros(record->record.expires);
 }
 
 // ---- Execute ----

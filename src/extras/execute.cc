@@ -7,6 +7,7 @@
 
 #include "extras/lease_keeper.h"
 #include "idem/store.h"
+#include "util/backoff.h"
 
 namespace idem {
 namespace {
@@ -32,8 +33,7 @@ std::string ExceptionText(std::exception_ptr error) {
 Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOptions& options,
                              const Claim& claim, std::chrono::steady_clock::time_point sent,
                              FunctionRef<Result<std::string>(Attempt&)> fn) {
-  const milliseconds lease =
-      options.lease.count() > 0 ? options.lease : store.options().default_lease;
+  const milliseconds lease = store.options().LeaseOrDefault(options.lease);
   LeaseStatus lease_status(sent + lease);
   Attempt attempt{.token = claim.token,
                   .took_over = claim.took_over,
@@ -78,7 +78,7 @@ bool Attempt::LeaseHeld() const { return lease != nullptr && lease->Held(); }
 Result<Execution> Store::ExecuteAttempts(std::string_view key, const BeginOptions& options,
                                          FunctionRef<Result<std::string>(Attempt&)> fn) {
   const auto give_up_at = std::chrono::steady_clock::now() + this->options().execute_wait;
-  milliseconds poll = kFirstPoll;
+  util::Backoff poll(kFirstPoll, kLongestPoll);
   for (;;) {
     // An acquired lease runs from the owner's answer, which comes after this.
     const auto sent = std::chrono::steady_clock::now();
@@ -104,8 +104,7 @@ Result<Execution> Store::ExecuteAttempts(std::string_view key, const BeginOption
                                 std::to_string(this->options().execute_wait.count()) + " ms");
     }
     const auto left = std::chrono::ceil<milliseconds>(give_up_at - now);
-    std::this_thread::sleep_for(std::min({poll, claim.retry_after, left}));
-    poll = std::min(poll * 2, kLongestPoll);
+    std::this_thread::sleep_for(std::min({poll.Next(), claim.retry_after, left}));
   }
 }
 

@@ -7,13 +7,15 @@
 #include <random>
 #include <thread>
 
+#include "util/random.h"
+
 namespace idem {
 namespace {
 
 using std::chrono::milliseconds;
 
 double ThreadRandom01() {
-  thread_local std::mt19937_64 generator{std::random_device{}()};
+  thread_local std::mt19937_64 generator{util::RandomSeed()};
   return std::uniform_real_distribution<double>(0.0, 1.0)(generator);
 }
 

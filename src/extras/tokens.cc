@@ -8,9 +8,6 @@
 // A Begin that acquires a key with attempts 1 created the record: the token was never issued (or
 // its record is gone), so the record is forgotten again.
 
-#include <openssl/rand.h>
-#include <sys/random.h>
-
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -18,6 +15,9 @@
 #include <optional>
 
 #include "idem/store.h"
+#include "util/hex.h"
+#include "util/random.h"
+#include "util/time.h"
 
 namespace idem {
 namespace {
@@ -28,31 +28,17 @@ using TimePoint = std::chrono::system_clock::time_point;
 constexpr std::string_view kTokenType = "idem.token";
 constexpr std::string_view kPrefix = "tok_";
 constexpr std::size_t kRandomBytes = 16;  // 32 hex digits
-constexpr char kHexDigits[] = "0123456789abcdef";
 // How often IssueToken draws again when a fresh token's key is taken (2^-128: never, in practice).
 constexpr int kIssueDraws = 3;
-
-int64_t UnixMicros(TimePoint t) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-}
 
 TimePoint Now(const Store& store) {
   const auto& clock = store.options().clock;
   return clock ? clock->Now() : std::chrono::system_clock::now();
 }
 
-Status RandomBytes(unsigned char* out, std::size_t size) {
-  if (RAND_bytes(out, static_cast<int>(size)) == 1) return Status::OK();
-  if (::getrandom(out, size, 0) == static_cast<ssize_t>(size)) return Status::OK();
-  return Status::Unavailable("no random bytes for a token: RAND_bytes and getrandom failed");
-}
-
-std::string NewTokenText(const std::array<unsigned char, kRandomBytes>& random, int64_t expiry) {
+std::string NewTokenText(const std::array<char, kRandomBytes>& random, int64_t expiry) {
   std::string text(kPrefix);
-  for (unsigned char byte : random) {
-    text += kHexDigits[byte >> 4];
-    text += kHexDigits[byte & 0xF];
-  }
+  util::AppendHex(text, std::string_view(random.data(), random.size()));
   text += '_';
   std::array<char, 16> digits{};
   auto [end, error] = std::to_chars(digits.data(), digits.data() + digits.size(),
@@ -83,8 +69,7 @@ std::optional<TimePoint> ParseExpiry(std::string_view token) {
       micros > static_cast<uint64_t>(INT64_MAX)) {
     return std::nullopt;
   }
-  return TimePoint(std::chrono::duration_cast<TimePoint::duration>(
-      std::chrono::microseconds(static_cast<int64_t>(micros))));
+  return util::FromMicros(static_cast<int64_t>(micros));
 }
 
 }  // namespace
@@ -100,10 +85,11 @@ Result<std::string> Store::IssueToken(milliseconds ttl) {
   const BeginOptions options{
       .type = kTokenType, .fingerprint = {}, .lease = milliseconds(0), .retention = ttl};
   for (int draw = 0; draw < kIssueDraws; ++draw) {
-    std::array<unsigned char, kRandomBytes> random{};
-    IDEM_RETURN_IF_ERROR(RandomBytes(random.data(), random.size()));
+    std::array<char, kRandomBytes> random{};
+    const Status drawn = util::RandomBytes(random.data(), random.size());
+    if (!drawn.ok()) return Status::Unavailable("no random bytes for a token: " + drawn.message());
     const std::string token =
-        NewTokenText(random, UnixMicros(Now(*this) + std::chrono::microseconds(ttl)));
+        NewTokenText(random, util::ToMicros(Now(*this) + std::chrono::microseconds(ttl)));
     IDEM_ASSIGN_OR_RETURN(Claim claim, Begin(token, options));
     if (claim.outcome != Outcome::kAcquired) continue;  // the key exists already: draw another
     if (claim.record.attempts != 1) {

@@ -1,33 +1,17 @@
 #include "sharing/wire_codec.h"
 
-#include <iterator>
-
 #include "util/coding.h"
 #include "util/time.h"
 
 namespace idem::sharing {
 namespace {
 
-// Each counter's number on the wire. Never renumber or reuse one: a reader skips numbers it
-// does not know, so a counter added within a protocol version reads as 0 from an older owner
-// and is ignored by an older client.
-struct WireCounter {
-  uint8_t id;
-  uint64_t Counters::*field;
-};
-constexpr WireCounter kWireCounters[] = {
-    {1, &Counters::claims},     {2, &Counters::replays}, {3, &Counters::in_progress},
-    {4, &Counters::takeovers},  {5, &Counters::failed},  {6, &Counters::mismatches},
-    {7, &Counters::lease_lost}, {8, &Counters::purged},
-};
-static_assert(
-    [] {
-      for (const WireCounter& counter : kWireCounters) {
-        if (counter.id == 0 || counter.id >= 32) return false;  // Reader's `seen` mask
-      }
-      return true;
-    }(),
-    "counter numbers are 1 to 31");
+// A counter's number on the wire is its row in kCounters (idem/counters.h), from 1. Rows are
+// never reordered nor removed, so a number is never reused: a reader skips numbers it does not
+// know, so a counter added within a protocol version reads as 0 from an older owner and is
+// ignored by an older client.
+constexpr uint8_t WireNumber(std::size_t row) { return static_cast<uint8_t>(row + 1); }
+static_assert(kCounterCount < 32, "counter numbers are 1 to 31 (Reader's `seen` mask)");
 // The size of one counter on the wire: u8 id, u64 value.
 constexpr std::size_t kCounterSize = 9;
 
@@ -66,10 +50,10 @@ void Writer::RecordFields(const Record& record) {
 }
 
 void Writer::CounterFields(const Counters& counters) {
-  U32(static_cast<uint32_t>(std::size(kWireCounters)));
-  for (const WireCounter& counter : kWireCounters) {
-    U8(counter.id);
-    U64(counters.*counter.field);
+  U32(static_cast<uint32_t>(kCounterCount));
+  for (std::size_t row = 0; row < kCounterCount; ++row) {
+    U8(WireNumber(row));
+    U64(counters.*kCounters[row].field);
   }
 }
 
@@ -158,11 +142,11 @@ Counters Reader::CounterFields() {
   for (uint32_t i = 0; i < count && !failed_; ++i) {
     const uint8_t id = U8();
     const uint64_t value = U64();
-    for (const WireCounter& counter : kWireCounters) {
-      if (counter.id != id) continue;
+    for (std::size_t row = 0; row < kCounterCount; ++row) {
+      if (WireNumber(row) != id) continue;
       if ((seen & (1u << id)) != 0) failed_ = true;
       seen |= 1u << id;
-      counters.*counter.field = value;
+      counters.*kCounters[row].field = value;
     }
   }
   if (failed_) return {};

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <utility>
 
+#include "util/hex.h"
+
 namespace idem::storage {
 namespace {
 
@@ -170,10 +172,7 @@ std::string EscapeKey(std::string_view key, std::size_t max_bytes) {
     if (byte >= 0x20 && byte < 0x7F && byte != '\\') {
       out += static_cast<char>(byte);
     } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xF];
+      util::AppendEscapedByte(out, byte);
     }
   }
   if (shown < key.size()) out += "...";

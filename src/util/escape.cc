@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "util/hex.h"
+
 namespace idem {
 namespace {
 
@@ -15,7 +17,6 @@ bool IsControl(char c) {
 std::string EscapeControls(std::string_view text) {
   // The common case, nothing to escape, copies once.
   if (std::none_of(text.begin(), text.end(), IsControl)) return std::string(text);
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(text.size() + 8);
   for (const char c : text) {
@@ -23,10 +24,7 @@ std::string EscapeControls(std::string_view text) {
       out += c;
       continue;
     }
-    const auto byte = static_cast<unsigned char>(c);
-    out += "\\x";
-    out += kHex[byte >> 4];
-    out += kHex[byte & 0xF];
+    util::AppendEscapedByte(out, static_cast<unsigned char>(c));
   }
   return out;
 }

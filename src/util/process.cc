@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +16,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "util/random.h"
 
 namespace idem::util {
 namespace {
@@ -31,23 +32,14 @@ struct ForkState {
   std::atomic<uint64_t> self_generation{~uint64_t{0}};
 };
 
-uint64_t KernelRandom() {
-  uint64_t value = 0;
-  if (::getrandom(&value, sizeof(value), 0) == static_cast<ssize_t>(sizeof(value))) return value;
-  // No getrandom (a very old kernel or a seccomp filter): the time and pid still differ
-  // between a parent and its child.
-  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-  return static_cast<uint64_t>(now) * 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(::getpid());
-}
-
 ForkState& State() {
   static ForkState* const state = [] {
     auto* created = new ForkState();
-    created->next_id = KernelRandom();
+    created->next_id = RandomSeed();
     pthread_atfork(nullptr, nullptr, [] {
       ForkState& child = State();
       child.generation.fetch_add(1);
-      child.next_id = KernelRandom();
+      child.next_id = RandomSeed();
     });
     return created;
   }();

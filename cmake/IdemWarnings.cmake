@@ -1,0 +1,37 @@
+# The compiler warnings of every target of the project, set in one place.
+#
+# idem_set_warnings(<target>) gives a target the project's warnings; idem_warn_every_target(),
+# called once at the end of the top-level CMakeLists.txt, gives them to every target defined
+# under the source tree (library layers, tools, tests, examples, benchmarks, fuzzers), so that
+# none is forgotten. With IDEM_WERROR=ON (scripts/test.sh and CI), a warning fails the build.
+
+option(IDEM_WERROR "Treat compiler warnings as errors (scripts/test.sh turns it on)" OFF)
+
+function(idem_set_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wpedantic>
+    # Designated initializers such as {.lease = 1s} leave the other fields defaulted on purpose.
+    $<$<COMPILE_LANGUAGE:CXX>:-Wno-missing-field-initializers>
+    $<$<AND:$<BOOL:${IDEM_WERROR}>,$<COMPILE_LANGUAGE:C,CXX>>:-Werror>)
+endfunction()
+
+# Every compiled target in `directory` and below.
+function(idem_collect_targets directory out)
+  get_property(targets DIRECTORY ${directory} PROPERTY BUILDSYSTEM_TARGETS)
+  get_property(children DIRECTORY ${directory} PROPERTY SUBDIRECTORIES)
+  foreach(child IN LISTS children)
+    idem_collect_targets(${child} below)
+    list(APPEND targets ${below})
+  endforeach()
+  set(${out} ${targets} PARENT_SCOPE)
+endfunction()
+
+function(idem_warn_every_target)
+  idem_collect_targets(${PROJECT_SOURCE_DIR} targets)
+  foreach(target IN LISTS targets)
+    get_target_property(type ${target} TYPE)
+    if(type MATCHES "^(EXECUTABLE|STATIC_LIBRARY|SHARED_LIBRARY|MODULE_LIBRARY|OBJECT_LIBRARY)$")
+      idem_set_warnings(${target})
+    endif()
+  endforeach()
+endfunction()

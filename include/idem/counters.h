@@ -1,0 +1,73 @@
+// Counters: how a store's calls came out, counted by the process that owns the store.
+
+#ifndef IDEM_COUNTERS_H_
+#define IDEM_COUNTERS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <string_view>
+
+namespace idem {
+
+// Counts kept by the process that owns the store (docs/semantics.md, "Several processes, one
+// store"), since it became the owner: a process sharing the store through that owner reads the
+// owner's counts, which include every process's calls. A read-only handle that reads the files
+// itself (no owner running) counts nothing: all zeros. Each field is described in kCounters.
+struct Counters {
+  uint64_t claims = 0;
+  uint64_t replays = 0;
+  uint64_t in_progress = 0;
+  uint64_t takeovers = 0;
+  uint64_t failed = 0;
+  uint64_t mismatches = 0;
+  uint64_t lease_lost = 0;
+  uint64_t purged = 0;
+
+  friend bool operator==(const Counters&, const Counters&) = default;
+};
+
+// One counter: its name (in `idem stats` output and metric names), what it counts, its field.
+struct CounterInfo {
+  std::string_view name;
+  std::string_view help;
+  uint64_t Counters::*field;
+};
+
+// Every counter, in the order tools list them. To add a counter, add a field above and a row
+// at the end here: every place that lists, sends or prints counters reads this table. Never
+// reorder or remove a row: processes sharing a store number counters by their row (the wire
+// protocol, docs/format.md).
+inline constexpr CounterInfo kCounters[] = {
+    {"claims", "Begin calls that acquired a key (takeovers included).", &Counters::claims},
+    {"replays", "Begin calls answered with a stored result.", &Counters::replays},
+    {"in_progress", "Begin calls answered in progress (a live lease elsewhere).",
+     &Counters::in_progress},
+    {"takeovers", "Begin calls that took over an expired lease.", &Counters::takeovers},
+    {"failed", "Begin calls answered with a terminal failure.", &Counters::failed},
+    {"mismatches", "Begin calls whose fingerprint differed from the stored one.",
+     &Counters::mismatches},
+    {"lease_lost", "Complete/Fail/Extend/SaveCheckpoint calls with a stale token.",
+     &Counters::lease_lost},
+    {"purged", "Records removed by purge.", &Counters::purged},
+};
+
+inline constexpr std::size_t kCounterCount = std::size(kCounters);
+
+// A field without a row, or a field with two, fails to compile here.
+static_assert(sizeof(Counters) == kCounterCount * sizeof(uint64_t),
+              "every field of Counters needs a row in kCounters");
+static_assert(
+    [] {
+      for (std::size_t i = 0; i < kCounterCount; ++i) {
+        for (std::size_t j = i + 1; j < kCounterCount; ++j) {
+          if (kCounters[i].field == kCounters[j].field) return false;
+        }
+      }
+      return true;
+    }(),
+    "a field of Counters has two rows in kCounters");
+
+}  // namespace idem
+
+#endif  // IDEM_COUNTERS_H_

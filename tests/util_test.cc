@@ -1,0 +1,120 @@
+// The small tools of src/util/ that every layer shares: hex, random bytes, backoff; and the
+// defaults helpers and counter table of the public headers that replaced copies of them.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "idem/counters.h"
+#include "idem/options.h"
+#include "idem/status.h"
+#include "util/backoff.h"
+#include "util/escape.h"
+#include "util/hex.h"
+#include "util/random.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Hex, EncodesEveryByteAsTwoLowercaseDigits) {
+  EXPECT_EQ(idem::util::ToHex(std::string("\x00\x0f\xa0\xff", 4)), "000fa0ff");
+  EXPECT_EQ(idem::util::ToHex(""), "");
+  std::string out = "x";
+  idem::util::AppendHexByte(out, 0xab);
+  EXPECT_EQ(out, "xab");
+  idem::util::AppendEscapedByte(out, 0x1b);
+  EXPECT_EQ(out, "xab\\x1b");
+}
+
+TEST(Hex, DecodesEitherCaseAndRefusesWhatIsNotHex) {
+  std::string every_byte;
+  for (int i = 0; i < 256; ++i) every_byte += static_cast<char>(i);
+  EXPECT_EQ(idem::util::FromHex(idem::util::ToHex(every_byte)), every_byte);
+  EXPECT_EQ(idem::util::FromHex("00FFaB"), std::string("\x00\xff\xab", 3));
+  EXPECT_EQ(idem::util::FromHex(""), std::string());
+  EXPECT_EQ(idem::util::FromHex("abc"), std::nullopt);  // odd
+  EXPECT_EQ(idem::util::FromHex("0g"), std::nullopt);
+  EXPECT_EQ(idem::util::FromHex("-1"), std::nullopt);
+}
+
+TEST(Escape, ControlsBecomeHexEscapesAndEscapingTwiceChangesNothing) {
+  const std::string text = std::string("a\nb\x1b[31m\x7f\\x", 11);
+  EXPECT_EQ(idem::EscapeControls(text), "a\\x0ab\\x1b[31m\\x7f\\x");
+  EXPECT_EQ(idem::EscapeControls(idem::EscapeControls(text)), idem::EscapeControls(text));
+}
+
+TEST(Random, FillsBuffersOfAnySizeWithFreshBytes) {
+  // Above 256 bytes getrandom may return short: the whole buffer must still be filled.
+  std::vector<unsigned char> a(4096, 0), b(4096, 0);
+  ASSERT_TRUE(idem::util::RandomBytes(a.data(), a.size()).ok());
+  ASSERT_TRUE(idem::util::RandomBytes(b.data(), b.size()).ok());
+  EXPECT_NE(a, b);
+  // A zero byte in each of the last 64 positions would be a sign of a short fill (p = 2^-512).
+  EXPECT_FALSE(std::all_of(a.end() - 64, a.end(), [](unsigned char c) { return c == 0; }));
+  EXPECT_TRUE(idem::util::RandomBytes(nullptr, 0).ok());
+
+  std::set<uint64_t> seeds;
+  for (int i = 0; i < 100; ++i) seeds.insert(idem::util::RandomSeed());
+  EXPECT_EQ(seeds.size(), 100u);
+}
+
+TEST(Backoff, DoublesUpToItsLongestPause) {
+  idem::util::Backoff backoff(1ms, 50ms);
+  std::vector<std::chrono::milliseconds> pauses;
+  for (int i = 0; i < 9; ++i) pauses.push_back(backoff.Next());
+  EXPECT_EQ(pauses, (std::vector<std::chrono::milliseconds>{1ms, 2ms, 4ms, 8ms, 16ms, 32ms, 50ms,
+                                                            50ms, 50ms}));
+}
+
+TEST(Options, ZeroLeaseAndRetentionMeanTheDefaults) {
+  idem::Options options;
+  options.default_lease = 7s;
+  options.default_retention = 9h;
+  EXPECT_EQ(options.LeaseOrDefault(0ms), 7s);
+  EXPECT_EQ(options.LeaseOrDefault(250ms), 250ms);
+  EXPECT_EQ(options.RetentionOrDefault(0ms), 9h);
+  EXPECT_EQ(options.RetentionOrDefault(1s), 1s);
+}
+
+// The rows' order is a contract: tools print counters in it, and processes sharing a store
+// number counters by it on the socket (protocol_test pins those numbers).
+TEST(Counters, TheTableListsEveryCounterOnceInItsFixedOrder) {
+  std::vector<std::string> names;
+  for (const idem::CounterInfo& counter : idem::kCounters) {
+    names.emplace_back(counter.name);
+    EXPECT_FALSE(counter.help.empty()) << counter.name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"claims", "replays", "in_progress", "takeovers",
+                                             "failed", "mismatches", "lease_lost", "purged"}));
+  idem::Counters counters;
+  uint64_t value = 1;
+  for (const idem::CounterInfo& counter : idem::kCounters) counters.*counter.field = value++;
+  EXPECT_EQ(counters.claims, 1u);
+  EXPECT_EQ(counters.purged, 8u);
+}
+
+}  // namespace
+
+namespace {
+
+// Reading the value of an error is a bug in the caller: caught at once in debug builds.
+TEST(ResultDeathTest, ValueOfAnErrorAsserts) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "assertions are compiled out (NDEBUG): the Debug builds (ASan, TSan) run this";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  idem::Result<int> error = idem::Status::NotFound("no such thing");
+  EXPECT_DEATH(static_cast<void>(error.value()), "Result::value\\(\\) called on an error");
+  EXPECT_DEATH(static_cast<void>(*error), "Result::value\\(\\) called on an error");
+  idem::Result<int> value = 3;
+  EXPECT_EQ(value.value(), 3);
+#endif
+}
+
+}  // namespace

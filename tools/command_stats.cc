@@ -1,0 +1,252 @@
+// `idem stats`: records by state and type, the oldest pending one, disk size and the owner's
+// counters, as a table, one JSON object or the Prometheus text format.
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string_view>
+
+#include "commands.h"
+#include "json_writer.h"
+#include "text.h"
+
+namespace idem::cli {
+namespace {
+
+constexpr std::array<std::string_view, 4> kDisplayStates = {"pending", "timeout", "done", "failed"};
+
+struct StoreStats {
+  uint64_t records = 0;
+  std::map<std::string_view, uint64_t> by_state;
+  std::map<std::string, uint64_t> by_type;
+  std::optional<Record> oldest_pending;  // key and created only
+  uint64_t disk_bytes = 0;
+  Counters counters;
+  std::chrono::system_clock::time_point now;  // when the records were counted
+
+  uint64_t CountInState(std::string_view state) const {
+    const auto it = by_state.find(state);
+    return it == by_state.end() ? 0 : it->second;
+  }
+};
+
+uint64_t DirectorySize(const std::string& path) {
+  namespace fs = std::filesystem;
+  uint64_t total = 0;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) {
+      const auto size = it->file_size(size_ec);
+      if (!size_ec) total += size;
+    }
+  }
+  return total;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  constexpr std::array<std::string_view, 5> kUnits = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024 && unit + 1 < kUnits.size()) {
+    value /= 1024;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), unit == 0 ? "%.0f %s" : "%.1f %s", value,
+                std::string(kUnits[unit]).c_str());
+  return buffer;
+}
+
+std::string HumanAge(std::chrono::system_clock::duration age) {
+  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(age).count();
+  if (seconds < 0) seconds = 0;
+  char buffer[64];
+  if (seconds < 120) {
+    std::snprintf(buffer, sizeof(buffer), "%llds", static_cast<long long>(seconds));
+  } else if (seconds < 2 * 3600) {
+    std::snprintf(buffer, sizeof(buffer), "%lldm", static_cast<long long>(seconds / 60));
+  } else if (seconds < 2 * 86400) {
+    std::snprintf(buffer, sizeof(buffer), "%lldh", static_cast<long long>(seconds / 3600));
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%lldd", static_cast<long long>(seconds / 86400));
+  }
+  return buffer;
+}
+
+// A Prometheus label value: valid UTF-8 with \, " and newline escaped.
+std::string PrometheusLabel(std::string_view value) {
+  std::string out;
+  for (char c : ToValidUtf8(value)) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void WriteStatsPrometheus(std::ostream& out, const std::string& path, const StoreStats& stats) {
+  const std::string store = "store=\"" + PrometheusLabel(path) + "\"";
+  const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
+    out << "# HELP " << name << ' ' << help << '\n' << "# TYPE " << name << ' ' << type << '\n';
+  };
+  family("idem_records", "gauge",
+         "Live records by state (timeout: pending with an expired lease).");
+  for (std::string_view state : kDisplayStates) {
+    out << "idem_records{" << store << ",state=\"" << state << "\"} " << stats.CountInState(state)
+        << '\n';
+  }
+  family("idem_records_by_type", "gauge", "Live records by type label.");
+  for (const auto& [type, count] : stats.by_type) {
+    out << "idem_records_by_type{" << store << ",type=\"" << PrometheusLabel(type) << "\"} "
+        << count << '\n';
+  }
+  family("idem_timed_out_records", "gauge",
+         "Pending records whose lease has passed (stuck or abandoned).");
+  out << "idem_timed_out_records{" << store << "} " << stats.CountInState("timeout") << '\n';
+  if (stats.oldest_pending) {
+    family("idem_oldest_pending_created_timestamp_seconds", "gauge",
+           "Creation time of the oldest pending record, in seconds since the Unix epoch.");
+    const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+                            stats.oldest_pending->created.time_since_epoch())
+                            .count();
+    char buffer[48];
+    std::snprintf(buffer, sizeof(buffer), "%lld.%06lld", static_cast<long long>(micros / 1000000),
+                  static_cast<long long>(micros % 1000000));
+    out << "idem_oldest_pending_created_timestamp_seconds{" << store << "} " << buffer << '\n';
+  }
+  family("idem_disk_bytes", "gauge", "Bytes of all files under the store directory.");
+  out << "idem_disk_bytes{" << store << "} " << stats.disk_bytes << '\n';
+  for (const CounterInfo& counter : kCounters) {
+    const std::string metric = "idem_" + std::string(counter.name) + "_total";
+    family(metric, "counter",
+           std::string(counter.help) + " Counted by the process that ran idem stats.");
+    out << metric << '{' << store << "} " << stats.counters.*counter.field << '\n';
+  }
+}
+
+void WriteStatsJson(std::ostream& out, const std::string& path, const StoreStats& stats) {
+  std::string text;
+  JsonWriter json(text);
+  json.BeginObject();
+  json.Key("store");
+  json.String(path);
+  json.Key("records");
+  json.Number(stats.records);
+  json.Key("by_state");
+  json.BeginObject();
+  for (std::string_view state : kDisplayStates) {
+    json.Key(state);
+    json.Number(stats.CountInState(state));
+  }
+  json.EndObject();
+  json.Key("by_type");
+  json.BeginObject();
+  for (const auto& [type, count] : stats.by_type) {
+    json.Key(type);
+    json.Number(count);
+  }
+  json.EndObject();
+  json.Key("timed_out");
+  json.Number(stats.CountInState("timeout"));
+  json.Key("oldest_pending");
+  if (stats.oldest_pending) {
+    json.BeginObject();
+    json.Key("key");
+    json.String(stats.oldest_pending->key);
+    json.Key("created");
+    json.Time(stats.oldest_pending->created);
+    json.EndObject();
+  } else {
+    json.Null();
+  }
+  json.Key("disk_bytes");
+  json.Number(stats.disk_bytes);
+  json.Key("counters");
+  json.BeginObject();
+  for (const CounterInfo& counter : kCounters) {
+    json.Key(counter.name);
+    json.Number(stats.counters.*counter.field);
+  }
+  json.EndObject();
+  json.EndObject();
+  out << text << '\n';
+}
+
+void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStats& stats) {
+  out << "store           " << DisplayEscape(path) << '\n'
+      << "disk size       " << HumanBytes(stats.disk_bytes) << " (" << stats.disk_bytes
+      << " bytes)\n"
+      << "records         " << stats.records << '\n';
+  for (std::string_view state : kDisplayStates) {
+    out << "  " << PadRight(std::string(state), 14) << stats.CountInState(state) << '\n';
+  }
+  out << "oldest pending  ";
+  if (stats.oldest_pending) {
+    out << DisplayCell(stats.oldest_pending->key, 48) << ", created "
+        << FormatLocalTime(stats.oldest_pending->created) << " ("
+        << HumanAge(stats.now - stats.oldest_pending->created) << " ago)\n";
+  } else {
+    out << "-\n";
+  }
+  out << "by type\n";
+  if (stats.by_type.empty()) out << "  -\n";
+  for (const auto& [type, count] : stats.by_type) {
+    out << "  " << PadRight(type.empty() ? "(none)" : DisplayCell(type, 32), 14) << count << '\n';
+  }
+  out << "counters (this process)\n";
+  for (const CounterInfo& counter : kCounters) {
+    out << "  " << PadRight(std::string(counter.name), 14) << stats.counters.*counter.field << '\n';
+  }
+}
+
+}  // namespace
+
+int Stats(const Context& ctx, const StatsArgs& args) {
+  const std::string& path = args.path;
+  auto store = ctx.OpenStore(path, /*read_only=*/true);
+  if (!store.ok()) return ctx.StoreError(path, store.status());
+  StoreStats stats;
+  const Status scanned = (*store)->Scan(ScanOptions{}, [&](const Record& record) {
+    ++stats.records;
+    ++stats.by_state[DisplayState(record)];
+    ++stats.by_type[record.type];
+    if (record.state == State::kPending &&
+        (!stats.oldest_pending || record.created < stats.oldest_pending->created)) {
+      Record oldest;
+      oldest.key = record.key;
+      oldest.created = record.created;
+      stats.oldest_pending = std::move(oldest);
+    }
+    return true;
+  });
+  if (!scanned.ok()) return ctx.StoreError(path, scanned);
+  Result<Counters> counters = (*store)->GetCounters();
+  if (!counters.ok()) return ctx.StoreError(path, counters.status());
+  stats.counters = *counters;
+  stats.now = ctx.Now();
+  store->reset();
+  stats.disk_bytes = DirectorySize(path);
+
+  const std::string format = ResolveFormat(ctx, args.format);
+  if (format == "prometheus") {
+    WriteStatsPrometheus(ctx.out, path, stats);
+  } else if (format == "jsonl") {
+    WriteStatsJson(ctx.out, path, stats);
+  } else {
+    WriteStatsTable(ctx.out, path, stats);
+  }
+  return ctx.FinishOutput(kExitOk);
+}
+
+}  // namespace idem::cli

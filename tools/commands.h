@@ -1,0 +1,56 @@
+// The subcommands of `idem`, each in its own file (command_<name>.cc), called by Run (cli.cc)
+// once the arguments are parsed. Each returns the process exit code (ExitCode in cli.h).
+
+#ifndef IDEM_TOOLS_COMMANDS_H_
+#define IDEM_TOOLS_COMMANDS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "context.h"
+
+namespace idem::cli {
+
+struct DumpArgs {
+  std::string path;
+  std::string state;  // empty: any
+  std::string type;
+  bool has_type = false;
+  std::string prefix;
+  std::string format;
+  int64_t limit = 0;  // 0: no limit
+};
+
+struct GetArgs {
+  std::string path;
+  std::string key;
+  bool hex_key = false;
+  std::string format;
+};
+
+struct StatsArgs {
+  std::string path;
+  std::string format;
+};
+
+struct PurgeArgs {
+  std::string path;
+  bool dry_run = false;
+  bool quiet = false;
+};
+
+struct ForgetArgs {
+  std::string path;
+  std::string key;
+  bool hex_key = false;
+};
+
+int Dump(const Context& ctx, const DumpArgs& args);
+int Get(const Context& ctx, const GetArgs& args);
+int Stats(const Context& ctx, const StatsArgs& args);
+int Purge(const Context& ctx, const PurgeArgs& args);
+int Forget(const Context& ctx, const ForgetArgs& args);
+
+}  // namespace idem::cli
+
+#endif  // IDEM_TOOLS_COMMANDS_H_

@@ -1,0 +1,77 @@
+#include "context.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <iostream>
+
+#include "text.h"
+#include "util/escape.h"
+#include "util/hex.h"
+
+namespace idem::cli {
+
+int Context::Fail(int code, std::string_view message) const {
+  err << "idem " << command << ": " << EscapeControls(message) << '\n' << std::flush;
+  return code;
+}
+
+int Context::Usage(std::string_view message) const {
+  return Fail(kExitUsage, std::string(message) + " (see 'idem " + command + " --help')");
+}
+
+int Context::StoreError(std::string_view path, const Status& status) const {
+  const std::string shown = DisplayEscape(path);
+  if (status.code() == Status::Code::kNotFound) {
+    return Fail(kExitStoreError, "no idem store at " + shown + " (" + status.message() + ")");
+  }
+  if (status.code() == Status::Code::kBusy) {
+    return Fail(kExitStoreError,
+                "store " + shown + " is held by another process (" + status.ToString() + ")");
+  }
+  return Fail(kExitStoreError, "cannot use store " + shown + ": " + status.ToString());
+}
+
+int Context::FinishOutput(int code) const {
+  out.flush();
+  if (out.good()) return code;
+  if (errno == EPIPE) return code;
+  return Fail(kExitStoreError, "cannot write the output");
+}
+
+std::chrono::system_clock::time_point Context::Now() const {
+  return clock ? clock->Now() : std::chrono::system_clock::now();
+}
+
+bool Context::OutIsTerminal() const { return &out == &std::cout && ::isatty(STDOUT_FILENO) == 1; }
+bool Context::ErrIsTerminal() const { return &err == &std::cerr && ::isatty(STDERR_FILENO) == 1; }
+
+Result<std::unique_ptr<Store>> Context::OpenStore(const std::string& path, bool read_only) const {
+  Options options;
+  options.clock = clock;
+  options.create_if_missing = false;
+  options.read_only = read_only;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  return Store::Open(path, options);
+}
+
+std::optional<std::string> KeyArgument(const Context& ctx, const std::string& key, bool hex) {
+  std::optional<std::string> bytes = hex ? util::FromHex(key) : std::optional<std::string>(key);
+  if (!bytes) {
+    ctx.Usage("--hex-key: '" + DisplayEscape(key) + "' is not hex (pairs of digits 0-9, a-f)");
+    return std::nullopt;
+  }
+  if (bytes->empty()) {
+    ctx.Usage("KEY is empty");
+    return std::nullopt;
+  }
+  return bytes;
+}
+
+std::string ResolveFormat(const Context& ctx, const std::string& format) {
+  if (!format.empty()) return format;
+  return ctx.OutIsTerminal() ? "table" : "jsonl";
+}
+
+}  // namespace idem::cli

@@ -1,0 +1,62 @@
+// What every command shares: where it writes and how it reports (Context), opening the store,
+// the KEY argument, and the default output format.
+
+#ifndef IDEM_TOOLS_CONTEXT_H_
+#define IDEM_TOOLS_CONTEXT_H_
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+#include "cli.h"
+#include "idem/store.h"
+
+namespace idem::cli {
+
+// Where a command writes and how it reports.
+struct Context {
+  std::string command;  // "dump", "get", ... for messages
+  std::ostream& out;
+  std::ostream& err;
+  std::shared_ptr<const Clock> clock;  // null: the system clock
+
+  // The store at `path` as the commands open it: never created, never purged in the
+  // background, on this context's clock.
+  Result<std::unique_ptr<Store>> OpenStore(const std::string& path, bool read_only) const;
+
+  // The time on this context's clock.
+  std::chrono::system_clock::time_point Now() const;
+
+  // "idem get: <message>" on err, one line whatever the message quotes; returns `code`. The
+  // library escapes the keys and paths it puts in a message, but not every message that
+  // reaches the command comes from code that does: EscapeControls keeps it on one line and
+  // free of terminal escapes without escaping twice what is escaped already (DisplayEscape
+  // would double its backslashes).
+  int Fail(int code, std::string_view message) const;
+
+  // A usage error: the message and where to look; returns kExitUsage.
+  int Usage(std::string_view message) const;
+
+  // The store at `path` could not be opened or used: kExitStoreError, saying why.
+  int StoreError(std::string_view path, const Status& status) const;
+
+  // Checks that the output was written; a closed pipe (`idem dump ... | head`) ends quietly.
+  int FinishOutput(int code) const;
+
+  bool OutIsTerminal() const;
+  bool ErrIsTerminal() const;
+};
+
+// The key given on the command line, decoded from hex with --hex-key; nullopt after reporting a
+// usage error.
+std::optional<std::string> KeyArgument(const Context& ctx, const std::string& key, bool hex);
+
+// `format` as given, or the default: table on a terminal, jsonl otherwise.
+std::string ResolveFormat(const Context& ctx, const std::string& format);
+
+}  // namespace idem::cli
+
+#endif  // IDEM_TOOLS_CONTEXT_H_

@@ -1,0 +1,239 @@
+#include "text.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+
+#include "util/hex.h"
+
+namespace idem::cli {
+namespace {
+
+// ---- UTF-8 -------------------------------------------------------------------------------------
+
+// The length (1 to 4) of the well-formed UTF-8 sequence that starts at s[i] (Unicode table 3-7:
+// no overlong forms, no surrogates, nothing above U+10FFFF), or 0 when s[i] starts none.
+std::size_t Utf8SequenceLength(std::string_view s, std::size_t i, char32_t* code_point) {
+  const auto byte = [&s](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) {
+    *code_point = lead;
+    return 1;
+  }
+  std::size_t length = 0;
+  unsigned char low = 0x80;
+  unsigned char high = 0xBF;
+  char32_t cp = 0;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+    cp = lead & 0x1F;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    cp = lead & 0x0F;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    cp = lead & 0x07;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + length > s.size()) return 0;
+  for (std::size_t k = 1; k < length; ++k) {
+    const unsigned char b = byte(i + k);
+    if (k == 1 ? (b < low || b > high) : (b < 0x80 || b > 0xBF)) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  *code_point = cp;
+  return length;
+}
+
+void AppendJsonByteEscape(std::string& out, unsigned char byte) {
+  out += "\\u00";
+  util::AppendHexByte(out, byte);
+}
+
+constexpr std::string_view kEllipsis = "\u2026";
+
+}  // namespace
+
+// The number of code points in valid UTF-8 text (how many columns it takes, for the scripts we
+// expect in keys and labels).
+std::size_t DisplayWidth(std::string_view s) {
+  return static_cast<std::size_t>(std::count_if(
+      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+// `text` (valid UTF-8) cut to `width` columns, ending with an ellipsis when cut.
+std::string CutToWidth(std::string text, std::size_t width, bool already_cut) {
+  if (!already_cut && DisplayWidth(text) <= width) return text;
+  if (width == 0) return "";
+  std::size_t columns = 0;
+  std::size_t end = 0;
+  while (end < text.size()) {
+    if ((static_cast<unsigned char>(text[end]) & 0xC0) != 0x80) {
+      if (columns == width - 1) break;
+      ++columns;
+    }
+    ++end;
+  }
+  text.resize(end);
+  text += kEllipsis;
+  return text;
+}
+
+// DisplayEscape(s) cut to `width` columns, without escaping more of a long `s` than it shows.
+std::string DisplayCell(std::string_view s, std::size_t width) {
+  // An escape takes at most 4 columns per byte, a code point at least one byte: 4 * width bytes
+  // are always enough to fill `width` columns.
+  const std::size_t budget = 4 * width + 4;
+  const bool cut = s.size() > budget;
+  std::string escaped = DisplayEscape(cut ? s.substr(0, budget) : s);
+  const bool needs_ellipsis = cut && DisplayWidth(escaped) <= width;
+  return CutToWidth(std::move(escaped), width, needs_ellipsis);
+}
+
+std::string PadRight(std::string text, std::size_t width) {
+  const std::size_t have = DisplayWidth(text);
+  if (have < width) text.append(width - have, ' ');
+  return text;
+}
+
+std::string PadLeft(std::string text, std::size_t width) {
+  const std::size_t have = DisplayWidth(text);
+  if (have < width) text.insert(0, width - have, ' ');
+  return text;
+}
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 8);
+  std::size_t i = 0;
+  while (i < s.size()) {
+    char32_t code_point = 0;
+    const std::size_t length = Utf8SequenceLength(s, i, &code_point);
+    if (length == 0) {
+      AppendJsonByteEscape(out, static_cast<unsigned char>(s[i]));
+      ++i;
+      continue;
+    }
+    if (length > 1) {
+      out.append(s.substr(i, length));
+      i += length;
+      continue;
+    }
+    const char c = s[i++];
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+          AppendJsonByteEscape(out, static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string ToValidUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    char32_t code_point = 0;
+    const std::size_t length = Utf8SequenceLength(s, i, &code_point);
+    if (length > 0) {
+      out.append(s.substr(i, length));
+      i += length;
+      continue;
+    }
+    // U+0080..U+00FF in UTF-8: two bytes.
+    const unsigned char byte = static_cast<unsigned char>(s[i++]);
+    out += static_cast<char>(0xC0 | (byte >> 6));
+    out += static_cast<char>(0x80 | (byte & 0x3F));
+  }
+  return out;
+}
+
+std::string DisplayEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    char32_t code_point = 0;
+    const std::size_t length = Utf8SequenceLength(s, i, &code_point);
+    const bool printable = length == 1 ? (code_point >= 0x20 && code_point < 0x7F)
+                                       : (length > 1 && code_point >= 0xA0);
+    if (!printable) {
+      // Escape every byte of a control character, or the one byte that starts no sequence.
+      const std::size_t bytes = length == 0 ? 1 : length;
+      for (std::size_t k = 0; k < bytes; ++k) {
+        util::AppendEscapedByte(out, static_cast<unsigned char>(s[i + k]));
+      }
+      i += bytes;
+      continue;
+    }
+    if (length == 1 && s[i] == '\\') {
+      out += "\\\\";
+    } else {
+      out.append(s.substr(i, length));
+    }
+    i += length;
+  }
+  return out;
+}
+
+std::string FormatRfc3339(std::chrono::system_clock::time_point t) {
+  const int64_t micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  int64_t seconds = micros / 1000000;
+  int64_t fraction = micros % 1000000;
+  if (fraction < 0) {
+    fraction += 1000000;
+    seconds -= 1;
+  }
+  const std::time_t time = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  ::gmtime_r(&time, &tm);
+  char buffer[64];
+  const std::size_t length = std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buffer + length, sizeof(buffer) - length, ".%06" PRId64 "Z", fraction);
+  return buffer;
+}
+
+std::string FormatLocalTime(std::chrono::system_clock::time_point t) {
+  const std::time_t time =
+      std::chrono::system_clock::to_time_t(std::chrono::floor<std::chrono::seconds>(t));
+  std::tm tm{};
+  ::localtime_r(&time, &tm);
+  char buffer[64];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%d %H:%M:%S", &tm);
+  return buffer;
+}
+
+}  // namespace idem::cli

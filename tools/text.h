@@ -1,0 +1,40 @@
+// Text for people and for programs: UTF-8 checks, the escapes of the JSON and table formats,
+// display widths and padding, and times. Every other file of the command writes text through
+// these (cli.h declares the ones tests check: JsonEscape, ToValidUtf8, DisplayEscape, the
+// time formats).
+
+#ifndef IDEM_TOOLS_TEXT_H_
+#define IDEM_TOOLS_TEXT_H_
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "cli.h"
+
+namespace idem::cli {
+
+using TimePoint = std::chrono::system_clock::time_point;
+
+// A time never set (the epoch).
+inline bool IsUnset(TimePoint t) { return t.time_since_epoch().count() == 0; }
+
+// The number of code points in valid UTF-8 text (how many columns it takes, for the scripts we
+// expect in keys and labels).
+std::size_t DisplayWidth(std::string_view s);
+
+// `text` (valid UTF-8) cut to `width` columns, ending with an ellipsis when cut (or always,
+// with already_cut: the caller dropped a tail already).
+std::string CutToWidth(std::string text, std::size_t width, bool already_cut = false);
+
+// DisplayEscape(s) cut to `width` columns, without escaping more of a long `s` than it shows.
+std::string DisplayCell(std::string_view s, std::size_t width);
+
+// `text` padded with spaces to `width` columns, after it or before it.
+std::string PadRight(std::string text, std::size_t width);
+std::string PadLeft(std::string text, std::size_t width);
+
+}  // namespace idem::cli
+
+#endif  // IDEM_TOOLS_TEXT_H_
