@@ -91,7 +91,7 @@ class ScriptedStore final : public idem::Store {
     return Unused();
   }
   idem::Result<uint64_t> Purge(const idem::PurgeOptions&) override { return Unused(); }
-  idem::Counters GetCounters() const override { return {}; }
+  idem::Result<idem::Counters> GetCounters() const override { return idem::Counters{}; }
   const idem::Options& options() const override { return options_; }
 
  private:
