@@ -135,6 +135,30 @@ inline bool WaitFor(const std::function<bool()>& condition,
   }
 }
 
+// A store on a manual clock, for the state machine tests.
+struct ClockedStore {
+  TempDir dir;
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
+  std::unique_ptr<idem::Store> store;
+
+  explicit ClockedStore(idem::Options options = TestOptions()) {
+    options.clock = clock;
+    store = OpenStore(dir.StorePath(), options);
+  }
+  idem::Options Opts() const { return TestOptions(clock); }
+};
+
+inline std::vector<std::string> ScanKeys(idem::Store& store,
+                                         const idem::ScanOptions& options = {}) {
+  std::vector<std::string> keys;
+  const idem::Status status = store.Scan(options, [&](const idem::Record& record) {
+    keys.push_back(record.key);
+    return true;
+  });
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return keys;
+}
+
 // Sends SIGSTOP to process `pid` and waits until every one of its threads has stopped (kill
 // returns before they have). False if it could not be stopped within 10 s.
 inline bool StopProcess(pid_t pid) {
