@@ -25,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -213,14 +214,20 @@ idem::Options SmallStoreOptions(CapturedLog& log) {
   return options;
 }
 
-// Begin + Complete, with a result of `result_bytes` bytes.
+// Begin + Complete, with a result of about `result_bytes` bytes: "result:KEY." and random
+// letters, which RocksDB cannot compress, so that results take their size on disk (results of
+// repeated dots compressed to almost nothing in table files, and whether the disk filled up
+// again depended on when flushes deleted the logs).
 Status RunRequest(idem::Store& store, const std::string& key, std::size_t result_bytes = 64) {
   auto claim = store.Begin(key);
   if (!claim.ok()) return claim.status();
   if (claim->outcome != idem::Outcome::kAcquired) {
     return Status::InvalidArgument("unexpected outcome for " + key);
   }
-  return store.Complete(key, claim->token, "result:" + key + std::string(result_bytes, '.'));
+  std::mt19937_64 random(std::hash<std::string>{}(key));
+  std::string padding(result_bytes, '.');
+  for (std::size_t i = 1; i < padding.size(); ++i) padding[i] = char('a' + random() % 26);
+  return store.Complete(key, claim->token, "result:" + key + padding);
 }
 
 void ExpectDone(idem::Store& store, const std::vector<std::string>& keys) {
