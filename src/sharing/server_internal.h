@@ -1,0 +1,59 @@
+// What the two halves of the owner's server share (server.cc: threads, connections and timeouts;
+// server_requests.cc: reading a request, running it, sending its answer). Included only by them.
+
+#ifndef IDEM_SHARING_SERVER_INTERNAL_H_
+#define IDEM_SHARING_SERVER_INTERNAL_H_
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "sharing/server.h"
+
+namespace idem::sharing {
+
+struct Server::Connection {
+  Connection(uint64_t id, int fd, pid_t pid, Holder holder)
+      : id(id), fd(fd), pid(pid), holder(std::move(holder)) {}
+
+  // Constant after construction.
+  const uint64_t id;
+  const FileDescriptor fd;  // closed with the last reference
+  const pid_t pid;
+  const Holder holder;  // the peer as a holder of claims, named by the kernel
+
+  // Guarded by Server::mu_. While busy, one thread has the connection (it is not armed in the
+  // epoll set); the others, and Sweep, leave it alone.
+  bool busy = false;
+  Phase phase = Phase::kIdle;
+  Server::Clock::time_point since;  // when the phase began
+
+  // Used only by the thread that has the connection; handed over through Server::mu_.
+  std::string in;
+  std::string out;
+  std::size_t out_done = 0;
+};
+
+struct Server::PurgeJob {
+  std::atomic<uint64_t> progress{0};
+  std::thread thread;
+  // Guarded by Server::purge_mu_.
+  std::optional<Result<uint64_t>> result;  // set when the purge is over
+  Server::Clock::time_point finished;
+};
+
+// Empties a connection's buffer, giving back its memory when a large request or answer grew
+// it: a thousand idle connections must not each keep megabytes.
+inline void ReleaseLarge(std::string& buffer) {
+  constexpr std::size_t kKeptCapacity = 64 << 10;
+  if (buffer.capacity() > kKeptCapacity) {
+    std::string().swap(buffer);
+  } else {
+    buffer.clear();
+  }
+}
+
+}  // namespace idem::sharing
+
+#endif  // IDEM_SHARING_SERVER_INTERNAL_H_

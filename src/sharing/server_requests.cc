@@ -1,0 +1,207 @@
+// Reading a request from a connection, running it on the backend, and sending its answer; purge
+// runs as a job that the client polls. The threads and connections are in server.cc.
+
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "sharing/server.h"
+#include "sharing/server_internal.h"
+
+namespace idem::sharing {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Scan pages asked for over the socket are capped: a client cannot make the owner build an
+// arbitrarily large response.
+constexpr uint32_t kMaxScanPage = 4096;
+// A purge poll is answered within this time, whatever the client asked: a purge request stays
+// short, and the client learns its progress at least this often.
+constexpr milliseconds kMaxPurgeWait{1000};
+// Purge jobs at once, running or finished and not yet collected by their client.
+constexpr std::size_t kMaxPurgeJobs = 16;
+
+}  // namespace
+
+std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32_t events) {
+  const int fd = connection.fd.get();
+  std::string& in = connection.in;
+  bool closed = false;
+  uint32_t size = 0;
+  for (;;) {
+    char chunk[16384];
+    const ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (n > 0) {
+      in.append(chunk, static_cast<std::size_t>(n));
+      if (in.size() < kFrameHeaderSize) continue;
+      size = FrameLength(in.data());
+      if (size > options_.max_frame) {
+        log_.Log("oversized frame", "dropped the connection of pid " +
+                                        std::to_string(connection.pid) + ": frame of " +
+                                        std::to_string(size) + " bytes is over the limit of " +
+                                        std::to_string(options_.max_frame));
+        return std::nullopt;
+      }
+      // Each side sends one frame and waits for the answer: bytes past this frame mean a peer
+      // that does not follow the protocol.
+      if (in.size() > kFrameHeaderSize + size) {
+        log_.Log("extra frame", "dropped the connection of pid " + std::to_string(connection.pid) +
+                                    ": it sent another frame before the answer to this one");
+        return std::nullopt;
+      }
+      // Whole: nothing more is due before the answer (a close shows in `events`).
+      if (in.size() == kFrameHeaderSize + size) break;
+    } else if (n == 0) {
+      closed = true;
+      break;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      break;
+    } else if (errno != EINTR) {
+      return std::nullopt;  // the connection failed: nobody is there to answer
+    }
+  }
+  if (in.size() >= kFrameHeaderSize) size = FrameLength(in.data());
+  if (in.size() < kFrameHeaderSize || in.size() < kFrameHeaderSize + size) {
+    if (closed) return std::nullopt;  // the normal end of a connection, or a peer gone mid-frame
+    return in.empty() ? Phase::kIdle : Phase::kReading;
+  }
+  // A client that closed its connection after sending gave up waiting (its call returned
+  // kTimedOut, typically while this owner was stopped): nobody will read the answer.
+  const bool abandoned = closed || (events & (EPOLLRDHUP | EPOLLHUP)) != 0;
+
+  const std::string_view frame = std::string_view(in).substr(kFrameHeaderSize);
+  Result<Request> request = DecodeRequest(frame);
+  if (!request.ok()) {
+    const uint8_t version = RequestVersion(frame);
+    if (version != 0 && version != kProtocolVersion) {
+      log_.Log("version", "refused the connection of pid " + std::to_string(connection.pid) +
+                              ": it speaks protocol version " + std::to_string(version) +
+                              ", this owner " + std::to_string(kProtocolVersion));
+      Say(fd, ResponseKind::kRefusal,
+          Status::Busy("the store's owner (pid " + std::to_string(::getpid()) +
+                       ") speaks protocol version " + std::to_string(kProtocolVersion) +
+                       ", this process " + std::to_string(version) +
+                       ": every process sharing a store must run the same idem release"));
+    } else {
+      log_.Log("malformed request", "dropped the connection of pid " +
+                                        std::to_string(connection.pid) + ": " +
+                                        request.status().ToString());
+    }
+    return std::nullopt;
+  }
+  if (abandoned) {
+    // A Begin would leave a claim that holds the key for a lease, and a read is of no use:
+    // they are dropped. A Complete, Fail, Extend, SaveCheckpoint or Forget is carried out: it
+    // may record the result of work already done, which a retry then finds.
+    const bool keeps_work = std::holds_alternative<TransitionMessage>(*request) ||
+                            std::holds_alternative<ForgetMessage>(*request);
+    if (!keeps_work) return std::nullopt;
+    Handle(*request, connection.holder);
+    return std::nullopt;
+  }
+  // This thread is busy for as long as the request runs: make sure another one waits.
+  AddThreadIfAllBusy();
+  connection.out = EncodeFrame(Handle(*request, connection.holder));
+  connection.out_done = 0;
+  ReleaseLarge(in);
+  return SendAnswer(connection);
+}
+
+std::optional<Server::Phase> Server::SendAnswer(Connection& connection) {
+  std::string& out = connection.out;
+  while (connection.out_done < out.size()) {
+    const ssize_t n = ::send(connection.fd.get(), out.data() + connection.out_done,
+                             out.size() - connection.out_done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      connection.out_done += static_cast<std::size_t>(n);
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return Phase::kWriting;  // the rest when the client has read some
+    } else if (errno != EINTR) {
+      return std::nullopt;
+    }
+  }
+  ReleaseLarge(out);
+  connection.out_done = 0;
+  return Phase::kIdle;
+}
+
+std::string Server::Handle(const Request& request, const Holder& peer) {
+  return std::visit(
+      [&](const auto& message) -> std::string {
+        using T = std::decay_t<decltype(message)>;
+        if constexpr (std::is_same_v<T, BeginMessage>) {
+          Result<Claim> claim = backend_.Begin(message.call, peer);
+          return claim.ok() ? EncodeResponse(Status::OK(), EncodeClaim(*claim))
+                            : EncodeResponse(claim.status());
+        } else if constexpr (std::is_same_v<T, TransitionMessage>) {
+          return EncodeResponse(backend_.Transition(message.call));
+        } else if constexpr (std::is_same_v<T, GetMessage>) {
+          Result<std::optional<Record>> record = backend_.Get(message.key);
+          return record.ok() ? EncodeResponse(Status::OK(), EncodeOptionalRecord(*record))
+                             : EncodeResponse(record.status());
+        } else if constexpr (std::is_same_v<T, ForgetMessage>) {
+          return EncodeResponse(backend_.Forget(message.key, message.durability));
+        } else if constexpr (std::is_same_v<T, ScanMessage>) {
+          Result<ScanPage> page =
+              backend_.Scan(message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage));
+          return page.ok() ? EncodeResponse(Status::OK(), EncodeScanPage(*page))
+                           : EncodeResponse(page.status());
+        } else if constexpr (std::is_same_v<T, PurgeMessage>) {
+          return HandlePurge(message);
+        } else {
+          Result<Counters> counters = backend_.GetCounters();
+          return counters.ok() ? EncodeResponse(Status::OK(), EncodeCounters(*counters))
+                               : EncodeResponse(counters.status());
+        }
+      },
+      request);
+}
+
+std::string Server::HandlePurge(const PurgeMessage& message) {
+  std::unique_lock lock(purge_mu_);
+  std::shared_ptr<PurgeJob>& slot = purges_[message.ticket];
+  if (!slot) {
+    if (purges_.size() > kMaxPurgeJobs) {
+      purges_.erase(message.ticket);
+      return EncodeResponse(Status::Busy("the store's owner is running " +
+                                         std::to_string(kMaxPurgeJobs) + " purges already"));
+    }
+    slot = std::make_shared<PurgeJob>();
+    PurgeOptions options;
+    options.dry_run = message.options.dry_run;
+    options.compact = message.options.compact;
+    slot->thread = std::thread([this, job = slot.get(), options]() mutable {
+      options.progress = [job](uint64_t so_far) { job->progress.store(so_far); };
+      Result<uint64_t> result = backend_.Purge(options);
+      {
+        std::lock_guard done_lock(purge_mu_);
+        job->result = std::move(result);
+        job->finished = Clock::now();
+      }
+      purge_changed_.notify_all();
+    });
+  }
+  const std::shared_ptr<PurgeJob> job = slot;
+  purge_changed_.wait_for(lock, std::clamp(message.wait, milliseconds(0), kMaxPurgeWait),
+                          [&] { return job->result.has_value(); });
+  if (!job->result) {
+    return EncodeResponse(Status::OK(), EncodePurgeProgress({job->progress.load(), false}));
+  }
+  // The client has its answer: the job is over (a lost answer means a new purge, as after a
+  // failover).
+  const Result<uint64_t> result = *job->result;
+  // Whoever takes the job out of the map joins its thread.
+  if (purges_.erase(message.ticket) == 1) {
+    lock.unlock();
+    job->thread.join();
+  }
+  return result.ok() ? EncodeResponse(Status::OK(), EncodePurgeProgress({*result, true}))
+                     : EncodeResponse(result.status());
+}
+
+}  // namespace idem::sharing
