@@ -1,0 +1,192 @@
+#include "core/store_core.h"
+
+#include <iostream>
+#include <thread>
+
+#include "core/store_directory.h"
+#include "sharing/remote_backend.h"
+#include "storage/rocksdb_storage.h"
+#include "util/backoff.h"
+#include "util/escape.h"
+
+namespace idem {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How long the owner lock must stay refused before an exclusive open reports kBusy.
+constexpr milliseconds kBusyAfter{50};
+// Waiting for an owner that is starting (or has just died) polls fast at first: most owners
+// answer within milliseconds.
+constexpr milliseconds kFirstPause{1};
+constexpr milliseconds kLongestPause{50};
+}  // namespace
+
+std::recursive_mutex& RegistryMutex() {
+  static std::recursive_mutex mu;
+  return mu;
+}
+
+StoreCore::~StoreCore() {
+  if (forked()) {
+    // A child of fork() holds copies of objects whose threads stayed in the parent: joining
+    // or closing them here would hang or corrupt. Leave them (the fork handler of OwnerLock
+    // already let go of the owner lock).
+    new std::shared_ptr<Backend>(std::move(backend_));
+    static_cast<void>(ownership_.release());
+    return;
+  }
+  std::lock_guard registry_lock(RegistryMutex());
+  std::lock_guard lock(mu_);
+  backend_.reset();
+  ownership_.reset();
+}
+
+Status StoreCore::Start() {
+  std::lock_guard lock(mu_);
+  IDEM_ASSIGN_OR_RETURN(
+      backend_, AcquireBackend(std::chrono::steady_clock::now() + options_.failover_timeout));
+  return Status::OK();
+}
+
+std::shared_ptr<Backend> StoreCore::Current() {
+  std::lock_guard lock(mu_);
+  return backend_;
+}
+
+Result<std::shared_ptr<Backend>> StoreCore::Failover(const std::shared_ptr<Backend>& lost,
+                                                     SteadyTime give_up_at) {
+  std::lock_guard lock(mu_);
+  if (backend_ == lost) {
+    log_.Log("failover", "lost the owner of store " + directory_.string() + "; failing over");
+    IDEM_ASSIGN_OR_RETURN(backend_, AcquireBackend(give_up_at));
+  }
+  return backend_;
+}
+
+Result<std::shared_ptr<Backend>> StoreCore::AcquireBackend(SteadyTime give_up_at) {
+  return options_.read_only ? AcquireReader(give_up_at) : AcquireWriter(give_up_at);
+}
+
+bool StoreCore::Unreachable(const Status& status) {
+  return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
+}
+
+Result<std::shared_ptr<Backend>> StoreCore::ConnectToOwner(SteadyTime give_up_at) {
+  const auto left =
+      std::max(milliseconds(1),
+               std::chrono::ceil<milliseconds>(give_up_at - std::chrono::steady_clock::now()));
+  IDEM_ASSIGN_OR_RETURN(auto remote,
+                        sharing::RemoteBackend::Connect(address_, options_.request_timeout,
+                                                        std::min(left, options_.request_timeout)));
+  return std::shared_ptr<Backend>(std::move(remote));
+}
+
+Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at) {
+  util::Backoff backoff(kFirstPause, kLongestPause);
+  for (;;) {
+    Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
+    if (remote.ok() || !Unreachable(remote.status())) return remote;
+
+    const std::optional<sharing::OwnerInfo> owner =
+        sharing::OwnerLock::ReadOwner(directory_.string());
+    const bool exclusive_owner = owner && owner->exclusive;
+    if (exclusive_owner || !sharing::OwnerLock::IsHeld(directory_.string())) {
+      Result<std::unique_ptr<storage::Storage>> storage = OpenStorage();
+      // An owner that appeared while the files were opened may have changed them meanwhile:
+      // ask it instead.
+      if (exclusive_owner || !sharing::OwnerLock::IsHeld(directory_.string())) {
+        if (!storage.ok()) return storage.status();
+        return std::shared_ptr<Backend>(
+            std::make_shared<LocalBackend>(std::move(storage).value(), options_));
+      }
+    }
+    if (std::chrono::steady_clock::now() >= give_up_at) {
+      return Status::Unavailable("the owner of store " + directory_.string() +
+                                 (owner ? " (pid " + std::to_string(owner->pid) + ")" : "") +
+                                 " holds it but did not answer within " +
+                                 std::to_string(options_.failover_timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(backoff.Next());
+  }
+}
+
+Result<std::shared_ptr<Backend>> StoreCore::AcquireWriter(SteadyTime give_up_at) {
+  const auto start = std::chrono::steady_clock::now();
+  util::Backoff backoff(kFirstPause, kLongestPause);
+  Status last_error;
+  for (;;) {
+    IDEM_ASSIGN_OR_RETURN(auto owner_lock,
+                          sharing::OwnerLock::TryAcquire(directory_.string(), options_.sharing));
+    if (owner_lock) return BecomeOwner(std::move(owner_lock));
+
+    const std::optional<sharing::OwnerInfo> owner =
+        sharing::OwnerLock::ReadOwner(directory_.string());
+    const std::string holder = owner ? " by pid " + std::to_string(owner->pid) : "";
+    // A reader checking the lock holds it for an instant (OwnerLock::IsHeld), and the lock
+    // file may still name an exclusive owner that died: only a refusal that lasts is Busy.
+    const bool lasting = std::chrono::steady_clock::now() - start >= kBusyAfter;
+    if (options_.sharing == Sharing::kExclusive || (owner && owner->exclusive)) {
+      if (lasting) {
+        return Status::Busy("store " + directory_.string() +
+                            (options_.sharing == Sharing::kExclusive
+                                 ? " is held" + holder + "; Sharing::kExclusive needs it alone"
+                                 : " is held exclusively" + holder));
+      }
+    } else {
+      Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
+      if (remote.ok() || !Unreachable(remote.status())) return remote;
+      last_error = remote.status();
+    }
+
+    if (std::chrono::steady_clock::now() >= give_up_at) {
+      return Status::Unavailable(
+          "could not reach the owner of store " + directory_.string() + holder + " within " +
+          std::to_string(options_.failover_timeout.count()) + " ms: " + last_error.message());
+    }
+    // The owner holds the lock but is still opening RocksDB, or has just died.
+    std::this_thread::sleep_for(backoff.Next());
+  }
+}
+
+Result<std::shared_ptr<Backend>> StoreCore::BecomeOwner(
+    std::unique_ptr<sharing::OwnerLock> owner_lock) {
+  auto ownership = std::make_unique<Ownership>();
+  ownership->lock = std::move(owner_lock);
+  IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
+  ownership->backend = std::make_shared<LocalBackend>(std::move(storage), options_);
+  if (options_.sharing == Sharing::kAuto) {
+    sharing::ServerOptions server_options;
+    // A request carries at most a key, a label or two and one payload.
+    server_options.max_frame =
+        options_.max_key_size + 2 * options_.max_label_size + options_.max_result_size + 4096;
+    server_options.log = [this](std::string_view message) { Log(message); };
+    IDEM_ASSIGN_OR_RETURN(ownership->server,
+                          sharing::Server::Start(address_, *ownership->backend, server_options));
+  }
+  std::shared_ptr<Backend> backend = ownership->backend;
+  ownership_ = std::move(ownership);
+  return backend;
+}
+
+Result<std::unique_ptr<storage::Storage>> StoreCore::OpenStorage() {
+  storage::RocksDbConfig config;
+  config.create_if_missing = options_.create_if_missing;
+  config.read_only = options_.read_only;
+  config.memory_budget = options_.memory_budget;
+  config.clock = options_.clock;
+  config.log = [this](std::string_view message) { Log(message); };
+  IDEM_ASSIGN_OR_RETURN(auto storage, OpenStoreDatabase(directory_, std::move(config)));
+  return std::unique_ptr<storage::Storage>(std::move(storage));
+}
+
+void StoreCore::Log(std::string_view message) const {
+  const std::string line = EscapeControls(message);
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::cerr << "idem: " << line << '\n';
+  }
+}
+
+}  // namespace idem

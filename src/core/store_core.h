@@ -1,0 +1,156 @@
+// StoreCore: one per open store directory in a process, shared by every handle on it. It holds
+// the process's role for the directory: owner (a LocalBackend on RocksDB, serving the other
+// processes over the store's socket), client (a RemoteBackend talking to the owner), or reader
+// (the owner's socket, or a RocksDB read-only instance of the files). When the owner dies, a
+// client's call fails over: it takes the owner lock and becomes the owner, or reconnects to
+// whoever did, and resends the call.
+
+#ifndef IDEM_CORE_STORE_CORE_H_
+#define IDEM_CORE_STORE_CORE_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "core/local_backend.h"
+#include "engine/backend.h"
+#include "idem/options.h"
+#include "sharing/log_limiter.h"
+#include "sharing/owner_lock.h"
+#include "sharing/server.h"
+#include "sharing/socket.h"
+#include "storage/storage.h"
+#include "util/process.h"
+
+namespace idem {
+
+// Identity of a store directory, whatever the spelling of its path.
+struct DirectoryId {
+  dev_t device;
+  ino_t inode;
+  auto operator<=>(const DirectoryId&) const = default;
+};
+
+// Process-wide registry of open stores. The mutex is held across a whole open and a whole
+// close, so a directory is never opened by RocksDB while the previous instance is still
+// closing. Recursive because a failed open may destroy a half-built core under it.
+std::recursive_mutex& RegistryMutex();
+
+// Being the owner: the lock, the storage, and (when sharing) the server. Members are destroyed
+// in reverse order: the server stops calling the backend before it closes, and the lock is
+// released only after RocksDB has closed.
+struct Ownership {
+  std::unique_ptr<sharing::OwnerLock> lock;
+  std::shared_ptr<LocalBackend> backend;
+  std::unique_ptr<sharing::Server> server;
+};
+
+// One per open store directory in this process, shared by every handle on it.
+class StoreCore {
+ public:
+  StoreCore(std::filesystem::path directory, DirectoryId id, const Options& options)
+      : directory_(std::move(directory)),
+        address_(sharing::SocketAddressFor(directory_.string(), id.device, id.inode)),
+        options_(options) {}
+
+  ~StoreCore();
+
+  // Takes up the process's role for the store.
+  Status Start();
+
+  bool read_only() const { return options_.read_only; }
+  // True in a child of fork(): this core belongs to the parent.
+  bool forked() const { return util::ForkGeneration() != creator_generation_; }
+
+  // Runs `call(backend, resent)` on the current backend; when that backend lost the owner, fails
+  // over and runs it again with resent = true. The failovers of one call together take at most
+  // options.failover_timeout: an owner that keeps dropping connections (one of another
+  // version, say) ends the call with kUnavailable, not a loop.
+  template <class Call>
+  auto Run(Call&& call) -> std::invoke_result_t<Call&, Backend&, bool> {
+    if (forked()) {
+      return Status::Unavailable("the store was opened before fork(); open it again in the child");
+    }
+    std::shared_ptr<Backend> backend = Current();
+    std::optional<std::chrono::steady_clock::time_point> give_up_at;
+    for (bool resent = false;; resent = true) {
+      auto result = call(*backend, resent);
+      if (!backend->lost()) return result;
+      const auto now = std::chrono::steady_clock::now();
+      if (!give_up_at) {
+        give_up_at = now + options_.failover_timeout;
+      } else if (now >= *give_up_at) {
+        return Status::Unavailable("lost the owner of store " + directory_.string() +
+                                   " again and again for " +
+                                   std::to_string(options_.failover_timeout.count()) + " ms");
+      }
+      Result<std::shared_ptr<Backend>> next = Failover(backend, *give_up_at);
+      if (!next.ok()) return next.status();
+      backend = std::move(next).value();
+    }
+  }
+
+ private:
+  using SteadyTime = std::chrono::steady_clock::time_point;
+
+  std::shared_ptr<Backend> Current();
+
+  Result<std::shared_ptr<Backend>> Failover(const std::shared_ptr<Backend>& lost,
+                                            SteadyTime give_up_at);
+
+  // mu_ held. Gives up at `give_up_at`.
+  Result<std::shared_ptr<Backend>> AcquireBackend(SteadyTime give_up_at);
+
+  // kUnavailable (nobody listens) and kTimedOut (the owner accepts nothing) may pass; any other
+  // error from ConnectToOwner is a refusal (this process's own checks of the owner, or a
+  // failure here) and is final.
+  static bool Unreachable(const Status& status);
+
+  // A client of the owner listening at address_; waits at most until `give_up_at` for the
+  // owner to accept.
+  Result<std::shared_ptr<Backend>> ConnectToOwner(SteadyTime give_up_at);
+
+  // A reader never takes the owner lock: it asks the running owner (live records, the owner's
+  // counters) or, when none serves the store, reads the files as a RocksDB read-only instance.
+  // It reads the files only when nobody holds the lock (or an exclusive owner does, which
+  // serves nobody): a new owner holds the lock while it replays the log and starts serving,
+  // and files read in that window may be rewritten or deleted under the reader (the soak
+  // caught readers missing acknowledged results then). So it waits for that owner, up to
+  // `give_up_at`. A refusal is returned at once.
+  Result<std::shared_ptr<Backend>> AcquireReader(SteadyTime give_up_at);
+
+  // Becomes the owner, or a client of the owner; retries while the owner is starting or has
+  // just died, up to `give_up_at`. A refusal is returned at once.
+  Result<std::shared_ptr<Backend>> AcquireWriter(SteadyTime give_up_at);
+
+  // mu_ held, `owner_lock` taken.
+  Result<std::shared_ptr<Backend>> BecomeOwner(std::unique_ptr<sharing::OwnerLock> owner_lock);
+
+  Result<std::unique_ptr<storage::Storage>> OpenStorage();
+
+  // One line each: control characters in the message (from a path, or from RocksDB quoting
+  // one) are escaped, so a message can neither forge a line nor send a terminal escape.
+  void Log(std::string_view message) const;
+
+  // Constant after construction.
+  const uint64_t creator_generation_ = util::ForkGeneration();
+  const std::filesystem::path directory_;
+  const sharing::SocketAddress address_;
+  const Options options_;  // the first opener's
+  sharing::LogLimiter log_{[this](std::string_view message) { Log(message); }};
+
+  std::mutex mu_;
+  // Guarded by mu_.
+  std::shared_ptr<Backend> backend_;
+  std::unique_ptr<Ownership> ownership_;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_CORE_STORE_CORE_H_
