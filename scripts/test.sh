@@ -5,9 +5,10 @@
 #                   (scripts/bench.sh --smoke, in build-bench/)
 #   2. build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer: all tests
 #   3. build-tsan/  ThreadSanitizer: the tests labelled "concurrency"
-# Each build is a preset of CMakePresets.json (default, asan, tsan), with warnings as errors
-# (IDEM_WERROR): to reproduce one step by hand, `cmake --preset asan && cmake --build --preset
-# asan -j2 && ctest --preset asan -j2`.
+# Each build is a preset of CMakePresets.json (default, asan, tsan); the default build treats
+# warnings as errors (IDEM_WERROR; GCC's flow warnings misfire under the sanitizers). To
+# reproduce one step by hand, `cmake --preset asan && cmake --build --preset asan -j2 && ctest
+# --preset asan -j2`.
 # Set IDEM_SKIP_SANITIZERS=1 to run step 1 only. IDEM_JOBS sets build and test parallelism
 # (default 2). Exits non-zero on the first failure.
 set -euo pipefail
