@@ -220,6 +220,24 @@ Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
                      "was never synced (calls that were not answered, or kBuffered writes)");
     cut = true;
   }
+  // The current MANIFEST, the same way: its last edit, written but never synced, may hold such
+  // pages with the rest of the edit after them, which RocksDB refuses as a checksum mismatch.
+  std::string current;
+  if (rocksdb::ReadFileToString(&fs, db_path + "/CURRENT", &current).ok()) {
+    if (!current.empty() && current.back() == '\n') current.pop_back();
+    if (FileNumber(current, "MANIFEST-", "").has_value()) {
+      const std::string path = db_path + "/" + current;
+      Result<LogScan> scan = ScanLog(fs, path);
+      // A MANIFEST that cannot be read is RocksDB's to report, naming it.
+      if (scan.ok() && scan->unwritten_pages) {
+        if (!dry_run) IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan->intact_end));
+        report.push_back(EscapeControls(path) + " " + verb + "cut at byte " +
+                         std::to_string(scan->intact_end) + " of " + std::to_string(scan->size) +
+                         ": a power cut left pages there that were never written; the edit they "
+                         "held was never synced");
+      }
+    }
+  }
   return report;
 }
 

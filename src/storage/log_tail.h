@@ -22,10 +22,9 @@
 // or zeros run from inside it to the end of a 4 KiB page (at least 64 bytes of them, so that a
 // payload ending in a few zero bytes is not mistaken for one).
 //
-// The MANIFEST (the same format) needs none of this: RocksDB syncs it after every edit, so only
-// its last edit can hold such pages, and RocksDB 7.8 reads a damaged last edit as a torn one
-// (tests/power_cut_test.cc,
-// UnwrittenPages.TheLastManifestEditNeverWrittenIsIgnoredAndNothingIsLost).
+// The current MANIFEST (the same format) is checked the same way: RocksDB syncs it after every
+// edit, so only its last edit can hold such pages; when the rest of that edit follows them,
+// RocksDB refuses the store (a checksum mismatch); zeros to the end it reads as a torn edit.
 
 #ifndef IDEM_STORAGE_LOG_TAIL_H_
 #define IDEM_STORAGE_LOG_TAIL_H_
@@ -63,9 +62,9 @@ struct LogScan {
 Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path,
                         bool keep_record_starts = false);
 
-// Cuts the write-ahead logs of the database at `db_path` after a power cut as described
-// above, syncing what it changes. Returns a line for the operator per file changed (none when
-// nothing was). `dry_run`: changes nothing, and says what would be changed.
+// Cuts the write-ahead logs and the MANIFEST of the database at `db_path` after a power cut as
+// described above, syncing what it changes. Returns a line for the operator per file changed (none
+// when nothing was). `dry_run`: changes nothing, and says what would be changed.
 Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
                                                       const std::string& db_path,
                                                       bool dry_run = false);
