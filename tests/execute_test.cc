@@ -22,16 +22,11 @@
 namespace {
 
 using namespace std::chrono_literals;
-using idem::BeginOptions;
 using idem::Outcome;
-using idem::Record;
 using idem::State;
 using idem_test::ClockedStore;
-using idem_test::ManualClock;
-using idem_test::ScanKeys;
 using idem_test::TempDir;
 using idem_test::TestOptions;
-using idem_test::WithoutHolder;
 
 // ---- Execute ---------------------------------------------------------------------------------
 

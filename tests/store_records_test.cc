@@ -22,7 +22,6 @@
 namespace {
 
 using namespace std::chrono_literals;
-using idem::BeginOptions;
 using idem::Outcome;
 using idem::Record;
 using idem::State;
@@ -31,7 +30,6 @@ using idem_test::ManualClock;
 using idem_test::ScanKeys;
 using idem_test::TempDir;
 using idem_test::TestOptions;
-using idem_test::WithoutHolder;
 
 // ---- Scan, Forget, counters ------------------------------------------------------------------
 
