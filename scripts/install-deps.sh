@@ -11,6 +11,7 @@ packages=(
   pkg-config
   librocksdb-dev    # the storage engine (7.8.3)
   libssl-dev        # libcrypto: SHA-256 for Fingerprint
+  libfmt-dev        # messages and the idem command's tables (header-only use)
   libgtest-dev
   libcli11-dev      # the idem command's argument parser
   nlohmann-json3-dev  # the idem command's JSON Lines output

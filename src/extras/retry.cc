@@ -2,6 +2,8 @@
 
 #include "idem/retry.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -61,22 +63,21 @@ milliseconds RetryDelay(const RetryPolicy& policy, int retry, double random01) {
 
 Status CheckRetryPolicy(const RetryPolicy& policy) {
   if (policy.max_attempts < 1) {
-    return Status::InvalidArgument("RetryPolicy::max_attempts is " +
-                                   std::to_string(policy.max_attempts) + "; it must be at least 1");
+    return Status::InvalidArgument(
+        fmt::format("RetryPolicy::max_attempts is {}; it must be at least 1", policy.max_attempts));
   }
   if (policy.first_backoff < milliseconds(0)) {
-    return Status::InvalidArgument("RetryPolicy::first_backoff is " +
-                                   std::to_string(policy.first_backoff.count()) +
-                                   " ms; it must not be negative");
+    return Status::InvalidArgument(
+        fmt::format("RetryPolicy::first_backoff is {} ms; it must not be negative",
+                    policy.first_backoff.count()));
   }
   if (policy.max_backoff < milliseconds(0)) {
-    return Status::InvalidArgument("RetryPolicy::max_backoff is " +
-                                   std::to_string(policy.max_backoff.count()) +
-                                   " ms; it must not be negative");
+    return Status::InvalidArgument(fmt::format(
+        "RetryPolicy::max_backoff is {} ms; it must not be negative", policy.max_backoff.count()));
   }
   if (!(policy.multiplier >= 1.0) || !std::isfinite(policy.multiplier)) {
-    return Status::InvalidArgument("RetryPolicy::multiplier is " +
-                                   std::to_string(policy.multiplier) + "; it must be at least 1");
+    return Status::InvalidArgument(
+        fmt::format("RetryPolicy::multiplier is {}; it must be at least 1", policy.multiplier));
   }
   return Status::OK();
 }

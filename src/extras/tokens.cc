@@ -8,6 +8,8 @@
 // A Begin that acquires a key with attempts 1 created the record: the token was never issued (or
 // its record is gone), so the record is forgotten again.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -76,8 +78,8 @@ std::optional<TimePoint> ParseExpiry(std::string_view token) {
 
 Result<std::string> Store::IssueToken(milliseconds ttl) {
   if (ttl <= milliseconds(0)) {
-    return Status::InvalidArgument("token ttl is " + std::to_string(ttl.count()) +
-                                   " ms; it must be positive");
+    return Status::InvalidArgument(
+        fmt::format("token ttl is {} ms; it must be positive", ttl.count()));
   }
   // The default lease keeps the record until the Fail below even when the ttl is shorter than
   // the write takes (the record then outlives the token by up to one lease: harmless, since the
@@ -87,7 +89,9 @@ Result<std::string> Store::IssueToken(milliseconds ttl) {
   for (int draw = 0; draw < kIssueDraws; ++draw) {
     std::array<char, kRandomBytes> random{};
     const Status drawn = util::RandomBytes(random.data(), random.size());
-    if (!drawn.ok()) return Status::Unavailable("no random bytes for a token: " + drawn.message());
+    if (!drawn.ok()) {
+      return Status::Unavailable(fmt::format("no random bytes for a token: {}", drawn.message()));
+    }
     const std::string token =
         NewTokenText(random, util::ToMicros(Now(*this) + std::chrono::microseconds(ttl)));
     IDEM_ASSIGN_OR_RETURN(Claim claim, Begin(token, options));
@@ -105,8 +109,8 @@ Result<std::string> Store::IssueToken(milliseconds ttl) {
     }
     return token;
   }
-  return Status::Unavailable("could not draw an unused token in " + std::to_string(kIssueDraws) +
-                             " tries");
+  return Status::Unavailable(
+      fmt::format("could not draw an unused token in {} tries", kIssueDraws));
 }
 
 Status Store::ConsumeToken(std::string_view token) {
