@@ -338,13 +338,20 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
 
   // Reopens after a cut and checks what the store holds; the model then starts from it.
   void CheckAfterCut(int cut, Durability durability) {
-    // Half-applied writes would show as records without their index entry (or the reverse).
-    idem_test::CheckIndexMatchesRecords(db_path(), Micros(clock_->Now()));
+    // The first open after a cut is a read-write one, as in a real start: it cuts log and
+    // MANIFEST tails never written (log_tail.h), which a read-only open refuses.
     if (cut % 4 == 0) {
       // As an application opens it: the directory checks, the manifest mark, RocksDB.
       auto store = idem::Store::Open(dir_.StorePath(), idem_test::TestOptions(clock_));
       ASSERT_TRUE(store.ok()) << "after cut " << cut << ": " << store.status().ToString();
+    } else {
+      const Status opened = OpenStorage();
+      ASSERT_TRUE(opened.ok()) << "after cut " << cut
+                               << " the store does not open: " << opened.ToString();
+      CloseStorage();
     }
+    // Half-applied writes would show as records without their index entry (or the reverse).
+    idem_test::CheckIndexMatchesRecords(db_path(), Micros(clock_->Now()));
     const Status opened = OpenStorage();
     ASSERT_TRUE(opened.ok()) << "after cut " << cut
                              << " the store does not open: " << opened.ToString();
@@ -729,6 +736,114 @@ TEST(UnwrittenPages, TheLastManifestEditNeverWrittenIsIgnoredAndNothingIsLost) {
     ASSERT_TRUE(record.ok()) << record.status().ToString();
     ASSERT_TRUE(record->has_value()) << i;
     EXPECT_EQ((*record)->state, idem::State::kDone);
+  }
+}
+
+// Inside the MANIFEST: a flush appends its edit, which crosses a page boundary, and the power goes
+// off before the MANIFEST is synced. The disk kept the page after the boundary (the rest of the
+// edit) but not the one before it, which reads as zeros from inside the edit; nothing else of
+// the flush is durable but its table file (synced before the edit is written): the log it
+// replaced and the manifest mark are as before the flush. RocksDB 7.8 refused such a store
+// (a checksum mismatch in the MANIFEST, once seen in the power-cut loop under ASan); the open
+// cuts the never-written edit and replays the log instead: every record is there.
+TEST(UnwrittenPages, AManifestEditWhosePageBeforeABoundaryWasNeverWrittenIsCut) {
+  namespace fs = std::filesystem;
+  auto clock = std::make_shared<ManualClock>();
+  TempDir dir;
+  { ASSERT_NE(idem_test::OpenStore(dir.StorePath(), idem_test::TestOptions(clock)), nullptr); }
+  const std::string db = dir.StorePath() + "/db";
+  const std::string before = dir.Sub("before");
+  // Flushes until the edits one appends to the MANIFEST cross a page boundary.
+  std::vector<std::string> keys;
+  std::string current;  // the MANIFEST's name: the open below writes a new one
+  std::string manifest;
+  uint64_t edit = 0;
+  uint64_t boundary = 0;
+  uint64_t flushed_size = 0;
+  {
+    idem::storage::RocksDbConfig config;
+    config.path = db;
+    config.create_if_missing = false;
+    config.clock = clock;
+    config.memory_budget = 4 << 20;
+    auto storage = idem::storage::RocksDbStorage::Open(config);
+    ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+    idem::storage::RocksDbStorage* rocksdb = storage->get();
+    idem::LocalBackend backend(std::move(storage).value(), idem_test::TestOptions(clock));
+    {
+      std::ifstream file(db + "/CURRENT");
+      std::getline(file, current);
+    }
+    manifest = db + "/" + current;
+    for (int round = 0; round < 100 && boundary == 0; ++round) {
+      for (int i = 0; i < 3; ++i) {
+        const std::string key = "round-" + std::to_string(round) + "-" + std::to_string(i);
+        auto claim = backend.Begin({.key = key,
+                                    .lease = 30s,
+                                    .retention = 24h,
+                                    .request_id = uint64_t(round * 3 + i + 1),
+                                    .durability = Durability::kSync},
+                                   idem::Holder{});
+        ASSERT_TRUE(claim.ok()) << claim.status().ToString();
+        keys.push_back(key);
+      }
+      const auto manifest_before = fs::file_size(manifest);
+      fs::remove_all(before);
+      CopyStore(db, before);
+      ASSERT_TRUE(rocksdb->Flush().ok());
+      auto scan = idem::storage::ScanLog(*rocksdb::FileSystem::Default(), manifest, true);
+      ASSERT_TRUE(scan.ok()) << scan.status().ToString();
+      // The first page boundary inside what the flush appended, and the record it falls in.
+      const uint64_t next_page = (manifest_before / 4096 + 1) * 4096;
+      if (next_page < scan->size) {
+        boundary = next_page;
+        for (uint64_t start : scan->records) {
+          if (start < boundary) edit = start;
+        }
+        flushed_size = scan->size;
+      } else {
+        // One table file, so that no compaction starts on its own between a copy and a flush.
+        ASSERT_TRUE(rocksdb->CompactRecords().ok());
+      }
+    }
+  }
+  ASSERT_NE(boundary, 0u) << "no flush edit crossed a page boundary";
+  {
+    auto scan = idem::storage::ScanLog(*rocksdb::FileSystem::Default(), manifest, true);
+    ASSERT_TRUE(scan.ok()) << scan.status().ToString();
+    ASSERT_EQ(scan->size, flushed_size) << "the close wrote to the MANIFEST";
+  }
+  // The disk after the cut: the state before the flush, its new table files, and its MANIFEST
+  // edits with the page before the boundary unwritten: from inside the edit the boundary falls in
+  // (from its start when too little of it comes before the boundary for a run of zeros).
+  for (const auto& entry : fs::directory_iterator(db)) {
+    const fs::path old = before / entry.path().filename();
+    if (entry.path().extension() == ".sst" && !fs::exists(old)) {
+      fs::copy_file(entry.path(), old);
+    }
+  }
+  fs::copy_file(manifest, before + "/" + current, fs::copy_options::overwrite_existing);
+  {
+    std::fstream file(before + "/" + current, std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t from = boundary - edit >= 100 ? edit + 20 : edit;
+    file.seekp(static_cast<std::streamoff>(from));
+    const std::string zeros(boundary - from, '\0');
+    file.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+    ASSERT_TRUE(file.good());
+  }
+  fs::remove_all(db);
+  fs::rename(before, db);
+
+  std::string said;
+  idem::Options options = idem_test::TestOptions(clock);
+  options.log = [&said](std::string_view line) { said += std::string(line) + "\n"; };
+  auto store = idem::Store::Open(dir.StorePath(), options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_NE(said.find("never written"), std::string::npos) << said;
+  for (const auto& key : keys) {
+    auto record = (*store)->Get(key);
+    ASSERT_TRUE(record.ok()) << record.status().ToString();
+    EXPECT_TRUE(record->has_value()) << key;
   }
 }
 

@@ -1,5 +1,6 @@
 #include "storage/log_tail.h"
 
+#include <fmt/format.h>
 #include <rocksdb/file_system.h>
 
 #include <algorithm>
@@ -160,13 +161,34 @@ Status CutFile(rocksdb::FileSystem& fs, const std::string& path, uint64_t size) 
   if (cut.ok()) cut = file->Truncate(size, rocksdb::IOOptions(), nullptr);
   if (cut.ok()) cut = file->Fsync(rocksdb::IOOptions(), nullptr);
   if (cut.ok()) cut = file->Close(rocksdb::IOOptions(), nullptr);
-  return FromRocksDb(cut, "cutting " + EscapeControls(path) + " at byte " + std::to_string(size));
+  return FromRocksDb(cut, fmt::format("cutting {} at byte {}", EscapeControls(path), size));
+}
+
+// The current MANIFEST, the same way as the logs: its last edit, written but never synced, may
+// hold such pages with the rest of the edit after them, which RocksDB refuses as a checksum
+// mismatch. Adds the line for the operator to `report` when it is (or would be) cut.
+Status CutManifestTail(rocksdb::FileSystem& fs, const std::string& db_path, bool dry_run,
+                       std::vector<std::string>& report) {
+  std::string current;
+  if (!rocksdb::ReadFileToString(&fs, db_path + "/CURRENT", &current).ok()) return Status::OK();
+  if (!current.empty() && current.back() == '\n') current.pop_back();
+  if (!FileNumber(current, "MANIFEST-", "").has_value()) return Status::OK();
+  const std::string path = db_path + "/" + current;
+  Result<LogScan> scan = ScanLog(fs, path);
+  // A MANIFEST that cannot be read is RocksDB's to report, naming it.
+  if (!scan.ok() || !scan->unwritten_pages) return Status::OK();
+  if (!dry_run) IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan->intact_end));
+  report.push_back(fmt::format(
+      "{} {}cut at byte {} of {}: a power cut left pages there that were never written; the edit "
+      "they held was never synced",
+      EscapeControls(path), dry_run ? "would be " : "", scan->intact_end, scan->size));
+  return Status::OK();
 }
 
 }  // namespace
 
 Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path, bool keep_record_starts) {
-  const std::string what = "reading " + EscapeControls(path);
+  const std::string what = fmt::format("reading {}", EscapeControls(path));
   uint64_t size = 0;
   IDEM_RETURN_IF_ERROR(
       FromRocksDb(fs.GetFileSize(path, rocksdb::IOOptions(), &size, nullptr), what));
@@ -192,7 +214,7 @@ Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
   const rocksdb::IOStatus listed =
       fs.GetChildren(db_path, rocksdb::IOOptions(), &children, nullptr);
   if (listed.IsNotFound() || listed.IsPathNotFound()) return std::vector<std::string>();  // new
-  IDEM_RETURN_IF_ERROR(FromRocksDb(listed, "listing " + EscapeControls(db_path)));
+  IDEM_RETURN_IF_ERROR(FromRocksDb(listed, fmt::format("listing {}", EscapeControls(db_path))));
   std::map<uint64_t, std::string> logs;  // by number: oldest first
   for (const auto& name : children) {
     if (auto number = FileNumber(name, "", ".log")) logs.emplace(*number, name);
@@ -206,38 +228,22 @@ Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
     if (cut) {
       if (scan.size == 0) continue;
       if (!dry_run) IDEM_RETURN_IF_ERROR(CutFile(fs, path, 0));
-      report.push_back("the write-ahead log " + EscapeControls(path) + " " + verb + "emptied (" +
-                       std::to_string(scan.size) +
-                       " bytes of writes never synced, after the power cut found in an older "
-                       "log)");
+      report.push_back(fmt::format(
+          "the write-ahead log {} {}emptied ({} bytes of writes never synced, after the power cut "
+          "found in an older log)",
+          EscapeControls(path), verb, scan.size));
       continue;
     }
     if (!scan.unwritten_pages) continue;
     if (!dry_run) IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan.intact_end));
-    report.push_back("the write-ahead log " + EscapeControls(path) + " " + verb + "cut at byte " +
-                     std::to_string(scan.intact_end) + " of " + std::to_string(scan.size) +
-                     ": a power cut left pages there that were never written; what followed "
-                     "was never synced (calls that were not answered, or kBuffered writes)");
+    report.push_back(fmt::format(
+        "the write-ahead log {} {}cut at byte {} of {}: a power cut left pages there that were "
+        "never written; what followed was never synced (calls that were not answered, or "
+        "kBuffered writes)",
+        EscapeControls(path), verb, scan.intact_end, scan.size));
     cut = true;
   }
-  // The current MANIFEST, the same way: its last edit, written but never synced, may hold such
-  // pages with the rest of the edit after them, which RocksDB refuses as a checksum mismatch.
-  std::string current;
-  if (rocksdb::ReadFileToString(&fs, db_path + "/CURRENT", &current).ok()) {
-    if (!current.empty() && current.back() == '\n') current.pop_back();
-    if (FileNumber(current, "MANIFEST-", "").has_value()) {
-      const std::string path = db_path + "/" + current;
-      Result<LogScan> scan = ScanLog(fs, path);
-      // A MANIFEST that cannot be read is RocksDB's to report, naming it.
-      if (scan.ok() && scan->unwritten_pages) {
-        if (!dry_run) IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan->intact_end));
-        report.push_back(EscapeControls(path) + " " + verb + "cut at byte " +
-                         std::to_string(scan->intact_end) + " of " + std::to_string(scan->size) +
-                         ": a power cut left pages there that were never written; the edit they "
-                         "held was never synced");
-      }
-    }
-  }
+  IDEM_RETURN_IF_ERROR(CutManifestTail(fs, db_path, dry_run, report));
   return report;
 }
 
