@@ -239,6 +239,44 @@ TEST(Store, OpensTheSameDirectoryTwiceAsOneStore) {
   EXPECT_EQ(got->result, "x");
 }
 
+// A second Open of a store in one process gets a handle with its own lease, retention,
+// durability, read_only and execute_wait; the options that are the store's in this process
+// stay the first Open's, and the second opener is told which of its own were not applied.
+TEST(Store, ASecondOpenIsToldWhichOfItsOptionsAreTheFirstOpens) {
+  TempDir dir;
+  auto clock = std::make_shared<ManualClock>();
+  idem::Options first = TestOptions(clock);
+  first.max_key_size = 64;
+  IDEM_ASSERT_OPEN(a, dir.StorePath(), first);
+
+  std::vector<std::string> told;
+  idem::Options same = first;
+  same.default_lease = 2s;  // a handle's own: nothing to say
+  same.durability = idem::Durability::kBuffered;
+  same.log = [&told](std::string_view line) { told.emplace_back(line); };
+  IDEM_ASSERT_OPEN(b, dir.StorePath(), same);
+  EXPECT_TRUE(told.empty()) << told.front();
+  ASSERT_OK_AND_ASSIGN(auto claim, b->Begin("k"));
+  EXPECT_EQ(claim.record.lease_deadline, claim.record.created + 2s);
+
+  idem::Options other = same;
+  other.max_key_size = 4096;
+  other.memory_budget = 32 << 20;
+  other.renewal_grace = 0ms;
+  other.clock = std::make_shared<ManualClock>();
+  IDEM_ASSERT_OPEN(c, dir.StorePath(), other);
+  ASSERT_EQ(told.size(), 1u);
+  for (const char* expected :
+       {"already open in this process", "max_key_size 64 (this Open asked 4096)", "memory_budget",
+        "renewal_grace", "clock"}) {
+    EXPECT_NE(told[0].find(expected), std::string::npos) << expected << " not in: " << told[0];
+  }
+  EXPECT_EQ(told[0].find("default_lease"), std::string::npos) << told[0];
+  // And it is so: the first Open's key limit applies to the second handle.
+  auto too_long = c->Begin(std::string(100, 'k'));
+  EXPECT_EQ(too_long.status().code(), idem::Status::Code::kInvalidArgument);
+}
+
 TEST(Store, OpensASymlinkedDirectoryAsTheSameStore) {
   TempDir dir;
   IDEM_ASSERT_OPEN(a, dir.StorePath());

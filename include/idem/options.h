@@ -40,6 +40,11 @@ class IDEM_EXPORT Clock {
 // The system clock.
 IDEM_EXPORT std::shared_ptr<const Clock> SystemClock();
 
+// Each Store::Open's handle has its own default_lease, default_retention, durability, read_only
+// and execute_wait. The rest are the store's in this process: a later Open of a store already
+// open here gets the first Open's values, and its log is told which of its own were not applied
+// (docs/semantics.md, "Options of a store opened twice"). When another process owns the store,
+// the owner's size limits, clock, take_over_dead_holders and renewal_grace judge every request.
 struct Options {
   // How long a Begin's claim stays live when BeginOptions::lease is 0. A pending record whose
   // lease has passed may be taken over by the next Begin. Execute renews the lease while its

@@ -2,12 +2,16 @@
 // passes each call to its StoreCore (store_core.h), which holds the process's role for the store
 // directory and fails over when the owner dies.
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "core/store_core.h"
 #include "core/store_directory.h"
@@ -38,8 +42,8 @@ std::map<DirectoryId, std::weak_ptr<StoreCore>>& Registry() {
 
 Status CheckDuration(std::string_view what, milliseconds duration) {
   if (duration >= milliseconds(0)) return Status::OK();
-  return Status::InvalidArgument(std::string(what) + " is " + std::to_string(duration.count()) +
-                                 " ms; it must not be negative");
+  return Status::InvalidArgument(
+      fmt::format("{} is {} ms; it must not be negative", what, duration.count()));
 }
 
 // A handle: this caller's options over the process's shared core.
@@ -166,6 +170,35 @@ Status CheckOptions(const Options& options) {
   return CheckDuration("auto_purge_interval", options.auto_purge_interval);
 }
 
+// The options that are the store's in this process, not a handle's: the first Open decides
+// them, and a later Open of the same store in this process gets the first's (docs/semantics.md,
+// "Options of a store opened twice"). Each one a later Open asks differently, as "name value
+// (this Open asked value)". `log` cannot be compared; the first Open's receives the store's
+// warnings.
+std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const Options& later) {
+  std::vector<std::string> differences;
+  auto compare = [&](std::string_view name, const auto& kept, const auto& asked) {
+    if (kept != asked)
+      differences.push_back(fmt::format("{} {} (this Open asked {})", name, kept, asked));
+  };
+  auto compare_ms = [&](std::string_view name, milliseconds kept, milliseconds asked) {
+    compare(name, fmt::format("{} ms", kept.count()), fmt::format("{} ms", asked.count()));
+  };
+  compare("sharing", first.sharing == Sharing::kAuto ? "kAuto" : "kExclusive",
+          later.sharing == Sharing::kAuto ? "kAuto" : "kExclusive");
+  compare("max_key_size", first.max_key_size, later.max_key_size);
+  compare("max_result_size", first.max_result_size, later.max_result_size);
+  compare("max_label_size", first.max_label_size, later.max_label_size);
+  compare("memory_budget", first.memory_budget, later.memory_budget);
+  compare("take_over_dead_holders", first.take_over_dead_holders, later.take_over_dead_holders);
+  compare_ms("auto_purge_interval", first.auto_purge_interval, later.auto_purge_interval);
+  compare_ms("renewal_grace", first.renewal_grace, later.renewal_grace);
+  compare_ms("failover_timeout", first.failover_timeout, later.failover_timeout);
+  compare_ms("request_timeout", first.request_timeout, later.request_timeout);
+  if (first.clock != later.clock) differences.push_back("clock (this Open passed another Clock)");
+  return differences;
+}
+
 }  // namespace
 
 std::shared_ptr<const Clock> SystemClock() {
@@ -187,7 +220,7 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
 
   std::error_code error;
   fs::path directory = fs::absolute(fs::path(path), error).lexically_normal();
-  if (error) return Status::InvalidArgument("bad store path " + EscapeControls(path));
+  if (error) return Status::InvalidArgument(fmt::format("bad store path {}", EscapeControls(path)));
   // "/a/store/" names /a/store.
   if (!directory.has_filename() && directory.has_relative_path()) {
     directory = directory.parent_path();
@@ -202,9 +235,16 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
   std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
   if (auto existing = registry[id].lock(); existing && !existing->forked()) {
     if (existing->read_only() && !effective.read_only) {
-      return Status::Busy("store " + EscapeControls(directory.string()) +
-                          " is open read-only in this process; close it before opening it "
-                          "for writing");
+      return Status::Busy(fmt::format(
+          "store {} is open read-only in this process; close it before opening it for writing",
+          EscapeControls(directory.string())));
+    }
+    if (auto differences = DifferencesFromTheFirstOpen(existing->options(), effective);
+        !differences.empty()) {
+      StoreCore::LogTo(
+          effective, fmt::format("store {} is already open in this process: these options are "
+                                 "the first Open's, not this one's: {}",
+                                 EscapeControls(directory.string()), fmt::join(differences, "; ")));
     }
     return std::unique_ptr<Store>(std::make_unique<StoreHandle>(std::move(existing), effective));
   }

@@ -180,10 +180,10 @@ Result<std::unique_ptr<storage::Storage>> StoreCore::OpenStorage() {
   return std::unique_ptr<storage::Storage>(std::move(storage));
 }
 
-void StoreCore::Log(std::string_view message) const {
+void StoreCore::LogTo(const Options& options, std::string_view message) {
   const std::string line = EscapeControls(message);
-  if (options_.log) {
-    options_.log(line);
+  if (options.log) {
+    options.log(line);
   } else {
     std::cerr << "idem: " << line << '\n';
   }

@@ -65,6 +65,14 @@ class StoreCore {
   Status Start();
 
   bool read_only() const { return options_.read_only; }
+  // The first opener's options: those of them that are the store's in this process
+  // (DifferencesFromTheFirstOpen in store.cc) apply to every handle.
+  const Options& options() const { return options_; }
+
+  // Writes a warning to `options.log`, or to standard error as "idem: <message>" when it is
+  // null. One line each: control characters in the message (from a path, or from RocksDB
+  // quoting one) are escaped, so a message can neither forge a line nor send a terminal escape.
+  static void LogTo(const Options& options, std::string_view message);
   // True in a child of fork(): this core belongs to the parent.
   bool forked() const { return util::ForkGeneration() != creator_generation_; }
 
@@ -134,9 +142,8 @@ class StoreCore {
 
   Result<std::unique_ptr<storage::Storage>> OpenStorage();
 
-  // One line each: control characters in the message (from a path, or from RocksDB quoting
-  // one) are escaped, so a message can neither forge a line nor send a terminal escape.
-  void Log(std::string_view message) const;
+  // LogTo with the first opener's options.
+  void Log(std::string_view message) const { LogTo(options_, message); }
 
   // Constant after construction.
   const uint64_t creator_generation_ = util::ForkGeneration();
