@@ -4,6 +4,7 @@
 
 #include "storage/rocksdb_storage.h"
 
+#include <fmt/format.h>
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
@@ -32,12 +33,12 @@ constexpr std::size_t kPurgeBatch = 32;
 Status RocksDbStorage::Flush() {
   rocksdb::FlushOptions options;
   options.wait = true;
-  return FromRocksDb(db_->Flush(options, handles_), "flushing store " + path_);
+  return FromRocksDb(db_->Flush(options, handles_), fmt::format("flushing store {}", path_));
 }
 
 Status RocksDbStorage::CompactRecords() {
   return FromRocksDb(db_->CompactRange(rocksdb::CompactRangeOptions(), records_, nullptr, nullptr),
-                     "compacting store " + path_);
+                     fmt::format("compacting store {}", path_));
 }
 
 std::size_t RocksDbStorage::StripeIndex(std::string_view key) const {
@@ -90,7 +91,7 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
     }
   }
   Status written = s.ok() ? Write(durability, &batch, "writing record", key)
-                          : FromRocksDb(s, "writing record " + EscapeKey(key));
+                          : FromRocksDb(s, fmt::format("writing record {}", EscapeKey(key)));
   written_at_[stripe] = WriteVersion();
   if (written.ok() && last.value.size() <= kLastWriteMaxBytes) {
     last.key.assign(key);
@@ -119,7 +120,7 @@ Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
     }
   } release;
   if (s.IsNotFound()) return std::optional<Record>();
-  if (!s.ok()) return FromRocksDb(s, "reading record " + EscapeKey(key));
+  if (!s.ok()) return FromRocksDb(s, fmt::format("reading record {}", EscapeKey(key)));
   std::optional<Record> record(std::in_place);
   IDEM_RETURN_IF_ERROR(DecodeRecordInto(key, value.ToStringView(), *record));
   return record;
@@ -133,7 +134,7 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, AsSlice(key), &value);
   if (s.IsNotFound()) return false;
-  if (!s.ok()) return FromRocksDb(s, "reading record " + EscapeKey(key));
+  if (!s.ok()) return FromRocksDb(s, fmt::format("reading record {}", EscapeKey(key)));
   rocksdb::WriteBatch batch;
   s = batch.Delete(records_, AsSlice(key));
   if (const auto expires = PeekExpiresMicros(value); s.ok() && expires) {
@@ -149,7 +150,7 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
     }
     if (s.ok()) s = it->status();
   }
-  if (!s.ok()) return FromRocksDb(s, "removing record " + EscapeKey(key));
+  if (!s.ok()) return FromRocksDb(s, fmt::format("removing record {}", EscapeKey(key)));
   const Status written = Write(durability, &batch, "removing record", key);
   written_at_[stripe] = WriteVersion();
   IDEM_RETURN_IF_ERROR(written);
@@ -291,7 +292,7 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
       std::string value;
       rocksdb::Status read = db_->Get(rocksdb::ReadOptions(), records_, key, &value);
       if (read.IsNotFound()) continue;  // removed by a compaction filter
-      if (!read.ok()) return FromRocksDb(read, "reading record " + EscapeKey(key));
+      if (!read.ok()) return FromRocksDb(read, fmt::format("reading record {}", EscapeKey(key)));
       // The record must still carry the expiry this entry names: one created since the
       // filter removed the old one has a later expiry and its own index entry.
       const auto stored_expires = PeekExpiresMicros(value);
@@ -300,7 +301,7 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
     // The entry goes with the record, so that a purge cut short never counts it again.
     rocksdb::Status s = batch.Delete(records_, key);
     if (s.ok()) s = batch.Delete(by_expiry_, ExpiryIndexKey(expires, key));
-    if (!s.ok()) return FromRocksDb(s, "purging record " + EscapeKey(key));
+    if (!s.ok()) return FromRocksDb(s, fmt::format("purging record {}", EscapeKey(key)));
     last_writes_[StripeIndex(key)].Forget(key);
     ++due;
   }

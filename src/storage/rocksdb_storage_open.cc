@@ -2,6 +2,7 @@
 // version, token ceiling, filter horizon). The reads and writes of records are in
 // rocksdb_storage.cc.
 
+#include <fmt/format.h>
 #include <malloc.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
@@ -144,13 +145,10 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> cut_logs,
                         CutUnwrittenLogTails(*file_system, path_, config.read_only));
   if (config.read_only && !cut_logs.empty()) {
-    return Status::Corruption("store " + EscapeControls(path_) +
-                              " was not opened since a power "
-                              "cut: " +
-                              cut_logs.front() +
-                              ". The first read-write open (an "
-                              "application, or idem purge) does it; until then it cannot be "
-                              "read as it is");
+    return Status::Corruption(
+        fmt::format("store {} was not opened since a power cut: {}. The first read-write open (an "
+                    "application, or idem purge) does it; until then it cannot be read as it is",
+                    EscapeControls(path_), cut_logs.front()));
   }
   // A read-only instance deletes nothing: it needs no mark, and writes no log file.
   env_ = NewStorageEnv(
@@ -170,7 +168,7 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   db_options.info_log = info_log;
   for (const std::string& line : cut_logs) {
     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, info_log, "idem: %s", line.c_str());
-    Report("store " + EscapeControls(path_) + ": " + line);
+    Report(fmt::format("store {}: {}", EscapeControls(path_), line));
   }
   IDEM_RETURN_IF_ERROR(OpenDatabase(
       db_options,
@@ -201,8 +199,9 @@ Status RocksDbStorage::OpenDatabase(const rocksdb::DBOptions& options,
     const std::string damaged = info_log.damaged_file();
     if (opened.IsCorruption() && !damaged.empty() &&
         opened.ToString().find(damaged) == std::string::npos) {
-      return FromRocksDbOpen(rocksdb::Status::Corruption(opened.ToString(), "in file " + damaged),
-                             path_);
+      return FromRocksDbOpen(
+          rocksdb::Status::Corruption(opened.ToString(), fmt::format("in file {}", damaged)),
+          path_);
     }
     return FromRocksDbOpen(opened, path_);
   }
@@ -218,11 +217,10 @@ Result<std::optional<uint64_t>> RocksDbStorage::ReadMeta(const char* key, std::s
   std::string value;
   const rocksdb::Status read = db_->Get(rocksdb::ReadOptions(), meta_, key, &value);
   if (read.IsNotFound()) return std::optional<uint64_t>();
-  if (!read.ok()) return FromRocksDb(read, "reading the " + std::string(what) + " of " + path_);
+  if (!read.ok()) return FromRocksDb(read, fmt::format("reading the {} of {}", what, path_));
   if (value.size() != bytes) {
-    return Status::Corruption("store " + path_ + ": " + std::string(what) + " is " +
-                              std::to_string(value.size()) + " bytes, expected " +
-                              std::to_string(bytes));
+    return Status::Corruption(
+        fmt::format("store {}: {} is {} bytes, expected {}", path_, what, value.size(), bytes));
   }
   return std::optional<uint64_t>(bytes == 4 ? util::GetFixed32(value.data())
                                             : util::GetFixed64(value.data()));
@@ -240,13 +238,13 @@ Status RocksDbStorage::CheckFormatVersion(bool read_only) {
     PutFixed32(encoded, kStoreFormatVersion);
     return FromRocksDb(
         db_->Put(WriteOptionsFor(Durability::kSync), meta_, kFormatVersionKey, encoded),
-        "writing the format version of " + path_);
+        fmt::format("writing the format version of {}", path_));
   }
   const uint64_t found = version.ok() ? **version : 0;
   if (found != kStoreFormatVersion) {
-    return Status::Corruption("store " + path_ + " has format version " + std::to_string(found) +
-                              "; this library reads version " +
-                              std::to_string(kStoreFormatVersion));
+    return Status::Corruption(
+        fmt::format("store {} has format version {}; this library reads version {}", path_, found,
+                    kStoreFormatVersion));
   }
   return Status::OK();
 }
@@ -326,14 +324,14 @@ Status RocksDbStorage::Install(const RocksDbConfig& config, const std::string& s
   const std::shared_ptr<rocksdb::FileSystem> file_system =
       config.env ? config.env->GetFileSystem() : rocksdb::FileSystem::Default();
   const std::string parent = std::filesystem::path(destination).parent_path().string();
-  IDEM_RETURN_IF_ERROR(
-      FromRocksDb(file_system->RenameFile(staging, destination, rocksdb::IOOptions(), nullptr),
-                  "installing " + EscapeControls(staging) + " as " + EscapeControls(destination)));
+  IDEM_RETURN_IF_ERROR(FromRocksDb(
+      file_system->RenameFile(staging, destination, rocksdb::IOOptions(), nullptr),
+      fmt::format("installing {} as {}", EscapeControls(staging), EscapeControls(destination))));
   std::unique_ptr<rocksdb::FSDirectory> directory;
   rocksdb::IOStatus synced =
       file_system->NewDirectory(parent, rocksdb::IOOptions(), &directory, nullptr);
   if (synced.ok()) synced = directory->Fsync(rocksdb::IOOptions(), nullptr);
-  return FromRocksDb(synced, "syncing " + EscapeControls(parent));
+  return FromRocksDb(synced, fmt::format("syncing {}", EscapeControls(parent)));
 }
 
 Result<RocksDbStorage::Contents> RocksDbStorage::Inspect(const std::string& path) {
@@ -342,7 +340,8 @@ Result<RocksDbStorage::Contents> RocksDbStorage::Inspect(const std::string& path
   struct stat info {};
   if (::lstat(path.c_str(), &info) != 0) {
     if (errno == ENOENT) return Contents{Kind::kNothing, ""};
-    return Status::IOError("cannot read " + EscapeControls(path) + ": " + std::strerror(errno));
+    return Status::IOError(
+        fmt::format("cannot read {}: {}", EscapeControls(path), std::strerror(errno)));
   }
   if (S_ISLNK(info.st_mode)) return Contents{Kind::kOther, "a symbolic link"};
   if (!S_ISDIR(info.st_mode)) return Contents{Kind::kOther, "a file, not a directory"};
@@ -370,7 +369,8 @@ Result<RocksDbStorage::Contents> RocksDbStorage::Inspect(const std::string& path
       }
     }
     if (error) {
-      return Status::IOError("cannot list " + EscapeControls(path) + ": " + error.message());
+      return Status::IOError(
+          fmt::format("cannot list {}: {}", EscapeControls(path), error.message()));
     }
     if (empty) return Contents{Kind::kNothing, ""};
     if (!has_current) return Contents{Kind::kOther, "files, but no RocksDB database (no CURRENT)"};
@@ -381,7 +381,8 @@ Result<RocksDbStorage::Contents> RocksDbStorage::Inspect(const std::string& path
     std::ifstream options(path + "/" + newest_name);
     if (!options) {
       if (::access((path + "/" + newest_name).c_str(), F_OK) != 0 && errno == ENOENT) continue;
-      return Status::IOError("cannot read " + EscapeControls(path + "/" + newest_name));
+      return Status::IOError(
+          fmt::format("cannot read {}", EscapeControls(path + "/" + newest_name)));
     }
     // Sections such as `[CFOptions "by_expiry"]` name the column families.
     constexpr std::string_view kSection = "[CFOptions \"";
@@ -396,15 +397,14 @@ Result<RocksDbStorage::Contents> RocksDbStorage::Inspect(const std::string& path
       return std::find(families.begin(), families.end(), family) != families.end();
     };
     if (has(kByExpiryFamily) && has(kMetaFamily)) return Contents{Kind::kIdem, ""};
-    std::string names;
-    for (const std::string& family : families) names += (names.empty() ? "" : ", ") + family;
-    return Contents{Kind::kOther, "a RocksDB database whose column families (" +
-                                      EscapeControls(names) + ") are not idem's (" +
-                                      rocksdb::kDefaultColumnFamilyName + ", " + kByExpiryFamily +
-                                      ", " + kMetaFamily + ")"};
+    return Contents{Kind::kOther,
+                    fmt::format("a RocksDB database whose column families ({}) are not idem's "
+                                "({}, {}, {})",
+                                EscapeControls(fmt::to_string(fmt::join(families, ", "))),
+                                rocksdb::kDefaultColumnFamilyName, kByExpiryFamily, kMetaFamily)};
   }
-  return Status::IOError("the OPTIONS files of " + EscapeControls(path) +
-                         " kept changing while they were read");
+  return Status::IOError(fmt::format("the OPTIONS files of {} kept changing while they were read",
+                                     EscapeControls(path)));
 }
 
 }  // namespace idem::storage
