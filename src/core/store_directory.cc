@@ -157,16 +157,16 @@ Status CreateDatabase(const fs::path& directory, storage::RocksDbConfig config) 
   return RocksDbStorage::Install(config, staging.string(), (directory / kDatabaseDir).string());
 }
 
-}  // namespace
-
-Result<StoreDirectory> PrepareStoreDirectory(const fs::path& path, bool create) {
-  bool created = false;
-  // The store path itself may be a symbolic link (the user's own choice); nothing inside it is
-  // followed.
+// Opens the store directory `path`, first making it when it is missing and `create` allows
+// (`created` then says so). The store path itself may be a symbolic link (the user's own
+// choice); nothing inside it is followed.
+Result<sharing::FileDescriptor> OpenStoreDirectory(const fs::path& path, bool create,
+                                                   bool* created) {
+  *created = false;
   sharing::FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0 && errno == ENOENT) {
     if (!create) return Status::NotFound(fmt::format("store {} does not exist", Shown(path)));
-    IDEM_RETURN_IF_ERROR(MakeStoreDirectory(path, &created));
+    IDEM_RETURN_IF_ERROR(MakeStoreDirectory(path, created));
     fd = sharing::FileDescriptor(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   }
   if (fd.get() < 0) {
@@ -175,63 +175,88 @@ Result<StoreDirectory> PrepareStoreDirectory(const fs::path& path, bool create) 
     }
     return Status::IOError(fmt::format("cannot open store {}: {}", Shown(path), ErrnoText(errno)));
   }
+  return fd;
+}
+
+// The store directory's status, once it passed CheckOwnerAndMode.
+Result<struct stat> CheckStoreDirectory(int fd, const fs::path& path, bool created) {
   struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) {
+  if (::fstat(fd, &info) != 0) {
     return Status::IOError(fmt::format("cannot stat store {}: {}", Shown(path), ErrnoText(errno)));
   }
   // A umask that removes owner bits (0277, say) left the new directory unusable to its owner.
   if (created && info.st_uid == ::geteuid() && (info.st_mode & 07777) != kStoreDirectoryMode) {
-    if (::fchmod(fd.get(), kStoreDirectoryMode) != 0) {
+    if (::fchmod(fd, kStoreDirectoryMode) != 0) {
       return Status::IOError(
           fmt::format("cannot set the mode of store {}: {}", Shown(path), ErrnoText(errno)));
     }
     info.st_mode = (info.st_mode & ~07777) | kStoreDirectoryMode;
   }
   IDEM_RETURN_IF_ERROR(CheckOwnerAndMode(info, path, "store"));
-  StoreDirectory result{.device = info.st_dev, .inode = info.st_ino};
+  return info;
+}
 
+// Whether the store directory `path` (open as `fd`) holds an idem database. Refuses a symbolic
+// link in the place of the owner lock, the socket or the database, and a database directory
+// that is not idem's or fails CheckOwnerAndMode.
+Result<bool> HasIdemDatabase(int fd, const fs::path& path) {
   for (const char* name : {sharing::kOwnerLockFile, sharing::kSocketFile}) {
     struct stat entry {};
-    if (::fstatat(fd.get(), name, &entry, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(entry.st_mode)) {
+    if (::fstatat(fd, name, &entry, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(entry.st_mode)) {
       return SymbolicLinkInside(path / name);
     }
   }
   const fs::path database = path / kDatabaseDir;
   struct stat entry {};
-  if (::fstatat(fd.get(), kDatabaseDir, &entry, AT_SYMLINK_NOFOLLOW) == 0) {
-    if (S_ISLNK(entry.st_mode)) return SymbolicLinkInside(database);
-    if (!S_ISDIR(entry.st_mode)) {
-      return NotAnIdemStore(path, fmt::format("{} is not a directory", Shown(database)));
-    }
-    IDEM_RETURN_IF_ERROR(CheckOwnerAndMode(entry, database, "the database directory"));
-    IDEM_ASSIGN_OR_RETURN(const RocksDbStorage::Contents contents,
-                          RocksDbStorage::Inspect(database.string()));
-    if (contents.kind == RocksDbStorage::Contents::Kind::kOther) {
-      return NotAnIdemStore(path, fmt::format("{} holds {}", Shown(database), contents.detail));
-    }
-    result.has_database = contents.kind == RocksDbStorage::Contents::Kind::kIdem;
-  } else if (errno != ENOENT) {
+  if (::fstatat(fd, kDatabaseDir, &entry, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return false;
     return Status::IOError(fmt::format("cannot stat {}: {}", Shown(database), ErrnoText(errno)));
   }
-  if (result.has_database) return result;
-
-  IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> foreign, ForeignEntries(path));
-  if (!foreign.empty()) {
-    const bool rocksdb = std::find(foreign.begin(), foreign.end(), "CURRENT") != foreign.end();
-    constexpr std::size_t kNamesShown = 3;
-    const auto shown = foreign.begin() + std::min(foreign.size(), kNamesShown);
-    std::string names = EscapeControls(fmt::to_string(fmt::join(foreign.begin(), shown, ", ")));
-    if (foreign.size() > kNamesShown) {
-      fmt::format_to(std::back_inserter(names), " and {} more", foreign.size() - kNamesShown);
-    }
-    return NotAnIdemStore(
-        path,
-        fmt::format("it holds {} but no idem database ({}){}{}", names, Shown(database),
-                    rocksdb ? ", and looks like a RocksDB database itself (an idem store "
-                              "keeps its database in db/)"
-                            : "",
-                    create ? "; a new store is created only in a new or empty directory" : ""));
+  if (S_ISLNK(entry.st_mode)) return SymbolicLinkInside(database);
+  if (!S_ISDIR(entry.st_mode)) {
+    return NotAnIdemStore(path, fmt::format("{} is not a directory", Shown(database)));
   }
+  IDEM_RETURN_IF_ERROR(CheckOwnerAndMode(entry, database, "the database directory"));
+  IDEM_ASSIGN_OR_RETURN(const RocksDbStorage::Contents contents,
+                        RocksDbStorage::Inspect(database.string()));
+  if (contents.kind == RocksDbStorage::Contents::Kind::kOther) {
+    return NotAnIdemStore(path, fmt::format("{} holds {}", Shown(database), contents.detail));
+  }
+  return contents.kind == RocksDbStorage::Contents::Kind::kIdem;
+}
+
+// Refuses the store directory `path`, which holds no database, when it holds anything idem did
+// not put there: a new store is never created among someone else's files.
+Status RefuseForeignEntries(const fs::path& path, bool create) {
+  IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> foreign, ForeignEntries(path));
+  if (foreign.empty()) return Status::OK();
+  const bool rocksdb = std::find(foreign.begin(), foreign.end(), "CURRENT") != foreign.end();
+  constexpr std::size_t kNamesShown = 3;
+  const auto shown = foreign.begin() + std::min(foreign.size(), kNamesShown);
+  std::string names = EscapeControls(fmt::to_string(fmt::join(foreign.begin(), shown, ", ")));
+  if (foreign.size() > kNamesShown) {
+    fmt::format_to(std::back_inserter(names), " and {} more", foreign.size() - kNamesShown);
+  }
+  return NotAnIdemStore(
+      path,
+      fmt::format("it holds {} but no idem database ({}){}{}", names, Shown(path / kDatabaseDir),
+                  rocksdb ? ", and looks like a RocksDB database itself (an idem store "
+                            "keeps its database in db/)"
+                          : "",
+                  create ? "; a new store is created only in a new or empty directory" : ""));
+}
+
+}  // namespace
+
+Result<StoreDirectory> PrepareStoreDirectory(const fs::path& path, bool create) {
+  bool created = false;
+  IDEM_ASSIGN_OR_RETURN(const sharing::FileDescriptor fd,
+                        OpenStoreDirectory(path, create, &created));
+  IDEM_ASSIGN_OR_RETURN(const struct stat info, CheckStoreDirectory(fd.get(), path, created));
+  StoreDirectory result{.device = info.st_dev, .inode = info.st_ino};
+  IDEM_ASSIGN_OR_RETURN(result.has_database, HasIdemDatabase(fd.get(), path));
+  if (result.has_database) return result;
+  IDEM_RETURN_IF_ERROR(RefuseForeignEntries(path, create));
   if (!create) return Status::NotFound(fmt::format("store {} holds no database", Shown(path)));
   return result;
 }

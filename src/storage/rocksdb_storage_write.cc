@@ -106,19 +106,7 @@ std::optional<uint64_t> RocksDbStorage::CurrentLogNumber() {
 
 Status RocksDbStorage::ResumeAfterDiskError() {
   std::lock_guard lock(resume_mu_);
-  if (!disk_errors_->stopped.load(std::memory_order_acquire)) {
-    uint64_t failed = disk_errors_->failed_log.load(std::memory_order_acquire);
-    if (failed == 0) return Status::OK();
-    // A log write failed, in a call that has not returned yet (it stops the store) or before a
-    // resume that replaced the file.
-    const std::optional<uint64_t> current = CurrentLogNumber();
-    if (current && *current != failed) {
-      disk_errors_->failed_log.compare_exchange_strong(failed, 0);
-      return Status::OK();
-    }
-    return Status::IOError(
-        fmt::format("store {}: a write to its log file failed just now; retry the call", path_));
-  }
+  if (!disk_errors_->stopped.load(std::memory_order_acquire)) return CheckFailedLogLocked();
   const auto now = std::chrono::steady_clock::now();
   // A failed attempt is not repeated at once: callers retrying in a loop would otherwise make
   // RocksDB try to flush for each call.
@@ -129,19 +117,7 @@ Status RocksDbStorage::ResumeAfterDiskError() {
   // new log file, which fails again while the disk still does.
   const rocksdb::Status s = db_->Resume();
   if (!s.ok()) {
-    if (s.IsNoSpace() || (s.IsBusy() && last_cause_no_space_)) {
-      last_resume_error_ = Status::IOError(fmt::format(
-          "store {} cannot write: its disk is full ({}); {}, and keeps every acknowledged record",
-          path_, last_cause_, FreeSpaceAdvice()));
-    } else if (s.IsBusy()) {
-      last_resume_error_ = Status::IOError(fmt::format(
-          "store {} is recovering from a disk error ({}); retry the call", path_, last_cause_));
-    } else {
-      last_resume_error_ = Status::IOError(fmt::format(
-          "store {} stopped writing after a disk error and cannot resume ({}); fix the disk, then "
-          "close and reopen the store: every acknowledged record is kept",
-          path_, s.ToString()));
-    }
+    last_resume_error_ = ResumeFailure(s);
     return last_resume_error_;
   }
   // Resumed. On a new log file, unless the one whose write failed is still current (or the
@@ -161,9 +137,45 @@ Status RocksDbStorage::ResumeAfterDiskError() {
     // Unless another log write failed meanwhile.
     disk_errors_->failed_log.compare_exchange_strong(failed, 0);
   }
+  NoteResumedLocked(now);
+  return Status::OK();
+}
+
+Status RocksDbStorage::CheckFailedLogLocked() {
+  uint64_t failed = disk_errors_->failed_log.load(std::memory_order_acquire);
+  if (failed == 0) return Status::OK();
+  // A log write failed, in a call that has not returned yet (it stops the store) or before a
+  // resume that replaced the file.
+  const std::optional<uint64_t> current = CurrentLogNumber();
+  if (current && *current != failed) {
+    disk_errors_->failed_log.compare_exchange_strong(failed, 0);
+    return Status::OK();
+  }
+  return Status::IOError(
+      fmt::format("store {}: a write to its log file failed just now; retry the call", path_));
+}
+
+Status RocksDbStorage::ResumeFailure(const rocksdb::Status& resume) const {
+  if (resume.IsNoSpace() || (resume.IsBusy() && last_cause_no_space_)) {
+    return Status::IOError(fmt::format(
+        "store {} cannot write: its disk is full ({}); {}, and keeps every acknowledged record",
+        path_, last_cause_, FreeSpaceAdvice()));
+  }
+  if (resume.IsBusy()) {
+    return Status::IOError(fmt::format(
+        "store {} is recovering from a disk error ({}); retry the call", path_, last_cause_));
+  }
+  return Status::IOError(fmt::format(
+      "store {} stopped writing after a disk error and cannot resume ({}); fix the disk, then "
+      "close and reopen the store: every acknowledged record is kept",
+      path_, resume.ToString()));
+}
+
+void RocksDbStorage::NoteResumedLocked(std::chrono::steady_clock::time_point now) {
   disk_errors_->stopped.store(false, std::memory_order_release);
   next_resume_ = {};
   last_resume_error_ = Status::OK();
+  // A stop that was reported has its end reported too.
   if (stop_noted_ && stop_reported_) {
     const auto stopped_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - stopped_since_).count();
@@ -171,7 +183,6 @@ Status RocksDbStorage::ResumeAfterDiskError() {
                        stopped_ms));
   }
   stop_noted_ = false;
-  return Status::OK();
 }
 
 }  // namespace idem::storage
