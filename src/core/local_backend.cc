@@ -1,5 +1,7 @@
 #include "core/local_backend.h"
 
+#include <fmt/format.h>
+
 #include "storage/record_codec.h"
 #include "util/process.h"
 #include "util/time.h"
@@ -9,8 +11,7 @@ namespace {
 
 Status CheckSize(std::string_view what, std::size_t size, std::size_t limit) {
   if (size <= limit) return Status::OK();
-  return Status::InvalidArgument(std::string(what) + " is " + std::to_string(size) +
-                                 " bytes; the limit is " + std::to_string(limit));
+  return Status::InvalidArgument(fmt::format("{} is {} bytes; the limit is {}", what, size, limit));
 }
 
 // What a transition's payload is, for error messages.
@@ -197,13 +198,15 @@ Status LocalBackend::Forget(std::string_view key, Durability durability) {
   // A record that cannot be decoded can still be forgotten: that is how an operator clears it.
   Result<std::optional<Record>> current = Get(key);
   if (current.ok() && !current->has_value()) {
-    return Status::NotFound("no record for key " + storage::EscapeKey(key));
+    return Status::NotFound(fmt::format("no record for key {}", storage::EscapeKey(key)));
   }
   if (!current.ok() && current.status().code() != Status::Code::kCorruption) {
     return current.status();
   }
   IDEM_ASSIGN_OR_RETURN(bool removed, storage_->Remove(key, durability));
-  if (!removed) return Status::NotFound("no record for key " + storage::EscapeKey(key));
+  if (!removed) {
+    return Status::NotFound(fmt::format("no record for key {}", storage::EscapeKey(key)));
+  }
   return Status::OK();
 }
 

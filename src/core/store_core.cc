@@ -1,5 +1,7 @@
 #include "core/store_core.h"
 
+#include <fmt/format.h>
+
 #include <iostream>
 #include <thread>
 
@@ -58,7 +60,8 @@ Result<std::shared_ptr<Backend>> StoreCore::Failover(const std::shared_ptr<Backe
                                                      SteadyTime give_up_at) {
   std::lock_guard lock(mu_);
   if (backend_ == lost) {
-    log_.Log("failover", "lost the owner of store " + directory_.string() + "; failing over");
+    log_.Log("failover",
+             fmt::format("lost the owner of store {}; failing over", directory_.string()));
     IDEM_ASSIGN_OR_RETURN(backend_, AcquireBackend(give_up_at));
   }
   return backend_;
@@ -102,10 +105,9 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at)
       }
     }
     if (std::chrono::steady_clock::now() >= give_up_at) {
-      return Status::Unavailable("the owner of store " + directory_.string() +
-                                 (owner ? " (pid " + std::to_string(owner->pid) + ")" : "") +
-                                 " holds it but did not answer within " +
-                                 std::to_string(options_.failover_timeout.count()) + " ms");
+      return Status::Unavailable(fmt::format(
+          "the owner of store {}{} holds it but did not answer within {} ms", directory_.string(),
+          owner ? fmt::format(" (pid {})", owner->pid) : "", options_.failover_timeout.count()));
     }
     std::this_thread::sleep_for(backoff.Next());
   }
@@ -122,16 +124,17 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireWriter(SteadyTime give_up_at)
 
     const std::optional<sharing::OwnerInfo> owner =
         sharing::OwnerLock::ReadOwner(directory_.string());
-    const std::string holder = owner ? " by pid " + std::to_string(owner->pid) : "";
+    const std::string holder = owner ? fmt::format(" by pid {}", owner->pid) : "";
     // A reader checking the lock holds it for an instant (OwnerLock::IsHeld), and the lock
     // file may still name an exclusive owner that died: only a refusal that lasts is Busy.
     const bool lasting = std::chrono::steady_clock::now() - start >= kBusyAfter;
     if (options_.sharing == Sharing::kExclusive || (owner && owner->exclusive)) {
       if (lasting) {
-        return Status::Busy("store " + directory_.string() +
-                            (options_.sharing == Sharing::kExclusive
-                                 ? " is held" + holder + "; Sharing::kExclusive needs it alone"
-                                 : " is held exclusively" + holder));
+        return Status::Busy(
+            options_.sharing == Sharing::kExclusive
+                ? fmt::format("store {} is held{}; Sharing::kExclusive needs it alone",
+                              directory_.string(), holder)
+                : fmt::format("store {} is held exclusively{}", directory_.string(), holder));
       }
     } else {
       Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
@@ -140,9 +143,9 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireWriter(SteadyTime give_up_at)
     }
 
     if (std::chrono::steady_clock::now() >= give_up_at) {
-      return Status::Unavailable(
-          "could not reach the owner of store " + directory_.string() + holder + " within " +
-          std::to_string(options_.failover_timeout.count()) + " ms: " + last_error.message());
+      return Status::Unavailable(fmt::format(
+          "could not reach the owner of store {}{} within {} ms: {}", directory_.string(), holder,
+          options_.failover_timeout.count(), last_error.message()));
     }
     // The owner holds the lock but is still opening RocksDB, or has just died.
     std::this_thread::sleep_for(backoff.Next());

@@ -8,6 +8,7 @@
 #ifndef IDEM_CORE_STORE_CORE_H_
 #define IDEM_CORE_STORE_CORE_H_
 
+#include <fmt/format.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -94,9 +95,9 @@ class StoreCore {
       if (!give_up_at) {
         give_up_at = now + options_.failover_timeout;
       } else if (now >= *give_up_at) {
-        return Status::Unavailable("lost the owner of store " + directory_.string() +
-                                   " again and again for " +
-                                   std::to_string(options_.failover_timeout.count()) + " ms");
+        return Status::Unavailable(
+            fmt::format("lost the owner of store {} again and again for {} ms", directory_.string(),
+                        options_.failover_timeout.count()));
       }
       Result<std::shared_ptr<Backend>> next = Failover(backend, *give_up_at);
       if (!next.ok()) return next.status();

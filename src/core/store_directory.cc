@@ -2,13 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,43 +35,37 @@ std::string Shown(const fs::path& path) { return EscapeControls(path.string()); 
 
 std::string ErrnoText(int error) { return std::strerror(error); }
 
-std::string ModeText(mode_t mode) {
-  char text[8];
-  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
-  return text;
-}
-
 // The rule for the store directory and its database directory (see the header).
 Status CheckOwnerAndMode(const struct stat& info, const fs::path& path, std::string_view what) {
   const uid_t user = ::geteuid();
-  const std::string owner = std::to_string(info.st_uid);
   if (info.st_uid != user) {
-    return Status::IOError(
-        std::string(what) + " " + Shown(path) + " belongs to uid " + owner + ", not to uid " +
-        std::to_string(user) +
-        ", the user of this process: a store is used only by the user who owns it (any other "
-        "could read its records or answer in its place). Run this as uid " +
-        owner + " (for example with sudo -u '#" + owner + "'), or, if the store is this user's, " +
-        "give it back with: chown -R " + std::to_string(user) + " " + Shown(path));
+    return Status::IOError(fmt::format(
+        "{what} {path} belongs to uid {owner}, not to uid {user}, the user of this process: a "
+        "store is used only by the user who owns it (any other could read its records or answer "
+        "in its place). Run this as uid {owner} (for example with sudo -u '#{owner}'), or, if the "
+        "store is this user's, give it back with: chown -R {user} {path}",
+        fmt::arg("what", what), fmt::arg("path", Shown(path)), fmt::arg("owner", info.st_uid),
+        fmt::arg("user", user)));
   }
   if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return Status::IOError(std::string(what) + " " + Shown(path) + " has mode " +
-                           ModeText(info.st_mode) +
-                           ": group or others may write in it, and so replace its socket or "
-                           "its files. Fix it with: chmod go-w " +
-                           Shown(path) + " (idem makes store directories with mode 0700)");
+    return Status::IOError(fmt::format(
+        "{what} {path} has mode {mode:04o}: group or others may write in it, and so replace its "
+        "socket or its files. Fix it with: chmod go-w {path} (idem makes store directories with "
+        "mode 0700)",
+        fmt::arg("what", what), fmt::arg("path", Shown(path)),
+        fmt::arg("mode", info.st_mode & 07777)));
   }
   return Status::OK();
 }
 
 Status SymbolicLinkInside(const fs::path& path) {
-  return Status::IOError(Shown(path) +
-                         " is a symbolic link; idem never follows one inside a store (remove it)");
+  return Status::IOError(fmt::format(
+      "{} is a symbolic link; idem never follows one inside a store (remove it)", Shown(path)));
 }
 
 Status NotAnIdemStore(const fs::path& path, const std::string& why) {
-  return Status::InvalidArgument("store " + Shown(path) + " is not an idem store: " + why +
-                                 "; idem changes nothing in it");
+  return Status::InvalidArgument(fmt::format(
+      "store {} is not an idem store: {}; idem changes nothing in it", Shown(path), why));
 }
 
 // Makes `path` (mode 0700) and its missing parents. `created`: whether `path` was made now.
@@ -81,22 +76,23 @@ Status MakeStoreDirectory(const fs::path& path, bool* created) {
     struct stat info {};
     if (::stat(parent.c_str(), &info) == 0) break;
     if (errno != ENOENT) {
-      return Status::IOError("cannot create store " + Shown(path) + ": " + Shown(parent) + ": " +
-                             ErrnoText(errno));
+      return Status::IOError(fmt::format("cannot create store {}: {}: {}", Shown(path),
+                                         Shown(parent), ErrnoText(errno)));
     }
     missing.push_back(parent);
   }
   for (auto parent = missing.rbegin(); parent != missing.rend(); ++parent) {
     if (::mkdir(parent->c_str(), kParentDirectoryMode) != 0 && errno != EEXIST) {
-      return Status::IOError("cannot create store " + Shown(path) + ": " + Shown(*parent) + ": " +
-                             ErrnoText(errno));
+      return Status::IOError(fmt::format("cannot create store {}: {}: {}", Shown(path),
+                                         Shown(*parent), ErrnoText(errno)));
     }
   }
   // The mode is given to mkdir itself: the directory is never wider than 0700, not for an
   // instant (the umask can only narrow it).
   *created = ::mkdir(path.c_str(), kStoreDirectoryMode) == 0;
   if (!*created && errno != EEXIST) {
-    return Status::IOError("cannot create store " + Shown(path) + ": " + ErrnoText(errno));
+    return Status::IOError(
+        fmt::format("cannot create store {}: {}", Shown(path), ErrnoText(errno)));
   }
   if (!*created) return Status::OK();
   // A new directory's entry is durable only once its parent is synced: without this a power
@@ -108,8 +104,8 @@ Status MakeStoreDirectory(const fs::path& path, bool* created) {
     const fs::path parent = directory.parent_path().empty() ? "." : directory.parent_path();
     sharing::FileDescriptor fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
-      return Status::IOError("cannot sync " + Shown(parent) + " after creating store " +
-                             Shown(path) + ": " + ErrnoText(errno));
+      return Status::IOError(fmt::format("cannot sync {} after creating store {}: {}",
+                                         Shown(parent), Shown(path), ErrnoText(errno)));
     }
   }
   return Status::OK();
@@ -133,8 +129,10 @@ Result<std::vector<std::string>> ForeignEntries(const fs::path& directory) {
     const std::string name = it->path().filename().string();
     if (name != kDatabaseDir && !LeftByCreation(name)) foreign.push_back(name);
   }
-  if (error)
-    return Status::IOError("cannot list store " + Shown(directory) + ": " + error.message());
+  if (error) {
+    return Status::IOError(
+        fmt::format("cannot list store {}: {}", Shown(directory), error.message()));
+  }
   std::sort(foreign.begin(), foreign.end());
   return foreign;
 }
@@ -145,8 +143,8 @@ Status CreateDatabase(const fs::path& directory, storage::RocksDbConfig config) 
   std::error_code error;
   fs::remove_all(staging, error);  // what an interrupted creation left; never follows a link
   if (error) {
-    return Status::IOError("cannot remove " + Shown(staging) + " (left by an interrupted " +
-                           "creation): " + error.message());
+    return Status::IOError(fmt::format("cannot remove {} (left by an interrupted creation): {}",
+                                       Shown(staging), error.message()));
   }
   config.path = staging.string();
   config.create_if_missing = true;
@@ -159,78 +157,107 @@ Status CreateDatabase(const fs::path& directory, storage::RocksDbConfig config) 
   return RocksDbStorage::Install(config, staging.string(), (directory / kDatabaseDir).string());
 }
 
-}  // namespace
-
-Result<StoreDirectory> PrepareStoreDirectory(const fs::path& path, bool create) {
-  bool created = false;
-  // The store path itself may be a symbolic link (the user's own choice); nothing inside it is
-  // followed.
+// Opens the store directory `path`, first making it when it is missing and `create` allows
+// (`created` then says so). The store path itself may be a symbolic link (the user's own
+// choice); nothing inside it is followed.
+Result<sharing::FileDescriptor> OpenStoreDirectory(const fs::path& path, bool create,
+                                                   bool* created) {
+  *created = false;
   sharing::FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0 && errno == ENOENT) {
-    if (!create) return Status::NotFound("store " + Shown(path) + " does not exist");
-    IDEM_RETURN_IF_ERROR(MakeStoreDirectory(path, &created));
+    if (!create) return Status::NotFound(fmt::format("store {} does not exist", Shown(path)));
+    IDEM_RETURN_IF_ERROR(MakeStoreDirectory(path, created));
     fd = sharing::FileDescriptor(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   }
   if (fd.get() < 0) {
-    if (errno == ENOTDIR)
-      return Status::InvalidArgument("store " + Shown(path) + " is not a directory");
-    return Status::IOError("cannot open store " + Shown(path) + ": " + ErrnoText(errno));
+    if (errno == ENOTDIR) {
+      return Status::InvalidArgument(fmt::format("store {} is not a directory", Shown(path)));
+    }
+    return Status::IOError(fmt::format("cannot open store {}: {}", Shown(path), ErrnoText(errno)));
   }
+  return fd;
+}
+
+// The store directory's status, once it passed CheckOwnerAndMode.
+Result<struct stat> CheckStoreDirectory(int fd, const fs::path& path, bool created) {
   struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) {
-    return Status::IOError("cannot stat store " + Shown(path) + ": " + ErrnoText(errno));
+  if (::fstat(fd, &info) != 0) {
+    return Status::IOError(fmt::format("cannot stat store {}: {}", Shown(path), ErrnoText(errno)));
   }
   // A umask that removes owner bits (0277, say) left the new directory unusable to its owner.
   if (created && info.st_uid == ::geteuid() && (info.st_mode & 07777) != kStoreDirectoryMode) {
-    if (::fchmod(fd.get(), kStoreDirectoryMode) != 0) {
-      return Status::IOError("cannot set the mode of store " + Shown(path) + ": " +
-                             ErrnoText(errno));
+    if (::fchmod(fd, kStoreDirectoryMode) != 0) {
+      return Status::IOError(
+          fmt::format("cannot set the mode of store {}: {}", Shown(path), ErrnoText(errno)));
     }
     info.st_mode = (info.st_mode & ~07777) | kStoreDirectoryMode;
   }
   IDEM_RETURN_IF_ERROR(CheckOwnerAndMode(info, path, "store"));
-  StoreDirectory result{.device = info.st_dev, .inode = info.st_ino};
+  return info;
+}
 
+// Whether the store directory `path` (open as `fd`) holds an idem database. Refuses a symbolic
+// link in the place of the owner lock, the socket or the database, and a database directory
+// that is not idem's or fails CheckOwnerAndMode.
+Result<bool> HasIdemDatabase(int fd, const fs::path& path) {
   for (const char* name : {sharing::kOwnerLockFile, sharing::kSocketFile}) {
     struct stat entry {};
-    if (::fstatat(fd.get(), name, &entry, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(entry.st_mode)) {
+    if (::fstatat(fd, name, &entry, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(entry.st_mode)) {
       return SymbolicLinkInside(path / name);
     }
   }
   const fs::path database = path / kDatabaseDir;
   struct stat entry {};
-  if (::fstatat(fd.get(), kDatabaseDir, &entry, AT_SYMLINK_NOFOLLOW) == 0) {
-    if (S_ISLNK(entry.st_mode)) return SymbolicLinkInside(database);
-    if (!S_ISDIR(entry.st_mode))
-      return NotAnIdemStore(path, Shown(database) + " is not a directory");
-    IDEM_RETURN_IF_ERROR(CheckOwnerAndMode(entry, database, "the database directory"));
-    IDEM_ASSIGN_OR_RETURN(const RocksDbStorage::Contents contents,
-                          RocksDbStorage::Inspect(database.string()));
-    if (contents.kind == RocksDbStorage::Contents::Kind::kOther) {
-      return NotAnIdemStore(path, Shown(database) + " holds " + contents.detail);
-    }
-    result.has_database = contents.kind == RocksDbStorage::Contents::Kind::kIdem;
-  } else if (errno != ENOENT) {
-    return Status::IOError("cannot stat " + Shown(database) + ": " + ErrnoText(errno));
+  if (::fstatat(fd, kDatabaseDir, &entry, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return false;
+    return Status::IOError(fmt::format("cannot stat {}: {}", Shown(database), ErrnoText(errno)));
   }
-  if (result.has_database) return result;
+  if (S_ISLNK(entry.st_mode)) return SymbolicLinkInside(database);
+  if (!S_ISDIR(entry.st_mode)) {
+    return NotAnIdemStore(path, fmt::format("{} is not a directory", Shown(database)));
+  }
+  IDEM_RETURN_IF_ERROR(CheckOwnerAndMode(entry, database, "the database directory"));
+  IDEM_ASSIGN_OR_RETURN(const RocksDbStorage::Contents contents,
+                        RocksDbStorage::Inspect(database.string()));
+  if (contents.kind == RocksDbStorage::Contents::Kind::kOther) {
+    return NotAnIdemStore(path, fmt::format("{} holds {}", Shown(database), contents.detail));
+  }
+  return contents.kind == RocksDbStorage::Contents::Kind::kIdem;
+}
 
+// Refuses the store directory `path`, which holds no database, when it holds anything idem did
+// not put there: a new store is never created among someone else's files.
+Status RefuseForeignEntries(const fs::path& path, bool create) {
   IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> foreign, ForeignEntries(path));
-  if (!foreign.empty()) {
-    const bool rocksdb = std::find(foreign.begin(), foreign.end(), "CURRENT") != foreign.end();
-    std::string names;
-    for (std::size_t i = 0; i < foreign.size() && i < 3; ++i) {
-      names += (i == 0 ? "" : ", ") + EscapeControls(foreign[i]);
-    }
-    if (foreign.size() > 3) names += " and " + std::to_string(foreign.size() - 3) + " more";
-    return NotAnIdemStore(
-        path, "it holds " + names + " but no idem database (" + Shown(database) + ")" +
-                  (rocksdb ? ", and looks like a RocksDB database itself (an idem store keeps its "
-                             "database in db/)"
-                           : "") +
-                  (create ? "; a new store is created only in a new or empty directory" : ""));
+  if (foreign.empty()) return Status::OK();
+  const bool rocksdb = std::find(foreign.begin(), foreign.end(), "CURRENT") != foreign.end();
+  constexpr std::size_t kNamesShown = 3;
+  const auto shown = foreign.begin() + std::min(foreign.size(), kNamesShown);
+  std::string names = EscapeControls(fmt::to_string(fmt::join(foreign.begin(), shown, ", ")));
+  if (foreign.size() > kNamesShown) {
+    fmt::format_to(std::back_inserter(names), " and {} more", foreign.size() - kNamesShown);
   }
-  if (!create) return Status::NotFound("store " + Shown(path) + " holds no database");
+  return NotAnIdemStore(
+      path,
+      fmt::format("it holds {} but no idem database ({}){}{}", names, Shown(path / kDatabaseDir),
+                  rocksdb ? ", and looks like a RocksDB database itself (an idem store "
+                            "keeps its database in db/)"
+                          : "",
+                  create ? "; a new store is created only in a new or empty directory" : ""));
+}
+
+}  // namespace
+
+Result<StoreDirectory> PrepareStoreDirectory(const fs::path& path, bool create) {
+  bool created = false;
+  IDEM_ASSIGN_OR_RETURN(const sharing::FileDescriptor fd,
+                        OpenStoreDirectory(path, create, &created));
+  IDEM_ASSIGN_OR_RETURN(const struct stat info, CheckStoreDirectory(fd.get(), path, created));
+  StoreDirectory result{.device = info.st_dev, .inode = info.st_ino};
+  IDEM_ASSIGN_OR_RETURN(result.has_database, HasIdemDatabase(fd.get(), path));
+  if (result.has_database) return result;
+  IDEM_RETURN_IF_ERROR(RefuseForeignEntries(path, create));
+  if (!create) return Status::NotFound(fmt::format("store {} holds no database", Shown(path)));
   return result;
 }
 
@@ -242,7 +269,8 @@ Result<std::unique_ptr<storage::RocksDbStorage>> OpenStoreDatabase(const fs::pat
     IDEM_ASSIGN_OR_RETURN(const RocksDbStorage::Contents contents,
                           RocksDbStorage::Inspect(database.string()));
     if (contents.kind == RocksDbStorage::Contents::Kind::kOther) {
-      return NotAnIdemStore(directory, Shown(database) + " holds " + contents.detail);
+      return NotAnIdemStore(directory,
+                            fmt::format("{} holds {}", Shown(database), contents.detail));
     }
     if (contents.kind == RocksDbStorage::Contents::Kind::kNothing) {
       IDEM_RETURN_IF_ERROR(CreateDatabase(directory, config));

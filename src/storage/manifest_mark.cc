@@ -1,10 +1,9 @@
 #include "storage/manifest_mark.h"
 
+#include <fmt/format.h>
 #include <rocksdb/file_system.h>
 
 #include <atomic>
-#include <cinttypes>
-#include <cstdio>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -23,11 +22,7 @@ std::optional<uint64_t> ManifestNumber(std::string_view name) {
   return FileNumber(name, kManifestPrefix, "");
 }
 
-std::string ManifestName(uint64_t number) {
-  char name[40];
-  std::snprintf(name, sizeof name, "MANIFEST-%06" PRIu64, number);
-  return name;
-}
+std::string ManifestName(uint64_t number) { return fmt::format("MANIFEST-{:06}", number); }
 
 // Files whose deletion can lose data an older MANIFEST would need: tables, logs, blob files,
 // MANIFESTs.
@@ -53,7 +48,7 @@ struct Mark {
 };
 
 std::string FormatMark(const Mark& mark) {
-  return ManifestName(mark.manifest) + " " + std::to_string(mark.committed_bytes) + "\n";
+  return fmt::format("{} {}\n", ManifestName(mark.manifest), mark.committed_bytes);
 }
 
 std::optional<Mark> ParseMark(std::string_view text) {
@@ -198,25 +193,27 @@ Status CheckManifestMark(rocksdb::FileSystem& fs, const std::string& db_path) {
   std::string text;
   rocksdb::IOStatus read = rocksdb::ReadFileToString(&fs, mark_path, &text);
   if (read.IsNotFound() || read.IsPathNotFound()) return Status::OK();
-  if (!read.ok()) return FromRocksDb(read, "reading " + mark_path);
+  if (!read.ok()) return FromRocksDb(read, fmt::format("reading {}", mark_path));
   const std::optional<Mark> mark = ParseMark(text);
   if (!mark) {
-    return Status::Corruption("the manifest mark " + mark_path +
-                              " is damaged; it should hold a line like \"MANIFEST-000016 "
-                              "522\". Delete it to open the store unchecked");
+    return Status::Corruption(
+        fmt::format("the manifest mark {} is damaged; it should hold a line like "
+                    "\"MANIFEST-000016 522\". Delete it to open the store unchecked",
+                    mark_path));
   }
   // RocksDB itself reports a missing or unreadable CURRENT or MANIFEST.
   const std::optional<uint64_t> current = ReadCurrent(fs, db_path);
   if (!current) return Status::OK();
   const std::string manifest_path = db_path + "/" + ManifestName(*current);
-  const std::string advice =
-      " Opening it would silently drop records. Restore the whole store directory from a copy "
-      "taken while it was closed; to open what is left anyway, accepting the loss, delete " +
-      mark_path;
+  const std::string advice = fmt::format(
+      "Opening it would silently drop records. Restore the whole store directory from a copy "
+      "taken while it was closed; to open what is left anyway, accepting the loss, delete {}",
+      mark_path);
   if (*current < mark->manifest) {
-    return Status::Corruption("store files rolled back: CURRENT names " + manifest_path +
-                              ", older than " + ManifestName(mark->manifest) +
-                              ", which had been committed (" + mark_path + ")." + advice);
+    return Status::Corruption(
+        fmt::format("store files rolled back: CURRENT names {}, older than {}, which had been "
+                    "committed ({}). {}",
+                    manifest_path, ManifestName(mark->manifest), mark_path, advice));
   }
   if (*current > mark->manifest) return Status::OK();
   uint64_t size = 0;
@@ -224,9 +221,9 @@ Status CheckManifestMark(rocksdb::FileSystem& fs, const std::string& db_path) {
     return Status::OK();
   }
   if (size < mark->committed_bytes) {
-    return Status::Corruption(manifest_path + " is truncated: " + std::to_string(size) +
-                              " bytes, but " + std::to_string(mark->committed_bytes) +
-                              " bytes of it had been committed (" + mark_path + ")." + advice);
+    return Status::Corruption(
+        fmt::format("{} is truncated: {} bytes, but {} bytes of it had been committed ({}). {}",
+                    manifest_path, size, mark->committed_bytes, mark_path, advice));
   }
   return Status::OK();
 }

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <rocksdb/file_system.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,19 +58,19 @@ rocksdb::IOStatus MakePrivateFile(const std::string& name, bool create) {
       }
       ::close(fd);
       return error == 0 ? rocksdb::IOStatus::OK()
-                        : PosixError("setting the mode of " + name, error);
+                        : PosixError(fmt::format("setting the mode of {}", name), error);
     }
-    if (errno != EEXIST) return PosixError("creating " + name, errno);
+    if (errno != EEXIST) return PosixError(fmt::format("creating {}", name), errno);
   }
   struct stat info {};
   if (::lstat(name.c_str(), &info) != 0) {
     if (errno == ENOENT && !create) return rocksdb::IOStatus::OK();
-    return PosixError("reading the mode of " + name, errno);
+    return PosixError(fmt::format("reading the mode of {}", name), errno);
   }
   if (S_ISLNK(info.st_mode)) return SymbolicLinkError(name);
   if (S_ISREG(info.st_mode) && (info.st_mode & 077) != 0 &&
       ::chmod(name.c_str(), kPrivateFileMode) != 0) {
-    return PosixError("setting the mode of " + name, errno);
+    return PosixError(fmt::format("setting the mode of {}", name), errno);
   }
   return rocksdb::IOStatus::OK();
 }
@@ -81,21 +82,26 @@ rocksdb::IOStatus MakePrivateDirectory(const std::string& name, bool* created) {
   if (::mkdir(name.c_str(), kPrivateDirectoryMode) == 0) {
     if (created != nullptr) *created = true;
     struct stat info {};
-    if (::lstat(name.c_str(), &info) != 0) return PosixError("reading the mode of " + name, errno);
+    if (::lstat(name.c_str(), &info) != 0) {
+      return PosixError(fmt::format("reading the mode of {}", name), errno);
+    }
     if ((info.st_mode & 07777) != kPrivateDirectoryMode &&
         ::chmod(name.c_str(), kPrivateDirectoryMode) != 0) {
-      return PosixError("setting the mode of " + name, errno);
+      return PosixError(fmt::format("setting the mode of {}", name), errno);
     }
     return rocksdb::IOStatus::OK();
   }
-  if (errno != EEXIST) return PosixError("creating directory " + name, errno);
+  if (errno != EEXIST) return PosixError(fmt::format("creating directory {}", name), errno);
   struct stat info {};
-  if (::lstat(name.c_str(), &info) != 0) return PosixError("reading the mode of " + name, errno);
+  if (::lstat(name.c_str(), &info) != 0) {
+    return PosixError(fmt::format("reading the mode of {}", name), errno);
+  }
   if (S_ISLNK(info.st_mode)) return SymbolicLinkError(name);
-  if (!S_ISDIR(info.st_mode))
+  if (!S_ISDIR(info.st_mode)) {
     return rocksdb::IOStatus::IOError(name, "exists and is not a directory");
+  }
   if ((info.st_mode & 077) != 0 && ::chmod(name.c_str(), kPrivateDirectoryMode) != 0) {
-    return PosixError("setting the mode of " + name, errno);
+    return PosixError(fmt::format("setting the mode of {}", name), errno);
   }
   return rocksdb::IOStatus::OK();
 }
@@ -160,7 +166,8 @@ class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
                               rocksdb::IODebugContext* /*debug*/) override {
     bool created = false;
     rocksdb::IOStatus made = MakePrivateDirectory(name, &created);
-    if (made.ok() && !created) return PosixError("creating directory " + name, EEXIST);
+    if (made.ok() && !created)
+      return PosixError(fmt::format("creating directory {}", name), EEXIST);
     return made;
   }
 

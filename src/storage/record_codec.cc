@@ -1,5 +1,7 @@
 #include "storage/record_codec.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <utility>
 
@@ -49,7 +51,7 @@ bool GetLengthPrefixed(std::string_view& in, std::string& out) {
 }
 
 Status Corrupt(std::string_view key, std::string_view what) {
-  return Status::Corruption("record " + EscapeKey(key) + ": " + std::string(what));
+  return Status::Corruption(fmt::format("record {}: {}", EscapeKey(key), what));
 }
 
 }  // namespace
@@ -101,15 +103,15 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
   if (value.empty()) return Corrupt(key, "value is empty");
   const auto version = static_cast<uint8_t>(value[0]);
   if (version != kRecordFormatVersion && version != kRecordFormatVersion1) {
-    return Corrupt(key, "unknown record format version " + std::to_string(version) +
-                            " (this library reads versions 1 to " +
-                            std::to_string(kRecordFormatVersion) + ")");
+    return Corrupt(
+        key, fmt::format("unknown record format version {} (this library reads versions 1 to {})",
+                         version, kRecordFormatVersion));
   }
   const std::size_t header_size =
       version == kRecordFormatVersion1 ? kFixedHeaderSizeV1 : kFixedHeaderSize;
   if (value.size() < header_size) {
-    return Corrupt(key, "value is " + std::to_string(value.size()) +
-                            " bytes, shorter than the header of " + std::to_string(header_size));
+    return Corrupt(key, fmt::format("value is {} bytes, shorter than the header of {}",
+                                    value.size(), header_size));
   }
   const char* p = value.data();
   for (const auto& [offset, name] : {std::pair<std::size_t, const char*>{1, "expires"},
@@ -118,8 +120,8 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
                                      {39, "lease_deadline"}}) {
     const auto micros = static_cast<int64_t>(GetFixed64(p + offset));
     if (!util::MicrosFitTimePoint(micros)) {
-      return Corrupt(key, std::string(name) + " time " + std::to_string(micros) +
-                              " us is outside the range of a time point");
+      return Corrupt(
+          key, fmt::format("{} time {} us is outside the range of a time point", name, micros));
     }
   }
   record.key.assign(key);
@@ -127,11 +129,11 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
   record.expires = FromMicros(static_cast<int64_t>(GetFixed64(p + 1)));
   const auto state = static_cast<uint8_t>(p[9]);
   if (state > static_cast<uint8_t>(State::kFailed)) {
-    return Corrupt(key, "unknown state " + std::to_string(state));
+    return Corrupt(key, fmt::format("unknown state {}", state));
   }
   record.state = static_cast<State>(state);
   const auto flags = static_cast<uint8_t>(p[10]);
-  if ((flags & ~kKnownFlags) != 0) return Corrupt(key, "unknown flags " + std::to_string(flags));
+  if ((flags & ~kKnownFlags) != 0) return Corrupt(key, fmt::format("unknown flags {}", flags));
   record.retryable = (flags & kRetryableFlag) != 0;
   record.holder.took_over = (flags & kTookOverFlag) != 0;
   record.token = GetFixed64(p + 11);
@@ -152,7 +154,7 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
     return Corrupt(key, "a length-prefixed field runs past the end of the value");
   }
   if (!rest.empty()) {
-    return Corrupt(key, std::to_string(rest.size()) + " unexpected bytes after the last field");
+    return Corrupt(key, fmt::format("{} unexpected bytes after the last field", rest.size()));
   }
   return Status::OK();
 }
@@ -176,7 +178,7 @@ std::string EscapeKey(std::string_view key, std::size_t max_bytes) {
     }
   }
   if (shown < key.size()) out += "...";
-  return "\"" + out + "\"";
+  return fmt::format("\"{}\"", out);
 }
 
 }  // namespace idem::storage

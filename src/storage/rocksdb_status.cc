@@ -1,10 +1,12 @@
 #include "storage/rocksdb_status.h"
 
+#include <fmt/format.h>
+
 namespace idem::storage {
 
 Status FromRocksDb(const rocksdb::Status& status, const std::string& context) {
   if (status.ok()) return Status::OK();
-  std::string message = context + ": " + status.ToString();
+  std::string message = fmt::format("{}: {}", context, status.ToString());
   if (status.IsNotFound()) return Status::NotFound(std::move(message));
   if (status.IsCorruption()) return Status::Corruption(std::move(message));
   if (status.IsInvalidArgument() || status.IsNotSupported()) {
@@ -23,9 +25,9 @@ Status FromRocksDbOpen(const rocksdb::Status& status, const std::string& path) {
   // current process" for this process, "Resource temporarily unavailable" for another).
   const std::string text = status.ToString();
   if (status.IsIOError() && text.find("lock") != std::string::npos) {
-    return Status::Busy("store " + path + " is in use by another process: " + text);
+    return Status::Busy(fmt::format("store {} is in use by another process: {}", path, text));
   }
-  return FromRocksDb(status, "opening store " + path);
+  return FromRocksDb(status, fmt::format("opening store {}", path));
 }
 
 }  // namespace idem::storage

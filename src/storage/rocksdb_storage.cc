@@ -4,6 +4,7 @@
 
 #include "storage/rocksdb_storage.h"
 
+#include <fmt/format.h>
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
@@ -27,17 +28,48 @@ namespace {
 // per thread), large enough that one write carries many deletes.
 constexpr std::size_t kPurgeBatch = 32;
 
+// The expiry index entries due at `now_micros` (those at or before it), read from an explicit
+// snapshot: DeleteDue compares its sequence number with the stripes' writes. A purge reads each
+// index block once: it does not evict the records' working set for them.
+class DueIndexEntries {
+ public:
+  DueIndexEntries(rocksdb::DB& db, rocksdb::ColumnFamilyHandle* by_expiry, int64_t now_micros)
+      : db_(db), end_(ExpiryIndexKey(now_micros + 1, {})), snapshot_(db.GetSnapshot()) {
+    rocksdb::ReadOptions read_options;
+    read_options.iterate_upper_bound = &upper_;
+    read_options.fill_cache = false;
+    read_options.snapshot = snapshot_;
+    it_.reset(db.NewIterator(read_options, by_expiry));
+  }
+  ~DueIndexEntries() {
+    it_.reset();  // before the snapshot it reads
+    db_.ReleaseSnapshot(snapshot_);
+  }
+  DueIndexEntries(const DueIndexEntries&) = delete;
+  DueIndexEntries& operator=(const DueIndexEntries&) = delete;
+
+  rocksdb::Iterator& iterator() { return *it_; }
+  uint64_t seen_at() const { return snapshot_->GetSequenceNumber(); }
+
+ private:
+  rocksdb::DB& db_;
+  const std::string end_;  // iterate up to (now + 1 microsecond)
+  const rocksdb::Slice upper_{end_};
+  const rocksdb::Snapshot* const snapshot_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
+
 }  // namespace
 
 Status RocksDbStorage::Flush() {
   rocksdb::FlushOptions options;
   options.wait = true;
-  return FromRocksDb(db_->Flush(options, handles_), "flushing store " + path_);
+  return FromRocksDb(db_->Flush(options, handles_), fmt::format("flushing store {}", path_));
 }
 
 Status RocksDbStorage::CompactRecords() {
   return FromRocksDb(db_->CompactRange(rocksdb::CompactRangeOptions(), records_, nullptr, nullptr),
-                     "compacting store " + path_);
+                     fmt::format("compacting store {}", path_));
 }
 
 std::size_t RocksDbStorage::StripeIndex(std::string_view key) const {
@@ -90,7 +122,7 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
     }
   }
   Status written = s.ok() ? Write(durability, &batch, "writing record", key)
-                          : FromRocksDb(s, "writing record " + EscapeKey(key));
+                          : FromRocksDb(s, fmt::format("writing record {}", EscapeKey(key)));
   written_at_[stripe] = WriteVersion();
   if (written.ok() && last.value.size() <= kLastWriteMaxBytes) {
     last.key.assign(key);
@@ -119,7 +151,7 @@ Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
     }
   } release;
   if (s.IsNotFound()) return std::optional<Record>();
-  if (!s.ok()) return FromRocksDb(s, "reading record " + EscapeKey(key));
+  if (!s.ok()) return FromRocksDb(s, fmt::format("reading record {}", EscapeKey(key)));
   std::optional<Record> record(std::in_place);
   IDEM_RETURN_IF_ERROR(DecodeRecordInto(key, value.ToStringView(), *record));
   return record;
@@ -133,7 +165,7 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, AsSlice(key), &value);
   if (s.IsNotFound()) return false;
-  if (!s.ok()) return FromRocksDb(s, "reading record " + EscapeKey(key));
+  if (!s.ok()) return FromRocksDb(s, fmt::format("reading record {}", EscapeKey(key)));
   rocksdb::WriteBatch batch;
   s = batch.Delete(records_, AsSlice(key));
   if (const auto expires = PeekExpiresMicros(value); s.ok() && expires) {
@@ -149,7 +181,7 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
     }
     if (s.ok()) s = it->status();
   }
-  if (!s.ok()) return FromRocksDb(s, "removing record " + EscapeKey(key));
+  if (!s.ok()) return FromRocksDb(s, fmt::format("removing record {}", EscapeKey(key)));
   const Status written = Write(durability, &batch, "removing record", key);
   written_at_[stripe] = WriteVersion();
   IDEM_RETURN_IF_ERROR(written);
@@ -180,59 +212,71 @@ Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& option
   const ScopedPerfCountersOff counters_off;
   std::lock_guard purge_lock(purge_mu_);
   const int64_t now_micros = ToMicros(now);
-  if (!options.dry_run) IDEM_RETURN_IF_ERROR(AdvanceFilterHorizon(now));
+  if (options.dry_run) {
+    DueIndexEntries due(*db_, by_expiry_, now_micros);
+    return CountDue(due.iterator(), options.progress);
+  }
+  IDEM_RETURN_IF_ERROR(AdvanceFilterHorizon(now));
   // Entries after the horizon are exact (see filter_horizon_): their records are deleted
   // without reading them. Entries at or before it may have lost their record to a compaction
   // filter, and the key may hold a newer record since: those are checked first.
   const int64_t verify_up_to = filter_horizon_->load();
-  // Index entries at or before `now` are due; iterate up to (now + 1 microsecond).
-  const std::string end = ExpiryIndexKey(now_micros + 1, {});
-  rocksdb::ReadOptions read_options;
-  const rocksdb::Slice upper(end);
-  read_options.iterate_upper_bound = &upper;
-  // A purge reads each index block once: it does not evict the records' working set for them.
-  read_options.fill_cache = false;
-  // An explicit snapshot: DeleteDue compares its sequence number with the stripes' writes.
-  struct Snapshot {
-    rocksdb::DB* db;
-    const rocksdb::Snapshot* snapshot;
-    ~Snapshot() { db->ReleaseSnapshot(snapshot); }
-  } snapshot{db_.get(), db_->GetSnapshot()};
-  read_options.snapshot = snapshot.snapshot;
-  const uint64_t seen_at = snapshot.snapshot->GetSequenceNumber();
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, by_expiry_));
+  DueIndexEntries due(*db_, by_expiry_, now_micros);
+  IDEM_ASSIGN_OR_RETURN(PurgePass pass, DeleteDueEntries(due.iterator(), now_micros, verify_up_to,
+                                                         due.seen_at(), options.progress));
+  if (pass.last_index_key.empty()) return pass.purged;
+  IDEM_RETURN_IF_ERROR(TrimExpiryIndex(std::move(pass.last_index_key)));
+  if (options.compact && pass.purged > 0) {
+    const rocksdb::Slice begin(pass.smallest_key), end(pass.largest_key);
+    IDEM_RETURN_IF_ERROR(
+        FromRocksDb(db_->CompactRange(rocksdb::CompactRangeOptions(), records_, &begin, &end),
+                    "compacting purged records"));
+  }
+  return pass.purged;
+}
 
-  uint64_t purged = 0;
-  std::string smallest_key, largest_key, last_index_key;
+Result<uint64_t> RocksDbStorage::CountDue(rocksdb::Iterator& it,
+                                          const std::function<void(uint64_t)>& progress) {
+  uint64_t due = 0;
+  uint64_t visited = 0;
+  for (it.SeekToFirst(); it.Valid(); it.Next()) {
+    const std::string_view index_key = it.key().ToStringView();
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Read(index_key.substr(8)));
+    if (stored && ToMicros(stored->expires) == ExpiryOfIndexKey(index_key)) ++due;
+    if (progress && ++visited % kPurgeBatch == 0) progress(due);
+  }
+  IDEM_RETURN_IF_ERROR(FromRocksDb(it.status(), "scanning the expiry index"));
+  return due;
+}
+
+Result<RocksDbStorage::PurgePass> RocksDbStorage::DeleteDueEntries(
+    rocksdb::Iterator& it, int64_t now_micros, int64_t verify_up_to, uint64_t seen_at,
+    const std::function<void(uint64_t)>& progress) {
+  PurgePass pass;
   std::vector<std::pair<int64_t, std::string>> batch;
   auto flush = [&]() -> Status {
     IDEM_ASSIGN_OR_RETURN(uint64_t deleted, DeleteDue(batch, now_micros, verify_up_to, seen_at));
-    purged += deleted;
+    pass.purged += deleted;
     batch.clear();
-    if (options.progress) options.progress(purged);
+    if (progress) progress(pass.purged);
     return Status::OK();
   };
-  uint64_t visited = 0;
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const std::string_view index_key = it->key().ToStringView();
+  for (it.SeekToFirst(); it.Valid(); it.Next()) {
+    const std::string_view index_key = it.key().ToStringView();
     std::string key(index_key.substr(8));
-    const int64_t expires = ExpiryOfIndexKey(index_key);
-    last_index_key.assign(index_key);
-    if (smallest_key.empty() || key < smallest_key) smallest_key = key;
-    if (key > largest_key) largest_key = key;
-    if (options.dry_run) {
-      IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Read(key));
-      if (stored && ToMicros(stored->expires) == expires) ++purged;
-      if (options.progress && ++visited % kPurgeBatch == 0) options.progress(purged);
-      continue;
-    }
-    batch.emplace_back(expires, std::move(key));
+    pass.last_index_key.assign(index_key);
+    if (pass.smallest_key.empty() || key < pass.smallest_key) pass.smallest_key = key;
+    if (key > pass.largest_key) pass.largest_key = key;
+    batch.emplace_back(ExpiryOfIndexKey(index_key), std::move(key));
     if (batch.size() == kPurgeBatch) IDEM_RETURN_IF_ERROR(flush());
   }
-  IDEM_RETURN_IF_ERROR(FromRocksDb(it->status(), "scanning the expiry index"));
-  if (options.dry_run || last_index_key.empty()) return purged;
-  IDEM_RETURN_IF_ERROR(flush());
+  IDEM_RETURN_IF_ERROR(FromRocksDb(it.status(), "scanning the expiry index"));
+  // The last batch, partial or empty (progress hears the total either way).
+  if (!pass.last_index_key.empty()) IDEM_RETURN_IF_ERROR(flush());
+  return pass;
+}
 
+Status RocksDbStorage::TrimExpiryIndex(std::string last_index_key) {
   // One range tombstone instead of a point delete per entry: the next purge's seek does not
   // walk over thousands of tombstones. The range ends just after the last entry visited, so an
   // entry written meanwhile beyond it is kept.
@@ -242,14 +286,7 @@ Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& option
       trim.DeleteRange(by_expiry_, ExpiryIndexKey(std::numeric_limits<int64_t>::min(), {}),
                        last_index_key),
       "trimming the expiry index"));
-  IDEM_RETURN_IF_ERROR(Write(Durability::kBuffered, &trim, "trimming the expiry index"));
-  if (options.compact && purged > 0) {
-    const rocksdb::Slice begin(smallest_key), end_key(largest_key);
-    IDEM_RETURN_IF_ERROR(
-        FromRocksDb(db_->CompactRange(rocksdb::CompactRangeOptions(), records_, &begin, &end_key),
-                    "compacting purged records"));
-  }
-  return purged;
+  return Write(Durability::kBuffered, &trim, "trimming the expiry index");
 }
 
 Result<uint64_t> RocksDbStorage::DeleteDue(
@@ -291,7 +328,7 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
       std::string value;
       rocksdb::Status read = db_->Get(rocksdb::ReadOptions(), records_, key, &value);
       if (read.IsNotFound()) continue;  // removed by a compaction filter
-      if (!read.ok()) return FromRocksDb(read, "reading record " + EscapeKey(key));
+      if (!read.ok()) return FromRocksDb(read, fmt::format("reading record {}", EscapeKey(key)));
       // The record must still carry the expiry this entry names: one created since the
       // filter removed the old one has a later expiry and its own index entry.
       const auto stored_expires = PeekExpiresMicros(value);
@@ -300,7 +337,7 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
     // The entry goes with the record, so that a purge cut short never counts it again.
     rocksdb::Status s = batch.Delete(records_, key);
     if (s.ok()) s = batch.Delete(by_expiry_, ExpiryIndexKey(expires, key));
-    if (!s.ok()) return FromRocksDb(s, "purging record " + EscapeKey(key));
+    if (!s.ok()) return FromRocksDb(s, fmt::format("purging record {}", EscapeKey(key)));
     last_writes_[StripeIndex(key)].Forget(key);
     ++due;
   }

@@ -27,6 +27,8 @@ namespace rocksdb {
 class ColumnFamilyHandle;
 class DB;
 class Env;
+class FileSystem;
+class Iterator;
 class Status;
 class WriteBatch;
 struct ColumnFamilyDescriptor;
@@ -111,6 +113,13 @@ class RocksDbStorage final : public Storage {
  private:
   RocksDbStorage() = default;
   Status Initialize(const RocksDbConfig& config);
+  // The steps of Initialize before RocksDB reads the files: the manifest mark is checked and
+  // unwritten log tails are cut (refused by a read-only open). Returns a line per log cut.
+  Result<std::vector<std::string>> PrepareFilesForOpen(rocksdb::FileSystem& file_system,
+                                                       bool read_only);
+  // The info log of the store (InfoLog), its directory made first when the store may be created.
+  std::shared_ptr<InfoLog> StartInfoLog(rocksdb::FileSystem& file_system,
+                                        const RocksDbConfig& config) const;
   // The steps of Initialize, after the options are made: open RocksDB (read-only or not), check
   // the store's format version (writing it into a new store), start tokens above the persisted
   // ceiling, and load the filter horizon.
@@ -134,6 +143,14 @@ class RocksDbStorage final : public Storage {
   // OK when RocksDB takes writes (again). Otherwise kIOError: the disk is full (writes resume
   // by themselves once space is freed), or the store must be reopened.
   Status ResumeAfterDiskError();
+  // resume_mu_ held, RocksDB not stopped. kIOError while the log file whose write failed is
+  // still current (the call that failed has yet to stop the store), OK otherwise.
+  Status CheckFailedLogLocked();
+  // resume_mu_ held. The error a failed DB::Resume (`resume`) leaves calls with, saying whether
+  // the store writes again by itself or must be reopened.
+  Status ResumeFailure(const rocksdb::Status& resume) const;
+  // resume_mu_ held. Takes writes again, and reports the end of a stop that was reported.
+  void NoteResumedLocked(std::chrono::steady_clock::time_point now);
   // See the .cc: keeps a memtable non-empty after a resume.
   void WriteResumeGuard();
   // The number of the write-ahead log file RocksDB writes now.
@@ -149,6 +166,21 @@ class RocksDbStorage final : public Storage {
   // `seen_at`: the sequence number of the snapshot the entries were read from.
   Result<uint64_t> DeleteDue(const std::vector<std::pair<int64_t, std::string>>& entries,
                              int64_t now_micros, int64_t verify_up_to, uint64_t seen_at);
+  // A dry-run purge: how many of the due entries `it` walks still name their record.
+  Result<uint64_t> CountDue(rocksdb::Iterator& it, const std::function<void(uint64_t)>& progress);
+  // What a purge's pass over the due entries did, and the key range it covered.
+  struct PurgePass {
+    uint64_t purged = 0;
+    std::string smallest_key;
+    std::string largest_key;
+    std::string last_index_key;  // empty: no entry was due
+  };
+  // Deletes the due records among the entries `it` walks, in batches of kPurgeBatch (DeleteDue).
+  Result<PurgePass> DeleteDueEntries(rocksdb::Iterator& it, int64_t now_micros,
+                                     int64_t verify_up_to, uint64_t seen_at,
+                                     const std::function<void(uint64_t)>& progress);
+  // Deletes the expiry index up to and including `last_index_key`.
+  Status TrimExpiryIndex(std::string last_index_key);
   Status PersistFilterHorizon(int64_t horizon);
 
   // Constant after construction.

@@ -2,6 +2,7 @@
 // version, token ceiling, filter horizon). The reads and writes of records are in
 // rocksdb_storage.cc.
 
+#include <fmt/format.h>
 #include <malloc.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
@@ -13,12 +14,14 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <istream>
 
 #include "storage/engine_options.h"
 #include "storage/expired_record_filter.h"
+#include "storage/file_names.h"
 #include "storage/info_log.h"
 #include "storage/layout.h"
 #include "storage/log_failure_watch.h"
@@ -108,6 +111,62 @@ std::vector<rocksdb::ColumnFamilyDescriptor> MakeColumnFamilies(
   };
 }
 
+// What a database directory holds, as far as Inspect needs to know.
+struct DatabaseListing {
+  bool empty = true;
+  bool has_current = false;
+  std::string newest_options;  // the OPTIONS file RocksDB wrote last; empty: none
+};
+
+Result<DatabaseListing> ListDatabase(const std::string& path) {
+  DatabaseListing listing;
+  uint64_t newest = 0;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(path, error), end; !error && it != end;
+       it.increment(error)) {
+    listing.empty = false;
+    const std::string name = it->path().filename().string();
+    if (name == "CURRENT") listing.has_current = true;
+    // RocksDB numbers its OPTIONS files in the order it writes them.
+    const std::optional<uint64_t> number = FileNumber(name, "OPTIONS-", "");
+    if (number && (listing.newest_options.empty() || *number > newest)) {
+      newest = *number;
+      listing.newest_options = name;
+    }
+  }
+  if (error) {
+    return Status::IOError(
+        fmt::format("cannot list {}: {}", EscapeControls(path), error.message()));
+  }
+  return listing;
+}
+
+// The column families an OPTIONS file names: its sections such as `[CFOptions "by_expiry"]`.
+std::vector<std::string> ColumnFamiliesIn(std::istream& options) {
+  constexpr std::string_view kSection = "[CFOptions \"";
+  std::vector<std::string> families;
+  for (std::string line; std::getline(options, line);) {
+    if (line.size() > kSection.size() + 2 && line.compare(0, kSection.size(), kSection) == 0 &&
+        line.compare(line.size() - 2, 2, "\"]") == 0) {
+      families.push_back(line.substr(kSection.size(), line.size() - kSection.size() - 2));
+    }
+  }
+  return families;
+}
+
+// A database is idem's when it has the column families by_expiry and meta.
+RocksDbStorage::Contents ContentsWithFamilies(const std::vector<std::string>& families) {
+  using Kind = RocksDbStorage::Contents::Kind;
+  const auto has = [&](std::string_view family) {
+    return std::find(families.begin(), families.end(), family) != families.end();
+  };
+  if (has(kByExpiryFamily) && has(kMetaFamily)) return {Kind::kIdem, ""};
+  return {Kind::kOther,
+          fmt::format("a RocksDB database whose column families ({}) are not idem's ({}, {}, {})",
+                      EscapeControls(fmt::to_string(fmt::join(families, ", "))),
+                      rocksdb::kDefaultColumnFamilyName, kByExpiryFamily, kMetaFamily)};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RocksDbStorage>> RocksDbStorage::Open(const RocksDbConfig& config) {
@@ -135,23 +194,8 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   const std::shared_ptr<rocksdb::FileSystem> file_system =
       config.env ? config.env->GetFileSystem()
                  : NewPrivateFileSystem(rocksdb::FileSystem::Default());
-  // A MANIFEST that lost committed edits is refused before RocksDB can act on it; the owner
-  // writes the mark that makes this check possible (manifest_mark.h).
-  IDEM_RETURN_IF_ERROR(CheckManifestMark(*file_system, path_));
-  // Pages a power cut never wrote end the logs where they are, before RocksDB reads them
-  // (log_tail.h). Only an owner may change the files: a read-only open of such a store says
-  // what the first read-write open will do.
   IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> cut_logs,
-                        CutUnwrittenLogTails(*file_system, path_, config.read_only));
-  if (config.read_only && !cut_logs.empty()) {
-    return Status::Corruption("store " + EscapeControls(path_) +
-                              " was not opened since a power "
-                              "cut: " +
-                              cut_logs.front() +
-                              ". The first read-write open (an "
-                              "application, or idem purge) does it; until then it cannot be "
-                              "read as it is");
-  }
+                        PrepareFilesForOpen(*file_system, config.read_only));
   // A read-only instance deletes nothing: it needs no mark, and writes no log file.
   env_ = NewStorageEnv(
       config.read_only
@@ -159,18 +203,11 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
           : NewLogFailureWatch(NewManifestMarkingFileSystem(file_system, path_), disk_errors_));
   rocksdb::DBOptions db_options = MakeDbOptions(*engine, config);
   db_options.env = env_.get();
-  // The info log: the LOG file in the database directory (none for a read-only open, which
-  // never writes), written by idem's logger, which a full or read-only disk cannot make abort
-  // (info_log.h). RocksDB's would create the directory first: so does this.
-  if (!config.read_only && config.create_if_missing) {
-    file_system->CreateDirIfMissing(path_, rocksdb::IOOptions(), nullptr).PermitUncheckedError();
-  }
-  auto info_log =
-      std::make_shared<InfoLog>(config.read_only ? std::string() : path_, kInfoLogFileBytes);
+  const std::shared_ptr<InfoLog> info_log = StartInfoLog(*file_system, config);
   db_options.info_log = info_log;
   for (const std::string& line : cut_logs) {
     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, info_log, "idem: %s", line.c_str());
-    Report("store " + EscapeControls(path_) + ": " + line);
+    Report(fmt::format("store {}: {}", EscapeControls(path_), line));
   }
   IDEM_RETURN_IF_ERROR(OpenDatabase(
       db_options,
@@ -180,6 +217,36 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   if (config.read_only) return Status::OK();
   IDEM_RETURN_IF_ERROR(ReserveTokens());
   return LoadFilterHorizon(config.clock->Now());
+}
+
+Result<std::vector<std::string>> RocksDbStorage::PrepareFilesForOpen(
+    rocksdb::FileSystem& file_system, bool read_only) {
+  // A MANIFEST that lost committed edits is refused before RocksDB can act on it; the owner
+  // writes the mark that makes this check possible (manifest_mark.h).
+  IDEM_RETURN_IF_ERROR(CheckManifestMark(file_system, path_));
+  // Pages a power cut never wrote end the logs where they are, before RocksDB reads them
+  // (log_tail.h). Only an owner may change the files: a read-only open of such a store says
+  // what the first read-write open will do.
+  IDEM_ASSIGN_OR_RETURN(std::vector<std::string> cut_logs,
+                        CutUnwrittenLogTails(file_system, path_, read_only));
+  if (read_only && !cut_logs.empty()) {
+    return Status::Corruption(
+        fmt::format("store {} was not opened since a power cut: {}. The first read-write open (an "
+                    "application, or idem purge) does it; until then it cannot be read as it is",
+                    EscapeControls(path_), cut_logs.front()));
+  }
+  return cut_logs;
+}
+
+std::shared_ptr<InfoLog> RocksDbStorage::StartInfoLog(rocksdb::FileSystem& file_system,
+                                                      const RocksDbConfig& config) const {
+  // The info log: the LOG file in the database directory (none for a read-only open, which
+  // never writes), written by idem's logger, which a full or read-only disk cannot make abort
+  // (info_log.h). RocksDB's would create the directory first: so does this.
+  if (!config.read_only && config.create_if_missing) {
+    file_system.CreateDirIfMissing(path_, rocksdb::IOOptions(), nullptr).PermitUncheckedError();
+  }
+  return std::make_shared<InfoLog>(config.read_only ? std::string() : path_, kInfoLogFileBytes);
 }
 
 Status RocksDbStorage::OpenDatabase(const rocksdb::DBOptions& options,
@@ -201,8 +268,9 @@ Status RocksDbStorage::OpenDatabase(const rocksdb::DBOptions& options,
     const std::string damaged = info_log.damaged_file();
     if (opened.IsCorruption() && !damaged.empty() &&
         opened.ToString().find(damaged) == std::string::npos) {
-      return FromRocksDbOpen(rocksdb::Status::Corruption(opened.ToString(), "in file " + damaged),
-                             path_);
+      return FromRocksDbOpen(
+          rocksdb::Status::Corruption(opened.ToString(), fmt::format("in file {}", damaged)),
+          path_);
     }
     return FromRocksDbOpen(opened, path_);
   }
@@ -218,11 +286,10 @@ Result<std::optional<uint64_t>> RocksDbStorage::ReadMeta(const char* key, std::s
   std::string value;
   const rocksdb::Status read = db_->Get(rocksdb::ReadOptions(), meta_, key, &value);
   if (read.IsNotFound()) return std::optional<uint64_t>();
-  if (!read.ok()) return FromRocksDb(read, "reading the " + std::string(what) + " of " + path_);
+  if (!read.ok()) return FromRocksDb(read, fmt::format("reading the {} of {}", what, path_));
   if (value.size() != bytes) {
-    return Status::Corruption("store " + path_ + ": " + std::string(what) + " is " +
-                              std::to_string(value.size()) + " bytes, expected " +
-                              std::to_string(bytes));
+    return Status::Corruption(
+        fmt::format("store {}: {} is {} bytes, expected {}", path_, what, value.size(), bytes));
   }
   return std::optional<uint64_t>(bytes == 4 ? util::GetFixed32(value.data())
                                             : util::GetFixed64(value.data()));
@@ -240,13 +307,13 @@ Status RocksDbStorage::CheckFormatVersion(bool read_only) {
     PutFixed32(encoded, kStoreFormatVersion);
     return FromRocksDb(
         db_->Put(WriteOptionsFor(Durability::kSync), meta_, kFormatVersionKey, encoded),
-        "writing the format version of " + path_);
+        fmt::format("writing the format version of {}", path_));
   }
   const uint64_t found = version.ok() ? **version : 0;
   if (found != kStoreFormatVersion) {
-    return Status::Corruption("store " + path_ + " has format version " + std::to_string(found) +
-                              "; this library reads version " +
-                              std::to_string(kStoreFormatVersion));
+    return Status::Corruption(
+        fmt::format("store {} has format version {}; this library reads version {}", path_, found,
+                    kStoreFormatVersion));
   }
   return Status::OK();
 }
@@ -326,85 +393,48 @@ Status RocksDbStorage::Install(const RocksDbConfig& config, const std::string& s
   const std::shared_ptr<rocksdb::FileSystem> file_system =
       config.env ? config.env->GetFileSystem() : rocksdb::FileSystem::Default();
   const std::string parent = std::filesystem::path(destination).parent_path().string();
-  IDEM_RETURN_IF_ERROR(
-      FromRocksDb(file_system->RenameFile(staging, destination, rocksdb::IOOptions(), nullptr),
-                  "installing " + EscapeControls(staging) + " as " + EscapeControls(destination)));
+  IDEM_RETURN_IF_ERROR(FromRocksDb(
+      file_system->RenameFile(staging, destination, rocksdb::IOOptions(), nullptr),
+      fmt::format("installing {} as {}", EscapeControls(staging), EscapeControls(destination))));
   std::unique_ptr<rocksdb::FSDirectory> directory;
   rocksdb::IOStatus synced =
       file_system->NewDirectory(parent, rocksdb::IOOptions(), &directory, nullptr);
   if (synced.ok()) synced = directory->Fsync(rocksdb::IOOptions(), nullptr);
-  return FromRocksDb(synced, "syncing " + EscapeControls(parent));
+  return FromRocksDb(synced, fmt::format("syncing {}", EscapeControls(parent)));
 }
 
 Result<RocksDbStorage::Contents> RocksDbStorage::Inspect(const std::string& path) {
-  namespace fs = std::filesystem;
   using Kind = Contents::Kind;
   struct stat info {};
   if (::lstat(path.c_str(), &info) != 0) {
     if (errno == ENOENT) return Contents{Kind::kNothing, ""};
-    return Status::IOError("cannot read " + EscapeControls(path) + ": " + std::strerror(errno));
+    return Status::IOError(
+        fmt::format("cannot read {}: {}", EscapeControls(path), std::strerror(errno)));
   }
   if (S_ISLNK(info.st_mode)) return Contents{Kind::kOther, "a symbolic link"};
   if (!S_ISDIR(info.st_mode)) return Contents{Kind::kOther, "a file, not a directory"};
   // A live owner may write a newer OPTIONS file and delete the one just listed before it is
   // read: then list again.
   for (int attempt = 0; attempt < 8; ++attempt) {
-    std::error_code error;
-    bool empty = true;
-    bool has_current = false;
-    uint64_t newest = 0;
-    std::string newest_name;
-    for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
-      empty = false;
-      const std::string name = it->path().filename().string();
-      if (name == "CURRENT") has_current = true;
-      constexpr std::string_view kPrefix = "OPTIONS-";
-      if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
-      uint64_t number = 0;
-      const char* first = name.data() + kPrefix.size();
-      const char* last = name.data() + name.size();
-      const auto [stop, parsed] = std::from_chars(first, last, number);
-      if (parsed == std::errc() && stop == last && (newest_name.empty() || number > newest)) {
-        newest = number;
-        newest_name = name;
-      }
+    IDEM_ASSIGN_OR_RETURN(const DatabaseListing listing, ListDatabase(path));
+    if (listing.empty) return Contents{Kind::kNothing, ""};
+    if (!listing.has_current) {
+      return Contents{Kind::kOther, "files, but no RocksDB database (no CURRENT)"};
     }
-    if (error) {
-      return Status::IOError("cannot list " + EscapeControls(path) + ": " + error.message());
-    }
-    if (empty) return Contents{Kind::kNothing, ""};
-    if (!has_current) return Contents{Kind::kOther, "files, but no RocksDB database (no CURRENT)"};
-    if (newest_name.empty()) {
+    if (listing.newest_options.empty()) {
       return Contents{Kind::kOther,
                       "a RocksDB database without an OPTIONS file, which tells whose it is"};
     }
-    std::ifstream options(path + "/" + newest_name);
+    const std::string options_path = path + "/" + listing.newest_options;
+    std::ifstream options(options_path);
     if (!options) {
-      if (::access((path + "/" + newest_name).c_str(), F_OK) != 0 && errno == ENOENT) continue;
-      return Status::IOError("cannot read " + EscapeControls(path + "/" + newest_name));
+      if (::access(options_path.c_str(), F_OK) != 0 && errno == ENOENT) continue;
+      return Status::IOError(fmt::format("cannot read {}", EscapeControls(options_path)));
     }
-    // Sections such as `[CFOptions "by_expiry"]` name the column families.
-    constexpr std::string_view kSection = "[CFOptions \"";
-    std::vector<std::string> families;
-    for (std::string line; std::getline(options, line);) {
-      if (line.size() > kSection.size() + 2 && line.compare(0, kSection.size(), kSection) == 0 &&
-          line.compare(line.size() - 2, 2, "\"]") == 0) {
-        families.push_back(line.substr(kSection.size(), line.size() - kSection.size() - 2));
-      }
-    }
-    const auto has = [&](std::string_view family) {
-      return std::find(families.begin(), families.end(), family) != families.end();
-    };
-    if (has(kByExpiryFamily) && has(kMetaFamily)) return Contents{Kind::kIdem, ""};
-    std::string names;
-    for (const std::string& family : families) names += (names.empty() ? "" : ", ") + family;
-    return Contents{Kind::kOther, "a RocksDB database whose column families (" +
-                                      EscapeControls(names) + ") are not idem's (" +
-                                      rocksdb::kDefaultColumnFamilyName + ", " + kByExpiryFamily +
-                                      ", " + kMetaFamily + ")"};
+    return ContentsWithFamilies(ColumnFamiliesIn(options));
   }
-  return Status::IOError("the OPTIONS files of " + EscapeControls(path) +
-                         " kept changing while they were read");
+  return Status::IOError(fmt::format("the OPTIONS files of {} kept changing while they were read",
+                                     EscapeControls(path)));
 }
 
 }  // namespace idem::storage

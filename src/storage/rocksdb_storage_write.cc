@@ -2,8 +2,11 @@
 // after a failed write or flush, and resumes by itself after a full disk, or must be reopened
 // (docs/reliability.md, "A full or failing disk").
 
+#include <fmt/format.h>
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
+
+#include <iterator>
 
 #include "storage/layout.h"
 #include "storage/log_failure_watch.h"
@@ -29,9 +32,9 @@ Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
   // entry) or none of it is ever visible. It is not visible now; a log record that reached the
   // disk before a failed sync may reappear when the store is reopened, whole.
   // The message is built only on failure: a successful write formats nothing.
-  std::string context(what);
-  if (!key.empty()) context += " " + EscapeKey(key);
-  Status failed = FromRocksDb(s, context + " in store " + path_);
+  Status failed =
+      FromRocksDb(s, key.empty() ? fmt::format("{} in store {}", what, path_)
+                                 : fmt::format("{} {} in store {}", what, EscapeKey(key), path_));
   if (s.IsIOError() || s.IsCorruption() || s.severity() >= rocksdb::Status::Severity::kSoftError) {
     disk_errors_->stopped.store(true, std::memory_order_release);
     disk_errors_->guard_needed.store(true, std::memory_order_release);
@@ -69,13 +72,15 @@ void RocksDbStorage::NoteStoppedLocked(const rocksdb::Status& cause) {
     stop_reported_ = false;
     return;
   }
-  std::string line = "store " + path_ + " stopped writing (" + last_cause_ +
-                     "); calls that write fail with kIOError until " +
-                     (last_cause_no_space_ ? "space is freed on its disk: " + FreeSpaceAdvice()
-                                           : "the disk is fixed and the store reopened");
+  const std::string until = last_cause_no_space_
+                                ? fmt::format("space is freed on its disk: {}", FreeSpaceAdvice())
+                                : "the disk is fixed and the store reopened";
+  std::string line =
+      fmt::format("store {} stopped writing ({}); calls that write fail with kIOError until {}",
+                  path_, last_cause_, until);
   if (unreported_stops_ > 0) {
-    line += " (it stopped " + std::to_string(unreported_stops_) +
-            " more times since the last such message)";
+    fmt::format_to(std::back_inserter(line),
+                   " (it stopped {} more times since the last such message)", unreported_stops_);
   }
   Report(line);
   stop_reported_ever_ = true;
@@ -85,8 +90,8 @@ void RocksDbStorage::NoteStoppedLocked(const rocksdb::Status& cause) {
 }
 
 std::string RocksDbStorage::FreeSpaceAdvice() const {
-  return "it writes again by itself within 5 seconds of " +
-         std::to_string(resume_free_bytes_ >> 20) + " MiB being free";
+  return fmt::format("it writes again by itself within 5 seconds of {} MiB being free",
+                     resume_free_bytes_ >> 20);
 }
 
 void RocksDbStorage::Report(const std::string& message) const {
@@ -101,19 +106,7 @@ std::optional<uint64_t> RocksDbStorage::CurrentLogNumber() {
 
 Status RocksDbStorage::ResumeAfterDiskError() {
   std::lock_guard lock(resume_mu_);
-  if (!disk_errors_->stopped.load(std::memory_order_acquire)) {
-    uint64_t failed = disk_errors_->failed_log.load(std::memory_order_acquire);
-    if (failed == 0) return Status::OK();
-    // A log write failed, in a call that has not returned yet (it stops the store) or before a
-    // resume that replaced the file.
-    const std::optional<uint64_t> current = CurrentLogNumber();
-    if (current && *current != failed) {
-      disk_errors_->failed_log.compare_exchange_strong(failed, 0);
-      return Status::OK();
-    }
-    return Status::IOError("store " + path_ +
-                           ": a write to its log file failed just now; retry the call");
-  }
+  if (!disk_errors_->stopped.load(std::memory_order_acquire)) return CheckFailedLogLocked();
   const auto now = std::chrono::steady_clock::now();
   // A failed attempt is not repeated at once: callers retrying in a loop would otherwise make
   // RocksDB try to flush for each call.
@@ -124,19 +117,7 @@ Status RocksDbStorage::ResumeAfterDiskError() {
   // new log file, which fails again while the disk still does.
   const rocksdb::Status s = db_->Resume();
   if (!s.ok()) {
-    if (s.IsNoSpace() || (s.IsBusy() && last_cause_no_space_)) {
-      last_resume_error_ =
-          Status::IOError("store " + path_ + " cannot write: its disk is full (" + last_cause_ +
-                          "); " + FreeSpaceAdvice() + ", and keeps every acknowledged record");
-    } else if (s.IsBusy()) {
-      last_resume_error_ = Status::IOError("store " + path_ + " is recovering from a disk error (" +
-                                           last_cause_ + "); retry the call");
-    } else {
-      last_resume_error_ = Status::IOError(
-          "store " + path_ + " stopped writing after a disk error and cannot resume (" +
-          s.ToString() +
-          "); fix the disk, then close and reopen the store: every acknowledged record is kept");
-    }
+    last_resume_error_ = ResumeFailure(s);
     return last_resume_error_;
   }
   // Resumed. On a new log file, unless the one whose write failed is still current (or the
@@ -144,11 +125,11 @@ Status RocksDbStorage::ResumeAfterDiskError() {
   if (uint64_t failed = disk_errors_->failed_log.load(std::memory_order_acquire); failed != 0) {
     const std::optional<uint64_t> current = CurrentLogNumber();
     if (!current || *current == failed) {
-      last_resume_error_ = Status::IOError(
-          "store " + path_ + " stopped writing after a write to its log file failed (" +
-          last_cause_ +
-          "), and cannot resume in place: RocksDB would write to that file again. Close and "
-          "reopen the store once its disk has space and works: every acknowledged record is kept");
+      last_resume_error_ = Status::IOError(fmt::format(
+          "store {} stopped writing after a write to its log file failed ({}), and cannot resume "
+          "in place: RocksDB would write to that file again. Close and reopen the store once its "
+          "disk has space and works: every acknowledged record is kept",
+          path_, last_cause_));
       next_resume_ = std::chrono::steady_clock::time_point::max();  // for good
       Report(last_resume_error_.message());
       return last_resume_error_;
@@ -156,17 +137,52 @@ Status RocksDbStorage::ResumeAfterDiskError() {
     // Unless another log write failed meanwhile.
     disk_errors_->failed_log.compare_exchange_strong(failed, 0);
   }
+  NoteResumedLocked(now);
+  return Status::OK();
+}
+
+Status RocksDbStorage::CheckFailedLogLocked() {
+  uint64_t failed = disk_errors_->failed_log.load(std::memory_order_acquire);
+  if (failed == 0) return Status::OK();
+  // A log write failed, in a call that has not returned yet (it stops the store) or before a
+  // resume that replaced the file.
+  const std::optional<uint64_t> current = CurrentLogNumber();
+  if (current && *current != failed) {
+    disk_errors_->failed_log.compare_exchange_strong(failed, 0);
+    return Status::OK();
+  }
+  return Status::IOError(
+      fmt::format("store {}: a write to its log file failed just now; retry the call", path_));
+}
+
+Status RocksDbStorage::ResumeFailure(const rocksdb::Status& resume) const {
+  if (resume.IsNoSpace() || (resume.IsBusy() && last_cause_no_space_)) {
+    return Status::IOError(fmt::format(
+        "store {} cannot write: its disk is full ({}); {}, and keeps every acknowledged record",
+        path_, last_cause_, FreeSpaceAdvice()));
+  }
+  if (resume.IsBusy()) {
+    return Status::IOError(fmt::format(
+        "store {} is recovering from a disk error ({}); retry the call", path_, last_cause_));
+  }
+  return Status::IOError(fmt::format(
+      "store {} stopped writing after a disk error and cannot resume ({}); fix the disk, then "
+      "close and reopen the store: every acknowledged record is kept",
+      path_, resume.ToString()));
+}
+
+void RocksDbStorage::NoteResumedLocked(std::chrono::steady_clock::time_point now) {
   disk_errors_->stopped.store(false, std::memory_order_release);
   next_resume_ = {};
   last_resume_error_ = Status::OK();
+  // A stop that was reported has its end reported too.
   if (stop_noted_ && stop_reported_) {
     const auto stopped_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - stopped_since_).count();
-    Report("store " + path_ + " writes again, after " + std::to_string(stopped_ms) +
-           " ms stopped by a disk error");
+    Report(fmt::format("store {} writes again, after {} ms stopped by a disk error", path_,
+                       stopped_ms));
   }
   stop_noted_ = false;
-  return Status::OK();
 }
 
 }  // namespace idem::storage
