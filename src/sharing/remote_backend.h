@@ -6,7 +6,8 @@
 //   - kTimedOut when the owner did not answer in time (stopped, or overloaded): the connection
 //     is closed, never reused, so a late answer cannot answer a later request;
 //   - kBusy when the owner refused the connection (another user's store, its connection cap,
-//     another protocol version): the owner is there, so this is not a lost owner;
+//     another protocol version), kInvalidArgument when it refused a request over its frame
+//     limit: the owner is there, so this is not a lost owner;
 //   - kUnavailable with lost() true once the owner cannot be reached (it closed the connection
 //     without a word, or nobody listens): the Store fails over (becomes the owner or reconnects)
 //     and resends the call.

@@ -8,12 +8,15 @@
 // is left, the pool grows (up to ServerOptions::max_threads), so a slow request (a Scan page, a
 // purge poll) never keeps the others, new connections or timeouts waiting.
 //
-// A connection from another user is refused; a malformed, truncated or oversized frame drops
-// its connection with a log line; a peer that stalls in the middle of a frame, or does not read
-// its answer, is dropped after frame_timeout; an idle connection is closed after idle_timeout.
-// Refusals and goodbyes are sent as responses before the close (sharing/protocol.h), so a
-// client never mistakes them for a lost owner. At the connection cap, a new connection displaces
-// the longest idle one; it is refused only when every connection has a request running.
+// A connection from another user is refused. A frame over ServerOptions::max_frame is refused
+// too (kInvalidArgument naming its size and the limit), so that a client whose limits are larger
+// than the owner's does not take the owner for lost; a malformed or truncated frame drops its
+// connection without a word; both are logged. A peer that stalls in the middle of a frame, or
+// does not read its answer, is dropped after frame_timeout; an idle connection is closed after
+// idle_timeout. Refusals and goodbyes are sent as responses before the close
+// (sharing/protocol.h), so a client never mistakes them for a lost owner. At the connection cap,
+// a new connection displaces the longest idle one; it is refused only when every connection has
+// a request running.
 
 #ifndef IDEM_SHARING_SERVER_H_
 #define IDEM_SHARING_SERVER_H_

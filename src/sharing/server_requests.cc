@@ -48,6 +48,12 @@ bool Server::ReceiveRequest(Connection& connection, bool& closed) {
                  fmt::format("dropped the connection of pid {}: frame of {} bytes is over the "
                              "limit of {}",
                              connection.pid, size, options_.max_frame));
+        // Said, not only dropped: a client whose limits are larger than this owner's would take
+        // a silent close for a lost owner, and fail over and resend until it gave up.
+        Say(connection.fd.get(), ResponseKind::kRefusal,
+            Status::InvalidArgument(
+                fmt::format("{} refuses a request of {} bytes: the limit is {} bytes",
+                            OwnerName(::getpid()), size, options_.max_frame)));
         return false;
       }
       // Each side sends one frame and waits for the answer: bytes past this frame mean a peer
