@@ -19,8 +19,8 @@ Status Malformed(std::string_view what) {
   return Status::InvalidArgument(fmt::format("malformed {}", what));
 }
 
-// The body of each op, read from `r`: `bad` is set when a field is out of its range (whether
-// the fields were all there is for the caller to check, with r.done()).
+// The body of each op, read from `r`: `bad` is set when a field is out of its range. Whether the
+// fields were all there, and nothing after them, the caller checks with r.done().
 BeginMessage ReadBegin(Reader& r, bool& bad) {
   BeginCall c;
   c.key = r.Bytes();
