@@ -207,5 +207,16 @@ TEST(Protocol, AVersionTwoPeerIsRefusedNamingTheVersions) {
       << status.message();
 }
 
+// The numbers in a refusal are numbers, not the bytes they are kept in (u8 fields).
+TEST(Protocol, AnUnknownOpIsNamedByItsNumber) {
+  Result<Request> decoded = DecodeRequest(std::string("\x03\x63", 2));
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().message(), "malformed request: unknown op 99");
+  decoded = DecodeRequest(std::string("\x03\x03", 2));  // a Get without its key
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().message(),
+            "malformed request: fields truncated or trailing bytes (op 3)");
+}
+
 }  // namespace
 }  // namespace idem::sharing

@@ -233,6 +233,29 @@ TEST_F(ServerTest, APurgeLongerThanTheRequestDeadlineReportsProgressAndFinishes)
   EXPECT_TRUE(std::is_sorted(progress.begin(), progress.end()));
 }
 
+// A request over the owner's frame limit (from a client whose Options allow larger keys or
+// results than the owner's) is refused with a status naming the sizes. Dropped without a word,
+// it looked like a lost owner: the Store failed over, resent it, and so on until
+// failover_timeout, then reported the owner unreachable.
+TEST_F(ServerTest, ARequestOverTheFrameLimitIsRefusedNotTakenForALostOwner) {
+  StartServer({.max_frame = 1024});
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  // Both a frame that fits the socket's buffer and one the client is still sending when the
+  // owner refuses it.
+  for (const std::size_t size : {std::size_t{4096}, std::size_t{8} << 20}) {
+    const Status refused = client->Get(std::string(size, 'k')).status();
+    EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.ToString();
+    EXPECT_NE(refused.message().find("the limit is 1024 bytes"), std::string::npos)
+        << refused.message();
+    EXPECT_FALSE(client->lost());
+  }
+  EXPECT_GE(log_.Count("over the limit of 1024"), 1);
+  // The owner goes on serving, the client on a new connection.
+  ASSERT_OK_AND_ASSIGN(auto record, client->Get("k"));
+  EXPECT_TRUE(record.has_value());
+}
+
 TEST(LogLimiter, RepeatsOfACauseAreCountedNotWritten) {
   std::vector<std::string> lines;
   idem::sharing::LogLimiter limiter([&](std::string_view line) { lines.emplace_back(line); },

@@ -343,7 +343,6 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
 
   const std::vector<std::string> hostile = {
       std::string("\x05\x00\x00\x00garbage", 11),                   // not a request
-      std::string("\xff\xff\xff\x7f", 4),                           // 2 GiB length
       std::string("\x03\x00\x00\x00\x03\x63\x00", 7),               // unknown op 0x63
       std::string("\x06\x00\x00\x00\x03\x01\xff\xff\xff\xff", 10),  // key runs past the end
       // Two Get requests in one write: a second request before the answer to the first.
@@ -360,6 +359,23 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
     close(fd);
   }
   EXPECT_TRUE(log.Contains("dropped the connection"));
+
+  // A frame over the owner's limit (2 GiB announced) is refused with a status naming the limit
+  // before the close: a client whose Options allow more than the owner's must not take the
+  // owner for lost.
+  {
+    const int fd = RawConnect(dir.StorePath());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(send(fd, "\xff\xff\xff\x7f", 4, MSG_NOSIGNAL), 4);
+    const std::optional<Closing> refused = ReadClosing(fd);
+    ASSERT_TRUE(refused.has_value());
+    EXPECT_EQ(refused->kind, idem::sharing::ResponseKind::kRefusal);
+    EXPECT_EQ(refused->status.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(refused->status.message().find("refuses a request of 2147483647 bytes"),
+              std::string::npos)
+        << refused->status.message();
+    close(fd);
+  }
   EXPECT_TRUE(log.Contains("over the limit"));
 
   // A request of another protocol version (a process of another idem release: version 2 sent

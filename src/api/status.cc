@@ -1,5 +1,7 @@
 #include "idem/status.h"
 
+#include <fmt/format.h>
+
 namespace idem {
 
 std::string_view CodeName(Status::Code code) {
@@ -34,10 +36,7 @@ std::string_view CodeName(Status::Code code) {
 
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  std::string text(CodeName(code_));
-  text += ": ";
-  text += message_;
-  return text;
+  return fmt::format("{}: {}", CodeName(code_), message_);
 }
 
 }  // namespace idem

@@ -1,5 +1,7 @@
 #include "engine/state_machine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 
@@ -20,14 +22,11 @@ TimePoint RetentionEnd(TimePoint now, const BeginRequest& request) {
 }
 
 std::string StaleTokenMessage(const Record& record, uint64_t token) {
-  std::string message = "token " + std::to_string(token);
   if (record.token != token) {
-    message += " is not the current token " + std::to_string(record.token);
-  } else {
-    message += " is current but the record is already ";
-    message += StateName(record.state);
+    return fmt::format("token {} is not the current token {}", token, record.token);
   }
-  return message;
+  return fmt::format("token {} is current but the record is already {}", token,
+                     StateName(record.state));
 }
 
 }  // namespace

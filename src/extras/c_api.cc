@@ -1,6 +1,8 @@
 // The C API of include/idem/c.h over idem::Store. No exception leaves these functions: each
 // body runs under Guard, which turns one into an error string.
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -66,7 +68,7 @@ T Guard(char** errptr, T fallback, Body&& body) {
   } catch (const std::bad_alloc&) {
     SaveError(errptr, Status::Unavailable("out of memory"));
   } catch (const std::exception& e) {
-    SaveError(errptr, Status::Unavailable(std::string("unexpected exception: ") + e.what()));
+    SaveError(errptr, Status::Unavailable(fmt::format("unexpected exception: {}", e.what())));
   } catch (...) {
     SaveError(errptr, Status::Unavailable("unexpected exception"));
   }

@@ -1,5 +1,7 @@
 // Store::Execute: the whole lifecycle of one request in one call.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <exception>
 #include <optional>
@@ -23,7 +25,7 @@ std::string ExceptionText(std::exception_ptr error) {
   try {
     std::rethrow_exception(std::move(error));
   } catch (const std::exception& e) {
-    return std::string("exception: ") + e.what();
+    return fmt::format("exception: {}", e.what());
   } catch (...) {
     return "exception of a type not derived from std::exception";
   }
@@ -100,8 +102,9 @@ Result<Execution> Store::ExecuteAttempts(std::string_view key, const BeginOption
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= give_up_at) {
-      return Status::InProgress("another attempt still holds the key after waiting " +
-                                std::to_string(this->options().execute_wait.count()) + " ms");
+      return Status::InProgress(
+          fmt::format("another attempt still holds the key after waiting {} ms",
+                      this->options().execute_wait.count()));
     }
     const auto left = std::chrono::ceil<milliseconds>(give_up_at - now);
     std::this_thread::sleep_for(std::min({poll.Next(), claim.retry_after, left}));

@@ -25,25 +25,7 @@ class LogLimiter {
 
   // Logs `message` unless a line of `cause` went out less than an interval ago. `cause` names
   // the kind of event ("refused: connection cap"); messages of one cause may differ in detail.
-  void Log(std::string_view cause, std::string message) {
-    const auto now = std::chrono::steady_clock::now();
-    {
-      std::lock_guard lock(mu_);
-      auto it = causes_.find(cause);
-      if (it == causes_.end()) it = causes_.emplace(std::string(cause), Cause{}).first;
-      Cause& seen = it->second;
-      if (seen.last && now - *seen.last < interval_) {
-        ++seen.skipped;
-        return;
-      }
-      if (seen.skipped > 0) {
-        message += " (and " + std::to_string(seen.skipped) + " more like it since the last)";
-      }
-      seen.last = now;
-      seen.skipped = 0;
-    }
-    sink_(message);
-  }
+  void Log(std::string_view cause, std::string message);
 
  private:
   struct Cause {

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -53,40 +54,41 @@ Result<std::unique_ptr<OwnerLock>> OwnerLock::TryAcquire(const std::string& dire
       ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, kLockFileMode));
   if (fd.get() < 0) {
     if (errno == ELOOP) {
-      return Status::IOError("the lock file " + EscapeControls(path) +
-                             " is a symbolic link; idem never follows one inside a store "
-                             "(remove it)");
+      return Status::IOError(fmt::format(
+          "the lock file {} is a symbolic link; idem never follows one inside a store (remove it)",
+          EscapeControls(path)));
     }
-    return Status::IOError("cannot open the lock file " + EscapeControls(path) + ": " +
-                           std::strerror(errno));
+    return Status::IOError(fmt::format("cannot open the lock file {}: {}", EscapeControls(path),
+                                       std::strerror(errno)));
   }
   struct stat file {};
   if (::fstat(fd.get(), &file) != 0) {
-    return Status::IOError("cannot stat the lock file " + EscapeControls(path) + ": " +
-                           std::strerror(errno));
+    return Status::IOError(fmt::format("cannot stat the lock file {}: {}", EscapeControls(path),
+                                       std::strerror(errno)));
   }
   // Written below: it must be this user's own file, and no other name of some other file.
   if (!S_ISREG(file.st_mode) || file.st_uid != ::geteuid() || file.st_nlink != 1) {
-    return Status::IOError("the lock file " + EscapeControls(path) +
-                           " is not a regular file of this user (uid " +
-                           std::to_string(::geteuid()) + ") with one name; remove it");
+    return Status::IOError(fmt::format(
+        "the lock file {} is not a regular file of this user (uid {}) with one name; remove it",
+        EscapeControls(path), ::geteuid()));
   }
   if ((file.st_mode & 07777) != kLockFileMode && ::fchmod(fd.get(), kLockFileMode) != 0) {
-    return Status::IOError("cannot set the mode of the lock file " + EscapeControls(path) + ": " +
-                           std::strerror(errno));
+    return Status::IOError(fmt::format("cannot set the mode of the lock file {}: {}",
+                                       EscapeControls(path), std::strerror(errno)));
   }
   while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     if (errno == EWOULDBLOCK) return std::unique_ptr<OwnerLock>();
-    return Status::IOError("cannot lock " + EscapeControls(path) + ": " + std::strerror(errno));
+    return Status::IOError(
+        fmt::format("cannot lock {}: {}", EscapeControls(path), std::strerror(errno)));
   }
   // Informational only: the lock itself is the truth.
-  const std::string info = "pid " + std::to_string(::getpid()) + "\nsharing " +
-                           (sharing == Sharing::kExclusive ? "exclusive" : "auto") + "\n";
+  const std::string info = fmt::format("pid {}\nsharing {}\n", ::getpid(),
+                                       sharing == Sharing::kExclusive ? "exclusive" : "auto");
   if (::ftruncate(fd.get(), 0) != 0 ||
       ::pwrite(fd.get(), info.data(), info.size(), 0) != static_cast<ssize_t>(info.size())) {
-    return Status::IOError("cannot write the lock file " + EscapeControls(path) + ": " +
-                           std::strerror(errno));
+    return Status::IOError(fmt::format("cannot write the lock file {}: {}", EscapeControls(path),
+                                       std::strerror(errno)));
   }
   InstallForkHandler();
   {

@@ -1,5 +1,9 @@
 #include "sharing/protocol.h"
 
+#include <fmt/format.h>
+
+#include <optional>
+
 namespace idem::sharing {
 namespace {
 
@@ -12,7 +16,85 @@ Enum EnumField(Reader& reader, Enum last, bool& bad) {
 }
 
 Status Malformed(std::string_view what) {
-  return Status::InvalidArgument("malformed " + std::string(what));
+  return Status::InvalidArgument(fmt::format("malformed {}", what));
+}
+
+// The body of each op, read from `r`: `bad` is set when a field is out of its range. Whether the
+// fields were all there, and nothing after them, the caller checks with r.done().
+BeginMessage ReadBegin(Reader& r, bool& bad) {
+  BeginCall c;
+  c.key = r.Bytes();
+  c.type = r.Bytes();
+  c.fingerprint = r.Bytes();
+  c.lease = r.Millis();
+  c.retention = r.Millis();
+  c.request_id = r.U64();
+  c.durability = EnumField(r, Durability::kBuffered, bad);
+  if (c.lease.count() <= 0 || c.retention.count() <= 0) bad = true;
+  return BeginMessage{c};
+}
+
+TransitionMessage ReadTransition(Reader& r, bool& bad) {
+  TransitionCall c;
+  c.request.kind = EnumField(r, engine::TransitionKind::kSaveCheckpoint, bad);
+  c.key = r.Bytes();
+  c.request.token = r.U64();
+  c.request.payload = r.Bytes();
+  c.request.failure = EnumField(r, Failure::kTerminal, bad);
+  c.request.lease = r.Millis();
+  c.durability = EnumField(r, Durability::kBuffered, bad);
+  if (c.request.kind == engine::TransitionKind::kExtend && c.request.lease.count() <= 0) {
+    bad = true;
+  }
+  return TransitionMessage{c};
+}
+
+ForgetMessage ReadForget(Reader& r, bool& bad) {
+  ForgetMessage m;
+  m.key = r.Bytes();
+  m.durability = EnumField(r, Durability::kBuffered, bad);
+  return m;
+}
+
+ScanMessage ReadScan(Reader& r) {
+  ScanMessage m;
+  m.options.prefix = r.Bytes();
+  m.options.start_after = r.Bytes();
+  m.limit = r.U32();
+  return m;
+}
+
+PurgeMessage ReadPurge(Reader& r, bool& bad) {
+  PurgeMessage m;
+  m.ticket = r.U64();
+  const uint8_t dry_run = r.U8();
+  const uint8_t compact = r.U8();
+  m.wait = r.Millis();
+  if (dry_run > 1 || compact > 1 || m.wait.count() < 0) bad = true;
+  m.options.dry_run = dry_run == 1;
+  m.options.compact = compact == 1;
+  return m;
+}
+
+// The body of `op`; nullopt for an op this version does not have.
+std::optional<Request> ReadBody(Op op, Reader& r, bool& bad) {
+  switch (op) {
+    case Op::kBegin:
+      return ReadBegin(r, bad);
+    case Op::kTransition:
+      return ReadTransition(r, bad);
+    case Op::kGet:
+      return GetMessage{r.Bytes()};
+    case Op::kForget:
+      return ReadForget(r, bad);
+    case Op::kScan:
+      return ReadScan(r);
+    case Op::kPurge:
+      return ReadPurge(r, bad);
+    case Op::kCounters:
+      return CountersMessage{};
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -75,82 +157,18 @@ Result<Request> DecodeRequest(std::string_view frame) {
   const uint8_t version = r.U8();
   if (r.failed()) return Malformed("request: empty frame");
   if (version != kProtocolVersion) {
-    return Status::InvalidArgument("unsupported protocol version " + std::to_string(version) +
-                                   " (this owner speaks " + std::to_string(kProtocolVersion) + ")");
+    return Status::InvalidArgument(fmt::format(
+        "unsupported protocol version {} (this owner speaks {})", version, kProtocolVersion));
   }
   const uint8_t op = r.U8();
-  bool bad_enum = false;
-  Request request;
-  switch (static_cast<Op>(op)) {
-    case Op::kBegin: {
-      BeginCall c;
-      c.key = r.Bytes();
-      c.type = r.Bytes();
-      c.fingerprint = r.Bytes();
-      c.lease = r.Millis();
-      c.retention = r.Millis();
-      c.request_id = r.U64();
-      c.durability = EnumField(r, Durability::kBuffered, bad_enum);
-      if (c.lease.count() <= 0 || c.retention.count() <= 0) bad_enum = true;
-      request = BeginMessage{c};
-      break;
-    }
-    case Op::kTransition: {
-      TransitionCall c;
-      c.request.kind = EnumField(r, engine::TransitionKind::kSaveCheckpoint, bad_enum);
-      c.key = r.Bytes();
-      c.request.token = r.U64();
-      c.request.payload = r.Bytes();
-      c.request.failure = EnumField(r, Failure::kTerminal, bad_enum);
-      c.request.lease = r.Millis();
-      c.durability = EnumField(r, Durability::kBuffered, bad_enum);
-      if (c.request.kind == engine::TransitionKind::kExtend && c.request.lease.count() <= 0) {
-        bad_enum = true;
-      }
-      request = TransitionMessage{c};
-      break;
-    }
-    case Op::kGet:
-      request = GetMessage{r.Bytes()};
-      break;
-    case Op::kForget: {
-      ForgetMessage m;
-      m.key = r.Bytes();
-      m.durability = EnumField(r, Durability::kBuffered, bad_enum);
-      request = m;
-      break;
-    }
-    case Op::kScan: {
-      ScanMessage m;
-      m.options.prefix = r.Bytes();
-      m.options.start_after = r.Bytes();
-      m.limit = r.U32();
-      request = m;
-      break;
-    }
-    case Op::kPurge: {
-      PurgeMessage m;
-      m.ticket = r.U64();
-      const uint8_t dry_run = r.U8();
-      const uint8_t compact = r.U8();
-      m.wait = r.Millis();
-      if (dry_run > 1 || compact > 1 || m.wait.count() < 0) bad_enum = true;
-      m.options.dry_run = dry_run == 1;
-      m.options.compact = compact == 1;
-      request = m;
-      break;
-    }
-    case Op::kCounters:
-      request = CountersMessage{};
-      break;
-    default:
-      return Malformed("request: unknown op " + std::to_string(op));
+  bool out_of_range = false;
+  std::optional<Request> request = ReadBody(static_cast<Op>(op), r, out_of_range);
+  if (!request) return Malformed(fmt::format("request: unknown op {}", op));
+  if (!r.done()) {
+    return Malformed(fmt::format("request: fields truncated or trailing bytes (op {})", op));
   }
-  if (!r.done())
-    return Malformed("request: fields truncated or trailing bytes (op " + std::to_string(op) + ")");
-  if (bad_enum)
-    return Malformed("request: a field is out of range (op " + std::to_string(op) + ")");
-  return request;
+  if (out_of_range) return Malformed(fmt::format("request: a field is out of range (op {})", op));
+  return std::move(*request);
 }
 
 std::string EncodeResponse(const Status& status, std::string_view body) {
@@ -183,9 +201,9 @@ Result<std::string_view> DecodeResponse(std::string_view frame, Status& status,
     // An owner of another version: only the first three fields are known to mean the same.
     const bool error = code != 0 && code <= static_cast<uint8_t>(Status::Code::kUnavailable);
     status = error ? Status(static_cast<Status::Code>(code), std::string(message))
-                   : Status::Busy("the store's owner speaks protocol version " +
-                                  std::to_string(version) + ", this process " +
-                                  std::to_string(kProtocolVersion));
+                   : Status::Busy(fmt::format(
+                         "the store's owner speaks protocol version {}, this process {}", version,
+                         kProtocolVersion));
     kind = ResponseKind::kRefusal;
     return std::string_view();
   }
@@ -202,6 +220,10 @@ Result<std::string_view> DecodeResponse(std::string_view frame, Status& status,
 
 uint8_t RequestVersion(std::string_view frame) {
   return frame.empty() ? 0 : static_cast<uint8_t>(frame[0]);
+}
+
+std::string OwnerName(pid_t pid) {
+  return pid > 0 ? fmt::format("the store's owner (pid {})", pid) : "the store's owner";
 }
 
 std::string EncodeClaim(const Claim& claim) {

@@ -16,6 +16,8 @@
 #ifndef IDEM_SHARING_PROTOCOL_H_
 #define IDEM_SHARING_PROTOCOL_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -99,6 +101,10 @@ std::string EncodeClosing(ResponseKind kind, const Status& status);
 Result<std::string_view> DecodeResponse(std::string_view frame, Status& status, ResponseKind& kind);
 // The version byte of a request frame, or 0 when there is none.
 uint8_t RequestVersion(std::string_view frame);
+
+// The owner as messages name it: "the store's owner (pid N)", or "the store's owner" when its pid
+// is not known (0: it runs in a PID namespace the reader cannot see).
+std::string OwnerName(pid_t pid);
 
 std::string EncodeClaim(const Claim& claim);
 Result<Claim> DecodeClaim(std::string_view body);

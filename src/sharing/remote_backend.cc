@@ -1,5 +1,7 @@
 #include "sharing/remote_backend.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "util/process.h"
@@ -37,70 +39,71 @@ Result<FileDescriptor> RemoteBackend::NewConnection(milliseconds timeout) {
   return std::move(connection.fd);
 }
 
-std::string RemoteBackend::OwnerName() const {
-  const pid_t pid = owner_pid_.load();
-  // 0: the owner runs in a PID namespace this process cannot see.
-  return pid > 0 ? "the store's owner (pid " + std::to_string(pid) + ")" : "the store's owner";
+std::string RemoteBackend::OwnerName() const { return sharing::OwnerName(owner_pid_.load()); }
+
+Status RemoteBackend::NoAnswerInTime() const {
+  return Status::TimedOut(
+      fmt::format("{} did not answer within {} ms (is it stopped or overloaded?); the request may "
+                  "or may not have been carried out",
+                  OwnerName(), request_timeout_.count()));
+}
+
+Result<FileDescriptor> RemoteBackend::TakeConnection(Clock::time_point deadline) {
+  {
+    std::lock_guard lock(mu_);
+    if (!idle_.empty()) {
+      FileDescriptor pooled = std::move(idle_.back());
+      idle_.pop_back();
+      return pooled;
+    }
+  }
+  if (Left(deadline).count() == 0) return NoAnswerInTime();
+  Result<FileDescriptor> fresh = NewConnection(Left(deadline));
+  if (fresh.ok()) return fresh;
+  if (fresh.status().code() == Status::Code::kTimedOut) return NoAnswerInTime();
+  // Nobody listens: the owner is gone.
+  if (fresh.status().code() == Status::Code::kUnavailable) lost_ = true;
+  // Otherwise a refusal by this side's own checks of the owner, or a local failure.
+  return fresh.status();
+}
+
+void RemoteBackend::PutBack(FileDescriptor connection) {
+  std::lock_guard lock(mu_);
+  idle_.push_back(std::move(connection));
+}
+
+Result<std::string> RemoteBackend::Exchange(int connection, std::string_view frame,
+                                            Clock::time_point deadline) {
+  const Status sent = SendFrame(connection, frame, deadline);
+  if (sent.code() == Status::Code::kTimedOut) return NoAnswerInTime();
+  // Even when sending failed, the owner may have said why it closed the connection: read
+  // what arrived, without waiting.
+  Result<std::string> reply =
+      ReadFrame(connection, kMaxResponse, sent.ok() ? deadline : Clock::now());
+  if (reply.ok()) return reply;
+  if (sent.ok() && reply.status().code() == Status::Code::kTimedOut) return NoAnswerInTime();
+  // Closed without a word: the owner is gone. Every pooled connection is as dead.
+  lost_ = true;
+  return Status::Unavailable(fmt::format("lost the connection to {}: {}", OwnerName(),
+                                         (sent.ok() ? reply.status() : sent).message()));
 }
 
 Result<std::string> RemoteBackend::RoundTrip(const Request& request) {
   const auto deadline = Clock::now() + request_timeout_;
-  const auto timed_out = [&] {
-    return Status::TimedOut(OwnerName() + " did not answer within " +
-                            std::to_string(request_timeout_.count()) +
-                            " ms (is it stopped or overloaded?); the request may or may not "
-                            "have been carried out");
-  };
   const std::string frame = EncodeFrame(EncodeRequest(request));
   // Once round per goodbye: the owner closed a pooled connection, and the request goes again on
   // a new one.
   for (;;) {
-    FileDescriptor connection;
-    {
-      std::lock_guard lock(mu_);
-      if (!idle_.empty()) {
-        connection = std::move(idle_.back());
-        idle_.pop_back();
-      }
-    }
-    if (connection.get() < 0) {
-      if (Left(deadline).count() == 0) return timed_out();
-      Result<FileDescriptor> fresh = NewConnection(Left(deadline));
-      if (!fresh.ok()) {
-        if (fresh.status().code() == Status::Code::kTimedOut) return timed_out();
-        // Nobody listens: the owner is gone.
-        if (fresh.status().code() == Status::Code::kUnavailable) lost_ = true;
-        // Otherwise a refusal by this side's own checks of the owner, or a local failure.
-        return fresh.status();
-      }
-      connection = std::move(fresh).value();
-    }
-    const Status sent = SendFrame(connection.get(), frame, deadline);
-    if (sent.code() == Status::Code::kTimedOut) return timed_out();
-    // Even when sending failed, the owner may have said why it closed the connection: read
-    // what arrived, without waiting.
-    Result<std::string> reply =
-        ReadFrame(connection.get(), kMaxResponse, sent.ok() ? deadline : Clock::now());
-    if (!reply.ok()) {
-      if (sent.ok() && reply.status().code() == Status::Code::kTimedOut) return timed_out();
-      // Closed without a word: the owner is gone. Every pooled connection is as dead.
-      lost_ = true;
-      return Status::Unavailable("lost the connection to " + OwnerName() + ": " +
-                                 (sent.ok() ? reply.status() : sent).message());
-    }
+    IDEM_ASSIGN_OR_RETURN(FileDescriptor connection, TakeConnection(deadline));
+    IDEM_ASSIGN_OR_RETURN(const std::string reply, Exchange(connection.get(), frame, deadline));
     Status status;
     ResponseKind kind = ResponseKind::kAnswer;
-    IDEM_ASSIGN_OR_RETURN(std::string_view body, DecodeResponse(*reply, status, kind));
+    IDEM_ASSIGN_OR_RETURN(std::string_view body, DecodeResponse(reply, status, kind));
     switch (kind) {
-      case ResponseKind::kAnswer: {
-        std::string owned_body(body);
-        {
-          std::lock_guard lock(mu_);
-          idle_.push_back(std::move(connection));
-        }
+      case ResponseKind::kAnswer:
+        PutBack(std::move(connection));
         if (!status.ok()) return status;
-        return owned_body;
-      }
+        return std::string(body);
       case ResponseKind::kRefusal:
         return status;
       case ResponseKind::kGoodbye:

@@ -6,7 +6,8 @@
 //   - kTimedOut when the owner did not answer in time (stopped, or overloaded): the connection
 //     is closed, never reused, so a late answer cannot answer a later request;
 //   - kBusy when the owner refused the connection (another user's store, its connection cap,
-//     another protocol version): the owner is there, so this is not a lost owner;
+//     another protocol version), kInvalidArgument when it refused a request over its frame
+//     limit: the owner is there, so this is not a lost owner;
 //   - kUnavailable with lost() true once the owner cannot be reached (it closed the connection
 //     without a word, or nobody listens): the Store fails over (becomes the owner or reconnects)
 //     and resends the call.
@@ -52,8 +53,19 @@ class RemoteBackend final : public Backend {
  private:
   RemoteBackend(SocketAddress address, std::chrono::milliseconds request_timeout)
       : address_(std::move(address)), request_timeout_(request_timeout) {}
+  using Clock = std::chrono::steady_clock;
+
   // Sends one request and returns the body of an OK answer, or the owner's non-OK status.
   Result<std::string> RoundTrip(const Request& request);
+  // A pooled connection, or a new one by `deadline`; a failure as RoundTrip returns it.
+  Result<FileDescriptor> TakeConnection(Clock::time_point deadline);
+  // Pools a connection whose answer was read whole.
+  void PutBack(FileDescriptor connection);
+  // Sends `frame` on `connection` and reads the response frame by `deadline`; a failure as
+  // RoundTrip returns it (the connection is then of no further use).
+  Result<std::string> Exchange(int connection, std::string_view frame, Clock::time_point deadline);
+  // kTimedOut: the owner did not answer within request_timeout_.
+  Status NoAnswerInTime() const;
   // A new connection; remembers the owner's pid (from the kernel) for messages.
   Result<FileDescriptor> NewConnection(std::chrono::milliseconds timeout);
   // "the store's owner (pid N)".

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -32,14 +33,12 @@ constexpr uint64_t kStopKey = 2;
 constexpr uint64_t kTimerKey = 3;
 constexpr uint64_t kFirstConnectionId = 16;
 
-std::string ErrnoText(int error) { return std::strerror(error); }
-
 Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, uint64_t key) {
   epoll_event event{};
   event.events = events;
   event.data.u64 = key;
   if (::epoll_ctl(epoll_fd, op, fd, &event) != 0) {
-    return Status::IOError("epoll_ctl: " + ErrnoText(errno));
+    return Status::IOError(fmt::format("epoll_ctl: {}", std::strerror(errno)));
   }
   return Status::OK();
 }
@@ -68,13 +67,15 @@ Result<std::unique_ptr<Server>> Server::Start(const SocketAddress& address, Back
   server->timer_fd_ = FileDescriptor(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
   server->spare_fd_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (server->epoll_fd_.get() < 0 || server->stop_fd_.get() < 0 || server->timer_fd_.get() < 0) {
-    return Status::IOError("cannot set up the store's socket server: " + ErrnoText(errno));
+    return Status::IOError(
+        fmt::format("cannot set up the store's socket server: {}", std::strerror(errno)));
   }
   IDEM_ASSIGN_OR_RETURN(int listen_fd, Listen(address));
   server->listen_fd_ = FileDescriptor(listen_fd);
   const int flags = ::fcntl(listen_fd, F_GETFL);
   if (flags < 0 || ::fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-    return Status::IOError("cannot make the store socket non-blocking: " + ErrnoText(errno));
+    return Status::IOError(
+        fmt::format("cannot make the store socket non-blocking: {}", std::strerror(errno)));
   }
   const int epoll_fd = server->epoll_fd_.get();
   IDEM_RETURN_IF_ERROR(
@@ -124,8 +125,8 @@ void Server::RunThread() {
     waiting_threads_.fetch_sub(1);
     if (ready < 0) {
       if (errno == EINTR) continue;
-      log_.Log("epoll",
-               "the store's socket server stopped a thread: epoll_wait: " + ErrnoText(errno));
+      log_.Log("epoll", fmt::format("the store's socket server stopped a thread: epoll_wait: {}",
+                                    std::strerror(errno)));
       return;
     }
     if (ready == 0) continue;
@@ -182,109 +183,128 @@ void Server::ArmTimer(bool on) {
 }
 
 void Server::AcceptAll() {
-  const std::string owner = "the store's owner (pid " + std::to_string(::getpid()) + ")";
   for (;;) {
     const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      if (errno != EMFILE && errno != ENFILE) {
-        log_.Log("accept", "cannot accept connections to the store's socket: " + ErrnoText(errno));
-        break;
-      }
-      // Out of descriptors. An idle connection can go (its client reconnects when it needs
-      // to); otherwise the spare descriptor is freed for an instant to tell the peer why it is
-      // refused, so that the listening socket does not stay readable for ever.
-      std::shared_ptr<Connection> idle;
-      {
-        std::lock_guard lock(mu_);
-        idle = TakeLongestIdle();
-      }
-      if (idle) {
-        log_.Log("descriptors",
-                 "the process is out of file descriptors: closed its longest idle "
-                 "connection to the store's socket, of pid " +
-                     std::to_string(idle->pid));
-        Say(idle->fd.get(), ResponseKind::kGoodbye,
-            Status::Unavailable(owner + " is out of file descriptors"));
-        continue;  // `idle` closes here
-      }
-      int refused = -1;
-      {
-        std::lock_guard lock(mu_);
-        spare_fd_ = FileDescriptor();
-        refused = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (refused >= 0) {
-          Say(refused, ResponseKind::kRefusal,
-              Status::Busy(owner + " is out of file descriptors and busy"));
-          ::close(refused);
-        }
-        spare_fd_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-      }
-      log_.Log("descriptors",
-               "the process is out of file descriptors: refused a connection to "
-               "the store's socket");
-      if (refused < 0) break;
+    if (fd >= 0) {
+      if (!Admit(fd)) return;  // stopping: the listening socket is not armed again
       continue;
     }
-
-    ucred peer{};
-    socklen_t size = sizeof(peer);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
-      log_.Log("credentials", "dropped a connection: no peer credentials: " + ErrnoText(errno));
-      ::close(fd);
-      continue;
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    if (errno != EMFILE && errno != ENFILE) {
+      log_.Log("accept", fmt::format("cannot accept connections to the store's socket: {}",
+                                     std::strerror(errno)));
+      break;
     }
-    if (peer.uid != ::geteuid()) {
-      log_.Log("uid", "refused a connection from pid " + std::to_string(peer.pid) + " of uid " +
-                          std::to_string(peer.uid) + ": only uid " + std::to_string(::geteuid()) +
-                          " may use this store");
-      Say(fd, ResponseKind::kRefusal,
-          Status::Busy(owner + " refuses uid " + std::to_string(peer.uid) + ": only uid " +
-                       std::to_string(::geteuid()) + " may use this store"));
-      ::close(fd);
-      continue;
-    }
-    Holder holder = util::HolderFor(peer.pid);
-    std::shared_ptr<Connection> displaced;
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) {
-        ::close(fd);
-        return;
-      }
-      if (connections_.size() >= max_connections_) displaced = TakeLongestIdle();
-      if (connections_.size() < max_connections_) {
-        auto connection = std::make_shared<Connection>(next_id_++, fd, peer.pid, std::move(holder));
-        connection->since = Clock::now();
-        if (EpollControl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
-                         connection->id)
-                .ok()) {
-          connections_.emplace(connection->id, connection);
-          ArmTimer(true);
-        }
-        // On failure the connection's descriptor closes with it: the client reconnects.
-      } else {
-        log_.Log("cap", "refused a connection from pid " + std::to_string(peer.pid) + ": all " +
-                            std::to_string(max_connections_) +
-                            " connections have a request running");
-        Say(fd, ResponseKind::kRefusal,
-            Status::Busy(owner + " is serving its limit of " + std::to_string(max_connections_) +
-                         " connections, each with a request running"));
-        ::close(fd);
-      }
-    }
-    if (displaced) {
-      log_.Log("displaced", "at the limit of " + std::to_string(max_connections_) +
-                                " connections: closed the longest idle one, of pid " +
-                                std::to_string(displaced->pid) + ", to serve pid " +
-                                std::to_string(peer.pid));
-      Say(displaced->fd.get(), ResponseKind::kGoodbye,
-          Status::Unavailable(owner + " closed this idle connection to make room"));
-    }
+    if (!ShedForDescriptors()) break;
   }
   static_cast<void>(EpollControl(epoll_fd_.get(), EPOLL_CTL_MOD, listen_fd_.get(),
                                  EPOLLIN | EPOLLONESHOT, kListenKey));
+}
+
+bool Server::ShedForDescriptors() {
+  // An idle connection can go (its client reconnects when it needs to); otherwise the spare
+  // descriptor is freed for an instant to tell the peer why it is refused, so that the listening
+  // socket does not stay readable for ever.
+  std::shared_ptr<Connection> idle;
+  {
+    std::lock_guard lock(mu_);
+    idle = TakeLongestIdle();
+  }
+  if (idle) {
+    log_.Log("descriptors",
+             fmt::format("the process is out of file descriptors: closed its longest idle "
+                         "connection to the store's socket, of pid {}",
+                         idle->pid));
+    Say(idle->fd.get(), ResponseKind::kGoodbye,
+        Status::Unavailable(fmt::format("{} is out of file descriptors", OwnerName(::getpid()))));
+    return true;  // `idle` closes here
+  }
+  int refused = -1;
+  {
+    std::lock_guard lock(mu_);
+    spare_fd_ = FileDescriptor();
+    refused = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (refused >= 0) {
+      Say(refused, ResponseKind::kRefusal,
+          Status::Busy(
+              fmt::format("{} is out of file descriptors and busy", OwnerName(::getpid()))));
+      ::close(refused);
+    }
+    spare_fd_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  }
+  log_.Log("descriptors",
+           "the process is out of file descriptors: refused a connection to the store's socket");
+  return refused >= 0;
+}
+
+bool Server::Admit(int fd) {
+  ucred peer{};
+  socklen_t size = sizeof(peer);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
+    log_.Log("credentials",
+             fmt::format("dropped a connection: no peer credentials: {}", std::strerror(errno)));
+    ::close(fd);
+    return true;
+  }
+  if (peer.uid != ::geteuid()) {
+    log_.Log("uid", fmt::format("refused a connection from pid {} of uid {}: only uid {} may use "
+                                "this store",
+                                peer.pid, peer.uid, ::geteuid()));
+    Say(fd, ResponseKind::kRefusal,
+        Status::Busy(fmt::format("{} refuses uid {}: only uid {} may use this store",
+                                 OwnerName(::getpid()), peer.uid, ::geteuid())));
+    ::close(fd);
+    return true;
+  }
+  Holder holder = util::HolderFor(peer.pid);
+  std::shared_ptr<Connection> displaced;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      ::close(fd);
+      return false;
+    }
+    if (connections_.size() >= max_connections_) displaced = TakeLongestIdle();
+    if (connections_.size() < max_connections_) {
+      AddConnection(fd, peer.pid, std::move(holder));
+    } else {
+      RefuseAtCap(fd, peer.pid);
+    }
+  }
+  if (displaced) {
+    log_.Log("displaced",
+             fmt::format("at the limit of {} connections: closed the longest idle one, of pid {}, "
+                         "to serve pid {}",
+                         max_connections_, displaced->pid, peer.pid));
+    Say(displaced->fd.get(), ResponseKind::kGoodbye,
+        Status::Unavailable(
+            fmt::format("{} closed this idle connection to make room", OwnerName(::getpid()))));
+  }
+  return true;
+}
+
+void Server::AddConnection(int fd, pid_t pid, Holder holder) {
+  auto connection = std::make_shared<Connection>(next_id_++, fd, pid, std::move(holder));
+  connection->since = Clock::now();
+  if (EpollControl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
+                   connection->id)
+          .ok()) {
+    connections_.emplace(connection->id, connection);
+    ArmTimer(true);
+  }
+  // On failure the connection's descriptor closes with it: the client reconnects.
+}
+
+void Server::RefuseAtCap(int fd, pid_t pid) {
+  log_.Log("cap", fmt::format("refused a connection from pid {}: all {} connections have a "
+                              "request running",
+                              pid, max_connections_));
+  Say(fd, ResponseKind::kRefusal,
+      Status::Busy(fmt::format("{} is serving its limit of {} connections, each with a request "
+                               "running",
+                               OwnerName(::getpid()), max_connections_)));
+  ::close(fd);
 }
 
 void Server::Sweep() {
@@ -314,15 +334,16 @@ void Server::Sweep() {
   }
   for (const auto& connection : idle) {
     Say(connection->fd.get(), ResponseKind::kGoodbye,
-        Status::Unavailable("the store's owner closed this connection after " +
-                            std::to_string(options_.idle_timeout.count()) + " ms idle"));
+        Status::Unavailable(fmt::format("the store's owner closed this connection after {} ms idle",
+                                        options_.idle_timeout.count())));
   }
   for (const auto& connection : stalled) {
-    log_.Log("stalled",
-             "dropped the connection of pid " + std::to_string(connection->pid) +
-                 (connection->phase == Phase::kReading ? ": it stalled in the middle of a request"
-                                                       : ": it did not read its answer") +
-                 " for " + std::to_string(options_.frame_timeout.count()) + " ms");
+    log_.Log(
+        "stalled",
+        fmt::format("dropped the connection of pid {}: {} for {} ms", connection->pid,
+                    connection->phase == Phase::kReading ? "it stalled in the middle of a request"
+                                                         : "it did not read its answer",
+                    options_.frame_timeout.count()));
   }
 
   // Results of purges that their clients never came back for.

@@ -8,12 +8,15 @@
 // is left, the pool grows (up to ServerOptions::max_threads), so a slow request (a Scan page, a
 // purge poll) never keeps the others, new connections or timeouts waiting.
 //
-// A connection from another user is refused; a malformed, truncated or oversized frame drops
-// its connection with a log line; a peer that stalls in the middle of a frame, or does not read
-// its answer, is dropped after frame_timeout; an idle connection is closed after idle_timeout.
-// Refusals and goodbyes are sent as responses before the close (sharing/protocol.h), so a
-// client never mistakes them for a lost owner. At the connection cap, a new connection displaces
-// the longest idle one; it is refused only when every connection has a request running.
+// A connection from another user is refused. A frame over ServerOptions::max_frame is refused
+// too (kInvalidArgument naming its size and the limit), so that a client whose limits are larger
+// than the owner's does not take the owner for lost; a malformed or truncated frame drops its
+// connection without a word; both are logged. A peer that stalls in the middle of a frame, or
+// does not read its answer, is dropped after frame_timeout; an idle connection is closed after
+// idle_timeout. Refusals and goodbyes are sent as responses before the close
+// (sharing/protocol.h), so a client never mistakes them for a lost owner. At the connection cap,
+// a new connection displaces the longest idle one; it is refused only when every connection has
+// a request running.
 
 #ifndef IDEM_SHARING_SERVER_H_
 #define IDEM_SHARING_SERVER_H_
@@ -81,12 +84,31 @@ class Server {
   Server(Backend& backend, ServerOptions options);
   void RunThread();
   void AddThreadIfAllBusy();
+  // Accepts every connection waiting on the listening socket, then arms it again.
   void AcceptAll();
+  // Out of descriptors: closes the longest idle connection or, when none is idle, refuses one
+  // waiting peer with a word. Whether accepting may go on (a descriptor was freed, or a peer
+  // refused).
+  bool ShedForDescriptors();
+  // Serves the connection `fd` just accepted, or refuses it and closes `fd`. False when the
+  // server is stopping.
+  bool Admit(int fd);
+  // Adds `fd` (from `pid`) to the set of connections. mu_ held.
+  void AddConnection(int fd, pid_t pid, Holder holder);
+  // Refuses `fd` (from `pid`): every connection has a request running. mu_ held.
+  void RefuseAtCap(int fd, pid_t pid);
   void Sweep();
   void Serve(uint64_t id, uint32_t events);
   // Reads what has arrived and, once a request is whole, runs it and sends the answer. Returns
   // the connection's next phase, or nullopt when it must be closed.
   std::optional<Phase> ServeRequest(Connection& connection, uint32_t events);
+  // Reads what has arrived on the connection into its buffer, up to one whole frame; `closed`
+  // is set when the peer closed its side. False when the connection must be dropped: it broke
+  // the protocol (an oversized frame, a second frame before the answer) or failed.
+  bool ReceiveRequest(Connection& connection, bool& closed);
+  // Logs why a request `frame` could not be decoded and, for a peer of another protocol version,
+  // refuses it with a word (the caller closes the connection next).
+  void TurnAway(const Connection& connection, std::string_view frame, const Status& why);
   // Sends what is left of the answer; the next phase, or nullopt when the connection failed.
   std::optional<Phase> SendAnswer(Connection& connection);
   // Hands the connection back to the epoll set in `phase`, or closes it (nullopt).

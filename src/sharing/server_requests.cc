@@ -2,6 +2,7 @@
 // runs as a job that the client polls. The threads and connections are in server.cc.
 
 #include <errno.h>
+#include <fmt/format.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,47 +27,77 @@ constexpr milliseconds kMaxPurgeWait{1000};
 // Purge jobs at once, running or finished and not yet collected by their client.
 constexpr std::size_t kMaxPurgeJobs = 16;
 
+// Whether `in` holds a whole frame (its header, then as many bytes as the header announces).
+bool HoldsWholeFrame(const std::string& in) {
+  return in.size() >= kFrameHeaderSize && in.size() >= kFrameHeaderSize + FrameLength(in.data());
+}
+
 }  // namespace
 
-std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32_t events) {
-  const int fd = connection.fd.get();
+bool Server::ReceiveRequest(Connection& connection, bool& closed) {
   std::string& in = connection.in;
-  bool closed = false;
-  uint32_t size = 0;
   for (;;) {
     char chunk[16384];
-    const ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+    const ssize_t n = ::recv(connection.fd.get(), chunk, sizeof chunk, MSG_DONTWAIT);
     if (n > 0) {
       in.append(chunk, static_cast<std::size_t>(n));
       if (in.size() < kFrameHeaderSize) continue;
-      size = FrameLength(in.data());
+      const uint32_t size = FrameLength(in.data());
       if (size > options_.max_frame) {
-        log_.Log("oversized frame", "dropped the connection of pid " +
-                                        std::to_string(connection.pid) + ": frame of " +
-                                        std::to_string(size) + " bytes is over the limit of " +
-                                        std::to_string(options_.max_frame));
-        return std::nullopt;
+        log_.Log("oversized frame",
+                 fmt::format("dropped the connection of pid {}: frame of {} bytes is over the "
+                             "limit of {}",
+                             connection.pid, size, options_.max_frame));
+        // Said, not only dropped: a client whose limits are larger than this owner's would take
+        // a silent close for a lost owner, and fail over and resend until it gave up.
+        Say(connection.fd.get(), ResponseKind::kRefusal,
+            Status::InvalidArgument(
+                fmt::format("{} refuses a request of {} bytes: the limit is {} bytes",
+                            OwnerName(::getpid()), size, options_.max_frame)));
+        return false;
       }
       // Each side sends one frame and waits for the answer: bytes past this frame mean a peer
       // that does not follow the protocol.
       if (in.size() > kFrameHeaderSize + size) {
-        log_.Log("extra frame", "dropped the connection of pid " + std::to_string(connection.pid) +
-                                    ": it sent another frame before the answer to this one");
-        return std::nullopt;
+        log_.Log("extra frame", fmt::format("dropped the connection of pid {}: it sent another "
+                                            "frame before the answer to this one",
+                                            connection.pid));
+        return false;
       }
       // Whole: nothing more is due before the answer (a close shows in `events`).
-      if (in.size() == kFrameHeaderSize + size) break;
+      if (in.size() == kFrameHeaderSize + size) return true;
     } else if (n == 0) {
       closed = true;
-      break;
+      return true;
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      break;
+      return true;
     } else if (errno != EINTR) {
-      return std::nullopt;  // the connection failed: nobody is there to answer
+      return false;  // the connection failed: nobody is there to answer
     }
   }
-  if (in.size() >= kFrameHeaderSize) size = FrameLength(in.data());
-  if (in.size() < kFrameHeaderSize || in.size() < kFrameHeaderSize + size) {
+}
+
+void Server::TurnAway(const Connection& connection, std::string_view frame, const Status& why) {
+  const uint8_t version = RequestVersion(frame);
+  if (version == 0 || version == kProtocolVersion) {
+    log_.Log("malformed request",
+             fmt::format("dropped the connection of pid {}: {}", connection.pid, why.ToString()));
+    return;
+  }
+  log_.Log("version", fmt::format("refused the connection of pid {}: it speaks protocol version "
+                                  "{}, this owner {}",
+                                  connection.pid, version, kProtocolVersion));
+  Say(connection.fd.get(), ResponseKind::kRefusal,
+      Status::Busy(fmt::format("{} speaks protocol version {}, this process {}: every process "
+                               "sharing a store must run the same idem release",
+                               OwnerName(::getpid()), kProtocolVersion, version)));
+}
+
+std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32_t events) {
+  std::string& in = connection.in;
+  bool closed = false;
+  if (!ReceiveRequest(connection, closed)) return std::nullopt;
+  if (!HoldsWholeFrame(in)) {
     if (closed) return std::nullopt;  // the normal end of a connection, or a peer gone mid-frame
     return in.empty() ? Phase::kIdle : Phase::kReading;
   }
@@ -77,21 +108,7 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
   const std::string_view frame = std::string_view(in).substr(kFrameHeaderSize);
   Result<Request> request = DecodeRequest(frame);
   if (!request.ok()) {
-    const uint8_t version = RequestVersion(frame);
-    if (version != 0 && version != kProtocolVersion) {
-      log_.Log("version", "refused the connection of pid " + std::to_string(connection.pid) +
-                              ": it speaks protocol version " + std::to_string(version) +
-                              ", this owner " + std::to_string(kProtocolVersion));
-      Say(fd, ResponseKind::kRefusal,
-          Status::Busy("the store's owner (pid " + std::to_string(::getpid()) +
-                       ") speaks protocol version " + std::to_string(kProtocolVersion) +
-                       ", this process " + std::to_string(version) +
-                       ": every process sharing a store must run the same idem release"));
-    } else {
-      log_.Log("malformed request", "dropped the connection of pid " +
-                                        std::to_string(connection.pid) + ": " +
-                                        request.status().ToString());
-    }
+    TurnAway(connection, frame, request.status());
     return std::nullopt;
   }
   if (abandoned) {
@@ -100,8 +117,7 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
     // may record the result of work already done, which a retry then finds.
     const bool keeps_work = std::holds_alternative<TransitionMessage>(*request) ||
                             std::holds_alternative<ForgetMessage>(*request);
-    if (!keeps_work) return std::nullopt;
-    Handle(*request, connection.holder);
+    if (keeps_work) Handle(*request, connection.holder);
     return std::nullopt;
   }
   // This thread is busy for as long as the request runs: make sure another one waits.
@@ -168,8 +184,8 @@ std::string Server::HandlePurge(const PurgeMessage& message) {
   if (!slot) {
     if (purges_.size() > kMaxPurgeJobs) {
       purges_.erase(message.ticket);
-      return EncodeResponse(Status::Busy("the store's owner is running " +
-                                         std::to_string(kMaxPurgeJobs) + " purges already"));
+      return EncodeResponse(Status::Busy(
+          fmt::format("the store's owner is running {} purges already", kMaxPurgeJobs)));
     }
     slot = std::make_shared<PurgeJob>();
     PurgeOptions options;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -17,8 +18,6 @@
 
 namespace idem::sharing {
 namespace {
-
-std::string ErrnoText(int error) { return std::strerror(error); }
 
 // Fills `addr` with `path`; returns the length to pass to bind/connect. The caller made sure
 // that `path` fits.
@@ -47,7 +46,8 @@ Status WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadl
     const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
     if (ready > 0) return Status::OK();
     if (ready == 0 && left.count() == 0) return Status::TimedOut(std::string(what));
-    if (ready < 0 && errno != EINTR) return Status::Unavailable("poll: " + ErrnoText(errno));
+    if (ready < 0 && errno != EINTR)
+      return Status::Unavailable(fmt::format("poll: {}", std::strerror(errno)));
   }
 }
 
@@ -66,7 +66,7 @@ Status ReadExactly(int fd, char* out, std::size_t size,
       IDEM_RETURN_IF_ERROR(
           WaitFor(fd, POLLIN, deadline, "the peer stalled in the middle of a frame"));
     } else if (errno != EINTR) {
-      return Status::Unavailable("receiving: " + ErrnoText(errno));
+      return Status::Unavailable(fmt::format("receiving: {}", std::strerror(errno)));
     }
   }
   return Status::OK();
@@ -86,24 +86,24 @@ SocketAddress SocketAddressFor(const std::string& directory, unsigned long devic
   // Too long for a socket address: through a descriptor of the directory.
   const int fd = ::open(directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
-    address.unusable =
-        "cannot open the store directory " + EscapeControls(directory) + ": " + ErrnoText(errno);
+    address.unusable = fmt::format("cannot open the store directory {}: {}",
+                                   EscapeControls(directory), std::strerror(errno));
     return address;
   }
   auto held = std::make_shared<const FileDescriptor>(fd);
-  const std::string via = "/proc/self/fd/" + std::to_string(fd);
+  const std::string via = fmt::format("/proc/self/fd/{}", fd);
   struct stat opened {};
   struct stat seen {};
   if (::fstat(fd, &opened) != 0 || opened.st_dev != device || opened.st_ino != inode) {
-    address.unusable = "the store directory " + EscapeControls(directory) +
-                       " was replaced while it was being opened";
+    address.unusable = fmt::format("the store directory {} was replaced while it was being opened",
+                                   EscapeControls(directory));
   } else if (::stat(via.c_str(), &seen) != 0 || seen.st_dev != device || seen.st_ino != inode) {
-    address.unusable =
-        "the store path " + EscapeControls(directory) + " is " + std::to_string(directory.size()) +
-        " bytes, too long for its socket's address (at most " + std::to_string(kMaxDirectLength) +
-        " bytes), and /proc/self/fd, through which idem reaches the socket of such a store, "
-        "is not available in this process (is /proc mounted, for this PID namespace?): use a "
-        "shorter store path, or mount /proc";
+    address.unusable = fmt::format(
+        "the store path {} is {} bytes, too long for its socket's address (at most {} bytes), "
+        "and /proc/self/fd, through which idem reaches the socket of such a store, is not "
+        "available in this process (is /proc mounted, for this PID namespace?): use a shorter "
+        "store path, or mount /proc",
+        EscapeControls(directory), directory.size(), kMaxDirectLength);
   } else {
     address.path = via + "/" + kSocketFile;
     address.directory = std::move(held);
@@ -126,7 +126,7 @@ FileDescriptor::~FileDescriptor() {
 Result<int> Listen(const SocketAddress& address) {
   if (!address.unusable.empty()) return Status::IOError(address.unusable);
   FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return Status::IOError("socket: " + ErrnoText(errno));
+  if (fd.get() < 0) return Status::IOError(fmt::format("socket: {}", std::strerror(errno)));
   // bind() creates the file with the process's umask: under a temporary name, so that nobody
   // can connect before it is 0600 (the directory is the owner's only as well). A dead owner may
   // have left the temporary name behind.
@@ -135,26 +135,27 @@ Result<int> Listen(const SocketAddress& address) {
   sockaddr_un addr;
   const socklen_t length = ToSockaddr(bound, addr);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
-    return Status::IOError("cannot bind the store socket " + address.shown + kSocketBindSuffix +
-                           ": " + ErrnoText(errno));
+    return Status::IOError(fmt::format("cannot bind the store socket {}{}: {}", address.shown,
+                                       kSocketBindSuffix, std::strerror(errno)));
   }
   if (::chmod(bound.c_str(), S_IRUSR | S_IWUSR) != 0) {
     const int error = errno;
     ::unlink(bound.c_str());
-    return Status::IOError("cannot restrict the store socket " + address.shown + ": " +
-                           ErrnoText(error));
+    return Status::IOError(fmt::format("cannot restrict the store socket {}: {}", address.shown,
+                                       std::strerror(error)));
   }
   if (::listen(fd.get(), 128) != 0) {
     const int error = errno;
     ::unlink(bound.c_str());
-    return Status::IOError("cannot listen on " + address.shown + ": " + ErrnoText(error));
+    return Status::IOError(
+        fmt::format("cannot listen on {}: {}", address.shown, std::strerror(error)));
   }
   // Replaces a dead owner's socket file in one step (rename never follows a symbolic link).
   if (::rename(bound.c_str(), address.path.c_str()) != 0) {
     const int error = errno;
     ::unlink(bound.c_str());
-    return Status::IOError("cannot put the store socket in place at " + address.shown + ": " +
-                           ErrnoText(error));
+    return Status::IOError(fmt::format("cannot put the store socket in place at {}: {}",
+                                       address.shown, std::strerror(error)));
   }
   return fd.release();
 }
@@ -165,11 +166,12 @@ Result<OwnerConnection> Connect(const SocketAddress& address, std::chrono::milli
   // are checked below; a symbolic link in place of the socket is refused all the same.
   struct stat info {};
   if (::lstat(address.path.c_str(), &info) == 0 && S_ISLNK(info.st_mode)) {
-    return Status::IOError("the store socket " + address.shown +
-                           " is a symbolic link; idem never follows one inside a store");
+    return Status::IOError(
+        fmt::format("the store socket {} is a symbolic link; idem never follows one inside a store",
+                    address.shown));
   }
   FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return Status::IOError("socket: " + ErrnoText(errno));
+  if (fd.get() < 0) return Status::IOError(fmt::format("socket: {}", std::strerror(errno)));
   // connect() on a UNIX socket waits for room in the listener's backlog, which a stopped owner
   // never makes; the send timeout bounds that wait (frames are sent without blocking anyway).
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -182,25 +184,25 @@ Result<OwnerConnection> Connect(const SocketAddress& address, std::chrono::milli
   while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
     if (errno == EINTR) continue;
     if (errno == EAGAIN) {
-      return Status::TimedOut("the store's owner at " + address.shown +
-                              " accepted no connection within " + std::to_string(timeout.count()) +
-                              " ms");
+      return Status::TimedOut(
+          fmt::format("the store's owner at {} accepted no connection within {} ms", address.shown,
+                      timeout.count()));
     }
-    return Status::Unavailable("cannot connect to the store's owner at " + address.shown + ": " +
-                               ErrnoText(errno));
+    return Status::Unavailable(fmt::format("cannot connect to the store's owner at {}: {}",
+                                           address.shown, std::strerror(errno)));
   }
   // The kernel's record of who listens (as of its listen()), not anything the peer says.
   ucred peer{};
   socklen_t size = sizeof(peer);
   if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
-    return Status::IOError("cannot read the credentials of the process serving " + address.shown +
-                           ": " + ErrnoText(errno));
+    return Status::IOError(fmt::format("cannot read the credentials of the process serving {}: {}",
+                                       address.shown, std::strerror(errno)));
   }
   if (peer.uid != ::geteuid()) {
-    return Status::IOError("the store socket " + address.shown + " is served by pid " +
-                           std::to_string(peer.pid) + " of uid " + std::to_string(peer.uid) +
-                           ", not by this process's user (uid " + std::to_string(::geteuid()) +
-                           "): refusing to send it anything");
+    return Status::IOError(fmt::format(
+        "the store socket {} is served by pid {} of uid {}, not by this process's user (uid {}): "
+        "refusing to send it anything",
+        address.shown, peer.pid, peer.uid, ::geteuid()));
   }
   return OwnerConnection{std::move(fd), peer.pid};
 }
@@ -225,7 +227,7 @@ Status SendFrame(int fd, std::string_view frame, std::chrono::steady_clock::time
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       IDEM_RETURN_IF_ERROR(WaitFor(fd, POLLOUT, deadline, "the peer stopped reading"));
     } else if (errno != EINTR) {
-      return Status::Unavailable("sending: " + ErrnoText(errno));
+      return Status::Unavailable(fmt::format("sending: {}", std::strerror(errno)));
     }
   }
   return Status::OK();
@@ -245,13 +247,13 @@ Result<std::string> ReadFrame(int fd, std::size_t max_size,
     } else if (n == 0) {
       return Status::Unavailable("connection closed by the peer");
     } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      return Status::Unavailable("receiving: " + ErrnoText(errno));
+      return Status::Unavailable(fmt::format("receiving: {}", std::strerror(errno)));
     }
   }
   const uint32_t size = FrameLength(first);
   if (size > max_size) {
-    return Status::InvalidArgument("frame of " + std::to_string(size) +
-                                   " bytes is over the limit of " + std::to_string(max_size));
+    return Status::InvalidArgument(
+        fmt::format("frame of {} bytes is over the limit of {}", size, max_size));
   }
   // Each side sends one frame and waits for the answer: bytes past this frame mean a peer that
   // does not follow the protocol.

@@ -1,6 +1,7 @@
 #include "util/random.h"
 
 #include <errno.h>
+#include <fmt/format.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -18,8 +19,8 @@ Status RandomBytes(void* out, std::size_t size) {
     const ssize_t n = ::getrandom(bytes + got, size - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::Unavailable(std::string("no random bytes from the kernel: getrandom: ") +
-                                 std::strerror(errno));
+      return Status::Unavailable(
+          fmt::format("no random bytes from the kernel: getrandom: {}", std::strerror(errno)));
     }
     got += static_cast<std::size_t>(n);
   }
