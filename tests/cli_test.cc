@@ -577,6 +577,41 @@ TEST_F(CliTest, DumpTableKeepsItsWidthsAfterTheSampleRows) {
   EXPECT_NE(lines[241].find("\u2026"), std::string::npos) << lines[241];
 }
 
+// Columns are as wide as their widest cell in code points, whatever the script: a key of three
+// CJK characters, or with an emoji, is padded by the code points it has (as DisplayWidth and
+// CutToWidth count them), not by the two terminal columns fmt's width spec would give each.
+TEST_F(CliTest, TableColumnsCountCodePointsOfNonAsciiText) {
+  const std::string cafe = "caf\xc3\xa9";
+  const std::string cjk = "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e";  // 3 code points
+  const std::string emoji = "\xf0\x9f\x98\x80-smile";              // 7 code points
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    for (const std::string& key : {cafe, cjk, emoji, std::string("plain")}) {
+      ASSERT_OK_AND_ASSIGN(auto claim, (store->Begin(key, {.type = key == cafe ? cjk : "t"})));
+      ASSERT_OK(store->Complete(key, claim.token, key == cjk ? emoji : "ok"));
+    }
+  }
+  CliResult result = RunCli({"dump", path(), "--format", "table"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  const std::vector<std::string> lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 5u) << result.out;
+  // KEY is 7 columns (the emoji key), TYPE 4 (its header; the CJK type is 3).
+  const std::string starts[] = {
+      "KEY      TYPE  STATE",   cafe + "     " + cjk + "   done", "plain    t     done",
+      cjk + "      t     done", emoji + "  t     done",
+  };
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].substr(0, starts[i].size()), starts[i]) << result.out;
+  }
+  EXPECT_EQ(lines[3].substr(lines[3].size() - emoji.size()), emoji) << result.out;
+
+  result = RunCli({"stats", path(), "--format", "table"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find("\n  t             3\n  " + cjk + "           1\n"), std::string::npos)
+      << result.out;
+}
+
 // ---- get -----------------------------------------------------------------------------------
 
 TEST_F(CliTest, GetPrintsOneRecordInEitherFormat) {
