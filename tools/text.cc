@@ -1,9 +1,9 @@
 #include "text.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cinttypes>
 #include <cstdint>
-#include <cstdio>
 #include <ctime>
 
 #include "util/hex.h"
@@ -169,6 +169,8 @@ std::string PadLeft(std::string text, std::size_t width) {
   return text;
 }
 
+void TrimTrailingSpaces(std::string& line) { line.erase(line.find_last_not_of(' ') + 1); }
+
 std::string JsonEscape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 8);
@@ -235,8 +237,7 @@ std::string FormatRfc3339(std::chrono::system_clock::time_point t) {
   ::gmtime_r(&time, &tm);
   char buffer[64];
   const std::size_t length = std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buffer + length, sizeof(buffer) - length, ".%06" PRId64 "Z", fraction);
-  return buffer;
+  return fmt::format("{}.{:06}Z", std::string_view(buffer, length), fraction);
 }
 
 std::string FormatLocalTime(std::chrono::system_clock::time_point t) {
