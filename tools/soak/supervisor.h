@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -85,6 +86,8 @@ class Supervisor {
 
   // verify.cc: the history against the store, after a round.
   void Verify(Round& round, long* verified);
+  KeyState* LoggedKey(std::string_view log, const std::string& line, std::size_t words,
+                      std::vector<std::string>& w);
   void ReadRuns(Round& round, const std::vector<std::string>& runs);
   std::set<std::string> ReadAcks(Round& round, const std::vector<std::string>& acks);
   std::optional<std::unordered_map<std::string, Record>> ReadStore();

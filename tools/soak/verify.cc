@@ -17,21 +17,31 @@ void Supervisor::Violation(const std::string& text, bool print) {
   }
 }
 
+// The history of the key a log line names, with the line's words in `w`; null after reporting a
+// line without `words` words or a key the soak never used. `log`: "run" or "ack".
+KeyState* Supervisor::LoggedKey(std::string_view log, const std::string& line, std::size_t words,
+                                std::vector<std::string>& w) {
+  w = Split(line);
+  if (w.size() != words) {
+    Violation(fmt::format("malformed {} log line '{}'", log, line));
+    return nullptr;
+  }
+  auto found = keys_.find(w[0]);
+  if (found == keys_.end()) {
+    Violation(fmt::format("{} of a key the soak never used: '{}'", log, line));
+    return nullptr;
+  }
+  return &found->second;
+}
+
 // The run log: "KEY PID TOKEN TOOK_OVER ATTEMPTS" a run of a worker's function.
 void Supervisor::ReadRuns(Round& round, const std::vector<std::string>& runs) {
   std::map<pid_t, std::string> last_run;  // per process, the key its function ran last
+  std::vector<std::string> w;
   for (const std::string& line : runs) {
-    const auto w = Split(line);
-    if (w.size() != 5) {
-      Violation(fmt::format("malformed run log line '{}'", line));
-      continue;
-    }
-    auto found = keys_.find(w[0]);
-    if (found == keys_.end()) {
-      Violation(fmt::format("run of a key the soak never used: '{}'", line));
-      continue;
-    }
-    KeyState& key = found->second;
+    KeyState* const logged = LoggedKey("run", line, 5, w);
+    if (logged == nullptr) continue;
+    KeyState& key = *logged;
     ++round.runs;
     if (++key.runs > 1) {
       ++t_.duplicates;
@@ -52,21 +62,14 @@ void Supervisor::ReadRuns(Round& round, const std::vector<std::string>& runs) {
 // The ack log: "KEY RESULT PID E|R" an acknowledged result. Returns the keys acknowledged.
 std::set<std::string> Supervisor::ReadAcks(Round& round, const std::vector<std::string>& acks) {
   std::set<std::string> acked;
+  std::vector<std::string> w;
   for (const std::string& line : acks) {
-    const auto w = Split(line);
-    if (w.size() != 4) {
-      Violation(fmt::format("malformed ack log line '{}'", line));
-      continue;
-    }
-    auto found = keys_.find(w[0]);
-    if (found == keys_.end()) {
-      Violation(fmt::format("ack of a key the soak never used: '{}'", line));
-      continue;
-    }
+    KeyState* const logged = LoggedKey("ack", line, 4, w);
+    if (logged == nullptr) continue;
     ++t_.acks;
     ++round.acks;
     if (w[3] == "R") ++t_.replays;
-    KeyState& key = found->second;
+    KeyState& key = *logged;
     if (key.acked.empty()) {
       key.acked = w[1];
       acked_pool_.push_back(w[0]);
