@@ -337,6 +337,58 @@ TEST(CliFormat, DisplayEscapeShowsBytesAsHex) {
   EXPECT_EQ(idem::cli::DisplayEscape("\xc2\x85"), "\\xc2\\x85");  // C1 control NEL
 }
 
+// The three escapes agree on which bytes are well-formed UTF-8 (Unicode table 3-7): each one
+// that is not is escaped (JsonEscape, DisplayEscape) or re-encoded as U+00XX (ToValidUtf8) on
+// its own, and decoding resumes at the next byte.
+TEST(CliFormat, EscapesTreatMalformedUtf8AByteAtATime) {
+  struct Case {
+    std::string bytes;
+    std::string json;
+    std::string valid;
+    std::string display;
+  };
+  const Case cases[] = {
+      // A lone continuation byte, bytes that start no sequence.
+      {"\x80", "\\u0080", "\xc2\x80", "\\x80"},
+      {"\xff", "\\u00ff", "\xc3\xbf", "\\xff"},
+      {"\xf5\x80", "\\u00f5\\u0080", "\xc3\xb5\xc2\x80", "\\xf5\\x80"},
+      // Truncated sequences, in the middle and at the end.
+      {"\xe2\x82z", "\\u00e2\\u0082z", "\xc3\xa2\xc2\x82z", "\\xe2\\x82z"},
+      {"\xf0\x9f\x98", "\\u00f0\\u009f\\u0098", "\xc3\xb0\xc2\x9f\xc2\x98", "\\xf0\\x9f\\x98"},
+      {"\xc3", "\\u00c3", "\xc3\x83", "\\xc3"},
+      // Overlong forms of '/' and of U+FFFF.
+      {"\xc0\xaf", "\\u00c0\\u00af", "\xc3\x80\xc2\xaf", "\\xc0\\xaf"},
+      {"\xe0\x80\xaf", "\\u00e0\\u0080\\u00af", "\xc3\xa0\xc2\x80\xc2\xaf", "\\xe0\\x80\\xaf"},
+      {"\xf0\x8f\xbf\xbf", "\\u00f0\\u008f\\u00bf\\u00bf", "\xc3\xb0\xc2\x8f\xc2\xbf\xc2\xbf",
+       "\\xf0\\x8f\\xbf\\xbf"},
+      // Encoded surrogates (high and low), and a code point above U+10FFFF.
+      {"\xed\xa0\x80", "\\u00ed\\u00a0\\u0080", "\xc3\xad\xc2\xa0\xc2\x80", "\\xed\\xa0\\x80"},
+      {"\xed\xbf\xbf", "\\u00ed\\u00bf\\u00bf", "\xc3\xad\xc2\xbf\xc2\xbf", "\\xed\\xbf\\xbf"},
+      {"\xf4\x90\x80\x80", "\\u00f4\\u0090\\u0080\\u0080", "\xc3\xb4\xc2\x90\xc2\x80\xc2\x80",
+       "\\xf4\\x90\\x80\\x80"},
+      // A malformed byte before a valid character and after one.
+      {"\xff\xc3\xa9", "\\u00ff\xc3\xa9", "\xc3\xbf\xc3\xa9", "\\xff\xc3\xa9"},
+      {"\xc3\xa9\xa9", "\xc3\xa9\\u00a9", "\xc3\xa9\xc2\xa9", "\xc3\xa9\\xa9"},
+      // The edges of the well-formed ranges are kept (U+0080 is a C1 control for people).
+      {"\xc2\x80", "\xc2\x80", "\xc2\x80", "\\xc2\\x80"},
+      {"\xc2\xa0", "\xc2\xa0", "\xc2\xa0", "\xc2\xa0"},
+      {"\xe0\xa0\x80", "\xe0\xa0\x80", "\xe0\xa0\x80", "\xe0\xa0\x80"},
+      {"\xed\x9f\xbf", "\xed\x9f\xbf", "\xed\x9f\xbf", "\xed\x9f\xbf"},
+      {"\xee\x80\x80", "\xee\x80\x80", "\xee\x80\x80", "\xee\x80\x80"},
+      {"\xf0\x90\x80\x80", "\xf0\x90\x80\x80", "\xf0\x90\x80\x80", "\xf0\x90\x80\x80"},
+      {"\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf"},
+      // ASCII controls and DEL.
+      {std::string("\0\x1b\x7f", 3), "\\u0000\\u001b\\u007f", std::string("\0\x1b\x7f", 3),
+       "\\x00\\x1b\\x7f"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(idem::cli::DisplayEscape(c.bytes));
+    EXPECT_EQ(idem::cli::JsonEscape(c.bytes), c.json);
+    EXPECT_EQ(idem::cli::ToValidUtf8(c.bytes), c.valid);
+    EXPECT_EQ(idem::cli::DisplayEscape(c.bytes), c.display);
+  }
+}
+
 TEST(CliFormat, TimesAreRfc3339Utc) {
   const auto t = std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -523,6 +575,41 @@ TEST_F(CliTest, DumpTableKeepsItsWidthsAfterTheSampleRows) {
     EXPECT_EQ(lines[i].substr(byte, 2), "t ") << lines[i];
   }
   EXPECT_NE(lines[241].find("\u2026"), std::string::npos) << lines[241];
+}
+
+// Columns are as wide as their widest cell in code points, whatever the script: a key of three
+// CJK characters, or with an emoji, is padded by the code points it has (as DisplayWidth and
+// CutToWidth count them), not by the two terminal columns fmt's width spec would give each.
+TEST_F(CliTest, TableColumnsCountCodePointsOfNonAsciiText) {
+  const std::string cafe = "caf\xc3\xa9";
+  const std::string cjk = "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e";  // 3 code points
+  const std::string emoji = "\xf0\x9f\x98\x80-smile";              // 7 code points
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    for (const std::string& key : {cafe, cjk, emoji, std::string("plain")}) {
+      ASSERT_OK_AND_ASSIGN(auto claim, (store->Begin(key, {.type = key == cafe ? cjk : "t"})));
+      ASSERT_OK(store->Complete(key, claim.token, key == cjk ? emoji : "ok"));
+    }
+  }
+  CliResult result = RunCli({"dump", path(), "--format", "table"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  const std::vector<std::string> lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 5u) << result.out;
+  // KEY is 7 columns (the emoji key), TYPE 4 (its header; the CJK type is 3).
+  const std::string starts[] = {
+      "KEY      TYPE  STATE",   cafe + "     " + cjk + "   done", "plain    t     done",
+      cjk + "      t     done", emoji + "  t     done",
+  };
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].substr(0, starts[i].size()), starts[i]) << result.out;
+  }
+  EXPECT_EQ(lines[3].substr(lines[3].size() - emoji.size()), emoji) << result.out;
+
+  result = RunCli({"stats", path(), "--format", "table"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find("\n  t             3\n  " + cjk + "           1\n"), std::string::npos)
+      << result.out;
 }
 
 // ---- get -----------------------------------------------------------------------------------

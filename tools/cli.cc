@@ -3,6 +3,9 @@
 
 #include "cli.h"
 
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
@@ -36,8 +39,8 @@ CLI::Validator LimitValidator() {
         const char* last = text.data() + text.size();
         const auto [stop, error] = std::from_chars(first, last, value);
         if (first == last || error != std::errc() || stop != last || value < 1) {
-          return "'" + DisplayEscape(text) + "' is not a whole number from 1 to " +
-                 std::to_string(std::numeric_limits<int64_t>::max());
+          return fmt::format("'{}' is not a whole number from 1 to {}", DisplayEscape(text),
+                             std::numeric_limits<int64_t>::max());
         }
         return "";
       },
@@ -47,7 +50,7 @@ CLI::Validator LimitValidator() {
 // One line of a CLI11 message.
 std::string OneLine(std::string text) {
   std::replace(text.begin(), text.end(), '\n', ' ');
-  while (!text.empty() && text.back() == ' ') text.pop_back();
+  TrimTrailingSpaces(text);
   return text;
 }
 
@@ -144,9 +147,11 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
   if (argc >= 2 && argv[1][0] != '-' &&
       std::none_of(commands.begin(), commands.end(),
                    [&](const CLI::App* sub) { return sub->get_name() == argv[1]; })) {
-    err << "idem: unknown command '" << DisplayEscape(argv[1])
-        << "'; the commands are dump, get, stats, purge, forget (see 'idem --help')\n"
-        << std::flush;
+    fmt::print(err,
+               "idem: unknown command '{}'; the commands are dump, get, stats, purge, forget "
+               "(see 'idem --help')\n",
+               DisplayEscape(argv[1]));
+    err.flush();
     return kExitUsage;
   }
   try {
@@ -157,13 +162,14 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
     }
     std::string command = "idem";
     for (CLI::App* sub : commands) {
-      if (sub->parsed()) command += " " + sub->get_name();
+      if (sub->parsed()) command = fmt::format("{} {}", command, sub->get_name());
     }
-    err << command << ": " << OneLine(e.what()) << " (see '" << command << " --help')\n"
-        << std::flush;
+    fmt::print(err, "{}: {} (see '{} --help')\n", command, OneLine(e.what()), command);
+    err.flush();
     return kExitUsage;
   } catch (const std::exception& e) {
-    err << "idem: " << OneLine(e.what()) << '\n' << std::flush;
+    fmt::print(err, "idem: {}\n", OneLine(e.what()));
+    err.flush();
     return kExitUsage;
   }
   return std::nullopt;
@@ -183,7 +189,8 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
     if (purge->parsed()) return Purge(Context{"purge", out, err, clock}, args.purge);
     if (forget->parsed()) return Forget(Context{"forget", out, err, clock}, args.forget);
   } catch (const std::exception& e) {  // std::bad_alloc, a filesystem error, ...
-    err << "idem: " << OneLine(e.what()) << '\n' << std::flush;
+    fmt::print(err, "idem: {}\n", OneLine(e.what()));
+    err.flush();
     return kExitStoreError;
   }
   err << "idem: no command (see 'idem --help')\n";

@@ -1,5 +1,8 @@
 // `idem forget`: removes one record whatever its state.
 
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
 #include "commands.h"
 #include "text.h"
 
@@ -13,14 +16,14 @@ int Forget(const Context& ctx, const ForgetArgs& args) {
   if (!store.ok()) return ctx.StoreError(path, store.status());
   const Status forgotten = (*store)->Forget(*key);
   if (forgotten.code() == Status::Code::kNotFound) {
-    return ctx.Fail(kExitNotFound, "no record for key '" + DisplayEscape(*key) + "'");
+    return ctx.Fail(kExitNotFound, fmt::format("no record for key '{}'", DisplayEscape(*key)));
   }
   if (forgotten.code() == Status::Code::kInvalidArgument) {
     return ctx.Usage(forgotten.message());
   }
   if (!forgotten.ok()) return ctx.StoreError(path, forgotten);
   store->reset();
-  ctx.out << "forgot " << DisplayEscape(*key) << '\n';
+  fmt::print(ctx.out, "forgot {}\n", DisplayEscape(*key));
   return ctx.FinishOutput(kExitOk);
 }
 

@@ -1,5 +1,8 @@
 // `idem get`: one record, as its fields or one JSON object.
 
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
 #include "commands.h"
 #include "records.h"
 #include "text.h"
@@ -20,12 +23,12 @@ int Get(const Context& ctx, const GetArgs& args) {
     return ctx.StoreError(path, record.status());
   }
   if (!record->has_value()) {
-    return ctx.Fail(kExitNotFound, "no record for key '" + DisplayEscape(*key) + "'");
+    return ctx.Fail(kExitNotFound, fmt::format("no record for key '{}'", DisplayEscape(*key)));
   }
   if (ResolveFormat(ctx, args.format) == "table") {
     WriteRecordFields(ctx.out, **record);
   } else {
-    ctx.out << RecordToJson(**record) << '\n';
+    fmt::print(ctx.out, "{}\n", RecordToJson(**record));
   }
   return ctx.FinishOutput(kExitOk);
 }

@@ -1,5 +1,8 @@
 // `idem purge`: removes (or counts) the records whose retention has expired.
 
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
 #include <chrono>
 
 #include "commands.h"
@@ -23,14 +26,15 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
   options.dry_run = dry_run;
   options.compact = !dry_run;
   if (progress) {
-    ctx.err << "idem purge: " << (dry_run ? "counting" : "removing") << " expired records in "
-            << DisplayEscape(path) << " ..." << std::flush;
+    fmt::print(ctx.err, "idem purge: {} expired records in {} ...",
+               dry_run ? "counting" : "removing", DisplayEscape(path));
+    ctx.err.flush();
     options.progress = [&](uint64_t so_far) {
       const auto now = std::chrono::steady_clock::now();
       if (now - last_shown < std::chrono::milliseconds(200)) return;
       last_shown = now;
-      ctx.err << "\r\033[Kidem purge: " << verb << " " << so_far << " expired records so far ..."
-              << std::flush;
+      fmt::print(ctx.err, "\r\033[Kidem purge: {} {} expired records so far ...", verb, so_far);
+      ctx.err.flush();
     };
   }
   auto purged = (*store)->Purge(options);
@@ -38,7 +42,7 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
   if (!purged.ok()) return ctx.StoreError(path, purged.status());
   store->reset();
   if (!quiet) {
-    ctx.out << (dry_run ? "would purge " : "purged ") << *purged << " records\n";
+    fmt::print(ctx.out, "{} {} records\n", dry_run ? "would purge" : "purged", *purged);
   }
   return ctx.FinishOutput(kExitOk);
 }

@@ -1,9 +1,11 @@
 // `idem stats`: records by state and type, the oldest pending one, disk size and the owner's
 // counters, as a table, one JSON object or the Prometheus text format.
 
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
 #include <array>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -56,26 +58,16 @@ std::string HumanBytes(uint64_t bytes) {
     value /= 1024;
     ++unit;
   }
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), unit == 0 ? "%.0f %s" : "%.1f %s", value,
-                std::string(kUnits[unit]).c_str());
-  return buffer;
+  return fmt::format("{:.{}f} {}", value, unit == 0 ? 0 : 1, kUnits[unit]);
 }
 
 std::string HumanAge(std::chrono::system_clock::duration age) {
   auto seconds = std::chrono::duration_cast<std::chrono::seconds>(age).count();
   if (seconds < 0) seconds = 0;
-  char buffer[64];
-  if (seconds < 120) {
-    std::snprintf(buffer, sizeof(buffer), "%llds", static_cast<long long>(seconds));
-  } else if (seconds < 2 * 3600) {
-    std::snprintf(buffer, sizeof(buffer), "%lldm", static_cast<long long>(seconds / 60));
-  } else if (seconds < 2 * 86400) {
-    std::snprintf(buffer, sizeof(buffer), "%lldh", static_cast<long long>(seconds / 3600));
-  } else {
-    std::snprintf(buffer, sizeof(buffer), "%lldd", static_cast<long long>(seconds / 86400));
-  }
-  return buffer;
+  if (seconds < 120) return fmt::format("{}s", seconds);
+  if (seconds < 2 * 3600) return fmt::format("{}m", seconds / 60);
+  if (seconds < 2 * 86400) return fmt::format("{}h", seconds / 3600);
+  return fmt::format("{}d", seconds / 86400);
 }
 
 // A Prometheus label value: valid UTF-8 with \, " and newline escaped.
@@ -96,42 +88,43 @@ std::string PrometheusLabel(std::string_view value) {
 }
 
 void WriteStatsPrometheus(std::ostream& out, const std::string& path, const StoreStats& stats) {
-  const std::string store = "store=\"" + PrometheusLabel(path) + "\"";
+  const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(path));
   const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
-    out << "# HELP " << name << ' ' << help << '\n' << "# TYPE " << name << ' ' << type << '\n';
+    fmt::print(out, "# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
+  };
+  // One sample: `name{store="..."<more labels>} value`.
+  const auto sample = [&out, &store](std::string_view name, std::string_view more_labels,
+                                     const auto& value) {
+    fmt::print(out, "{}{{{}{}}} {}\n", name, store, more_labels, value);
   };
   family("idem_records", "gauge",
          "Live records by state (timeout: pending with an expired lease).");
   for (std::string_view state : kDisplayStates) {
-    out << "idem_records{" << store << ",state=\"" << state << "\"} " << stats.CountInState(state)
-        << '\n';
+    sample("idem_records", fmt::format(",state=\"{}\"", state), stats.CountInState(state));
   }
   family("idem_records_by_type", "gauge", "Live records by type label.");
   for (const auto& [type, count] : stats.by_type) {
-    out << "idem_records_by_type{" << store << ",type=\"" << PrometheusLabel(type) << "\"} "
-        << count << '\n';
+    sample("idem_records_by_type", fmt::format(",type=\"{}\"", PrometheusLabel(type)), count);
   }
   family("idem_timed_out_records", "gauge",
          "Pending records whose lease has passed (stuck or abandoned).");
-  out << "idem_timed_out_records{" << store << "} " << stats.CountInState("timeout") << '\n';
+  sample("idem_timed_out_records", "", stats.CountInState("timeout"));
   if (stats.oldest_pending) {
     family("idem_oldest_pending_created_timestamp_seconds", "gauge",
            "Creation time of the oldest pending record, in seconds since the Unix epoch.");
     const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
                             stats.oldest_pending->created.time_since_epoch())
                             .count();
-    char buffer[48];
-    std::snprintf(buffer, sizeof(buffer), "%lld.%06lld", static_cast<long long>(micros / 1000000),
-                  static_cast<long long>(micros % 1000000));
-    out << "idem_oldest_pending_created_timestamp_seconds{" << store << "} " << buffer << '\n';
+    sample("idem_oldest_pending_created_timestamp_seconds", "",
+           fmt::format("{}.{:06}", micros / 1000000, micros % 1000000));
   }
   family("idem_disk_bytes", "gauge", "Bytes of all files under the store directory.");
-  out << "idem_disk_bytes{" << store << "} " << stats.disk_bytes << '\n';
+  sample("idem_disk_bytes", "", stats.disk_bytes);
   for (const CounterInfo& counter : kCounters) {
-    const std::string metric = "idem_" + std::string(counter.name) + "_total";
+    const std::string metric = fmt::format("idem_{}_total", counter.name);
     family(metric, "counter",
-           std::string(counter.help) + " Counted by the process that ran idem stats.");
-    out << metric << '{' << store << "} " << stats.counters.*counter.field << '\n';
+           fmt::format("{} Counted by the process that ran idem stats.", counter.help));
+    sample(metric, "", stats.counters.*counter.field);
   }
 }
 
@@ -180,34 +173,38 @@ void WriteStatsJson(std::ostream& out, const std::string& path, const StoreStats
   }
   json.EndObject();
   json.EndObject();
-  out << text << '\n';
+  fmt::print(out, "{}\n", text);
 }
 
 void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStats& stats) {
-  out << "store           " << DisplayEscape(path) << '\n'
-      << "disk size       " << HumanBytes(stats.disk_bytes) << " (" << stats.disk_bytes
-      << " bytes)\n"
-      << "records         " << stats.records << '\n';
-  for (std::string_view state : kDisplayStates) {
-    out << "  " << PadRight(std::string(state), 14) << stats.CountInState(state) << '\n';
-  }
-  out << "oldest pending  ";
+  // A field (16 columns) and its value; an indented one (2 + 14) under a heading. The names are
+  // ASCII: fmt's width spec pads them. A type may be in any script: PadRight (text.h).
+  const auto field = [&out](std::string_view name, const auto& value) {
+    fmt::print(out, "{:<16}{}\n", name, value);
+  };
+  const auto item = [&out](std::string_view name, uint64_t count) {
+    fmt::print(out, "  {:<14}{}\n", name, count);
+  };
+  field("store", DisplayEscape(path));
+  field("disk size", fmt::format("{} ({} bytes)", HumanBytes(stats.disk_bytes), stats.disk_bytes));
+  field("records", stats.records);
+  for (std::string_view state : kDisplayStates) item(state, stats.CountInState(state));
   if (stats.oldest_pending) {
-    out << DisplayCell(stats.oldest_pending->key, 48) << ", created "
-        << FormatLocalTime(stats.oldest_pending->created) << " ("
-        << HumanAge(stats.now - stats.oldest_pending->created) << " ago)\n";
+    field("oldest pending",
+          fmt::format("{}, created {} ({} ago)", DisplayCell(stats.oldest_pending->key, 48),
+                      FormatLocalTime(stats.oldest_pending->created),
+                      HumanAge(stats.now - stats.oldest_pending->created)));
   } else {
-    out << "-\n";
+    field("oldest pending", "-");
   }
-  out << "by type\n";
-  if (stats.by_type.empty()) out << "  -\n";
+  fmt::print(out, "by type\n");
+  if (stats.by_type.empty()) fmt::print(out, "  -\n");
   for (const auto& [type, count] : stats.by_type) {
-    out << "  " << PadRight(type.empty() ? "(none)" : DisplayCell(type, 32), 14) << count << '\n';
+    fmt::print(out, "  {}{}\n", PadRight(type.empty() ? "(none)" : DisplayCell(type, 32), 14),
+               count);
   }
-  out << "counters (this process)\n";
-  for (const CounterInfo& counter : kCounters) {
-    out << "  " << PadRight(std::string(counter.name), 14) << stats.counters.*counter.field << '\n';
-  }
+  fmt::print(out, "counters (this process)\n");
+  for (const CounterInfo& counter : kCounters) item(counter.name, stats.counters.*counter.field);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "context.h"
 
+#include <fmt/format.h>
+#include <fmt/ostream.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,24 +15,25 @@
 namespace idem::cli {
 
 int Context::Fail(int code, std::string_view message) const {
-  err << "idem " << command << ": " << EscapeControls(message) << '\n' << std::flush;
+  fmt::print(err, "idem {}: {}\n", command, EscapeControls(message));
+  err.flush();
   return code;
 }
 
 int Context::Usage(std::string_view message) const {
-  return Fail(kExitUsage, std::string(message) + " (see 'idem " + command + " --help')");
+  return Fail(kExitUsage, fmt::format("{} (see 'idem {} --help')", message, command));
 }
 
 int Context::StoreError(std::string_view path, const Status& status) const {
   const std::string shown = DisplayEscape(path);
   if (status.code() == Status::Code::kNotFound) {
-    return Fail(kExitStoreError, "no idem store at " + shown + " (" + status.message() + ")");
+    return Fail(kExitStoreError, fmt::format("no idem store at {} ({})", shown, status.message()));
   }
   if (status.code() == Status::Code::kBusy) {
     return Fail(kExitStoreError,
-                "store " + shown + " is held by another process (" + status.ToString() + ")");
+                fmt::format("store {} is held by another process ({})", shown, status.ToString()));
   }
-  return Fail(kExitStoreError, "cannot use store " + shown + ": " + status.ToString());
+  return Fail(kExitStoreError, fmt::format("cannot use store {}: {}", shown, status.ToString()));
 }
 
 int Context::FinishOutput(int code) const {
@@ -59,7 +62,8 @@ Result<std::unique_ptr<Store>> Context::OpenStore(const std::string& path, bool 
 std::optional<std::string> KeyArgument(const Context& ctx, const std::string& key, bool hex) {
   std::optional<std::string> bytes = hex ? util::FromHex(key) : std::optional<std::string>(key);
   if (!bytes) {
-    ctx.Usage("--hex-key: '" + DisplayEscape(key) + "' is not hex (pairs of digits 0-9, a-f)");
+    ctx.Usage(
+        fmt::format("--hex-key: '{}' is not hex (pairs of digits 0-9, a-f)", DisplayEscape(key)));
     return std::nullopt;
   }
   if (bytes->empty()) {

@@ -3,7 +3,10 @@
 #ifndef IDEM_TOOLS_JSON_WRITER_H_
 #define IDEM_TOOLS_JSON_WRITER_H_
 
+#include <fmt/format.h>
+
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -39,7 +42,7 @@ class JsonWriter {
   }
   void Number(uint64_t value) {
     Separate();
-    out_ += std::to_string(value);
+    fmt::format_to(std::back_inserter(out_), "{}", value);
   }
   void Null() {
     Separate();

@@ -1,5 +1,7 @@
 #include "records.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -74,6 +76,8 @@ void RecordTable::Flush() {
   sample_.shrink_to_fit();
 }
 
+// Keys, types and results may be in any script: the cells are padded by code points (PadLeft,
+// PadRight), the measure the widths were taken with, not by fmt's width spec (text.h).
 void RecordTable::WriteRow(const Row& row) {
   std::string line;
   for (std::size_t c = 0; c < kCount; ++c) {
@@ -86,7 +90,7 @@ void RecordTable::WriteRow(const Row& row) {
       line += "  ";
     }
   }
-  while (!line.empty() && line.back() == ' ') line.pop_back();
+  TrimTrailingSpaces(line);
   line += '\n';
   out_ << line;
 }
@@ -95,12 +99,12 @@ void WriteRecordFields(std::ostream& out, const Record& record) {
   constexpr std::size_t kLongest = 4000;  // columns of a result or checkpoint shown
   const auto text = [](std::string_view value) {
     std::string shown = DisplayCell(value, kLongest);
-    if (value.size() > kLongest) shown += " (" + std::to_string(value.size()) + " bytes)";
+    if (value.size() > kLongest) shown += fmt::format(" ({} bytes)", value.size());
     return shown;
   };
   const auto time = [](TimePoint t) {
     if (IsUnset(t)) return std::string("-");
-    return FormatLocalTime(t) + " (" + FormatRfc3339(t) + ")";
+    return fmt::format("{} ({})", FormatLocalTime(t), FormatRfc3339(t));
   };
   const std::pair<std::string_view, std::string> fields[] = {
       {"key", DisplayEscape(record.key)},
@@ -118,8 +122,10 @@ void WriteRecordFields(std::ostream& out, const Record& record) {
   };
   std::string text_out;
   for (const auto& [name, value] : fields) {
-    std::string line = PadRight(std::string(name), 16) + value;
-    while (!line.empty() && line.back() == ' ') line.pop_back();
+    // The names are ASCII: fmt's width spec pads them. The trim drops the padding of an empty
+    // value and the spaces a value ends with.
+    std::string line = fmt::format("{:<16}{}", name, value);
+    TrimTrailingSpaces(line);
     text_out += line;
     text_out += '\n';
   }

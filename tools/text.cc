@@ -1,9 +1,9 @@
 #include "text.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cinttypes>
 #include <cstdint>
-#include <cstdio>
 #include <ctime>
 
 #include "util/hex.h"
@@ -52,9 +52,69 @@ std::size_t Utf8SequenceLength(std::string_view s, std::size_t i, char32_t* code
   return length;
 }
 
+// One piece of a byte string read as UTF-8: a well-formed sequence, or one byte that starts none.
+struct Utf8Piece {
+  std::string_view bytes;  // the sequence, or the one byte
+  bool valid;
+  char32_t code_point;  // when valid
+};
+
+// Calls `visit(piece)` for the pieces of `s` in order: each well-formed sequence whole, each
+// other byte on its own (decoding resumes at the next byte). The one reading of bytes as UTF-8
+// that the escapes share, so that they agree on what is malformed.
+template <typename Visit>
+void ForEachUtf8Piece(std::string_view s, Visit&& visit) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    char32_t code_point = 0;
+    const std::size_t length = Utf8SequenceLength(s, i, &code_point);
+    const std::size_t taken = length == 0 ? 1 : length;
+    visit(Utf8Piece{s.substr(i, taken), length != 0, code_point});
+    i += taken;
+  }
+}
+
+unsigned char FirstByte(const Utf8Piece& piece) {
+  return static_cast<unsigned char>(piece.bytes.front());
+}
+
 void AppendJsonByteEscape(std::string& out, unsigned char byte) {
   out += "\\u00";
   util::AppendHexByte(out, byte);
+}
+
+// An ASCII character in a JSON string: the short escapes where JSON has them, \u00XX for the
+// other controls and DEL.
+void AppendJsonAscii(std::string& out, char c) {
+  switch (c) {
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\b':
+      out += "\\b";
+      break;
+    case '\f':
+      out += "\\f";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    default:
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+        AppendJsonByteEscape(out, static_cast<unsigned char>(c));
+      } else {
+        out += c;
+      }
+  }
 }
 
 constexpr std::string_view kEllipsis = "\u2026";
@@ -109,102 +169,57 @@ std::string PadLeft(std::string text, std::size_t width) {
   return text;
 }
 
+void TrimTrailingSpaces(std::string& line) { line.erase(line.find_last_not_of(' ') + 1); }
+
 std::string JsonEscape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 8);
-  std::size_t i = 0;
-  while (i < s.size()) {
-    char32_t code_point = 0;
-    const std::size_t length = Utf8SequenceLength(s, i, &code_point);
-    if (length == 0) {
-      AppendJsonByteEscape(out, static_cast<unsigned char>(s[i]));
-      ++i;
-      continue;
+  ForEachUtf8Piece(s, [&out](const Utf8Piece& piece) {
+    if (!piece.valid) {
+      AppendJsonByteEscape(out, FirstByte(piece));
+    } else if (piece.bytes.size() > 1) {
+      out += piece.bytes;
+    } else {
+      AppendJsonAscii(out, piece.bytes.front());
     }
-    if (length > 1) {
-      out.append(s.substr(i, length));
-      i += length;
-      continue;
-    }
-    const char c = s[i++];
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
-          AppendJsonByteEscape(out, static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
+  });
   return out;
 }
 
 std::string ToValidUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  std::size_t i = 0;
-  while (i < s.size()) {
-    char32_t code_point = 0;
-    const std::size_t length = Utf8SequenceLength(s, i, &code_point);
-    if (length > 0) {
-      out.append(s.substr(i, length));
-      i += length;
-      continue;
+  ForEachUtf8Piece(s, [&out](const Utf8Piece& piece) {
+    if (piece.valid) {
+      out += piece.bytes;
+      return;
     }
     // U+0080..U+00FF in UTF-8: two bytes.
-    const unsigned char byte = static_cast<unsigned char>(s[i++]);
+    const unsigned char byte = FirstByte(piece);
     out += static_cast<char>(0xC0 | (byte >> 6));
     out += static_cast<char>(0x80 | (byte & 0x3F));
-  }
+  });
   return out;
 }
 
 std::string DisplayEscape(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  std::size_t i = 0;
-  while (i < s.size()) {
-    char32_t code_point = 0;
-    const std::size_t length = Utf8SequenceLength(s, i, &code_point);
-    const bool printable = length == 1 ? (code_point >= 0x20 && code_point < 0x7F)
-                                       : (length > 1 && code_point >= 0xA0);
+  ForEachUtf8Piece(s, [&out](const Utf8Piece& piece) {
+    const char32_t cp = piece.code_point;
+    const bool printable =
+        piece.valid && (piece.bytes.size() == 1 ? (cp >= 0x20 && cp < 0x7F) : cp >= 0xA0);
     if (!printable) {
-      // Escape every byte of a control character, or the one byte that starts no sequence.
-      const std::size_t bytes = length == 0 ? 1 : length;
-      for (std::size_t k = 0; k < bytes; ++k) {
-        util::AppendEscapedByte(out, static_cast<unsigned char>(s[i + k]));
+      // Every byte of a control character, or the one byte that starts no sequence.
+      for (const char byte : piece.bytes) {
+        util::AppendEscapedByte(out, static_cast<unsigned char>(byte));
       }
-      i += bytes;
-      continue;
-    }
-    if (length == 1 && s[i] == '\\') {
+    } else if (cp == '\\') {
       out += "\\\\";
     } else {
-      out.append(s.substr(i, length));
+      out += piece.bytes;
     }
-    i += length;
-  }
+  });
   return out;
 }
 
@@ -222,8 +237,7 @@ std::string FormatRfc3339(std::chrono::system_clock::time_point t) {
   ::gmtime_r(&time, &tm);
   char buffer[64];
   const std::size_t length = std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buffer + length, sizeof(buffer) - length, ".%06" PRId64 "Z", fraction);
-  return buffer;
+  return fmt::format("{}.{:06}Z", std::string_view(buffer, length), fraction);
 }
 
 std::string FormatLocalTime(std::chrono::system_clock::time_point t) {

@@ -31,9 +31,16 @@ std::string CutToWidth(std::string text, std::size_t width, bool already_cut = f
 // DisplayEscape(s) cut to `width` columns, without escaping more of a long `s` than it shows.
 std::string DisplayCell(std::string_view s, std::size_t width);
 
-// `text` padded with spaces to `width` columns, after it or before it.
+// `text` padded with spaces to `width` columns as DisplayWidth counts them, after it or before
+// it. For cells that may hold text of any script (keys, types, results): fmt's width spec
+// (`{:<14}`) counts CJK and emoji as two columns each (fmt 9), while the columns are sized and
+// cut in code points (DisplayWidth, CutToWidth), and one measure must serve a whole table. Text
+// known to be ASCII (labels, numbers, times) is padded with fmt's spec.
 std::string PadRight(std::string text, std::size_t width);
 std::string PadLeft(std::string text, std::size_t width);
+
+// Removes the spaces at the end of `line` (a padded last cell, an empty value).
+void TrimTrailingSpaces(std::string& line);
 
 }  // namespace idem::cli
 
