@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "idem/idem.h"
+#include "raw_db.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -1060,6 +1061,39 @@ TEST_F(CliTest, EveryCommandRefusesWhatIsNotAnIdemStoreAndChangesNothing) {
       EXPECT_EQ(idem_test::TreeSnapshot(store), before) << args[0] << " changed " << store;
     }
   }
+}
+
+// A store a newer release wrote is not called corrupt: every command says to upgrade, with its
+// own exit code (4). Before: "Corruption: ... format version 2", exit 3. The reading commands
+// change nothing; purge and forget open it for writing, which lets RocksDB rewrite its own
+// files (MANIFEST, OPTIONS) before idem reads the version, but no record and not the version.
+TEST_F(CliTest, AStoreOfANewerReleaseAsksForAnUpgradeWithItsOwnExitCode) {
+  const std::string store = dir_.Sub("newer");
+  { ASSERT_TRUE(idem::Store::Open(store, idem::Options{}).ok()); }
+  idem_test::PutRaw(store, "meta", "format_version", std::string("\x02\0\0\0", 4));
+  const auto before = idem_test::TreeSnapshot(store);
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"dump", store},
+                                             {"get", store, "k"},
+                                             {"stats", store},
+                                             {"purge", store},
+                                             {"forget", store, "k"}}) {
+    const CliResult result = RunCli(args);
+    EXPECT_EQ(result.code, 4) << args[0] << ": " << result.err;
+    EXPECT_NE(result.err.find("written by a newer release of idem"), std::string::npos)
+        << result.err;
+    EXPECT_NE(result.err.find("upgrade idem"), std::string::npos) << result.err;
+    EXPECT_EQ(result.err.find("Corruption"), std::string::npos) << result.err;
+    if (args[0] != "purge" && args[0] != "forget") {
+      EXPECT_EQ(idem_test::TreeSnapshot(store), before) << args[0] << " changed " << store;
+    }
+  }
+  // Still a store of the newer release.
+  idem::Options read_only;
+  read_only.read_only = true;
+  auto reopened = idem::Store::Open(store, read_only);
+  ASSERT_FALSE(reopened.ok());
+  EXPECT_EQ(reopened.status().code(), idem::Status::Code::kNewerVersion);
 }
 
 // Before: a path holding a newline or an escape sequence went to the terminal as is.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "raw_db.h"
 #include "test_util.h"
 
 namespace {
@@ -17,24 +18,10 @@ namespace {
 using namespace std::chrono_literals;
 using idem::Status;
 using idem_test::OpenStore;
+using idem_test::PutRaw;
 using idem_test::TempDir;
 using idem_test::TestOptions;
 namespace fs = std::filesystem;
-
-// Writes `value` under `key` in column family `family` of the store's RocksDB, bypassing idem.
-void PutRaw(const std::string& store_path, const std::string& family, const std::string& key,
-            const std::string& value) {
-  rocksdb::DBOptions options;
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, {}}, {"by_expiry", {}}, {"meta", {}}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* db = nullptr;
-  ASSERT_TRUE(rocksdb::DB::Open(options, store_path + "/db", families, &handles, &db).ok());
-  rocksdb::ColumnFamilyHandle* handle = family == "meta" ? handles[2] : handles[0];
-  EXPECT_TRUE(db->Put(rocksdb::WriteOptions(), handle, key, value).ok());
-  for (auto* h : handles) EXPECT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
-  delete db;
-}
 
 TEST(Corruption, DamagedRecordBytesAreReportedNamingTheKey) {
   TempDir dir;
@@ -77,6 +64,8 @@ TEST(Corruption, DamagedRecordBytesAreReportedNamingTheKey) {
   EXPECT_TRUE(kept.has_value()) << "a purge deleted a record that expires in two days";
 }
 
+// A record of a newer format (a newer release wrote it) is not misread, and not called damage:
+// kNewerVersion names the version. Forget still clears it. Version 0 is no version: damage.
 TEST(Corruption, AnUnknownRecordVersionIsNotMisread) {
   TempDir dir;
   {
@@ -90,8 +79,19 @@ TEST(Corruption, AnUnknownRecordVersionIsNotMisread) {
   IDEM_ASSERT_OPEN(store, dir.StorePath());
   auto got = store->Get("k");
   ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.status().code(), Status::Code::kCorruption);
-  EXPECT_NE(got.status().message().find("version 9"), std::string::npos);
+  EXPECT_EQ(got.status().code(), Status::Code::kNewerVersion);
+  EXPECT_NE(got.status().message().find("format version 9, written by a newer release"),
+            std::string::npos)
+      << got.status().message();
+  ASSERT_OK(store->Forget("k"));
+
+  std::string nothing(64, '\0');
+  store.reset();
+  PutRaw(dir.StorePath(), "default", "k", nothing);
+  IDEM_ASSERT_OPEN(reopened, dir.StorePath());
+  got = reopened->Get("k");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), Status::Code::kCorruption) << got.status().ToString();
 }
 
 TEST(Corruption, AStoreOfANewerFormatIsRefusedAtOpen) {
@@ -100,9 +100,21 @@ TEST(Corruption, AStoreOfANewerFormatIsRefusedAtOpen) {
   PutRaw(dir.StorePath(), "meta", "format_version", std::string("\x02\0\0\0", 4));
   auto opened = idem::Store::Open(dir.StorePath(), TestOptions());
   ASSERT_FALSE(opened.ok());
-  EXPECT_EQ(opened.status().code(), Status::Code::kCorruption);
-  EXPECT_NE(opened.status().message().find("format version 2"), std::string::npos)
+  EXPECT_EQ(opened.status().code(), Status::Code::kNewerVersion);
+  EXPECT_NE(opened.status().message().find("format version 2, written by a newer release"),
+            std::string::npos)
       << opened.status().message();
+  // Read-only too (idem dump, get, stats).
+  idem::Options read_only = TestOptions();
+  read_only.read_only = true;
+  opened = idem::Store::Open(dir.StorePath(), read_only);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), Status::Code::kNewerVersion) << opened.status().ToString();
+  // A version that no release wrote is damage.
+  PutRaw(dir.StorePath(), "meta", "format_version", std::string("\0\0\0\0", 4));
+  opened = idem::Store::Open(dir.StorePath(), TestOptions());
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), Status::Code::kCorruption) << opened.status().ToString();
 }
 
 TEST(Corruption, DamagedDatabaseFilesGiveAStatusNotACrash) {

@@ -108,13 +108,20 @@ TEST(RecordCodec, ExpiryIsReadableAtItsFixedOffset) {
   EXPECT_FALSE(PeekExpiresMicros("short"));
 }
 
-TEST(RecordCodec, UnknownFormatVersionIsCorruptionNotMisread) {
+// A version above this library's is a newer release's record: kNewerVersion, never misread. No
+// release wrote version 0: that is damage.
+TEST(RecordCodec, AnUnknownFormatVersionIsNeverMisread) {
   std::string value = EncodeRecord(FullRecord());
   value[0] = 3;
   auto decoded = DecodeRecord("k", value);
   ASSERT_FALSE(decoded.ok());
-  EXPECT_EQ(decoded.status().code(), Status::Code::kCorruption);
+  EXPECT_EQ(decoded.status().code(), Status::Code::kNewerVersion);
   EXPECT_NE(decoded.status().message().find("version 3"), std::string::npos);
+  EXPECT_FALSE(PeekExpiresMicros(value));
+  value[0] = 0;
+  decoded = DecodeRecord("k", value);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), Status::Code::kCorruption);
   EXPECT_FALSE(PeekExpiresMicros(value));
 }
 

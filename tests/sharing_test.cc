@@ -30,6 +30,18 @@
 
 namespace {
 
+// A request frame of this release's protocol version: the length, the version, then `body` (the
+// op and its fields).
+std::string Frame(std::string_view body) {
+  const auto n = static_cast<uint32_t>(body.size() + 1);
+  std::string frame = {static_cast<char>(n & 0xFF), static_cast<char>((n >> 8) & 0xFF),
+                       static_cast<char>((n >> 16) & 0xFF), static_cast<char>(n >> 24),
+                       static_cast<char>(idem::sharing::kProtocolVersion)};
+  return frame + std::string(body);
+}
+// A Get of the key "k": op 3, a u32 length 1, the key.
+const std::string kGetK("\x03\x01\x00\x00\x00k", 6);
+
 using idem::Outcome;
 using idem::Result;
 using idem::Status;
@@ -342,13 +354,11 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
   IDEM_ASSERT_OPEN(owner, dir.StorePath(), options);
 
   const std::vector<std::string> hostile = {
-      std::string("\x05\x00\x00\x00garbage", 11),                   // not a request
-      std::string("\x03\x00\x00\x00\x03\x63\x00", 7),               // unknown op 0x63
-      std::string("\x06\x00\x00\x00\x03\x01\xff\xff\xff\xff", 10),  // key runs past the end
+      std::string("\x05\x00\x00\x00garbage", 11),     // not a request
+      Frame(std::string("\x63\x00", 2)),              // unknown op 0x63
+      Frame(std::string("\x01\xff\xff\xff\xff", 5)),  // key runs past the end
       // Two Get requests in one write: a second request before the answer to the first.
-      std::string("\x07\x00\x00\x00\x03\x03\x01\x00\x00\x00k"
-                  "\x07\x00\x00\x00\x03\x03\x01\x00\x00\x00k",
-                  22),
+      Frame(kGetK) + Frame(kGetK),
   };
   for (const std::string& frame : hostile) {
     const int fd = RawConnect(dir.StorePath());
@@ -384,14 +394,15 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
   for (const char version : {'\x01', '\x02', '\x09'}) {
     const int fd = RawConnect(dir.StorePath());
     ASSERT_GE(fd, 0);
-    const std::string get =
-        std::string("\x07\x00\x00\x00", 4) + version + std::string("\x03\x01\x00\x00\x00k", 6);
+    const std::string get = std::string("\x07\x00\x00\x00", 4) + version + kGetK;
     ASSERT_EQ(send(fd, get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
     const std::optional<Closing> refused = ReadClosing(fd);
     ASSERT_TRUE(refused.has_value()) << "version " << int{version};
     EXPECT_EQ(refused->kind, idem::sharing::ResponseKind::kRefusal);
     EXPECT_EQ(refused->status.code(), Status::Code::kBusy);
-    EXPECT_NE(refused->status.message().find("protocol version 3"), std::string::npos)
+    EXPECT_NE(refused->status.message().find("protocol version " +
+                                             std::to_string(idem::sharing::kProtocolVersion)),
+              std::string::npos)
         << refused->status.message();
     close(fd);
   }
@@ -424,7 +435,7 @@ TEST(Sharing, AnotherUsersConnectionIsRefused) {
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
     const int fd = RawConnect(dir.StorePath());
     if (fd < 0) _exit(11);
-    const std::string get("\x07\x00\x00\x00\x03\x03\x01\x00\x00\x00k", 11);
+    const std::string get = Frame(kGetK);
     static_cast<void>(send(fd, get.data(), get.size(), MSG_NOSIGNAL));  // may be closed already
     // The owner says why before it closes: a refusal, not a lost owner.
     const std::optional<Closing> refused = ReadClosing(fd);

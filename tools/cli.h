@@ -31,6 +31,7 @@ enum ExitCode : int {
   kExitUsage = 2,     // bad flags or arguments; a one-line hint is on stderr
   kExitStoreError =
       3,  // the store is missing, unreadable, corrupt or busy; the reason is on stderr
+  kExitNewerVersion = 4,  // a newer release of idem wrote the store (or a record): upgrade idem
 };
 
 // Runs `idem` with the given arguments (argv[0] is the program name). Normal output goes to

@@ -29,6 +29,12 @@ int Context::StoreError(std::string_view path, const Status& status) const {
   if (status.code() == Status::Code::kNotFound) {
     return Fail(kExitStoreError, fmt::format("no idem store at {} ({})", shown, status.message()));
   }
+  if (status.code() == Status::Code::kNewerVersion) {
+    return Fail(kExitNewerVersion,
+                fmt::format("store {} was written by a newer release of idem (this is {}): "
+                            "upgrade idem to use it; nothing is damaged ({})",
+                            shown, IDEM_VERSION, status.ToString()));
+  }
   if (status.code() == Status::Code::kBusy) {
     return Fail(kExitStoreError,
                 fmt::format("store {} is held by another process ({})", shown, status.ToString()));

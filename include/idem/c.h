@@ -49,6 +49,7 @@ extern "C" {
 #define IDEM_IO_ERROR 9
 #define IDEM_CORRUPTION 10
 #define IDEM_UNAVAILABLE 11
+#define IDEM_NEWER_VERSION 12
 
 /* What idem_begin found: the values of idem::Outcome. */
 #define IDEM_ACQUIRED 0

@@ -28,7 +28,9 @@ class [[nodiscard]] Status {
   // closing, its owner cannot be reached, or the handle was opened before fork()), kTimedOut (the
   // owner did not answer within Options::request_timeout) and kBusy (a failover found the store
   // held by a process that excludes this one). IsRetryable (idem/retry.h) tells which of them a
-  // retry may cure.
+  // retry may cure. Opening a store, and reading a record, may return kNewerVersion: a newer
+  // release of idem wrote it, in a format this one does not know; nothing is damaged, and a
+  // release that knows the format reads it (docs/operations.md, "Upgrades and downgrades").
   enum class Code {
     kOk = 0,
     kInvalidArgument,  // the caller passed a bad value (empty key, oversized result, ...)
@@ -42,6 +44,7 @@ class [[nodiscard]] Status {
     kIOError,          // the file system failed (EIO, ENOSPC, permissions, ...)
     kCorruption,       // stored bytes cannot be decoded, or are of an unknown format version
     kUnavailable,      // the store is closing, or its owner cannot be reached
+    kNewerVersion,     // the store or a record was written by a newer idem: upgrade to read it
   };
 
   // An OK status.
@@ -75,6 +78,9 @@ class [[nodiscard]] Status {
   }
   static Status Unavailable(std::string message) {
     return Status(Code::kUnavailable, std::move(message));
+  }
+  static Status NewerVersion(std::string message) {
+    return Status(Code::kNewerVersion, std::move(message));
   }
 
   bool ok() const { return code_ == Code::kOk; }

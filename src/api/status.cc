@@ -30,6 +30,8 @@ std::string_view CodeName(Status::Code code) {
       return "Corruption";
     case Status::Code::kUnavailable:
       return "Unavailable";
+    case Status::Code::kNewerVersion:
+      return "NewerVersion";
   }
   return "Unknown";
 }

@@ -104,7 +104,7 @@ idem::BeginOptions MakeBeginOptions(const char* type, const char* fingerprint, i
                             .retention = milliseconds(retention_ms)};
 }
 
-constexpr Status::Code kLastCode = Status::Code::kUnavailable;
+constexpr Status::Code kLastCode = Status::Code::kNewerVersion;
 
 }  // namespace
 

@@ -38,6 +38,7 @@ bool IsRetryable(const Status& status) {
     case Status::Code::kMismatch:
     case Status::Code::kFailed:
     case Status::Code::kCorruption:
+    case Status::Code::kNewerVersion:
       return false;
   }
   return false;

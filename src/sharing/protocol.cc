@@ -199,7 +199,7 @@ Result<std::string_view> DecodeResponse(std::string_view frame, Status& status,
   if (r.failed()) return Status::Unavailable("the store's owner sent a malformed response");
   if (version != kProtocolVersion) {
     // An owner of another version: only the first three fields are known to mean the same.
-    const bool error = code != 0 && code <= static_cast<uint8_t>(Status::Code::kUnavailable);
+    const bool error = code != 0 && code <= static_cast<uint8_t>(Status::Code::kNewerVersion);
     status = error ? Status(static_cast<Status::Code>(code), std::string(message))
                    : Status::Busy(fmt::format(
                          "the store's owner speaks protocol version {}, this process {}", version,
@@ -208,7 +208,7 @@ Result<std::string_view> DecodeResponse(std::string_view frame, Status& status,
     return std::string_view();
   }
   const uint8_t kind_byte = r.U8();
-  if (r.failed() || code > static_cast<uint8_t>(Status::Code::kUnavailable) ||
+  if (r.failed() || code > static_cast<uint8_t>(Status::Code::kNewerVersion) ||
       kind_byte > static_cast<uint8_t>(ResponseKind::kGoodbye) || (kind_byte != 0 && code == 0) ||
       (code != 0 && !r.done())) {
     return Status::Unavailable("the store's owner sent a malformed response");

@@ -33,7 +33,8 @@ namespace idem::sharing {
 // Version 2: responses carry their kind; Purge runs as a job polled by bounded requests.
 // Version 3: records and counters have the wire's own encoding (sharing/wire_codec.h), no longer
 // the store's on-disk record format.
-inline constexpr uint8_t kProtocolVersion = 3;
+// Version 4: status code 12, NewerVersion.
+inline constexpr uint8_t kProtocolVersion = 4;
 enum class Op : uint8_t {
   kBegin = 1,
   kTransition = 2,

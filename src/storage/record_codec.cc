@@ -102,6 +102,12 @@ Result<Record> DecodeRecord(std::string_view key, std::string_view value) {
 Status DecodeRecordInto(std::string_view key, std::string_view value, Record& record) {
   if (value.empty()) return Corrupt(key, "value is empty");
   const auto version = static_cast<uint8_t>(value[0]);
+  if (version > kRecordFormatVersion) {
+    return Status::NewerVersion(fmt::format(
+        "record {} has format version {}, written by a newer release of idem; this one reads "
+        "versions 1 to {}: upgrade idem to read it",
+        EscapeKey(key), version, kRecordFormatVersion));
+  }
   if (version != kRecordFormatVersion && version != kRecordFormatVersion1) {
     return Corrupt(
         key, fmt::format("unknown record format version {} (this library reads versions 1 to {})",

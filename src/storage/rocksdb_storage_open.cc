@@ -310,6 +310,13 @@ Status RocksDbStorage::CheckFormatVersion(bool read_only) {
         fmt::format("writing the format version of {}", path_));
   }
   const uint64_t found = version.ok() ? **version : 0;
+  if (found > kStoreFormatVersion) {
+    return Status::NewerVersion(
+        fmt::format("store {} has format version {}, written by a newer release of idem; this one "
+                    "reads version {}: upgrade idem to open it (nothing is damaged; see "
+                    "docs/operations.md, \"Upgrades and downgrades\")",
+                    path_, found, kStoreFormatVersion));
+  }
   if (found != kStoreFormatVersion) {
     return Status::Corruption(
         fmt::format("store {} has format version {}; this library reads version {}", path_, found,
