@@ -17,6 +17,10 @@ packages=(
   nlohmann-json3-dev  # the idem command's JSON Lines output
   libcpp-httplib-dev  # the HTTP service example (examples/http_service)
   curl              # drives the HTTP service example in its test
+  libpq-dev         # libpq, for the PostgreSQL tests (and the PostgreSQL store)
+  postgresql-15     # initdb and postgres: the tests start throwaway servers (tests/pg_server.h);
+                    # the package's own cluster, if it makes one, is not used
+  pgbouncer         # PgBouncer in transaction pooling mode in front of those servers
 )
 
 missing=()
