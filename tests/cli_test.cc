@@ -28,6 +28,7 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -714,6 +715,42 @@ TEST_F(CliTest, StatsJsonWritesBytesThatAreNotUtf8AsDumpDoes) {
   ASSERT_EQ(result.code, 0) << result.err;
   EXPECT_NE(result.out.find("\"by_type\":{\"t\\u00e9\\u007f\":1}"), std::string::npos)
       << result.out;
+}
+
+// For node_exporter's textfile collector: --output replaces the file atomically and leaves no
+// temporary file, also when it fails. Before, the documented cron line's shell redirection
+// left an empty temporary file each time idem failed.
+TEST_F(CliTest, StatsOutputReplacesAFileAtomicallyAndLeavesNothingBehind) {
+  Populate();
+  const std::string textfiles = dir_.Sub("textfile");
+  ASSERT_EQ(::mkdir(textfiles.c_str(), 0755), 0);
+  const std::string prom = textfiles + "/idem.prom";
+  { std::ofstream(prom) << "old\n"; }
+  const CliResult shown = RunCli({"stats", path(), "--format", "prometheus"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  CliResult result = RunCli({"stats", path(), "--format", "prometheus", "--output", prom});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "");
+  std::ifstream written(prom);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(written), {}), shown.out);
+  auto entries = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(textfiles)) {
+      names.push_back(entry.path().filename().string());
+    }
+    return names;
+  };
+  EXPECT_EQ(entries(), std::vector<std::string>{"idem.prom"});
+
+  // A failed run: the store is missing. The old file stays, and no temporary file appears.
+  result = RunCli({"stats", dir_.Sub("missing"), "--format", "prometheus", "--output", prom});
+  EXPECT_EQ(result.code, 3);
+  EXPECT_EQ(entries(), std::vector<std::string>{"idem.prom"});
+  // The file cannot be written: said, exit 3, nothing left.
+  result = RunCli({"stats", path(), "--output", textfiles + "/no-such-dir/idem.prom"});
+  EXPECT_EQ(result.code, 3);
+  EXPECT_NE(result.err.find("cannot write"), std::string::npos) << result.err;
+  EXPECT_EQ(entries(), std::vector<std::string>{"idem.prom"});
 }
 
 TEST_F(CliTest, StatsTable) {

@@ -110,6 +110,10 @@ CLI::App* AddStats(CLI::App& app, StatsArgs& stats) {
                    "node_exporter's textfile collector). Default: table on a terminal, jsonl "
                    "otherwise")
       ->check(CLI::IsMember({"table", "jsonl", "prometheus"}));
+  command->add_option("--output", stats.output,
+                      "Write to FILE instead of standard output, replacing it atomically (a "
+                      "temporary file in the same directory, then a rename; none is left behind "
+                      "on failure), as node_exporter's textfile collector needs");
   return command;
 }
 

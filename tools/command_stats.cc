@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string_view>
 
 #include "commands.h"
@@ -235,14 +236,20 @@ int Stats(const Context& ctx, const StatsArgs& args) {
   store->reset();
   stats.disk_bytes = DirectorySize(path);
 
-  const std::string format = ResolveFormat(ctx, args.format);
+  // With --output the destination is a file, never the terminal: jsonl unless told.
+  const std::string format = args.output.empty()   ? ResolveFormat(ctx, args.format)
+                             : args.format.empty() ? "jsonl"
+                                                   : args.format;
+  std::ostringstream text;
+  std::ostream& out = args.output.empty() ? ctx.out : text;
   if (format == "prometheus") {
-    WriteStatsPrometheus(ctx.out, path, stats);
+    WriteStatsPrometheus(out, path, stats);
   } else if (format == "jsonl") {
-    WriteStatsJson(ctx.out, path, stats);
+    WriteStatsJson(out, path, stats);
   } else {
-    WriteStatsTable(ctx.out, path, stats);
+    WriteStatsTable(out, path, stats);
   }
+  if (!args.output.empty()) return ctx.WriteFileAtomically(args.output, text.str());
   return ctx.FinishOutput(kExitOk);
 }
 

@@ -31,6 +31,7 @@ struct GetArgs {
 struct StatsArgs {
   std::string path;
   std::string format;
+  std::string output;  // --output FILE: replaced atomically; empty: standard output
 };
 
 struct PurgeArgs {

@@ -1,11 +1,13 @@
 #include "context.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <iostream>
 
 #include "text.h"
@@ -47,6 +49,31 @@ int Context::FinishOutput(int code) const {
   if (out.good()) return code;
   if (errno == EPIPE) return code;
   return Fail(kExitStoreError, "cannot write the output");
+}
+
+int Context::WriteFileAtomically(const std::string& path, std::string_view text) const {
+  const std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Fail(kExitStoreError,
+                fmt::format("cannot write {}: {}", DisplayEscape(temporary), std::strerror(errno)));
+  }
+  std::string_view left = text;
+  int error = 0;
+  while (!left.empty() && error == 0) {
+    const ssize_t written = ::write(fd, left.data(), left.size());
+    if (written < 0 && errno != EINTR) error = errno;
+    if (written > 0) left.remove_prefix(static_cast<std::size_t>(written));
+  }
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) error = errno;
+  if (error != 0) {
+    ::unlink(temporary.c_str());
+    return Fail(kExitStoreError,
+                fmt::format("cannot write {}: {}", DisplayEscape(path), std::strerror(error)));
+  }
+  return kExitOk;
 }
 
 std::chrono::system_clock::time_point Context::Now() const {

@@ -37,6 +37,12 @@ struct Context {
   // would double its backslashes).
   int Fail(int code, std::string_view message) const;
 
+  // Replaces the file at `path` with `text` atomically: written to a temporary file in the same
+  // directory, synced, then renamed over it, so a reader sees the old or the new file, never a
+  // part. The temporary file is removed on failure. Returns kExitOk, or kExitStoreError saying
+  // what failed.
+  int WriteFileAtomically(const std::string& path, std::string_view text) const;
+
   // A usage error: the message and where to look; returns kExitUsage.
   int Usage(std::string_view message) const;
 
