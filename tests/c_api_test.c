@@ -360,6 +360,34 @@ int main(void) {
     CHECK(purged <= 1);
   }
 
+  /* Counters: the table's names in order, and this store's counts (its owner is this process). */
+  {
+    uint64_t values[32];
+    size_t i;
+    size_t written;
+    size_t claims_row = 99;
+    CHECK(idem_counter_count() >= 8 && idem_counter_count() <= 32);
+    CHECK(strcmp(idem_counter_name(0), "claims") == 0);
+    CHECK(strstr(idem_counter_help(0), "acquired") != NULL);
+    CHECK(idem_counter_name(idem_counter_count()) == NULL);
+    CHECK(idem_counter_help(idem_counter_count()) == NULL);
+    for (i = 0; i < 32; ++i) values[i] = 12345;
+    written = idem_counters(store, values, 32, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(written == idem_counter_count());
+    CHECK(values[written] == 12345);
+    for (i = 0; i < written; ++i) {
+      if (strcmp(idem_counter_name(i), "claims") == 0) claims_row = i;
+    }
+    CHECK(claims_row == 0);
+    CHECK(values[claims_row] >= 1);
+    /* A shorter array gets only what fits. */
+    values[1] = 12345;
+    CHECK(idem_counters(store, values, 1, &err) == 1);
+    CHECK_NO_ERROR(err);
+    CHECK(values[1] == 12345);
+  }
+
   idem_close(store);
   idem_close(NULL);
   idem_options_destroy(NULL);

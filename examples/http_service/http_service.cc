@@ -420,6 +420,24 @@ int main(int argc, char** argv) {
   server.Get("/healthz", [](const httplib::Request&, httplib::Response& out) {
     out.set_content("ok\n", "text/plain");
   });
+  // The store's counters for Prometheus (the text exposition format), one per row of
+  // idem::kCounters. A store shared by several processes reports its owner's counts.
+  server.Get("/metrics", [&store = **opened](const httplib::Request&, httplib::Response& out) {
+    const idem::Result<idem::Counters> counters = store.GetCounters();
+    if (!counters.ok()) {
+      out.status = 503;
+      out.set_content(counters.status().ToString() + "\n", "text/plain");
+      return;
+    }
+    std::string text;
+    for (const idem::CounterInfo& counter : idem::kCounters) {
+      const std::string metric = "idem_" + std::string(counter.name) + "_total";
+      text += "# HELP " + metric + " " + std::string(counter.help) + "\n";
+      text += "# TYPE " + metric + " counter\n";
+      text += metric + " " + std::to_string((*counters).*counter.field) + "\n";
+    }
+    out.set_content(text, "text/plain; version=0.0.4");
+  });
 
   // Loopback only: this is a demo, not a service for the network.
   const int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")

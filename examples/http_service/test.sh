@@ -224,6 +224,15 @@ check "no (client, key) has two effects" is "$duplicates" 0
 check "12 effects, one per (client, key) used" is "$effects" 12
 echo "     $requests requests reached the server; $effects payments ran"
 
+# ---- Metrics ----------------------------------------------------------------------------------
+metrics=$(curl -sS --max-time 5 "$base/metrics")
+metric() { awk -v m="$1" '$1 == m { print $2 }' <<<"$metrics"; }
+check "/metrics: every counter, typed" test "$(grep -c '^# TYPE idem_.*_total counter$' <<<"$metrics")" -ge 8
+# One claim per (client, key) that ran, plus the faults' retries; replays for the duplicates.
+check "/metrics: a claim per payment that ran" test "$(metric idem_claims_total)" -ge "$effects"
+check "/metrics: the duplicates were replays or waits" \
+  test $(($(metric idem_replays_total) + $(metric idem_in_progress_total))) -gt 0
+
 # ---- Stop -------------------------------------------------------------------------------------
 kill -TERM "$server_pid"
 server_status=0

@@ -177,6 +177,21 @@ IDEM_EXPORT void idem_forget(idem_store_t* store, const char* key, size_t keylen
  * many it would remove). Returns 0 and sets *errptr on error. */
 IDEM_EXPORT uint64_t idem_purge(idem_store_t* store, unsigned char dry_run, char** errptr);
 
+/* ---- Counters (idem/counters.h) -------------------------------------------------------------- */
+
+/* How many counters there are, and the name and help text of counter `index` (NULL past the
+ * last): the rows of idem::kCounters, in their order, e.g. for a Prometheus /metrics endpoint
+ * ("idem_<name>_total"). The strings are static. */
+IDEM_EXPORT size_t idem_counter_count(void);
+IDEM_EXPORT const char* idem_counter_name(size_t index);
+IDEM_EXPORT const char* idem_counter_help(size_t index);
+/* The store's counters, kept by the process that owns the store (this one, or the owner asked
+ * over its socket): writes min(count, idem_counter_count()) values to values[0..], in the order
+ * above, and returns how many it wrote. Returns 0 and sets *errptr when the owner cannot be
+ * asked (never zeros in place of its counts). */
+IDEM_EXPORT size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count,
+                                 char** errptr);
+
 /* ---- Records ------------------------------------------------------------------------------ */
 
 /* The record of `key`, to release with idem_record_destroy; NULL when there is none (errptr

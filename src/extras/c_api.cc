@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -256,6 +257,28 @@ uint64_t idem_purge(idem_store_t* store, unsigned char dry_run, char** errptr) {
     auto purged = store->store->Purge(options);
     if (SaveError(errptr, purged.status())) return 0;
     return *purged;
+  });
+}
+
+// ---- Counters ----
+
+size_t idem_counter_count(void) { return idem::kCounterCount; }
+
+// The table's names and help texts are string_views into string literals: NUL-terminated.
+const char* idem_counter_name(size_t index) {
+  return index < idem::kCounterCount ? idem::kCounters[index].name.data() : nullptr;
+}
+const char* idem_counter_help(size_t index) {
+  return index < idem::kCounterCount ? idem::kCounters[index].help.data() : nullptr;
+}
+
+size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count, char** errptr) {
+  return Guard(errptr, size_t{0}, [&]() -> size_t {
+    auto counters = store->store->GetCounters();
+    if (SaveError(errptr, counters.status())) return 0;
+    const size_t written = std::min(count, idem::kCounterCount);
+    for (size_t i = 0; i < written; ++i) values[i] = (*counters).*idem::kCounters[i].field;
+    return written;
   });
 }
 
