@@ -41,8 +41,14 @@ inline std::string CheckRecordDecoder(std::string_view data) {
 
   Result<Record> decoded = storage::DecodeRecord(key, value);
   if (!decoded.ok()) {
-    if (decoded.status().code() != Status::Code::kCorruption) {
-      return "DecodeRecord failed with " + decoded.status().ToString() + ", not kCorruption";
+    // A version above this library's is a newer release's record (kNewerVersion); anything
+    // else undecodable is damage (kCorruption).
+    const bool newer =
+        !value.empty() && static_cast<uint8_t>(value[0]) > storage::kRecordFormatVersion;
+    const Status::Code expected = newer ? Status::Code::kNewerVersion : Status::Code::kCorruption;
+    if (decoded.status().code() != expected) {
+      return "DecodeRecord failed with " + decoded.status().ToString() + ", not " +
+             std::string(CodeName(expected));
     }
     return {};
   }
