@@ -441,6 +441,16 @@ void CopyStore(const std::string& from, const std::string& to) {
   }
 }
 
+// Overwrites bytes [from, to) of the file at `path` with zeros, as pages a power cut never
+// wrote read back. False when the file could not be written.
+bool WriteZeros(const std::string& path, uint64_t from, uint64_t to) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(static_cast<std::streamoff>(from));
+  const std::string zeros(to - from, '\0');
+  file.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+  return file.good();
+}
+
 // The storage configuration the sweeps open with, on `fs`.
 idem::storage::RocksDbConfig SweepConfig(const std::shared_ptr<PowerCutFs>& fs,
                                          const std::shared_ptr<ManualClock>& clock) {
@@ -639,13 +649,7 @@ TEST_P(UnwrittenPages, TheLogIsCutThereAndTheStoreHoldsAPrefixOfTheWrites) {
   }
   const uint64_t to =
       GetParam() == Unwritten::kAlignedPage ? from + 4096 : (from / 4096 + 1) * 4096;
-  {
-    std::fstream file(log, std::ios::in | std::ios::out | std::ios::binary);
-    file.seekp(static_cast<std::streamoff>(from));
-    const std::string zeros(to - from, '\0');
-    file.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
-    ASSERT_TRUE(file.good());
-  }
+  ASSERT_TRUE(WriteZeros(log, from, to));
   {
     // A read-only open changes nothing: it says what the first read-write open will do.
     idem::Options read_only = idem_test::TestOptions(clock);
@@ -722,13 +726,7 @@ TEST(UnwrittenPages, TheLastManifestEditNeverWrittenIsIgnoredAndNothingIsLost) {
   ASSERT_EQ(scan->intact_end, scan->size);
   const uint64_t from = scan->records.back() + 3;  // inside the header: its checksum fails
   const uint64_t to = (scan->size / 4096 + 1) * 4096;
-  {
-    std::fstream file(manifest, std::ios::in | std::ios::out | std::ios::binary);
-    file.seekp(static_cast<std::streamoff>(from));
-    const std::string zeros(to - from, '\0');
-    file.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
-    ASSERT_TRUE(file.good());
-  }
+  ASSERT_TRUE(WriteZeros(manifest, from, to));
   auto store = idem::Store::Open(dir.StorePath(), idem_test::TestOptions(clock));
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   for (int i = 0; i < 20; ++i) {
@@ -823,14 +821,8 @@ TEST(UnwrittenPages, AManifestEditWhosePageBeforeABoundaryWasNeverWrittenIsCut) 
     }
   }
   fs::copy_file(manifest, before + "/" + current, fs::copy_options::overwrite_existing);
-  {
-    std::fstream file(before + "/" + current, std::ios::in | std::ios::out | std::ios::binary);
-    const uint64_t from = boundary - edit >= 100 ? edit + 20 : edit;
-    file.seekp(static_cast<std::streamoff>(from));
-    const std::string zeros(boundary - from, '\0');
-    file.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
-    ASSERT_TRUE(file.good());
-  }
+  const uint64_t from = boundary - edit >= 100 ? edit + 20 : edit;
+  ASSERT_TRUE(WriteZeros(before + "/" + current, from, boundary));
   fs::remove_all(db);
   fs::rename(before, db);
 
