@@ -21,6 +21,11 @@ constexpr milliseconds kRetention = std::chrono::hours(1);
 constexpr uint64_t kStoredToken = 40;
 constexpr uint64_t kFreshToken = 1000;
 
+// A token source that hands out `token` (kFreshToken by default).
+auto Fresh(uint64_t token = kFreshToken) {
+  return [token](uint64_t /*above*/) -> idem::Result<uint64_t> { return token; };
+}
+
 // The situations a stored record can be in, as seen at time `kStart + 1s`.
 enum class Situation {
   kNone,
@@ -154,7 +159,19 @@ TEST(Engine, BeginFollowsTheTableForEverySituationAndFingerprint) {
       SCOPED_TRACE(Name(situation) + " stored fp '" + stored_fp + "' requested '" + requested_fp +
                    "'");
       const std::optional<Record> stored = Stored(situation, stored_fp);
-      const BeginDecision d = DecideBegin(stored, Request(requested_fp), kNow, kFreshToken);
+      int draws = 0;
+      uint64_t drawn_above = 0;
+      const BeginDecision d = DecideBegin(stored, Request(requested_fp), kNow,
+                                          [&](uint64_t above) -> idem::Result<uint64_t> {
+                                            ++draws;
+                                            drawn_above = above;
+                                            return kFreshToken;
+                                          });
+      // A token is drawn for a write, and only then, above the stored record's token.
+      EXPECT_EQ(draws, d.write ? 1 : 0);
+      if (d.write) {
+        EXPECT_EQ(drawn_above, HasLiveRecord(situation) ? kStoredToken : 0u);
+      }
       BeginExpectation want = ExpectedBegin(situation);
       if (differ && HasLiveRecord(situation)) want = {Outcome::kMismatch};
       EXPECT_EQ(d.claim.outcome, want.outcome);
@@ -204,18 +221,28 @@ TEST(Engine, BeginFollowsTheTableForEverySituationAndFingerprint) {
 
 TEST(Engine, BeginKeepsTokensIncreasingPerKeyEvenWithASmallFreshToken) {
   const auto stored = Stored(Situation::kFailedRetryable, "");
-  const BeginDecision d = DecideBegin(stored, Request(""), kNow, /*fresh_token=*/7);
+  const BeginDecision d = DecideBegin(stored, Request(""), kNow, Fresh(7));
   EXPECT_EQ(d.claim.token, kStoredToken + 1);
+}
+
+TEST(Engine, BeginThatCannotDrawATokenWritesNothingAndSaysWhy) {
+  for (Situation situation : {Situation::kNone, Situation::kFailedRetryable}) {
+    const BeginDecision d =
+        DecideBegin(Stored(situation, ""), Request(""), kNow,
+                    [](uint64_t) -> idem::Result<uint64_t> { return Status::IOError("disk"); });
+    EXPECT_FALSE(d.write) << Name(situation);
+    EXPECT_EQ(d.status.code(), Status::Code::kIOError) << Name(situation);
+  }
 }
 
 TEST(Engine, AcquiringRecordsTheHolder) {
   BeginRequest request = Request("");
   request.holder = {.pid = 12, .process_start = 34, .request_id = 56, .took_over = true};
-  const BeginDecision fresh = DecideBegin(std::nullopt, request, kNow, kFreshToken);
+  const BeginDecision fresh = DecideBegin(std::nullopt, request, kNow, Fresh());
   EXPECT_EQ(fresh.claim.record.holder,
             (Holder{.pid = 12, .process_start = 34, .request_id = 56, .took_over = false}));
   const BeginDecision taken =
-      DecideBegin(Stored(Situation::kPendingTimedOut, ""), request, kNow, kFreshToken);
+      DecideBegin(Stored(Situation::kPendingTimedOut, ""), request, kNow, Fresh());
   EXPECT_TRUE(taken.claim.record.holder.took_over);
   EXPECT_EQ(taken.claim.record.holder.request_id, 56u);
 }
@@ -225,30 +252,29 @@ TEST(Engine, AResentBeginGetsItsOwnClaimBack) {
   stored->holder = {.pid = 1, .process_start = 2, .request_id = 77, .took_over = true};
   BeginRequest request = Request("");
   request.holder = {.pid = 1, .process_start = 2, .request_id = 77};
-  const BeginDecision d = DecideBegin(stored, request, kNow, kFreshToken);
+  const BeginDecision d = DecideBegin(stored, request, kNow, Fresh());
   EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
   EXPECT_EQ(d.claim.token, kStoredToken);
   EXPECT_TRUE(d.claim.took_over);
   EXPECT_FALSE(d.write);
   // Another call from the same process is a different request: it must wait.
   request.holder.request_id = 78;
-  EXPECT_EQ(DecideBegin(stored, request, kNow, kFreshToken).claim.outcome, Outcome::kInProgress);
+  EXPECT_EQ(DecideBegin(stored, request, kNow, Fresh()).claim.outcome, Outcome::kInProgress);
   // Request id 0 means "unknown" and never matches.
   stored->holder.request_id = 0;
   request.holder.request_id = 0;
-  EXPECT_EQ(DecideBegin(stored, request, kNow, kFreshToken).claim.outcome, Outcome::kInProgress);
+  EXPECT_EQ(DecideBegin(stored, request, kNow, Fresh()).claim.outcome, Outcome::kInProgress);
 }
 
 TEST(Engine, ALiveLeaseOfADeadHolderIsTakenOver) {
   const auto stored = Stored(Situation::kPendingLive, "");
-  const BeginDecision d =
-      DecideBegin(stored, Request(""), kNow, kFreshToken, /*holder_is_dead=*/true);
+  const BeginDecision d = DecideBegin(stored, Request(""), kNow, Fresh(), /*holder_is_dead=*/true);
   EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
   EXPECT_TRUE(d.claim.took_over);
   EXPECT_EQ(d.claim.record.attempts, 4u);
   // A dead holder changes nothing for records that are not pending.
   for (Situation s : {Situation::kDone, Situation::kFailedTerminal}) {
-    EXPECT_EQ(DecideBegin(Stored(s, ""), Request(""), kNow, kFreshToken, true).claim.outcome,
+    EXPECT_EQ(DecideBegin(Stored(s, ""), Request(""), kNow, Fresh(), true).claim.outcome,
               ExpectedBegin(s).outcome);
   }
 }
@@ -262,12 +288,12 @@ TEST(Engine, ARenewalGraceKeepsATimedOutClaimItCovers) {
                      .written_before = stored->updated + std::chrono::microseconds(1),
                      .left = std::chrono::milliseconds(1500)};
   const RenewalGrace graces[] = {RenewalGrace{}, grace};
-  BeginDecision d = DecideBegin(stored, Request(""), kNow, kFreshToken, false, graces);
+  BeginDecision d = DecideBegin(stored, Request(""), kNow, Fresh(), false, graces);
   EXPECT_EQ(d.claim.outcome, Outcome::kInProgress);
   EXPECT_EQ(d.claim.retry_after, std::chrono::milliseconds(1500));
   EXPECT_FALSE(d.write);
   // A holder proven dead gives its claim up at once, grace or not.
-  d = DecideBegin(stored, Request(""), kNow, kFreshToken, true, graces);
+  d = DecideBegin(stored, Request(""), kNow, Fresh(), true, graces);
   EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
   EXPECT_TRUE(d.claim.took_over);
   // Not covered: the lease ended before the grace's start, the record was written since (its
@@ -278,29 +304,28 @@ TEST(Engine, ARenewalGraceKeepsATimedOutClaimItCovers) {
   over.left = std::chrono::milliseconds(0);
   for (const RenewalGrace& other : {ended_before, written_since, over}) {
     const RenewalGrace one[] = {other};
-    d = DecideBegin(stored, Request(""), kNow, kFreshToken, false, one);
+    d = DecideBegin(stored, Request(""), kNow, Fresh(), false, one);
     EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
   }
   // A grace changes nothing for a live lease or a record that is not pending.
   for (Situation s : {Situation::kPendingLive, Situation::kDone, Situation::kFailedRetryable}) {
-    EXPECT_EQ(
-        DecideBegin(Stored(s, ""), Request(""), kNow, kFreshToken, false, graces).claim.outcome,
-        ExpectedBegin(s).outcome);
+    EXPECT_EQ(DecideBegin(Stored(s, ""), Request(""), kNow, Fresh(), false, graces).claim.outcome,
+              ExpectedBegin(s).outcome);
   }
 }
 
 TEST(Engine, RetryAfterRoundsUpAndIsAtLeastOneMillisecond) {
   auto stored = Stored(Situation::kPendingLive, "");
   stored->lease_deadline = kNow + std::chrono::microseconds(1500);
-  EXPECT_EQ(DecideBegin(stored, Request(""), kNow, kFreshToken).claim.retry_after, milliseconds(2));
+  EXPECT_EQ(DecideBegin(stored, Request(""), kNow, Fresh()).claim.retry_after, milliseconds(2));
   stored->lease_deadline = kNow + std::chrono::microseconds(1);
-  EXPECT_EQ(DecideBegin(stored, Request(""), kNow, kFreshToken).claim.retry_after, milliseconds(1));
+  EXPECT_EQ(DecideBegin(stored, Request(""), kNow, Fresh()).claim.retry_after, milliseconds(1));
 }
 
 TEST(Engine, RetentionNeverEndsBeforeTheLease) {
   BeginRequest request = Request("");
   request.retention = milliseconds(5);
-  const BeginDecision d = DecideBegin(std::nullopt, request, kNow, kFreshToken);
+  const BeginDecision d = DecideBegin(std::nullopt, request, kNow, Fresh());
   EXPECT_EQ(d.claim.record.expires, kNow + kLease);
 }
 

@@ -49,7 +49,9 @@ class FaultyStore {
     if (!storage.ok()) return storage.status();
     storage_ = storage->get();
     idem::Options options = idem_test::TestOptions(clock_);
-    backend_ = std::make_unique<idem::LocalBackend>(std::move(storage).value(), options);
+    backend_ = std::make_unique<idem::LocalBackend>(
+        std::move(storage).value(), options,
+        std::make_unique<idem::StallWatch>(options.clock, options.renewal_grace));
     return Status::OK();
   }
   void Close() {

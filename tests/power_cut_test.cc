@@ -200,7 +200,8 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
     idem::Options options = idem_test::TestOptions(clock_);
     options.take_over_dead_holders = false;
     options.renewal_grace = 0ms;
-    backend_ = std::make_unique<idem::LocalBackend>(std::move(storage).value(), options);
+    backend_ = std::make_unique<idem::LocalBackend>(std::move(storage).value(), options,
+                                                    /*stall_watch=*/nullptr);
     return Status::OK();
   }
   void CloseStorage() {
@@ -214,7 +215,7 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
     for (const auto& key : keys_) {
       auto read = storage_->Read(key);
       EXPECT_TRUE(read.ok()) << key << ": " << read.status().ToString();
-      records[key] = read.ok() ? *read : std::nullopt;
+      records[key] = read.ok() ? std::move(read->record) : std::nullopt;
     }
     return records;
   }
@@ -331,7 +332,7 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
     if (wrote) {
       auto after = storage_->Read(key);
       EXPECT_TRUE(after.ok()) << after.status().ToString();
-      if (after.ok()) model_.Acknowledged(key, *after);
+      if (after.ok()) model_.Acknowledged(key, after->record);
     }
     return true;
   }
@@ -524,7 +525,8 @@ TEST(PowerCutSweep, ACutAnywhereInRecoveringLosesNothing) {
     config.create_if_missing = false;
     auto storage = idem::storage::RocksDbStorage::Open(config);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
-    idem::LocalBackend backend(std::move(storage).value(), idem_test::TestOptions(clock));
+    idem::LocalBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
+                               /*stall_watch=*/nullptr);
     for (int i = 0; i < 40; ++i) {
       const std::string key = "key-" + std::to_string(i);
       const Durability durability = i % 3 == 0 ? Durability::kBuffered : Durability::kSync;
@@ -767,7 +769,8 @@ TEST(UnwrittenPages, AManifestEditWhosePageBeforeABoundaryWasNeverWrittenIsCut) 
     auto storage = idem::storage::RocksDbStorage::Open(config);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     idem::storage::RocksDbStorage* rocksdb = storage->get();
-    idem::LocalBackend backend(std::move(storage).value(), idem_test::TestOptions(clock));
+    idem::LocalBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
+                               /*stall_watch=*/nullptr);
     {
       std::ifstream file(db + "/CURRENT");
       std::getline(file, current);

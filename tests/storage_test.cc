@@ -24,8 +24,10 @@ class StorageTest : public ::testing::Test {
     auto storage = idem::storage::RocksDbStorage::Open(config);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     storage_ = storage->get();
-    backend_ = std::make_unique<idem::LocalBackend>(std::move(storage).value(),
-                                                    idem_test::TestOptions(clock_));
+    const idem::Options options = idem_test::TestOptions(clock_);
+    backend_ = std::make_unique<idem::LocalBackend>(
+        std::move(storage).value(), options,
+        std::make_unique<idem::StallWatch>(options.clock, options.renewal_grace));
   }
 
   idem::Result<idem::Claim> Begin(std::string_view key) {
@@ -77,7 +79,7 @@ TEST_F(StorageTest, APurgedRecordStaysGoneWhenTheClockStepsBack) {
   const auto start = clock_->Now();
   ASSERT_OK_AND_ASSIGN(auto claim, Begin("k"));
   clock_->Advance(2s);
-  ASSERT_OK_AND_ASSIGN(uint64_t purged, storage_->Purge(clock_->Now(), {}));
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, storage_->Purge({}));
   EXPECT_EQ(purged, 1u);
   clock_->Set(start + 500ms);
   EXPECT_FALSE(Complete("k", claim.token).ok()) << "completed a purged record";
@@ -98,7 +100,7 @@ TEST_F(StorageTest, AnIndexEntryLeftByCompactionDoesNotPurgeANewerRecord) {
       backend_->Begin({.key = "k", .lease = 1s, .retention = 96h, .request_id = ++request_id_},
                       idem::Holder{}));
   ASSERT_EQ(second.outcome, Outcome::kAcquired);
-  ASSERT_OK_AND_ASSIGN(uint64_t purged, storage_->Purge(clock_->Now(), {}));
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, storage_->Purge({}));
   EXPECT_EQ(purged, 0u);
   ASSERT_OK_AND_ASSIGN(stored, backend_->Get("k"));
   EXPECT_TRUE(stored.has_value()) << "a purge deleted a record that expires in four days";
@@ -119,13 +121,13 @@ TEST_F(StorageTest, APurgeDeletesExactlyTheDueRecords) {
                                                     idem::Holder{}));
   }
   clock_->Advance(2s);
-  ASSERT_OK_AND_ASSIGN(uint64_t purged, storage_->Purge(clock_->Now(), {}));
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, storage_->Purge({}));
   EXPECT_EQ(purged, 100u);
   for (int i = 0; i < 100; ++i) {
     ASSERT_OK_AND_ASSIGN(auto due, storage_->Read("due-" + std::to_string(i)));
-    EXPECT_FALSE(due.has_value()) << i;
+    EXPECT_FALSE(due.record.has_value()) << i;
     ASSERT_OK_AND_ASSIGN(auto kept, storage_->Read("kept-" + std::to_string(i)));
-    EXPECT_TRUE(kept.has_value()) << i;
+    EXPECT_TRUE(kept.record.has_value()) << i;
   }
 }
 
@@ -140,7 +142,7 @@ TEST_F(StorageTest, CallsCountNothingAndLeaveTheThreadsPerfLevelAsItWas) {
   ASSERT_OK_AND_ASSIGN(auto replay, Begin("k"));
   EXPECT_EQ(replay.outcome, Outcome::kReplay);
   ASSERT_OK_AND_ASSIGN(auto stored, storage_->Read("k"));
-  ASSERT_OK(storage_->Purge(clock_->Now(), {}).status());
+  ASSERT_OK(storage_->Purge({}).status());
   EXPECT_EQ(rocksdb::get_perf_context()->get_from_memtable_count, 0u);
   EXPECT_EQ(rocksdb::get_perf_context()->write_wal_time, 0u);
   EXPECT_EQ(rocksdb::GetPerfLevel(), rocksdb::PerfLevel::kEnableCount);
@@ -163,14 +165,28 @@ TEST_F(StorageTest, ALargeRecordBetweenSmallOnesLeavesNothingBehind) {
   }
   for (const std::string& payload : {std::string("small"), large, std::string("tiny")}) {
     ASSERT_OK_AND_ASSIGN(auto stored, storage_->Read("k-" + std::to_string(payload.size())));
-    ASSERT_TRUE(stored.has_value());
-    EXPECT_EQ(stored->result, payload);
-    EXPECT_EQ(stored->state, idem::State::kDone);
+    ASSERT_TRUE(stored.record.has_value());
+    EXPECT_EQ(stored.record->result, payload);
+    EXPECT_EQ(stored.record->state, idem::State::kDone);
   }
   ASSERT_OK(storage_->Flush());  // and once more from a table file
   ASSERT_OK_AND_ASSIGN(auto stored, storage_->Read("k-4"));
-  ASSERT_TRUE(stored.has_value());
-  EXPECT_EQ(stored->result, "tiny");
+  ASSERT_TRUE(stored.record.has_value());
+  EXPECT_EQ(stored.record->result, "tiny");
+}
+
+// A token is drawn only for a claim written: answers that write nothing (in progress, a resent
+// Begin) use none, so consecutive claims get consecutive tokens.
+TEST_F(StorageTest, OnlyAClaimWrittenDrawsAToken) {
+  ASSERT_OK_AND_ASSIGN(auto first, Begin("a"));
+  ASSERT_EQ(first.outcome, Outcome::kAcquired);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto busy, Begin("a"));
+    EXPECT_EQ(busy.outcome, Outcome::kInProgress);
+  }
+  ASSERT_OK_AND_ASSIGN(auto second, Begin("b"));
+  ASSERT_EQ(second.outcome, Outcome::kAcquired);
+  EXPECT_EQ(second.token, first.token + 1);
 }
 
 }  // namespace

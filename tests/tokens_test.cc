@@ -303,4 +303,33 @@ TEST(Tokens, ExpiryFollowsTheStoreClock) {
   EXPECT_EQ(status.message(), "token expired 0 ms ago");
 }
 
+// The store's clock says whether a token lives, not the consumer's: a handle whose clock runs an
+// hour ahead (a host with a skewed clock) still consumes a token with ten minutes left, and one
+// whose clock runs behind cannot consume a token that has expired by the store's clock.
+TEST(Tokens, TheStoresClockDecidesExpiryNotTheConsumers) {
+  TempDir dir;
+  auto store_clock = std::make_shared<ManualClock>();
+  auto store = idem_test::OpenStore(dir.StorePath(), TestOptions(store_clock));
+  ASSERT_NE(store, nullptr);
+  auto ahead_clock = std::make_shared<ManualClock>(store_clock->Now() + 1h);
+  auto ahead = idem_test::OpenStore(dir.StorePath(), TestOptions(ahead_clock));
+  ASSERT_NE(ahead, nullptr);
+  auto behind_clock = std::make_shared<ManualClock>(store_clock->Now() - 1h);
+  auto behind = idem_test::OpenStore(dir.StorePath(), TestOptions(behind_clock));
+  ASSERT_NE(behind, nullptr);
+
+  auto live = store->IssueToken(10min);
+  ASSERT_OK(live.status());
+  EXPECT_OK(ahead->ConsumeToken(*live));
+  EXPECT_CODE(ahead->ConsumeToken(*live), kFailed);
+
+  auto expiring = store->IssueToken(10min);
+  ASSERT_OK(expiring.status());
+  store_clock->Advance(11min);
+  behind_clock->Advance(11min);
+  Status status = behind->ConsumeToken(*expiring);
+  EXPECT_CODE(status, kNotFound);
+  EXPECT_TRUE(Contains(status, "unknown token")) << status.ToString();
+}
+
 }  // namespace

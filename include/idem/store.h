@@ -184,13 +184,13 @@ class IDEM_EXPORT Store {
   // One-time tokens against double submission (a form rendered once, submitted once). Each is
   // an ordinary record of type "idem.token" whose key is the token text, so tokens work across
   // the threads and processes that share the store, and `idem dump --type idem.token` lists
-  // them. The text carries its expiry, so an expired token is told apart from an unknown one
-  // even after its record was purged.
+  // them. Whether a token lives is its record's to say (its retention ends with the ttl, by the
+  // store's clock, which judges every process sharing the store). The text carries the expiry
+  // too, so an expired token is told apart from an unknown one even after its record was purged.
 
   // Stores and returns a fresh token that ConsumeToken accepts once within `ttl`:
   // "tok_<32 random hex digits>_<expiry in Unix microseconds, hex>". The record is kept for
-  // `ttl` (or one lease, if longer). kInvalidArgument if ttl is not positive; otherwise the errors
-  // of Begin and Fail.
+  // `ttl`. kInvalidArgument if ttl is not positive; otherwise the errors of Begin and Fail.
   Result<std::string> IssueToken(std::chrono::milliseconds ttl);
 
   // Consumes `token`: OK for exactly one caller, across threads and processes. Otherwise:

@@ -64,12 +64,9 @@ Counters LocalBackend::AtomicCounters::Snapshot() const {
   return counters;
 }
 
-LocalBackend::LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options)
-    : storage_(std::move(storage)),
-      options_(options),
-      stall_watch_(options.read_only
-                       ? nullptr
-                       : std::make_unique<StallWatch>(options.clock, options.renewal_grace)) {
+LocalBackend::LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
+                           std::unique_ptr<StallWatch> stall_watch)
+    : storage_(std::move(storage)), options_(options), stall_watch_(std::move(stall_watch)) {
   if (!options_.read_only && options_.auto_purge_interval > std::chrono::milliseconds(0)) {
     purge_thread_ = std::thread([this] { PurgeLoop(options_.auto_purge_interval); });
   }
@@ -95,10 +92,6 @@ void LocalBackend::PurgeLoop(std::chrono::milliseconds interval) {
   }
 }
 
-std::chrono::system_clock::time_point LocalBackend::Now() const {
-  return util::TruncateToMicros(options_.clock->Now());
-}
-
 Status LocalBackend::CheckWritable() const {
   if (options_.read_only) return Status::InvalidArgument("the store was opened read-only");
   return Status::OK();
@@ -107,6 +100,25 @@ Status LocalBackend::CheckWritable() const {
 Status LocalBackend::CheckKey(std::string_view key) const {
   if (key.empty()) return Status::InvalidArgument("key is empty");
   return CheckSize("key", key.size(), options_.max_key_size);
+}
+
+engine::BeginDecision LocalBackend::DecideBeginLocked(std::optional<Record> stored,
+                                                      const engine::BeginRequest& request,
+                                                      TimePoint now, engine::NextToken next_token) {
+  const bool pending =
+      stored && stored->state == State::kPending && !engine::IsExpired(*stored, now);
+  // A lease that ran out is reserved for its holder during a renewal grace (the owner stalled,
+  // or has just taken over); a live lease, until it ends. Either way a holder proven dead gives
+  // it up at once.
+  std::array<engine::RenewalGrace, 2> graces;
+  bool reserved = pending && stored->lease_deadline > now;
+  if (pending && !reserved && stall_watch_) {
+    graces = stall_watch_->Graces();
+    reserved = engine::GraceLeft(*stored, graces).count() > 0;
+  }
+  const bool holder_is_dead =
+      reserved && options_.take_over_dead_holders && util::HolderIsDead(stored->holder);
+  return engine::DecideBegin(std::move(stored), request, now, next_token, holder_is_dead, graces);
 }
 
 Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
@@ -121,60 +133,47 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
                                .retention = call.retention,
                                .holder = holder};
   request.holder.request_id = call.request_id;
-  const auto now = Now();
   // A replay, a terminal failure and a mismatch write nothing, and only Forget or expiry can
-  // change them: answer them from a plain read, without the key's lock or a token.
+  // change them: answer them from a plain read, without the key's lock.
   const uint64_t version = storage_->WriteVersion();
-  IDEM_ASSIGN_OR_RETURN(std::optional<Record> seen, storage_->Read(call.key));
+  IDEM_ASSIGN_OR_RETURN(storage::Storage::ReadResult seen, storage_->Read(call.key));
   const std::optional<uint64_t> absent_since =
-      seen ? std::nullopt : std::optional<uint64_t>(version);
-  if (seen) {
+      seen.record ? std::nullopt : std::optional<uint64_t>(version);
+  if (seen.record) {
+    // A decision that would acquire is made again under the lock: it draws no token here.
     engine::BeginDecision final_answer =
-        engine::DecideBegin(std::move(seen), request, now, /*fresh_token=*/0);
+        engine::DecideBegin(std::move(seen.record), request, seen.now, [](uint64_t) {
+          return Result<uint64_t>(Status::Unavailable("no token before the key is locked"));
+        });
     const Outcome outcome = final_answer.claim.outcome;
-    if (outcome == Outcome::kReplay || outcome == Outcome::kFailed ||
-        outcome == Outcome::kMismatch) {
+    if (final_answer.status.ok() && (outcome == Outcome::kReplay || outcome == Outcome::kFailed ||
+                                     outcome == Outcome::kMismatch)) {
       counters_.Count(final_answer.claim);
       return std::move(final_answer.claim);
     }
   }
-  IDEM_ASSIGN_OR_RETURN(uint64_t fresh_token, storage_->NextToken());
   engine::BeginDecision decision;
   IDEM_RETURN_IF_ERROR(storage_->Update(
       call.key,
-      [&](std::optional<Record>& stored) -> const Record* {
-        const bool pending =
-            stored && stored->state == State::kPending && !engine::IsExpired(*stored, now);
-        // A lease that ran out is reserved for its holder during a renewal grace (the owner
-        // stalled, or has just taken over); a live lease, until it ends. Either way a holder
-        // proven dead gives it up at once.
-        std::array<engine::RenewalGrace, 2> graces;
-        bool reserved = pending && stored->lease_deadline > now;
-        if (pending && !reserved) {
-          graces = stall_watch_->Graces();
-          reserved = engine::GraceLeft(*stored, graces).count() > 0;
-        }
-        const bool holder_is_dead =
-            reserved && options_.take_over_dead_holders && util::HolderIsDead(stored->holder);
-        decision = engine::DecideBegin(std::move(stored), request, now, fresh_token, holder_is_dead,
-                                       graces);
+      [&](std::optional<Record>& stored, TimePoint now,
+          engine::NextToken next_token) -> const Record* {
+        decision = DecideBeginLocked(std::move(stored), request, now, next_token);
         return decision.write ? &decision.claim.record : nullptr;
       },
       call.durability, absent_since));
+  IDEM_RETURN_IF_ERROR(decision.status);
   counters_.Count(decision.claim);
   return std::move(decision.claim);
 }
-
 Status LocalBackend::Transition(const TransitionCall& call) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
   IDEM_RETURN_IF_ERROR(CheckSize(PayloadName(call.request.kind), call.request.payload.size(),
                                  options_.max_result_size));
-  const auto now = Now();
   engine::TransitionDecision decision;
   IDEM_RETURN_IF_ERROR(storage_->Update(
       call.key,
-      [&](std::optional<Record>& stored) -> const Record* {
+      [&](std::optional<Record>& stored, TimePoint now, engine::NextToken) -> const Record* {
         decision = engine::DecideTransition(std::move(stored), call.request, now);
         return decision.write ? &*decision.write : nullptr;
       },
@@ -187,9 +186,9 @@ Status LocalBackend::Transition(const TransitionCall& call) {
 
 Result<std::optional<Record>> LocalBackend::Get(std::string_view key) {
   IDEM_RETURN_IF_ERROR(CheckKey(key));
-  IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, storage_->Read(key));
-  engine::MakeVisible(stored, Now());
-  return stored;
+  IDEM_ASSIGN_OR_RETURN(storage::Storage::ReadResult stored, storage_->Read(key));
+  engine::MakeVisible(stored.record, stored.now);
+  return std::move(stored.record);
 }
 
 Status LocalBackend::Forget(std::string_view key, Durability durability) {
@@ -213,10 +212,9 @@ Status LocalBackend::Forget(std::string_view key, Durability durability) {
 }
 
 Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limit) {
-  const auto now = Now();
   ScanPage page;
   std::size_t bytes = 0;
-  IDEM_RETURN_IF_ERROR(storage_->Scan(options, [&](Record&& stored) {
+  IDEM_RETURN_IF_ERROR(storage_->Scan(options, [&](Record&& stored, TimePoint now) {
     if (page.records.size() >= limit || bytes >= kScanPageBytes) {
       page.more = true;
       return false;
@@ -233,7 +231,7 @@ Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limi
 
 Result<uint64_t> LocalBackend::Purge(const PurgeOptions& options) {
   if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
-  IDEM_ASSIGN_OR_RETURN(uint64_t count, storage_->Purge(Now(), options));
+  IDEM_ASSIGN_OR_RETURN(uint64_t count, storage_->Purge(options));
   if (!options.dry_run) counters_.Add<&Counters::purged>(count);
   return count;
 }

@@ -20,10 +20,12 @@ namespace idem {
 
 class LocalBackend final : public Backend {
  public:
-  // Uses options.clock (not null), read_only, take_over_dead_holders, renewal_grace,
-  // auto_purge_interval and the size limits. A writable backend is the store's new owner: it
-  // opens a renewal grace for the claims written before it (see StallWatch).
-  LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options);
+  // Uses options.read_only, take_over_dead_holders, auto_purge_interval and the size limits;
+  // the time is the storage's. `stall_watch` (null: none) gives the renewal graces: a writable
+  // backend on the owner's RocksDB storage is the store's new owner and passes one, which opens
+  // a grace for the claims written before it (see StallWatch).
+  LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
+               std::unique_ptr<StallWatch> stall_watch);
   ~LocalBackend() override;
 
   Result<Claim> Begin(const BeginCall& call, const Holder& holder) override;
@@ -55,17 +57,22 @@ class LocalBackend final : public Backend {
     std::array<std::atomic<uint64_t>, kCounterCount> values_{};
   };
 
+  using TimePoint = std::chrono::system_clock::time_point;
+
   Status CheckWritable() const;
   Status CheckKey(std::string_view key) const;
-  // Now, at the precision records store, so that what a call returns equals what it stored.
-  std::chrono::system_clock::time_point Now() const;
+  // Begin's decision under the key's lock: whether a pending claim is reserved for its holder (a
+  // live lease or a renewal grace) and whether that holder is proven dead.
+  engine::BeginDecision DecideBeginLocked(std::optional<Record> stored,
+                                          const engine::BeginRequest& request, TimePoint now,
+                                          engine::NextToken next_token);
   void PurgeLoop(std::chrono::milliseconds interval);
 
   // Constant after construction.
   const std::unique_ptr<storage::Storage> storage_;
   const Options options_;
 
-  // Null when read-only.
+  // Null when read-only, or when the storage has no owner whose stalls would matter.
   const std::unique_ptr<StallWatch> stall_watch_;
 
   AtomicCounters counters_;

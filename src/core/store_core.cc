@@ -101,7 +101,7 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at)
       if (exclusive_owner || !sharing::OwnerLock::IsHeld(directory_.string())) {
         if (!storage.ok()) return storage.status();
         return std::shared_ptr<Backend>(
-            std::make_shared<LocalBackend>(std::move(storage).value(), options_));
+            std::make_shared<LocalBackend>(std::move(storage).value(), options_, NewStallWatch()));
       }
     }
     if (std::chrono::steady_clock::now() >= give_up_at) {
@@ -157,7 +157,8 @@ Result<std::shared_ptr<Backend>> StoreCore::BecomeOwner(
   auto ownership = std::make_unique<Ownership>();
   ownership->lock = std::move(owner_lock);
   IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
-  ownership->backend = std::make_shared<LocalBackend>(std::move(storage), options_);
+  ownership->backend =
+      std::make_shared<LocalBackend>(std::move(storage), options_, NewStallWatch());
   if (options_.sharing == Sharing::kAuto) {
     sharing::ServerOptions server_options;
     // A request carries at most a key, a label or two and one payload.
@@ -170,6 +171,11 @@ Result<std::shared_ptr<Backend>> StoreCore::BecomeOwner(
   std::shared_ptr<Backend> backend = ownership->backend;
   ownership_ = std::move(ownership);
   return backend;
+}
+
+std::unique_ptr<StallWatch> StoreCore::NewStallWatch() const {
+  if (options_.read_only) return nullptr;
+  return std::make_unique<StallWatch>(options_.clock, options_.renewal_grace);
 }
 
 Result<std::unique_ptr<storage::Storage>> StoreCore::OpenStorage() {

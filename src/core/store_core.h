@@ -142,6 +142,9 @@ class StoreCore {
   Result<std::shared_ptr<Backend>> BecomeOwner(std::unique_ptr<sharing::OwnerLock> owner_lock);
 
   Result<std::unique_ptr<storage::Storage>> OpenStorage();
+  // The renewal graces of a writable backend on this store's RocksDB storage (it has just become
+  // the only writer); null for a read-only one.
+  std::unique_ptr<StallWatch> NewStallWatch() const;
 
   // LogTo with the first opener's options.
   void Log(std::string_view message) const { LogTo(options_, message); }

@@ -54,7 +54,7 @@ milliseconds GraceLeft(const Record& record, std::span<const RenewalGrace> grace
 }
 
 BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& request, TimePoint now,
-                          uint64_t fresh_token, bool holder_is_dead,
+                          NextToken next_token, bool holder_is_dead,
                           std::span<const RenewalGrace> graces) {
   BeginDecision decision;
   Claim& claim = decision.claim;
@@ -62,10 +62,15 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
 
   Record next;
   if (!stored) {
+    Result<uint64_t> token = next_token(0);
+    if (!token.ok()) {
+      decision.status = token.status();
+      return decision;
+    }
     next.key = std::string(request.key);
     next.type = std::string(request.type);
     next.fingerprint = std::string(request.fingerprint);
-    next.token = fresh_token;
+    next.token = *token;
     next.attempts = 1;
     next.created = now;
   } else {
@@ -117,6 +122,12 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
         break;
     }
     const uint64_t stored_token = record.token;
+    Result<uint64_t> token = next_token(stored_token);
+    if (!token.ok()) {
+      decision.status = token.status();
+      claim.record = std::move(record);
+      return decision;
+    }
     next = std::move(record);
     next.result.clear();
     next.retryable = false;
@@ -124,7 +135,7 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
     if (next.type.empty()) next.type = std::string(request.type);
     // The fresh token is already above every token handed out; max() keeps the per-key order
     // even if a store were ever restored from an older counter.
-    next.token = std::max(fresh_token, stored_token + 1);
+    next.token = std::max(*token, stored_token + 1);
     next.attempts += 1;
   }
   next.state = State::kPending;

@@ -13,6 +13,7 @@
 #include <span>
 #include <string_view>
 
+#include "idem/function_ref.h"
 #include "idem/record.h"
 #include "idem/status.h"
 #include "idem/store.h"
@@ -67,15 +68,20 @@ std::chrono::milliseconds GraceLeft(const Record& record, std::span<const Renewa
 struct BeginDecision {
   Claim claim;         // claim.record: the record as stored after the call
   bool write = false;  // true: store claim.record
+  // Not OK when the key was to be acquired but no token could be drawn (`write` is false).
+  Status status;
 };
 
-// Decides Begin. `fresh_token` is a token the store has never handed out; it is used when the
-// key is acquired. `holder_is_dead`: the process holding the stored pending claim is proven to
-// have died, so its claim is taken over without waiting for its lease or a grace. `graces`:
-// the renewal graces in force; a pending claim whose lease ran out and that one of them covers
-// is still in progress.
+// Draws a fencing token the storage has never handed out, above `above` (the stored record's
+// token when the key has a record, else 0). It may fail: the storage could not reserve tokens.
+using NextToken = FunctionRef<Result<uint64_t>(uint64_t above)>;
+
+// Decides Begin. `next_token` is called once when the key is acquired, and only then.
+// `holder_is_dead`: the process holding the stored pending claim is proven to have died, so its
+// claim is taken over without waiting for its lease or a grace. `graces`: the renewal graces in
+// force; a pending claim whose lease ran out and that one of them covers is still in progress.
 BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& request, TimePoint now,
-                          uint64_t fresh_token, bool holder_is_dead = false,
+                          NextToken next_token, bool holder_is_dead = false,
                           std::span<const RenewalGrace> graces = {});
 
 enum class TransitionKind { kComplete, kFail, kExtend, kSaveCheckpoint };

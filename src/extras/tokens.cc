@@ -81,11 +81,12 @@ Result<std::string> Store::IssueToken(milliseconds ttl) {
     return Status::InvalidArgument(
         fmt::format("token ttl is {} ms; it must be positive", ttl.count()));
   }
-  // The default lease keeps the record until the Fail below even when the ttl is shorter than
-  // the write takes (the record then outlives the token by up to one lease: harmless, since the
-  // expiry in the token's text is what ConsumeToken checks).
-  const BeginOptions options{
-      .type = kTokenType, .fingerprint = {}, .lease = milliseconds(0), .retention = ttl};
+  // The record's retention is the token's life (ConsumeToken asks the record, not the text), so
+  // the lease, which retention never ends before, is no longer than the ttl.
+  const BeginOptions options{.type = kTokenType,
+                             .fingerprint = {},
+                             .lease = std::min(ttl, this->options().default_lease),
+                             .retention = ttl};
   for (int draw = 0; draw < kIssueDraws; ++draw) {
     std::array<char, kRandomBytes> random{};
     const Status drawn = util::RandomBytes(random.data(), random.size());
@@ -102,6 +103,9 @@ Result<std::string> Store::IssueToken(milliseconds ttl) {
       continue;
     }
     Status issued = Fail(token, claim.token, "issued", Failure::kRetryable);
+    // A ttl shorter than the write took: the record is already gone, and the token is issued
+    // expired, as ConsumeToken will say.
+    if (issued.code() == Status::Code::kNotFound) return token;
     if (!issued.ok()) {
       // Nobody learns this token, so its record only has to go; it expires with the ttl anyway.
       static_cast<void>(Forget(token));
@@ -118,21 +122,26 @@ Status Store::ConsumeToken(std::string_view token) {
   if (!expiry) {
     return Status::InvalidArgument("malformed token: expected tok_<32 hex digits>_<hex expiry>");
   }
-  const TimePoint now = Now(*this);
-  if (now >= *expiry) {
-    return Status::NotFound(
-        "token expired " +
-        std::to_string(std::chrono::duration_cast<milliseconds>(now - *expiry).count()) +
-        " ms ago");
-  }
-  // A read first, so that guessed or forged tokens cost no write.
+  // Whether the token lives is the record's to say: its retention ends at the token's expiry by
+  // the store's clock, which on a shared store may differ from this host's. The expiry in the
+  // text and this host's clock only word the answer for a token that has no record. A read
+  // first, so that guessed or forged tokens cost no write.
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Get(token));
-  if (!stored || stored->type != kTokenType) return Status::NotFound("unknown token");
+  if (!stored || stored->type != kTokenType) {
+    const TimePoint now = Now(*this);
+    if (now >= *expiry) {
+      return Status::NotFound(
+          fmt::format("token expired {} ms ago",
+                      std::chrono::duration_cast<milliseconds>(now - *expiry).count()));
+    }
+    return Status::NotFound("unknown token");
+  }
 
-  // Retention up to the token's expiry, not beyond. The claim's default lease still keeps the
-  // record until the Complete below when the token is about to expire.
+  // Retention up to the token's expiry, not beyond; at least a moment on a host whose clock is
+  // ahead of the store's. The claim's default lease still keeps the record until the Complete
+  // below when the token is about to expire.
   const milliseconds remaining =
-      std::max(std::chrono::ceil<milliseconds>(*expiry - now), milliseconds(1));
+      std::max(std::chrono::ceil<milliseconds>(*expiry - Now(*this)), milliseconds(1));
   const BeginOptions options{
       .type = kTokenType, .fingerprint = {}, .lease = milliseconds(0), .retention = remaining};
   IDEM_ASSIGN_OR_RETURN(Claim claim, Begin(token, options));

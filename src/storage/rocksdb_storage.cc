@@ -18,6 +18,7 @@
 #include "storage/record_codec.h"
 #include "storage/rocksdb_status.h"
 #include "util/escape.h"
+#include "util/time.h"
 
 namespace idem::storage {
 
@@ -93,12 +94,13 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   } else if (!last.key.empty() && last.key == key && last.expires > filter_horizon_->load()) {
     IDEM_RETURN_IF_ERROR(DecodeRecordInto(key, last.value, stored.emplace()));
   } else {
-    IDEM_ASSIGN_OR_RETURN(stored, Read(key));
+    IDEM_ASSIGN_OR_RETURN(stored, ReadRecord(key));
   }
   // Taken before `decide`, which may move from `stored`.
   const bool had_record = stored.has_value();
   const int64_t stored_expires = had_record ? ToMicros(stored->expires) : 0;
-  const Record* next = decide(stored);
+  // The counter is above every token stored, so `above` needs no check.
+  const Record* next = decide(stored, Now(), [this](uint64_t /*above*/) { return NextToken(); });
   if (next == nullptr) return Status::OK();
 
   // The record is encoded straight into the stripe's copy of the last write (reusing its
@@ -136,7 +138,16 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   return written;
 }
 
-Result<std::optional<Record>> RocksDbStorage::Read(std::string_view key) {
+RocksDbStorage::TimePoint RocksDbStorage::Now() const {
+  return util::TruncateToMicros(clock_->Now());
+}
+
+Result<Storage::ReadResult> RocksDbStorage::Read(std::string_view key) {
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> record, ReadRecord(key));
+  return ReadResult{.record = std::move(record), .now = Now()};
+}
+
+Result<std::optional<Record>> RocksDbStorage::ReadRecord(std::string_view key) {
   const ScopedPerfCountersOff counters_off;
   // A value found in a memtable is copied into the slice's own buffer: one buffer per thread,
   // kept between reads, spares a malloc and a free per read (a replay is little more than this).
@@ -188,13 +199,16 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
   return true;
 }
 
-Status RocksDbStorage::Scan(const ScanOptions& options, FunctionRef<bool(Record&&)> visit) {
+Status RocksDbStorage::Scan(const ScanOptions& options,
+                            FunctionRef<bool(Record&& record, TimePoint now)> visit) {
   const ScopedPerfCountersOff counters_off;
   rocksdb::ReadOptions read_options;
   // A scan (idem dump, Scan) reads every block once: keeping them would evict what the
   // requests use, and would grow the memory a scan needs.
   read_options.fill_cache = false;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, records_));
+  // One time for the whole scan: it reads one snapshot.
+  const TimePoint now = Now();
   const std::string_view start = options.start_after.empty() || options.start_after < options.prefix
                                      ? options.prefix
                                      : options.start_after;
@@ -203,14 +217,15 @@ Status RocksDbStorage::Scan(const ScanOptions& options, FunctionRef<bool(Record&
     if (key.substr(0, options.prefix.size()) != options.prefix) break;
     if (!options.start_after.empty() && key == options.start_after) continue;
     IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, it->value().ToStringView()));
-    if (!visit(std::move(record))) return Status::OK();
+    if (!visit(std::move(record), now)) return Status::OK();
   }
   return FromRocksDb(it->status(), "scanning records");
 }
 
-Result<uint64_t> RocksDbStorage::Purge(TimePoint now, const PurgeOptions& options) {
+Result<uint64_t> RocksDbStorage::Purge(const PurgeOptions& options) {
   const ScopedPerfCountersOff counters_off;
   std::lock_guard purge_lock(purge_mu_);
+  const TimePoint now = Now();
   const int64_t now_micros = ToMicros(now);
   if (options.dry_run) {
     DueIndexEntries due(*db_, by_expiry_, now_micros);
@@ -241,7 +256,7 @@ Result<uint64_t> RocksDbStorage::CountDue(rocksdb::Iterator& it,
   uint64_t visited = 0;
   for (it.SeekToFirst(); it.Valid(); it.Next()) {
     const std::string_view index_key = it.key().ToStringView();
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, Read(index_key.substr(8)));
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> stored, ReadRecord(index_key.substr(8)));
     if (stored && ToMicros(stored->expires) == ExpiryOfIndexKey(index_key)) ++due;
     if (progress && ++visited % kPurgeBatch == 0) progress(due);
   }

@@ -46,7 +46,9 @@ struct RocksDbConfig {
   bool create_if_missing = true;
   bool read_only = false;                // a read-only instance: reads only, never takes the LOCK
   std::size_t memory_budget = 96 << 20;  // Options::memory_budget
-  std::shared_ptr<const Clock> clock;    // for the compaction filter's notion of "expired"
+  // The time records are judged by (Storage's `now`), and the compaction filter's notion of
+  // "expired". Not null.
+  std::shared_ptr<const Clock> clock;
   // Test hook: the Env (and through it the FileSystem) RocksDB uses; null means the default.
   // The fault injection tests pass one whose writes and syncs fail on demand.
   std::shared_ptr<rocksdb::Env> env;
@@ -89,12 +91,12 @@ class RocksDbStorage final : public Storage {
 
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
-  Result<std::optional<Record>> Read(std::string_view key) override;
+  Result<ReadResult> Read(std::string_view key) override;
   uint64_t WriteVersion() const override;
   Result<bool> Remove(std::string_view key, Durability durability) override;
-  Status Scan(const ScanOptions& options, FunctionRef<bool(Record&&)> visit) override;
-  Result<uint64_t> Purge(TimePoint now, const PurgeOptions& options) override;
-  Result<uint64_t> NextToken() override;
+  Status Scan(const ScanOptions& options,
+              FunctionRef<bool(Record&& record, TimePoint now)> visit) override;
+  Result<uint64_t> Purge(const PurgeOptions& options) override;
 
   // Writes the memtables to table files and waits (tests use it to get SST files to damage).
   Status Flush();
@@ -127,6 +129,14 @@ class RocksDbStorage final : public Storage {
                       const std::vector<rocksdb::ColumnFamilyDescriptor>& families, bool read_only,
                       const InfoLog& info_log);
   Status CheckFormatVersion(bool read_only);
+  // The clock's time at the precision records keep, so that what a call returns equals what it
+  // stored.
+  TimePoint Now() const;
+  // The record under `key`, decoded; nullopt when there is none.
+  Result<std::optional<Record>> ReadRecord(std::string_view key);
+  // A fencing token never handed out before, even across restarts: from a counter whose ceiling
+  // is persisted a block ahead (kTokenBlock). Already above every stored token.
+  Result<uint64_t> NextToken();
   Status ReserveTokens();
   Status LoadFilterHorizon(TimePoint now);
   // The fixed-width value `bytes` long (4 or 8) at `key` of the meta column family, if any;
@@ -185,6 +195,7 @@ class RocksDbStorage final : public Storage {
 
   // Constant after construction.
   std::string path_;
+  std::shared_ptr<const Clock> clock_;
   // The Env RocksDB uses: its own thread pools (storage_env.h), and over the test hook's or the
   // default file system, the manifest-marking one and the watch of failed log writes. Declared
   // before db_, so it outlives it.

@@ -177,6 +177,7 @@ Result<std::unique_ptr<RocksDbStorage>> RocksDbStorage::Open(const RocksDbConfig
 
 Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   path_ = config.path;
+  clock_ = config.clock;
   if (config.token_block != 0) token_block_ = config.token_block;
   log_ = config.log;
   disk_errors_ = std::make_shared<DiskErrorFlags>();

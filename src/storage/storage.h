@@ -11,6 +11,7 @@
 #include <optional>
 #include <string_view>
 
+#include "engine/state_machine.h"
 #include "idem/function_ref.h"
 #include "idem/options.h"
 #include "idem/record.h"
@@ -22,41 +23,55 @@ namespace idem::storage {
 class Storage {
  public:
   using TimePoint = std::chrono::system_clock::time_point;
+
   // Given the stored record (nullopt when there is none, retention-expired ones included; the
-  // callee may move from it), returns the record to store, or null to change nothing. The
-  // record pointed to must stay valid until Update returns.
-  using Decide = FunctionRef<const Record*(std::optional<Record>& stored)>;
+  // callee may move from it), the storage's time and where to draw a fresh token from (for
+  // engine::DecideBegin, which draws one only when it writes a claim), returns the record to
+  // store, or null to change nothing. The record pointed to must stay valid until Update
+  // returns. `decide` may be called more than once (a backend that retries a transaction calls
+  // it again with what it read again), so it must only assign what it computes.
+  using Decide = FunctionRef<const Record*(std::optional<Record>& stored, TimePoint now,
+                                           engine::NextToken next_token)>;
+
+  // A record read, and the time to judge it by.
+  struct ReadResult {
+    std::optional<Record> record;  // retention-expired ones included
+    TimePoint now;
+  };
 
   virtual ~Storage() = default;
 
   // Atomically with respect to every other Update, Remove and Purge of the same key: reads the
-  // record, calls `decide` once, and writes its answer together with its expiry-index entry in
-  // one batch, durable as `durability` says before returning. kCorruption without calling
-  // `decide` when the stored value cannot be decoded.
+  // record and the time, calls `decide`, and writes its answer together with its expiry-index
+  // entry in one batch, durable as `durability` says before returning. kCorruption without
+  // calling `decide` when the stored value cannot be decoded.
   // `absent_since`: a WriteVersion() taken before a Read that found no record under `key`. When
   // nothing at all has been written since, Update knows the key is still absent and does not
   // read it again.
+  //
+  // Time: every `now` a storage gives (here, to Read's and Scan's callers) is its own clock's, at
+  // the microsecond precision records keep, read after the key is locked. Every decision is made
+  // by it, so that all processes using one storage agree on when leases and retention end.
   virtual Status Update(std::string_view key, Decide decide, Durability durability,
                         std::optional<uint64_t> absent_since) = 0;
 
-  // The stored record, retention-expired ones included.
-  virtual Result<std::optional<Record>> Read(std::string_view key) = 0;
+  virtual Result<ReadResult> Read(std::string_view key) = 0;
   // A number that changes whenever anything is written to the storage (by this process, which
-  // is the only writer).
+  // is the only writer). A storage written by several processes returns a different number at
+  // every call, so that `absent_since` never matches.
   virtual uint64_t WriteVersion() const = 0;
 
   // Deletes the record under `key` whatever it holds (even undecodable bytes). Returns whether
   // there was one.
   virtual Result<bool> Remove(std::string_view key, Durability durability) = 0;
 
-  // Visits stored records in key order from a consistent snapshot, until `visit` returns false.
-  virtual Status Scan(const ScanOptions& options, FunctionRef<bool(Record&&)> visit) = 0;
+  // Visits stored records in key order, with the time to judge each by, until `visit` returns
+  // false.
+  virtual Status Scan(const ScanOptions& options,
+                      FunctionRef<bool(Record&& record, TimePoint now)> visit) = 0;
 
-  // Deletes records whose retention expiry is at or before `now`; returns how many.
-  virtual Result<uint64_t> Purge(TimePoint now, const PurgeOptions& options) = 0;
-
-  // A fencing token this storage has never handed out before, even across restarts.
-  virtual Result<uint64_t> NextToken() = 0;
+  // Deletes records whose retention expiry is at or before the storage's now; returns how many.
+  virtual Result<uint64_t> Purge(const PurgeOptions& options) = 0;
 };
 
 }  // namespace idem::storage
