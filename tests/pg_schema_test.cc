@@ -1,0 +1,214 @@
+// The tables of a PostgreSQL store (storage/pg_schema.h) against a real server: created once,
+// found again, and every table that is not an idem store's (or is a newer idem's) refused with a
+// message that says so, and left exactly as it was.
+
+#include "storage/pg_schema.h"
+
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pg_server.h"
+#include "test_util.h"
+
+namespace {
+
+using idem::Status;
+using idem::storage::pg::PrepareTables;
+using idem::storage::pg::ResolveTableNames;
+using idem::storage::pg::TableNames;
+
+struct ConnCloser {
+  void operator()(PGconn* conn) const { PQfinish(conn); }
+};
+using Conn = std::unique_ptr<PGconn, ConnCloser>;
+
+Conn Connect(const std::string& uri) {
+  Conn conn(PQconnectdb(uri.c_str()));
+  EXPECT_EQ(PQstatus(conn.get()), CONNECTION_OK) << PQerrorMessage(conn.get());
+  return conn;
+}
+
+// The single value `sql` returns as text ("<null>" for NULL), or the error.
+std::string Value(PGconn* conn, const std::string& sql) {
+  PGresult* result = PQexec(conn, sql.c_str());
+  std::string value;
+  if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+    value = std::string("error: ") + PQerrorMessage(conn);
+  } else {
+    value = PQgetisnull(result, 0, 0) ? "<null>" : PQgetvalue(result, 0, 0);
+  }
+  PQclear(result);
+  return value;
+}
+
+void Exec(PGconn* conn, const std::string& sql) {
+  PGresult* result = PQexec(conn, sql.c_str());
+  EXPECT_EQ(PQresultStatus(result), PGRES_COMMAND_OK) << sql << ": " << PQerrorMessage(conn);
+  PQclear(result);
+}
+
+Status Prepare(PGconn* conn, std::string_view table, bool create) {
+  auto names = ResolveTableNames(conn, table);
+  if (!names.ok()) return names.status();
+  return PrepareTables(conn, *names, create);
+}
+
+bool Contains(const Status& status, std::string_view text) {
+  return status.message().find(text) != std::string::npos;
+}
+
+TEST(PgSchema, CreatesTheStoreOnceAndFindsItAgain) {
+  IDEM_START_PG_OR_SKIP(server);
+  Conn conn = Connect(server->Uri());
+  ASSERT_OK_AND_ASSIGN(TableNames names, ResolveTableNames(conn.get(), "idem_records"));
+  EXPECT_EQ(names.schema, "idem");
+  EXPECT_EQ(names.records, "\"idem\".\"idem_records\"");
+  EXPECT_EQ(names.display, "idem.idem_records");
+
+  ASSERT_OK(PrepareTables(conn.get(), names, /*create=*/true));
+  EXPECT_EQ(Value(conn.get(), "SELECT value FROM idem.idem_records_meta WHERE name = 'format'"),
+            "idem records");
+  EXPECT_EQ(Value(conn.get(),
+                  "SELECT cache_size FROM pg_sequences WHERE sequencename = "
+                  "'idem_records_token_seq'"),
+            "1");
+  EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM pg_indexes WHERE tablename = 'idem_records'"),
+            "2");  // the primary key and the expiry index
+  // Found again, with and without create; nothing is created twice.
+  EXPECT_OK(PrepareTables(conn.get(), names, /*create=*/true));
+  EXPECT_OK(PrepareTables(conn.get(), names, /*create=*/false));
+  EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM idem.idem_records_meta"), "2");
+}
+
+TEST(PgSchema, AMissingStoreIsNotFoundWithoutCreate) {
+  IDEM_START_PG_OR_SKIP(server);
+  Conn conn = Connect(server->Uri());
+  const Status status = Prepare(conn.get(), "idem_records", /*create=*/false);
+  EXPECT_CODE(status, kNotFound);
+  EXPECT_TRUE(Contains(status, "no idem store idem.idem_records")) << status.ToString();
+  EXPECT_EQ(Value(conn.get(), "SELECT to_regclass('idem.idem_records_meta')"), "<null>");
+}
+
+TEST(PgSchema, AForeignTableOfTheSameNameIsRefusedAndLeftAlone) {
+  IDEM_START_PG_OR_SKIP(server);
+  Conn conn = Connect(server->Uri());
+  Exec(conn.get(), "CREATE TABLE orders (id int PRIMARY KEY, name text)");
+  Exec(conn.get(), "INSERT INTO orders VALUES (1, 'kept')");
+  const Status status = Prepare(conn.get(), "orders", /*create=*/true);
+  EXPECT_CODE(status, kInvalidArgument);
+  EXPECT_TRUE(Contains(status, "table idem.orders is not an idem store")) << status.ToString();
+  EXPECT_TRUE(Contains(status, "idem neither uses nor alters it")) << status.ToString();
+  EXPECT_EQ(Value(conn.get(), "SELECT name FROM orders WHERE id = 1"), "kept");
+  EXPECT_EQ(Value(conn.get(), "SELECT to_regclass('idem.orders_meta')"), "<null>");
+  EXPECT_EQ(Value(conn.get(), "SELECT to_regclass('idem.orders_token_seq')"), "<null>");
+}
+
+TEST(PgSchema, AStoreWhoseColumnsWereChangedIsRefusedNamingTheColumn) {
+  IDEM_START_PG_OR_SKIP(server);
+  Conn conn = Connect(server->Uri());
+  ASSERT_OK(Prepare(conn.get(), "changed", /*create=*/true));
+  Exec(conn.get(), "ALTER TABLE changed ADD COLUMN extra int");
+  Status status = Prepare(conn.get(), "changed", /*create=*/true);
+  EXPECT_CODE(status, kInvalidArgument);
+  EXPECT_TRUE(Contains(status, "has a column extra")) << status.ToString();
+
+  ASSERT_OK(Prepare(conn.get(), "retyped", /*create=*/true));
+  Exec(conn.get(), "ALTER TABLE retyped ALTER COLUMN attempts TYPE integer");
+  status = Prepare(conn.get(), "retyped", /*create=*/false);
+  EXPECT_CODE(status, kInvalidArgument);
+  EXPECT_TRUE(Contains(status, "column 9 is attempts integer NOT NULL")) << status.ToString();
+}
+
+TEST(PgSchema, ANewerSchemaVersionIsRefusedAndLeftAlone) {
+  IDEM_START_PG_OR_SKIP(server);
+  Conn conn = Connect(server->Uri());
+  ASSERT_OK(Prepare(conn.get(), "idem_records", /*create=*/true));
+  Exec(conn.get(), "UPDATE idem_records_meta SET value = '2' WHERE name = 'schema_version'");
+  const Status status = Prepare(conn.get(), "idem_records", /*create=*/true);
+  EXPECT_CODE(status, kNewerVersion);
+  EXPECT_TRUE(Contains(status, "schema version 2, written by a newer idem")) << status.ToString();
+  EXPECT_EQ(Value(conn.get(), "SELECT value FROM idem_records_meta WHERE name = 'schema_version'"),
+            "2");
+
+  Exec(conn.get(), "UPDATE idem_records_meta SET value = 'two' WHERE name = 'schema_version'");
+  EXPECT_CODE(Prepare(conn.get(), "idem_records", /*create=*/false), kCorruption);
+}
+
+TEST(PgSchema, ASequenceThatCachesIsRefused) {
+  IDEM_START_PG_OR_SKIP(server);
+  Conn conn = Connect(server->Uri());
+  ASSERT_OK(Prepare(conn.get(), "idem_records", /*create=*/true));
+  Exec(conn.get(), "ALTER SEQUENCE idem_records_token_seq CACHE 20");
+  const Status status = Prepare(conn.get(), "idem_records", /*create=*/false);
+  EXPECT_CODE(status, kInvalidArgument);
+  EXPECT_TRUE(Contains(status, "CACHE 20")) << status.ToString();
+}
+
+// Four processes opening a new store at once: one creates it, the others find it.
+TEST(PgSchema, CreatorsRacingAllSucceedOnOneStore) {
+  IDEM_START_PG_OR_SKIP(server);
+  std::vector<Conn> conns;
+  for (int i = 0; i < 4; ++i) conns.push_back(Connect(server->Uri()));
+  std::vector<Status> results(conns.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < conns.size(); ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = Prepare(conns[i].get(), "raced", /*create=*/true); });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const Status& result : results) EXPECT_OK(result);
+  EXPECT_EQ(Value(conns[0].get(), "SELECT count(*) FROM raced_meta"), "2");
+}
+
+// Identifiers are quoted, never pasted: a name with quotes, spaces and SQL in it is just a name.
+TEST(PgSchema, ATableNameIsAnIdentifierWhateverItHolds) {
+  IDEM_START_PG_OR_SKIP(server);
+  Conn conn = Connect(server->Uri());
+  const std::string name = "Odd \"name\"; DROP TABLE x";
+  ASSERT_OK_AND_ASSIGN(TableNames names, ResolveTableNames(conn.get(), name));
+  EXPECT_EQ(names.records, "\"idem\".\"Odd \"\"name\"\"; DROP TABLE x\"");
+  ASSERT_OK(PrepareTables(conn.get(), names, /*create=*/true));
+  EXPECT_OK(PrepareTables(conn.get(), names, /*create=*/false));
+  EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM pg_tables WHERE schemaname = 'idem'"), "2");
+}
+
+TEST(PgSchema, ABadTableNameIsRefusedBeforeAnyStatement) {
+  IDEM_START_PG_OR_SKIP(server);
+  Conn conn = Connect(server->Uri());
+  EXPECT_CODE(ResolveTableNames(conn.get(), "").status(), kInvalidArgument);
+  EXPECT_CODE(ResolveTableNames(conn.get(), std::string_view("a\0b", 3)).status(),
+              kInvalidArgument);
+  const Status too_long = ResolveTableNames(conn.get(), std::string(54, 't')).status();
+  EXPECT_CODE(too_long, kInvalidArgument);
+  EXPECT_TRUE(Contains(too_long, "at most 53 bytes")) << too_long.ToString();
+  EXPECT_OK(ResolveTableNames(conn.get(), std::string(53, 't')).status());
+}
+
+TEST(PgSchema, NoCurrentSchemaIsToldApart) {
+  IDEM_START_PG_OR_SKIP(server);
+  Conn conn = Connect(server->Uri());
+  Exec(conn.get(), "SET search_path = ''");
+  const Status status = ResolveTableNames(conn.get(), "idem_records").status();
+  EXPECT_CODE(status, kInvalidArgument);
+  EXPECT_TRUE(Contains(status, "no current schema")) << status.ToString();
+}
+
+TEST(PgSchema, ARoleThatMayNotCreateIsToldWhichSchema) {
+  IDEM_START_PG_OR_SKIP(server);
+  ASSERT_OK(
+      server->Admin("CREATE ROLE reader LOGIN PASSWORD 'reader-pw';"
+                    "GRANT USAGE ON SCHEMA idem TO reader;"
+                    "ALTER ROLE reader SET search_path = idem"));
+  Conn conn = Connect("postgresql://reader:reader-pw@127.0.0.1:" + std::to_string(server->port()) +
+                      "/postgres");
+  const Status status = Prepare(conn.get(), "idem_records", /*create=*/true);
+  EXPECT_CODE(status, kInvalidArgument);
+  EXPECT_TRUE(Contains(status, "may not create tables in schema idem")) << status.ToString();
+}
+
+}  // namespace
