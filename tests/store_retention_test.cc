@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -236,6 +237,66 @@ TEST(Store, AutoPurgeRemovesExpiredRecords) {
   ASSERT_OK_AND_ASSIGN(auto got, store->Get("keep"));
   EXPECT_TRUE(got.has_value());
   EXPECT_OK(store->Complete("keep", keep.token, "r"));
+}
+
+// ---- Disk space ------------------------------------------------------------------------------
+
+// The bytes of the store's table files and of its log files.
+struct DiskUse {
+  uintmax_t tables = 0;
+  uintmax_t logs = 0;
+};
+DiskUse MeasureDiskUse(const std::string& store_path) {
+  DiskUse use;
+  for (const auto& entry : std::filesystem::directory_iterator(store_path + "/db")) {
+    const std::string extension = entry.path().extension().string();
+    if (extension == ".sst") use.tables += entry.file_size();
+    if (extension == ".log") use.logs += entry.file_size();
+  }
+  return use;
+}
+
+// Writes `count` completed records with a result of `result_size` random letters (the table
+// files compress what repeats); every other one (if `half_short`) with a one-minute retention.
+void WriteRecords(idem::Store& store, int count, std::size_t result_size, bool half_short) {
+  std::mt19937 random(42);
+  std::string result(result_size, ' ');
+  for (int i = 0; i < count; ++i) {
+    for (char& c : result) c = static_cast<char>('a' + random() % 26);
+    const std::string key = "order-" + std::to_string(i * 7919 % count);
+    idem::BeginOptions options;
+    if (half_short && i % 2 == 0) options.retention = 1min;
+    ASSERT_OK_AND_ASSIGN(auto claim, store.Begin(key, options));
+    ASSERT_OK(store.Complete(key, claim.token, result));
+  }
+}
+
+// A purge gives the space of what it removed back at once: the table files shrink with the
+// records removed, and no log file keeps the deletes.
+TEST(Store, PurgeGivesTheSpaceBackAtOnce) {
+  TempDir dir;
+  auto clock = std::make_shared<ManualClock>();
+  idem::Options options = TestOptions(clock);
+  options.durability = idem::Durability::kBuffered;
+  options.memory_budget = 16 << 20;
+  auto store = idem_test::OpenStore(dir.StorePath(), options);
+  ASSERT_NE(store, nullptr);
+  WriteRecords(*store, 20'000, 400, /*half_short=*/true);
+  // Reopening flushes what the log holds into table files: the records are all in tables.
+  store.reset();
+  store = idem_test::OpenStore(dir.StorePath(), options);
+  ASSERT_NE(store, nullptr);
+  const DiskUse before = MeasureDiskUse(dir.StorePath());
+  ASSERT_GT(before.tables, 20'000u * 400 / 2) << "the records are not in table files";
+
+  clock->Advance(2min);
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, store->Purge({.compact = true}));
+  EXPECT_EQ(purged, 10'000u);
+  const DiskUse after = MeasureDiskUse(dir.StorePath());
+  // Half the records went: their results were nearly all of the bytes.
+  EXPECT_LT(after.tables, before.tables * 6 / 10)
+      << "tables: " << before.tables << " -> " << after.tables << " bytes";
+  EXPECT_EQ(after.logs, 0u) << "a log file still holds " << after.logs << " bytes";
 }
 
 }  // namespace

@@ -96,7 +96,9 @@ struct ScanOptions {
 
 struct PurgeOptions {
   bool dry_run = false;  // count what would be purged, delete nothing
-  bool compact = false;  // also compact the purged key range to reclaim disk space now
+  // Also give the disk space back now: flush the memory tables (so no log file keeps the
+  // deletes) and compact the purged ranges. Without it the space comes back as RocksDB compacts.
+  bool compact = false;
   // Called now and then with the number of records purged (or, in a dry run, counted) so far,
   // on the calling thread. When another process owns the store and purges on this one's
   // behalf, about once a second.

@@ -236,18 +236,34 @@ Result<uint64_t> RocksDbStorage::Purge(const PurgeOptions& options) {
   // without reading them. Entries at or before it may have lost their record to a compaction
   // filter, and the key may hold a newer record since: those are checked first.
   const int64_t verify_up_to = filter_horizon_->load();
-  DueIndexEntries due(*db_, by_expiry_, now_micros);
-  IDEM_ASSIGN_OR_RETURN(PurgePass pass, DeleteDueEntries(due.iterator(), now_micros, verify_up_to,
-                                                         due.seen_at(), options.progress));
+  Result<PurgePass> deleted = [&] {
+    // The snapshot goes before the compaction below: as long as it lives, compaction must keep
+    // every record it sees, deleted or not (measured: a purge of half the records gave back
+    // nothing).
+    DueIndexEntries due(*db_, by_expiry_, now_micros);
+    return DeleteDueEntries(due.iterator(), now_micros, verify_up_to, due.seen_at(),
+                            options.progress);
+  }();
+  IDEM_ASSIGN_OR_RETURN(PurgePass pass, std::move(deleted));
   if (pass.last_index_key.empty()) return pass.purged;
-  IDEM_RETURN_IF_ERROR(TrimExpiryIndex(std::move(pass.last_index_key)));
-  if (options.compact && pass.purged > 0) {
-    const rocksdb::Slice begin(pass.smallest_key), end(pass.largest_key);
-    IDEM_RETURN_IF_ERROR(
-        FromRocksDb(db_->CompactRange(rocksdb::CompactRangeOptions(), records_, &begin, &end),
-                    "compacting purged records"));
-  }
+  IDEM_RETURN_IF_ERROR(TrimExpiryIndex(pass.last_index_key));
+  if (options.compact && pass.purged > 0) IDEM_RETURN_IF_ERROR(CompactPurged(pass));
   return pass.purged;
+}
+
+Status RocksDbStorage::CompactPurged(const PurgePass& pass) {
+  // The deletes are in the log and the memtables first: flushing every family lets RocksDB
+  // delete the log files that hold them (and any older ones a family still held).
+  IDEM_RETURN_IF_ERROR(Flush());
+  // Then the records and the index entries the purge removed leave the table files.
+  const rocksdb::Slice begin(pass.smallest_key), end(pass.largest_key);
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(db_->CompactRange(rocksdb::CompactRangeOptions(), records_, &begin, &end),
+                  "compacting purged records"));
+  const rocksdb::Slice index_end(pass.last_index_key);
+  return FromRocksDb(
+      db_->CompactRange(rocksdb::CompactRangeOptions(), by_expiry_, nullptr, &index_end),
+      "compacting the purged expiry index");
 }
 
 Result<uint64_t> RocksDbStorage::CountDue(rocksdb::Iterator& it,
@@ -291,15 +307,14 @@ Result<RocksDbStorage::PurgePass> RocksDbStorage::DeleteDueEntries(
   return pass;
 }
 
-Status RocksDbStorage::TrimExpiryIndex(std::string last_index_key) {
+Status RocksDbStorage::TrimExpiryIndex(const std::string& last_index_key) {
   // One range tombstone instead of a point delete per entry: the next purge's seek does not
   // walk over thousands of tombstones. The range ends just after the last entry visited, so an
   // entry written meanwhile beyond it is kept.
-  last_index_key += '\0';
   rocksdb::WriteBatch trim;
   IDEM_RETURN_IF_ERROR(FromRocksDb(
       trim.DeleteRange(by_expiry_, ExpiryIndexKey(std::numeric_limits<int64_t>::min(), {}),
-                       last_index_key),
+                       last_index_key + '\0'),
       "trimming the expiry index"));
   return Write(Durability::kBuffered, &trim, "trimming the expiry index");
 }

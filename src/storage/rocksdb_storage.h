@@ -190,7 +190,10 @@ class RocksDbStorage final : public Storage {
                                      int64_t verify_up_to, uint64_t seen_at,
                                      const std::function<void(uint64_t)>& progress);
   // Deletes the expiry index up to and including `last_index_key`.
-  Status TrimExpiryIndex(std::string last_index_key);
+  Status TrimExpiryIndex(const std::string& last_index_key);
+  // Gives back the disk space of what `pass` removed: flushes every column family, so that the
+  // log files holding the deletes go, and compacts the purged ranges of the records and index.
+  Status CompactPurged(const PurgePass& pass);
   Status PersistFilterHorizon(int64_t horizon);
 
   // Constant after construction.
