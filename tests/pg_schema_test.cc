@@ -18,9 +18,11 @@
 namespace {
 
 using idem::Status;
-using idem::storage::pg::PrepareTables;
-using idem::storage::pg::ResolveTableNames;
-using idem::storage::pg::TableNames;
+using idem::storage::PgConninfo;
+using idem::storage::PgPool;
+using idem::storage::PgTableNames;
+using idem::storage::PreparePgTables;
+using idem::storage::ResolvePgTableNames;
 
 struct ConnCloser {
   void operator()(PGconn* conn) const { PQfinish(conn); }
@@ -52,10 +54,17 @@ void Exec(PGconn* conn, const std::string& sql) {
   PQclear(result);
 }
 
-Status Prepare(PGconn* conn, std::string_view table, bool create) {
-  auto names = ResolveTableNames(conn, table);
+// A pool of one connection to `uri`.
+std::unique_ptr<PgPool> Pool(const std::string& uri) {
+  auto conninfo = PgConninfo::Parse(uri);
+  EXPECT_TRUE(conninfo.ok()) << conninfo.status().ToString();
+  return std::make_unique<PgPool>(*conninfo, idem::storage::PgPoolOptions{.size = 1});
+}
+
+Status Prepare(PgPool& pool, std::string_view table, bool create) {
+  auto names = ResolvePgTableNames(pool, table);
   if (!names.ok()) return names.status();
-  return PrepareTables(conn, *names, create);
+  return PreparePgTables(pool, *names, create);
 }
 
 bool Contains(const Status& status, std::string_view text) {
@@ -65,12 +74,13 @@ bool Contains(const Status& status, std::string_view text) {
 TEST(PgSchema, CreatesTheStoreOnceAndFindsItAgain) {
   IDEM_START_PG_OR_SKIP(server);
   Conn conn = Connect(server->Uri());
-  ASSERT_OK_AND_ASSIGN(TableNames names, ResolveTableNames(conn.get(), "idem_records"));
+  auto pool = Pool(server->Uri());
+  ASSERT_OK_AND_ASSIGN(PgTableNames names, ResolvePgTableNames(*pool, "idem_records"));
   EXPECT_EQ(names.schema, "idem");
   EXPECT_EQ(names.records, "\"idem\".\"idem_records\"");
   EXPECT_EQ(names.display, "idem.idem_records");
 
-  ASSERT_OK(PrepareTables(conn.get(), names, /*create=*/true));
+  ASSERT_OK(PreparePgTables(*pool, names, /*create=*/true));
   EXPECT_EQ(Value(conn.get(), "SELECT value FROM idem.idem_records_meta WHERE name = 'format'"),
             "idem records");
   EXPECT_EQ(Value(conn.get(),
@@ -80,15 +90,16 @@ TEST(PgSchema, CreatesTheStoreOnceAndFindsItAgain) {
   EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM pg_indexes WHERE tablename = 'idem_records'"),
             "2");  // the primary key and the expiry index
   // Found again, with and without create; nothing is created twice.
-  EXPECT_OK(PrepareTables(conn.get(), names, /*create=*/true));
-  EXPECT_OK(PrepareTables(conn.get(), names, /*create=*/false));
+  EXPECT_OK(PreparePgTables(*pool, names, /*create=*/true));
+  EXPECT_OK(PreparePgTables(*pool, names, /*create=*/false));
   EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM idem.idem_records_meta"), "2");
 }
 
 TEST(PgSchema, AMissingStoreIsNotFoundWithoutCreate) {
   IDEM_START_PG_OR_SKIP(server);
   Conn conn = Connect(server->Uri());
-  const Status status = Prepare(conn.get(), "idem_records", /*create=*/false);
+  auto pool = Pool(server->Uri());
+  const Status status = Prepare(*pool, "idem_records", /*create=*/false);
   EXPECT_CODE(status, kNotFound);
   EXPECT_TRUE(Contains(status, "no idem store idem.idem_records")) << status.ToString();
   EXPECT_EQ(Value(conn.get(), "SELECT to_regclass('idem.idem_records_meta')"), "<null>");
@@ -97,9 +108,10 @@ TEST(PgSchema, AMissingStoreIsNotFoundWithoutCreate) {
 TEST(PgSchema, AForeignTableOfTheSameNameIsRefusedAndLeftAlone) {
   IDEM_START_PG_OR_SKIP(server);
   Conn conn = Connect(server->Uri());
+  auto pool = Pool(server->Uri());
   Exec(conn.get(), "CREATE TABLE orders (id int PRIMARY KEY, name text)");
   Exec(conn.get(), "INSERT INTO orders VALUES (1, 'kept')");
-  const Status status = Prepare(conn.get(), "orders", /*create=*/true);
+  const Status status = Prepare(*pool, "orders", /*create=*/true);
   EXPECT_CODE(status, kInvalidArgument);
   EXPECT_TRUE(Contains(status, "table idem.orders is not an idem store")) << status.ToString();
   EXPECT_TRUE(Contains(status, "idem neither uses nor alters it")) << status.ToString();
@@ -111,15 +123,16 @@ TEST(PgSchema, AForeignTableOfTheSameNameIsRefusedAndLeftAlone) {
 TEST(PgSchema, AStoreWhoseColumnsWereChangedIsRefusedNamingTheColumn) {
   IDEM_START_PG_OR_SKIP(server);
   Conn conn = Connect(server->Uri());
-  ASSERT_OK(Prepare(conn.get(), "changed", /*create=*/true));
+  auto pool = Pool(server->Uri());
+  ASSERT_OK(Prepare(*pool, "changed", /*create=*/true));
   Exec(conn.get(), "ALTER TABLE changed ADD COLUMN extra int");
-  Status status = Prepare(conn.get(), "changed", /*create=*/true);
+  Status status = Prepare(*pool, "changed", /*create=*/true);
   EXPECT_CODE(status, kInvalidArgument);
   EXPECT_TRUE(Contains(status, "has a column extra")) << status.ToString();
 
-  ASSERT_OK(Prepare(conn.get(), "retyped", /*create=*/true));
+  ASSERT_OK(Prepare(*pool, "retyped", /*create=*/true));
   Exec(conn.get(), "ALTER TABLE retyped ALTER COLUMN attempts TYPE integer");
-  status = Prepare(conn.get(), "retyped", /*create=*/false);
+  status = Prepare(*pool, "retyped", /*create=*/false);
   EXPECT_CODE(status, kInvalidArgument);
   EXPECT_TRUE(Contains(status, "column 9 is attempts integer NOT NULL")) << status.ToString();
 }
@@ -127,24 +140,26 @@ TEST(PgSchema, AStoreWhoseColumnsWereChangedIsRefusedNamingTheColumn) {
 TEST(PgSchema, ANewerSchemaVersionIsRefusedAndLeftAlone) {
   IDEM_START_PG_OR_SKIP(server);
   Conn conn = Connect(server->Uri());
-  ASSERT_OK(Prepare(conn.get(), "idem_records", /*create=*/true));
+  auto pool = Pool(server->Uri());
+  ASSERT_OK(Prepare(*pool, "idem_records", /*create=*/true));
   Exec(conn.get(), "UPDATE idem_records_meta SET value = '2' WHERE name = 'schema_version'");
-  const Status status = Prepare(conn.get(), "idem_records", /*create=*/true);
+  const Status status = Prepare(*pool, "idem_records", /*create=*/true);
   EXPECT_CODE(status, kNewerVersion);
   EXPECT_TRUE(Contains(status, "schema version 2, written by a newer idem")) << status.ToString();
   EXPECT_EQ(Value(conn.get(), "SELECT value FROM idem_records_meta WHERE name = 'schema_version'"),
             "2");
 
   Exec(conn.get(), "UPDATE idem_records_meta SET value = 'two' WHERE name = 'schema_version'");
-  EXPECT_CODE(Prepare(conn.get(), "idem_records", /*create=*/false), kCorruption);
+  EXPECT_CODE(Prepare(*pool, "idem_records", /*create=*/false), kCorruption);
 }
 
 TEST(PgSchema, ASequenceThatCachesIsRefused) {
   IDEM_START_PG_OR_SKIP(server);
   Conn conn = Connect(server->Uri());
-  ASSERT_OK(Prepare(conn.get(), "idem_records", /*create=*/true));
+  auto pool = Pool(server->Uri());
+  ASSERT_OK(Prepare(*pool, "idem_records", /*create=*/true));
   Exec(conn.get(), "ALTER SEQUENCE idem_records_token_seq CACHE 20");
-  const Status status = Prepare(conn.get(), "idem_records", /*create=*/false);
+  const Status status = Prepare(*pool, "idem_records", /*create=*/false);
   EXPECT_CODE(status, kInvalidArgument);
   EXPECT_TRUE(Contains(status, "CACHE 20")) << status.ToString();
 }
@@ -152,63 +167,66 @@ TEST(PgSchema, ASequenceThatCachesIsRefused) {
 // Four processes opening a new store at once: one creates it, the others find it.
 TEST(PgSchema, CreatorsRacingAllSucceedOnOneStore) {
   IDEM_START_PG_OR_SKIP(server);
-  std::vector<Conn> conns;
-  for (int i = 0; i < 4; ++i) conns.push_back(Connect(server->Uri()));
-  std::vector<Status> results(conns.size());
+  std::vector<std::unique_ptr<PgPool>> pools;
+  for (int i = 0; i < 4; ++i) pools.push_back(Pool(server->Uri()));
+  std::vector<Status> results(pools.size());
   std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < conns.size(); ++i) {
-    threads.emplace_back(
-        [&, i] { results[i] = Prepare(conns[i].get(), "raced", /*create=*/true); });
+  for (std::size_t i = 0; i < pools.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = Prepare(*pools[i], "raced", /*create=*/true); });
   }
   for (auto& thread : threads) thread.join();
   for (const Status& result : results) EXPECT_OK(result);
-  EXPECT_EQ(Value(conns[0].get(), "SELECT count(*) FROM raced_meta"), "2");
+  Conn conn = Connect(server->Uri());
+  EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM raced_meta"), "2");
 }
 
 // Identifiers are quoted, never pasted: a name with quotes, spaces and SQL in it is just a name.
 TEST(PgSchema, ATableNameIsAnIdentifierWhateverItHolds) {
   IDEM_START_PG_OR_SKIP(server);
   Conn conn = Connect(server->Uri());
+  auto pool = Pool(server->Uri());
   const std::string name = "Odd \"name\"; DROP TABLE x";
-  ASSERT_OK_AND_ASSIGN(TableNames names, ResolveTableNames(conn.get(), name));
+  ASSERT_OK_AND_ASSIGN(PgTableNames names, ResolvePgTableNames(*pool, name));
   EXPECT_EQ(names.records, "\"idem\".\"Odd \"\"name\"\"; DROP TABLE x\"");
-  ASSERT_OK(PrepareTables(conn.get(), names, /*create=*/true));
-  EXPECT_OK(PrepareTables(conn.get(), names, /*create=*/false));
+  ASSERT_OK(PreparePgTables(*pool, names, /*create=*/true));
+  EXPECT_OK(PreparePgTables(*pool, names, /*create=*/false));
   EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM pg_tables WHERE schemaname = 'idem'"), "2");
 }
 
 TEST(PgSchema, ABadTableNameIsRefusedBeforeAnyStatement) {
   IDEM_START_PG_OR_SKIP(server);
   Conn conn = Connect(server->Uri());
-  EXPECT_CODE(ResolveTableNames(conn.get(), "").status(), kInvalidArgument);
-  EXPECT_CODE(ResolveTableNames(conn.get(), std::string_view("a\0b", 3)).status(),
-              kInvalidArgument);
-  const Status too_long = ResolveTableNames(conn.get(), std::string(54, 't')).status();
+  auto pool = Pool(server->Uri());
+  EXPECT_CODE(ResolvePgTableNames(*pool, "").status(), kInvalidArgument);
+  EXPECT_CODE(ResolvePgTableNames(*pool, std::string_view("a\0b", 3)).status(), kInvalidArgument);
+  const Status too_long = ResolvePgTableNames(*pool, std::string(54, 't')).status();
   EXPECT_CODE(too_long, kInvalidArgument);
   EXPECT_TRUE(Contains(too_long, "at most 53 bytes")) << too_long.ToString();
-  EXPECT_OK(ResolveTableNames(conn.get(), std::string(53, 't')).status());
+  EXPECT_OK(ResolvePgTableNames(*pool, std::string(53, 't')).status());
 }
 
 TEST(PgSchema, NoCurrentSchemaIsToldApart) {
   IDEM_START_PG_OR_SKIP(server);
-  Conn conn = Connect(server->Uri());
-  Exec(conn.get(), "SET search_path = ''");
-  const Status status = ResolveTableNames(conn.get(), "idem_records").status();
+  // The pool keeps no session state: the role's own setting gives it no schema.
+  ASSERT_OK(server->Admin("ALTER ROLE idem SET search_path = ''"));
+  auto pool = Pool(server->Uri());
+  const Status status = ResolvePgTableNames(*pool, "idem_records").status();
   EXPECT_CODE(status, kInvalidArgument);
   EXPECT_TRUE(Contains(status, "no current schema")) << status.ToString();
 }
 
-TEST(PgSchema, ARoleThatMayNotCreateIsToldWhichSchema) {
+TEST(PgSchema, ARoleThatMayNotCreateIsToldWhatTheServerSaid) {
   IDEM_START_PG_OR_SKIP(server);
   ASSERT_OK(
       server->Admin("CREATE ROLE reader LOGIN PASSWORD 'reader-pw';"
                     "GRANT USAGE ON SCHEMA idem TO reader;"
                     "ALTER ROLE reader SET search_path = idem"));
-  Conn conn = Connect("postgresql://reader:reader-pw@127.0.0.1:" + std::to_string(server->port()) +
-                      "/postgres");
-  const Status status = Prepare(conn.get(), "idem_records", /*create=*/true);
+  auto pool = Pool("postgresql://reader:reader-pw@127.0.0.1:" + std::to_string(server->port()) +
+                   "/postgres");
+  const Status status = Prepare(*pool, "idem_records", /*create=*/true);
   EXPECT_CODE(status, kInvalidArgument);
-  EXPECT_TRUE(Contains(status, "may not create tables in schema idem")) << status.ToString();
+  EXPECT_TRUE(Contains(status, "creating the idem store idem.idem_records")) << status.ToString();
+  EXPECT_TRUE(Contains(status, "permission denied for schema idem")) << status.ToString();
 }
 
 }  // namespace

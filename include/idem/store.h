@@ -56,6 +56,13 @@ struct Claim {
 // "acquired", "replay", "in_progress", "failed", "mismatch".
 IDEM_EXPORT std::string_view OutcomeName(Outcome outcome);
 
+// How idem names the store at `path` (what Store::Open was given) in messages, logs and the
+// `idem` command. A directory path is returned as it is. A PostgreSQL connection URI
+// ("postgresql://..." or "postgres://...") never shows its password or any other secret: it is
+// rebuilt from its parsed options without them ("postgresql://app@db1:5432/orders"), or, when it
+// cannot be parsed (or this idem was built without PostgreSQL), cut to its hosts and database.
+IDEM_EXPORT std::string DisplayStoreName(std::string_view path);
+
 class Store;
 class LeaseStatus;  // internal: what Execute's lease renewal knows of an attempt's lease
 

@@ -1,39 +1,38 @@
 // The tables of a PostgreSQL store (docs/design/postgresql.md, section 4): their names, their
 // creation and the check that what a connection finds is an idem store of a version this library
-// knows. Run once per store, at open, on one connection; nothing else in idem creates or alters
-// a table, and no table that is not an idem store's is ever changed.
+// knows. Run once per store, at open, through the store's pool; nothing else in idem creates or
+// alters a table, and no table that is not an idem store's is ever changed.
 //
 // A store named `T` (Options::table) in the connection's current schema `S` is:
 //   "S"."T"            the records, one row per key (bytea primary key), an index on expiry
-//   "S"."T_meta"       name -> value: format = "idem records", schema_version = kSchemaVersion
+//   "S"."T_meta"       name -> value: format = "idem records", schema_version = kPgSchemaVersion
 //   "S"."T_token_seq"  the sequence fencing tokens are reserved from, in blocks (CACHE 1)
 
 #ifndef IDEM_STORAGE_PG_SCHEMA_H_
 #define IDEM_STORAGE_PG_SCHEMA_H_
-
-#include <libpq-fe.h>
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "idem/status.h"
+#include "storage/pg_pool.h"
 
-namespace idem::storage::pg {
+namespace idem::storage {
 
 // The version of the tables' layout this library writes and reads. A store whose meta table
 // names a higher one was written by a newer idem: kNewerVersion, never altered.
-inline constexpr uint32_t kSchemaVersion = 1;
+inline constexpr uint32_t kPgSchemaVersion = 1;
 
 // What the meta table's "format" row holds in every idem store.
-inline constexpr std::string_view kFormat = "idem records";
+inline constexpr std::string_view kPgFormat = "idem records";
 
 // The longest suffix a derived name gets ("_token_seq", "_meta_pkey"): a table name may be at
 // most PostgreSQL's 63 bytes minus this.
-inline constexpr std::size_t kLongestSuffix = 10;
-inline constexpr std::size_t kMaxIdentifierBytes = 63;
+inline constexpr std::size_t kPgLongestSuffix = 10;
+inline constexpr std::size_t kPgMaxIdentifierBytes = 63;
 
-struct TableNames {
+struct PgTableNames {
   std::string schema;  // the connection's current_schema(), as PostgreSQL spells it
   std::string table;   // Options::table
   // Schema-qualified and quoted, ready for SQL text (identifiers cannot be parameters).
@@ -48,8 +47,8 @@ struct TableNames {
 // The names of the store `table` in the connection's current schema. kInvalidArgument when
 // `table` is empty, holds a NUL byte or is too long for its derived names, or when the
 // connection has no current schema (an empty search_path, or one naming no existing schema);
-// kUnavailable when the connection fails.
-Result<TableNames> ResolveTableNames(PGconn* conn, std::string_view table);
+// otherwise the pool's errors.
+Result<PgTableNames> ResolvePgTableNames(PgPool& pool, std::string_view table);
 
 // Makes sure the store's tables are there and are an idem store's: creates them in one
 // transaction when missing and `create` (a concurrent creator wins: its tables are checked
@@ -57,12 +56,13 @@ Result<TableNames> ResolveTableNames(PGconn* conn, std::string_view table);
 // columns and the sequence. Errors:
 //   kNotFound         the records table does not exist and `create` is false
 //   kInvalidArgument  a table of that name is not an idem store's (says why, and that idem
-//                     leaves it alone); the role may not create tables in the schema
+//                     leaves it alone); the server refused to create the tables (the role may
+//                     not create tables in the schema, say: the server's message says)
 //   kNewerVersion     the store was written by a newer idem
 //   kCorruption       the meta table's values cannot be read
-//   kUnavailable      the connection failed
-Status PrepareTables(PGconn* conn, const TableNames& names, bool create);
+//   and the pool's errors (kUnavailable, kTimedOut, ...).
+Status PreparePgTables(PgPool& pool, const PgTableNames& names, bool create);
 
-}  // namespace idem::storage::pg
+}  // namespace idem::storage
 
 #endif  // IDEM_STORAGE_PG_SCHEMA_H_

@@ -5,6 +5,11 @@
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
+  // Links the PostgreSQL pieces too (when built with them): the package must bring libpq.
+  if (idem::DisplayStoreName("postgresql://app:secret@db/orders").find("secret") !=
+      std::string::npos) {
+    return 1;
+  }
   auto store = idem::Store::Open(argv[1]);
   if (!store.ok()) {
     std::fprintf(stderr, "%s\n", store.status().ToString().c_str());

@@ -1,0 +1,23 @@
+// DisplayStoreName (idem/store.h): a store's name as messages, logs and the `idem` command show
+// it, without the secrets a PostgreSQL connection URI may hold.
+
+#include "idem/store.h"
+#include "storage/pg_uri.h"
+#include "util/escape.h"
+#if IDEM_WITH_POSTGRESQL
+#include "storage/pg_conninfo.h"
+#endif
+
+namespace idem {
+
+std::string DisplayStoreName(std::string_view path) {
+  if (!storage::IsPostgresUri(path)) return std::string(path);
+#if IDEM_WITH_POSTGRESQL
+  if (Result<storage::PgConninfo> parsed = storage::PgConninfo::Parse(path); parsed.ok()) {
+    return parsed->display_name();
+  }
+#endif
+  return EscapeControls(storage::UriWithoutSecrets(path));
+}
+
+}  // namespace idem

@@ -1,0 +1,355 @@
+#include "storage/pg_pool.h"
+
+#include <fmt/format.h>
+#include <libpq-fe.h>
+
+#include <bit>
+#include <charconv>
+#include <cstring>
+#include <thread>
+
+#include "storage/pg_session.h"
+#include "util/backoff.h"
+#include "util/coding.h"
+#include "util/process.h"
+
+namespace idem::storage {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// Between 2000-01-01 (PostgreSQL's epoch) and 1970-01-01, in microseconds.
+constexpr int64_t kPgEpochMicros = int64_t{946684800} * 1000000;
+// How much longer than the server's statement_timeout an answer is awaited: the server's
+// timeout keeps the connection, the client's does not.
+constexpr milliseconds kAnswerGrace{1000};
+
+template <class Unsigned>
+std::string BigEndian(Unsigned value) {
+  if constexpr (std::endian::native == std::endian::little) value = util::ByteSwap(value);
+  std::string bytes(sizeof value, '\0');
+  std::memcpy(bytes.data(), &value, sizeof value);
+  return bytes;
+}
+
+template <class Unsigned>
+Unsigned FromBigEndian(std::string_view bytes) {
+  Unsigned value;
+  std::memcpy(&value, bytes.data(), sizeof value);
+  if constexpr (std::endian::native == std::endian::little) value = util::ByteSwap(value);
+  return value;
+}
+
+std::string_view TypeName(uint32_t type) {
+  switch (type) {
+    case kPgBoolOid:
+      return "boolean";
+    case kPgInt2Oid:
+      return "smallint";
+    case kPgInt4Oid:
+      return "integer";
+    case kPgInt8Oid:
+      return "bigint";
+    case kPgTimestamptzOid:
+      return "timestamptz";
+    default:
+      return "another type";
+  }
+}
+
+}  // namespace
+
+PgParam PgParam::Bytea(std::string_view bytes) { return {kPgByteaOid, std::string(bytes)}; }
+PgParam PgParam::Text(std::string_view text) { return {kPgTextOid, std::string(text)}; }
+PgParam PgParam::Int2(int16_t value) {
+  return {kPgInt2Oid, BigEndian(static_cast<uint16_t>(value))};
+}
+PgParam PgParam::Int8(int64_t value) {
+  return {kPgInt8Oid, BigEndian(static_cast<uint64_t>(value))};
+}
+PgParam PgParam::Bool(bool value) { return {kPgBoolOid, std::string(1, value ? '\1' : '\0')}; }
+PgParam PgParam::Timestamp(int64_t unix_micros) {
+  return {kPgTimestamptzOid, BigEndian(static_cast<uint64_t>(unix_micros - kPgEpochMicros))};
+}
+PgParam PgParam::Null(uint32_t type) { return {type, std::nullopt}; }
+
+void PgRows::Clear::operator()(pg_result* result) const { PQclear(result); }
+
+int PgRows::size() const { return PQntuples(result_.get()); }
+int PgRows::columns() const { return PQnfields(result_.get()); }
+
+uint64_t PgRows::affected() const {
+  const std::string_view text = PQcmdTuples(result_.get());
+  uint64_t count = 0;
+  std::from_chars(text.data(), text.data() + text.size(), count);
+  return count;
+}
+
+bool PgRows::IsNull(int row, int column) const {
+  return PQgetisnull(result_.get(), row, column) != 0;
+}
+
+std::string_view PgRows::Bytes(int row, int column) const {
+  if (row < 0 || row >= size() || column < 0 || column >= columns()) return {};
+  return {PQgetvalue(result_.get(), row, column),
+          static_cast<std::size_t>(PQgetlength(result_.get(), row, column))};
+}
+
+Result<std::string_view> PgRows::Fixed(int row, int column, uint32_t type, std::size_t size) const {
+  const char* name = column >= 0 && column < columns() ? PQfname(result_.get(), column) : "?";
+  if (row < 0 || row >= this->size() || column < 0 || column >= columns()) {
+    return Status::Corruption(
+        fmt::format("PostgreSQL returned no value at row {}, column {} ({})", row, column, name));
+  }
+  if (PQftype(result_.get(), column) != type || IsNull(row, column) ||
+      Bytes(row, column).size() != size) {
+    return Status::Corruption(fmt::format(
+        "column {} ({}) is {} of type oid {} and {} bytes; expected a {} ({} bytes)", column, name,
+        IsNull(row, column) ? "NULL" : "a value", PQftype(result_.get(), column),
+        Bytes(row, column).size(), TypeName(type), size));
+  }
+  return Bytes(row, column);
+}
+
+Result<int64_t> PgRows::Int(int row, int column) const {
+  const uint32_t type = column >= 0 && column < columns() ? PQftype(result_.get(), column) : 0;
+  if (type == kPgInt2Oid) {
+    IDEM_ASSIGN_OR_RETURN(const std::string_view bytes, Fixed(row, column, type, 2));
+    return static_cast<int16_t>(FromBigEndian<uint16_t>(bytes));
+  }
+  if (type == kPgInt4Oid) {
+    IDEM_ASSIGN_OR_RETURN(const std::string_view bytes, Fixed(row, column, type, 4));
+    return static_cast<int32_t>(FromBigEndian<uint32_t>(bytes));
+  }
+  IDEM_ASSIGN_OR_RETURN(const std::string_view bytes, Fixed(row, column, kPgInt8Oid, 8));
+  return static_cast<int64_t>(FromBigEndian<uint64_t>(bytes));
+}
+
+Result<bool> PgRows::Bool(int row, int column) const {
+  IDEM_ASSIGN_OR_RETURN(const std::string_view bytes, Fixed(row, column, kPgBoolOid, 1));
+  return bytes[0] != 0;
+}
+
+Result<int64_t> PgRows::Timestamp(int row, int column) const {
+  IDEM_ASSIGN_OR_RETURN(const std::string_view bytes, Fixed(row, column, kPgTimestamptzOid, 8));
+  const auto micros = static_cast<int64_t>(FromBigEndian<uint64_t>(bytes));
+  int64_t unix_micros = 0;
+  if (__builtin_add_overflow(micros, kPgEpochMicros, &unix_micros)) {
+    return Status::Corruption(fmt::format("column {} ({}) is an infinite or out-of-range time",
+                                          column, PQfname(result_.get(), column)));
+  }
+  return unix_micros;
+}
+
+// What one attempt of Run came to: a result to return, or a reason to try again.
+struct PgPool::Step {
+  enum class Next { kReturn, kReconnect, kResend, kRetry };
+  Next next = Next::kReturn;
+  Result<std::vector<PgRows>> result = Status::Unavailable("not run");
+};
+
+// A checked-out connection (or a place for one), returned to the pool when it goes.
+class PgPool::Lease {
+ public:
+  Lease(PgPool* pool, pg_conn* conn) : pool_(pool), conn_(conn) {}
+  ~Lease() { pool_->Return(conn_); }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+
+  pg_conn*& conn() { return conn_; }
+  void Close() { CloseSession(std::exchange(conn_, nullptr)); }
+  void CancelAndClose() { CancelAndCloseSession(std::exchange(conn_, nullptr)); }
+
+ private:
+  PgPool* pool_;
+  pg_conn* conn_;
+};
+
+PgPool::PgPool(PgConninfo conninfo, PgPoolOptions options)
+    : conninfo_(std::move(conninfo)),
+      options_([&options] {
+        options.size = std::max(options.size, 1);
+        return options;
+      }()),
+      fork_generation_(util::ForkGeneration()) {}
+
+PgPool::~PgPool() {
+  // A child of fork() shares the parent's sockets: PQfinish would send the server the end of
+  // the parent's sessions. The child leaves them (a little memory).
+  if (util::ForkGeneration() != fork_generation_) return;
+  for (pg_conn* conn : idle_) CloseSession(conn);
+}
+
+PgPoolStats PgPool::stats() const {
+  return {.connections_made = connections_made_.load(),
+          .resends = resends_.load(),
+          .retries = retries_.load(),
+          .cancels = cancels_.load()};
+}
+
+Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction) {
+  if (util::ForkGeneration() != fork_generation_) {
+    return Status::Unavailable(fmt::format(
+        "{}: the connection pool was made before fork(); open the store again in this process",
+        conninfo_.display_name()));
+  }
+  const milliseconds timeout =
+      transaction.timeout > milliseconds(0) ? transaction.timeout : options_.request_timeout;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point give_up = start + options_.failover_timeout;
+  util::Backoff backoff(milliseconds(10), milliseconds(500));
+  for (int attempts = 1;; ++attempts) {
+    Step step = Attempt(transaction, timeout, give_up);
+    if (step.next == Step::Next::kReturn) return std::move(step.result);
+    const Status& why = step.result.status();
+    if (step.next == Step::Next::kResend && !transaction.resendable) {
+      return Status::Unavailable(fmt::format(
+          "{}; the transaction may or may not have been committed, and was not sent again",
+          why.message()));
+    }
+    const milliseconds pause = backoff.Next();
+    if (Clock::now() + pause >= give_up) {
+      return Status(
+          why.code(),
+          fmt::format("{}; gave up after {} attempts in {} ms (failover timeout: {} ms)",
+                      why.message(), attempts,
+                      std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
+                      options_.failover_timeout.count()));
+    }
+    std::this_thread::sleep_for(pause);
+    if (step.next == Step::Next::kResend) ++resends_;
+    if (step.next == Step::Next::kRetry) ++retries_;
+  }
+}
+
+PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds timeout,
+                             TimePoint give_up) {
+  Result<pg_conn*> checked_out = Checkout(timeout);
+  if (!checked_out.ok()) return {.result = checked_out.status()};
+  Lease lease(this, *checked_out);
+  if (lease.conn() == nullptr) {
+    Result<pg_conn*> connected = Connect(give_up);
+    if (!connected.ok()) {
+      const bool final = connected.status().code() != Status::Code::kUnavailable;
+      return {.next = final ? Step::Next::kReturn : Step::Next::kReconnect,
+              .result = connected.status()};
+    }
+    lease.conn() = *connected;
+  }
+  PgPipelineOutcome outcome =
+      RunPipeline(lease.conn(), transaction, timeout, Clock::now() + timeout + kAnswerGrace);
+  if (transaction.read_only && outcome.sqlstate == "25006") {
+    outcome.failure = PgFailure::kOther;  // a write in a read-only transaction: the caller's
+  }
+  const std::string_view name = conninfo_.display_name();
+  switch (outcome.failure) {
+    case PgFailure::kNone:
+      return {.result = std::move(outcome.rows)};
+    case PgFailure::kNoAnswer:
+      ++cancels_;
+      lease.CancelAndClose();
+      return {.result = Status::TimedOut(fmt::format(
+                  "{}: no answer within {} ms; the query was cancelled and its connection closed",
+                  name, (timeout + kAnswerGrace).count()))};
+    case PgFailure::kConnectionLost:
+      lease.Close();
+      return {.next = Step::Next::kResend,
+              .result = Failed(outcome.failure, "lost the connection", outcome.message,
+                               outcome.sqlstate)};
+    case PgFailure::kRetry:
+      return {.next = Step::Next::kRetry,
+              .result = Failed(outcome.failure, "the transaction was rolled back", outcome.message,
+                               outcome.sqlstate)};
+    default: {
+      const PgStatement* failed =
+          outcome.statement >= 0 ? &transaction.statements[outcome.statement] : nullptr;
+      const std::string what =
+          failed == nullptr
+              ? "the transaction failed"
+              : fmt::format("statement {} of {} failed ({:.100})", outcome.statement + 1,
+                            transaction.statements.size(), failed->sql);
+      return {.result = Failed(outcome.failure, what, outcome.message, outcome.sqlstate)};
+    }
+  }
+}
+
+Status PgPool::Failed(PgFailure failure, std::string_view what, std::string_view message,
+                      std::string_view sqlstate) const {
+  std::string text =
+      fmt::format("{}: {}: {}", conninfo_.display_name(), what, conninfo_.Redact(OneLine(message)));
+  if (!sqlstate.empty()) text += fmt::format(" (SQLSTATE {})", sqlstate);
+  switch (failure) {
+    case PgFailure::kConnectionLost:
+    case PgFailure::kRetry:
+      return Status::Unavailable(std::move(text));
+    case PgFailure::kStatementTimeout:
+      return Status::TimedOut(std::move(text));
+    default:
+      break;
+  }
+  if (sqlstate.empty()) return Status::Unavailable(std::move(text));
+  if (sqlstate.starts_with("53") || sqlstate.starts_with("58")) {
+    return Status::IOError(std::move(text));
+  }
+  if (sqlstate.starts_with("XX")) return Status::Corruption(std::move(text));
+  return Status::InvalidArgument(std::move(text));
+}
+
+Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
+  pg_conn* conn = nullptr;
+  {
+    std::unique_lock lock(mu_);
+    const bool free = freed_.wait_for(lock, timeout, [this] {
+      return !idle_.empty() || checked_out_ + static_cast<int>(idle_.size()) < options_.size;
+    });
+    if (!free) {
+      return Status::TimedOut(
+          fmt::format("{}: all {} connections of the pool are busy; waited {} ms for one",
+                      conninfo_.display_name(), options_.size, timeout.count()));
+    }
+    ++checked_out_;
+    if (!idle_.empty()) {
+      conn = idle_.back();
+      idle_.pop_back();
+    }
+  }
+  // A server that restarted or a pooler that dropped the session while it sat idle.
+  if (conn != nullptr && !SessionReusable(conn)) CloseSession(std::exchange(conn, nullptr));
+  return conn;
+}
+
+void PgPool::Return(pg_conn* conn) {
+  if (conn != nullptr && !SessionReusable(conn)) CloseSession(std::exchange(conn, nullptr));
+  {
+    std::lock_guard lock(mu_);
+    --checked_out_;
+    if (conn != nullptr) idle_.push_back(conn);
+  }
+  freed_.notify_one();
+}
+
+Result<pg_conn*> PgPool::Connect(TimePoint give_up) {
+  std::string failures;
+  for (int host = 0; host < conninfo_.host_count(); ++host) {
+    TimePoint until = give_up;
+    if (const milliseconds limit = conninfo_.connect_timeout(); limit > milliseconds(0)) {
+      until = std::min(until, Clock::now() + limit);
+    }
+    PgConnectResult attempt = ConnectSession(conninfo_.ForHost(host), until);
+    if (attempt.conn != nullptr) {
+      ++connections_made_;
+      return attempt.conn;
+    }
+    const std::string message = conninfo_.Redact(OneLine(attempt.message));
+    if (ClassifySqlState(SqlStateInMessage(attempt.message)) == PgFailure::kRefused) {
+      return Status::InvalidArgument(fmt::format("{}: PostgreSQL refused the connection: {}",
+                                                 conninfo_.display_name(), message));
+    }
+    failures += (failures.empty() ? "" : "; ") + message;
+  }
+  return Status::Unavailable(
+      fmt::format("{}: cannot connect: {}", conninfo_.display_name(), failures));
+}
+
+}  // namespace idem::storage

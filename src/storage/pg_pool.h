@@ -1,0 +1,201 @@
+// PgPool: the connections of one PostgreSQL store in a process, and the one way idem talks to
+// the server: a transaction of statements, sent as one pipeline (one round trip).
+//
+//   PgPool pool(conninfo, {.size = 8});
+//   Result<std::vector<PgRows>> rows = pool.Run({
+//       .statements = {{"SET LOCAL synchronous_commit = on", {}},
+//                      {"SELECT result FROM t WHERE key = $1", {PgParam::Bytea(key)}}},
+//       .resendable = true});
+//   // rows->at(1).Bytes(0, 0): the first column of the first row of the second statement
+//
+// Run sends BEGIN, SET LOCAL statement_timeout, the statements and COMMIT in libpq's pipeline
+// mode with one sync, unnamed statements only and every parameter and result in binary format,
+// so it works behind PgBouncer in transaction pooling (no session state, no named statements).
+// What fails is mapped to a Status (docs/design/postgresql.md, sec. 7):
+//   - connection lost (it broke, SQLSTATE class 08, 57P01-57P03, or 25006: a standby that was
+//     the primary): the connection is closed, a new one made (trying the URI's hosts in order)
+//     with pauses that double, and a resendable transaction sent again, for at most
+//     failover_timeout; then kUnavailable. A transaction that is not resendable returns
+//     kUnavailable at once if it may have reached the server (its outcome is unknown).
+//   - 40001/40P01 (serialization failure, deadlock): rolled back and run again, within the same
+//     failover_timeout.
+//   - 57014 (the server's statement_timeout) and no answer within the timeout: kTimedOut; in the
+//     second case the query is cancelled and the connection closed, never reused.
+//   - authentication refused (class 28) or no such database (3D000): kInvalidArgument at once;
+//     the message is libpq's, naming host, port and user, never the password.
+//   - any other error: the server's message, its SQLSTATE and the statement: kIOError for
+//     classes 53 and 58 (resources, system), kCorruption for XX, kInvalidArgument otherwise.
+// Every message names the store by PgConninfo::display_name() and passes libpq's and the
+// server's text through PgConninfo::Redact().
+//
+// Thread-safe: any number of threads may call Run at once; each call checks out one connection
+// exclusively (a PGconn serves one thread at a time). Connections are made when first needed
+// and go back to the pool only when the server says the session is idle outside a transaction;
+// otherwise they are closed. In a child of fork() Run returns kUnavailable and the parent's
+// connections are neither used nor closed (closing would end the parent's sessions).
+
+#ifndef IDEM_STORAGE_PG_POOL_H_
+#define IDEM_STORAGE_PG_POOL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/status.h"
+#include "storage/pg_conninfo.h"
+
+struct pg_conn;    // libpq's PGconn
+struct pg_result;  // libpq's PGresult
+
+namespace idem::storage {
+
+enum class PgFailure;  // pg_session.h
+
+// The OIDs of the types idem uses (pg_type.dat; fixed since PostgreSQL 7).
+inline constexpr uint32_t kPgBoolOid = 16;
+inline constexpr uint32_t kPgByteaOid = 17;
+inline constexpr uint32_t kPgInt8Oid = 20;
+inline constexpr uint32_t kPgInt2Oid = 21;
+inline constexpr uint32_t kPgInt4Oid = 23;
+inline constexpr uint32_t kPgTextOid = 25;
+inline constexpr uint32_t kPgTimestamptzOid = 1184;
+
+// A statement parameter in PostgreSQL's binary format, with its type.
+struct PgParam {
+  uint32_t type = 0;                 // the type's OID
+  std::optional<std::string> value;  // the binary value; nullopt: NULL
+
+  static PgParam Bytea(std::string_view bytes);
+  static PgParam Text(std::string_view text);
+  static PgParam Int2(int16_t value);
+  static PgParam Int8(int64_t value);
+  static PgParam Bool(bool value);
+  // A timestamptz, given in microseconds since the Unix epoch (util/time.h); PostgreSQL counts
+  // from 2000-01-01.
+  static PgParam Timestamp(int64_t unix_micros);
+  static PgParam Null(uint32_t type);
+};
+
+// One SQL statement: its text names parameters $1, $2, ...; values never go into the text.
+struct PgStatement {
+  std::string sql;
+  std::vector<PgParam> params;
+};
+
+struct PgTransaction {
+  std::vector<PgStatement> statements;
+  // BEGIN READ ONLY: the server refuses every write (kInvalidArgument).
+  bool read_only = false;
+  // True when running the transaction twice does no harm (idem's are written so), which lets
+  // Run send it again on a new connection when the old one was lost after sending it.
+  bool resendable = false;
+  // Bounds the wait for a free connection, each statement on the server (statement_timeout) and
+  // the wait for the answer (this plus a second, so the server's timeout, which keeps the
+  // connection, usually comes first). 0: PgPoolOptions::request_timeout.
+  std::chrono::milliseconds timeout{0};
+};
+
+// What one statement returned: its rows (binary format) and how many rows it changed. Values
+// are read in place; a PgRows owns them. Move-only.
+class PgRows {
+ public:
+  explicit PgRows(pg_result* result) : result_(result) {}
+
+  int size() const;  // rows
+  int columns() const;
+  // Rows inserted, updated or deleted (or returned by a SELECT); 0 for other statements.
+  uint64_t affected() const;
+
+  bool IsNull(int row, int column) const;
+  // The bytes of a bytea or text value (empty for NULL or out of range).
+  std::string_view Bytes(int row, int column) const;
+  // These return kCorruption naming the column when the value is NULL or of another type.
+  Result<int64_t> Int(int row, int column) const;  // int2, int4 or int8
+  Result<bool> Bool(int row, int column) const;
+  // A timestamptz, as microseconds since the Unix epoch; kCorruption for +-infinity.
+  Result<int64_t> Timestamp(int row, int column) const;
+
+ private:
+  struct Clear {
+    void operator()(pg_result* result) const;
+  };
+  Result<std::string_view> Fixed(int row, int column, uint32_t type, std::size_t size) const;
+
+  std::unique_ptr<pg_result, Clear> result_;
+};
+
+struct PgPoolOptions {
+  // How many connections at most. Default: 8.
+  int size = 8;
+  // A transaction's timeout when it gives none (PgTransaction::timeout). Default: 10 s.
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
+  // How long one Run keeps connecting (each host of the URI at most its connect_timeout),
+  // reconnecting and resending after the connection was lost (a server restart, a failover),
+  // and retrying after serialization failures. Default: 10 s.
+  std::chrono::milliseconds failover_timeout{std::chrono::seconds(10)};
+};
+
+// What a pool has done since it was made, for tests and diagnostics.
+struct PgPoolStats {
+  uint64_t connections_made = 0;  // successful connects
+  uint64_t resends = 0;           // transactions sent again after a lost connection
+  uint64_t retries = 0;           // transactions run again after 40001/40P01
+  uint64_t cancels = 0;           // answers not awaited past the timeout (cancelled, closed)
+};
+
+class PgPool {
+ public:
+  // Makes no connection: the first Run does.
+  PgPool(PgConninfo conninfo, PgPoolOptions options);
+  // Closes the idle connections (in a child of fork(), leaves them). No Run may be in progress.
+  ~PgPool();
+  PgPool(const PgPool&) = delete;
+  PgPool& operator=(const PgPool&) = delete;
+
+  // Runs `transaction` and returns one PgRows per statement, in order; see the top of this file
+  // for the errors. kTimedOut "all N connections ... busy" when none is free within the timeout.
+  Result<std::vector<PgRows>> Run(const PgTransaction& transaction);
+
+  PgPoolStats stats() const;
+  const PgConninfo& conninfo() const { return conninfo_; }
+
+ private:
+  struct Step;
+  class Lease;
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  Step Attempt(const PgTransaction& transaction, std::chrono::milliseconds timeout,
+               TimePoint give_up);
+  Result<pg_conn*> Checkout(std::chrono::milliseconds timeout);
+  void Return(pg_conn* conn);
+  Result<pg_conn*> Connect(TimePoint give_up);
+  Status Failed(PgFailure failure, std::string_view what, std::string_view message,
+                std::string_view sqlstate) const;
+
+  // Constant after construction.
+  const PgConninfo conninfo_;
+  const PgPoolOptions options_;
+  const uint64_t fork_generation_;
+
+  std::atomic<uint64_t> connections_made_{0};
+  std::atomic<uint64_t> resends_{0};
+  std::atomic<uint64_t> retries_{0};
+  std::atomic<uint64_t> cancels_{0};
+
+  // Guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable freed_;
+  std::vector<pg_conn*> idle_;  // connected, idle outside a transaction
+  int checked_out_ = 0;         // connections (or places for one) in use by a Run
+};
+
+}  // namespace idem::storage
+
+#endif  // IDEM_STORAGE_PG_POOL_H_
