@@ -1,7 +1,7 @@
 # Installs the build tree into a scratch prefix, checks the installed headers, then configures,
 # builds and runs tests/package as a separate project against it.
-# Run with: cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -P check_package.cmake
-foreach(var BUILD_DIR SOURCE_DIR WORK_DIR)
+# Run with: cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DVERSION=... -P check_package.cmake
+foreach(var BUILD_DIR SOURCE_DIR WORK_DIR VERSION)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "${var} is not set")
   endif()
@@ -89,7 +89,7 @@ run(${C_COMPILER} -std=c89 -pedantic-errors -Wall -Wextra -Werror -fsyntax-only 
 run(${C_COMPILER} -x c++ -std=c++11 -pedantic-errors -Wall -Wextra -Werror -fsyntax-only
     ${cflags} ${WORK_DIR}/c_header.c)
 
-run(${C_COMPILER} -std=c99 -Wall -Wextra -Werror ${cflags} ${SOURCE_DIR}/tests/c_api_test.c
-    ${static_libs} -o ${WORK_DIR}/c_consumer)
+run(${C_COMPILER} -std=c99 -Wall -Wextra -Werror ${cflags} "-DIDEM_EXPECTED_VERSION=\"${VERSION}\""
+    ${SOURCE_DIR}/tests/c_api_test.c ${static_libs} -pthread -o ${WORK_DIR}/c_consumer)
 run(${WORK_DIR}/c_consumer)
 message(STATUS "pkg-config consumer (C) built and ran")
