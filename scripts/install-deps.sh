@@ -17,6 +17,7 @@ packages=(
   nlohmann-json3-dev  # the idem command's JSON Lines output
   libcpp-httplib-dev  # the HTTP service example (examples/http_service)
   curl              # drives the HTTP service example in its test
+  python3           # the shared library's package test loads it with ctypes
   libpq-dev         # libpq, for the PostgreSQL tests (and the PostgreSQL store)
   postgresql-15     # initdb and postgres: the tests start throwaway servers (tests/pg_server.h);
                     # the package's own cluster, if it makes one, is not used
