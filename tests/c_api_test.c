@@ -120,6 +120,20 @@ static char* decline(void* ctx, idem_attempt_t* attempt, size_t* resultlen, char
   return NULL;
 }
 
+/* Succeeds after a call of its own that fails (ctx is the store): idem_execute's code must be
+ * its own, not that of a call made inside it. */
+static char* fail_inside(void* ctx, idem_attempt_t* attempt, size_t* resultlen, char** errmsg,
+                         unsigned char* terminal) {
+  char* result = (char*)malloc(3);
+  (void)attempt;
+  (void)errmsg;
+  (void)terminal;
+  if (idem_forget((idem_store_t*)ctx, "", 0, NULL) != IDEM_INVALID_ARGUMENT) return NULL;
+  memcpy(result, "ok", 3);
+  *resultlen = 2;
+  return result;
+}
+
 /* A thread whose failing call must not change another thread's last error code. */
 static void* fail_on_another_thread(void* store) {
   char* err = NULL;
@@ -358,6 +372,15 @@ int main(void) {
     CHECK_NO_ERROR(err);
     CHECK(result != NULL && strcmp(result, "step-1") == 0 && resultlen == 6);
     CHECK(attempts == 2 && counter.runs == 2);
+    idem_free(result);
+  }
+  /* Execute: its code is its own, whatever the calls made inside its callback returned. */
+  {
+    char* result = idem_execute(store, "exec-nested", 11, NULL, NULL, 0, 0, fail_inside, store,
+                                NULL, NULL, NULL, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(result != NULL && strcmp(result, "ok") == 0);
+    CHECK(idem_last_error_code() == IDEM_OK);
     idem_free(result);
   }
   /* Execute: a terminal failure is final and does not run again. */

@@ -100,7 +100,8 @@ IDEM_EXPORT void idem_free(void* ptr);
 
 /* The IDEM_* code of the last call made on this thread that takes errptr: IDEM_OK when it
  * succeeded (idem_get finding no record succeeds), else the code of the error it stored in
- * *errptr (also when errptr was NULL). Other calls leave it unchanged. */
+ * *errptr (also when errptr was NULL). Other calls leave it unchanged, and so do the calls an
+ * idem_execute callback makes: after idem_execute returns, the code is idem_execute's. */
 IDEM_EXPORT int idem_last_error_code(void);
 
 /* Deprecated: use the code a call returns, or idem_last_error_code(). The IDEM_* code read back

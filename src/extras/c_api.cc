@@ -63,6 +63,31 @@ namespace {
 // thread, like errno, because a store handle is shared by threads.
 thread_local int last_error_code = IDEM_OK;
 
+// The code of one call that takes errptr, published as this thread's last when the call returns.
+// Calls nest (idem_execute runs a callback that may call idem), so each keeps its own and the
+// outer one publishes last: after idem_execute, the code is idem_execute's.
+class CallCode {
+ public:
+  CallCode() : outer_(innermost_) { innermost_ = this; }
+  ~CallCode() {
+    innermost_ = outer_;
+    last_error_code = code_;
+  }
+  CallCode(const CallCode&) = delete;
+  CallCode& operator=(const CallCode&) = delete;
+
+  // Records the code of the call running on this thread.
+  static void Set(int code) {
+    if (innermost_ != nullptr) innermost_->code_ = code;
+  }
+
+ private:
+  static thread_local CallCode* innermost_;
+  CallCode* const outer_;
+  int code_ = IDEM_OK;
+};
+thread_local CallCode* CallCode::innermost_ = nullptr;
+
 // A malloc'd copy of `bytes` with a NUL after them (so text results print directly).
 char* CopyOut(std::string_view bytes) {
   char* out = static_cast<char*>(std::malloc(bytes.size() + 1));
@@ -72,11 +97,11 @@ char* CopyOut(std::string_view bytes) {
   return out;
 }
 
-// Stores "Code: message" in *errptr, freeing what it held, and the code as this thread's last.
+// Stores "Code: message" in *errptr, freeing what it held, and the code as the running call's.
 // Returns whether `status` is an error.
 bool SaveError(char** errptr, const Status& status) {
   if (status.ok()) return false;
-  last_error_code = static_cast<int>(status.code());
+  CallCode::Set(static_cast<int>(status.code()));
   if (errptr != nullptr) {
     std::free(*errptr);
     *errptr = CopyOut(status.ToString());
@@ -85,10 +110,11 @@ bool SaveError(char** errptr, const Status& status) {
 }
 
 // Runs `body`, turning an escaping exception into an error (kUnavailable) and `fallback`. Every
-// call that takes errptr runs under it: it starts with no error.
+// call that takes errptr runs under it: its code starts as IDEM_OK and becomes this thread's
+// last when it returns.
 template <class Body, class T>
 T Guard(char** errptr, T fallback, Body&& body) {
-  last_error_code = IDEM_OK;
+  CallCode call;  // not const: SaveError writes its code through innermost_
   try {
     return body();
   } catch (const std::bad_alloc&) {
@@ -102,7 +128,7 @@ T Guard(char** errptr, T fallback, Body&& body) {
 }
 
 // Runs `body`, which returns a Status, under Guard; returns the call's code (IDEM_OK or the
-// error's).
+// error's), published by Guard on its return.
 template <class Body>
 int GuardStatus(char** errptr, Body&& body) {
   Guard(errptr, 0, [&] {
