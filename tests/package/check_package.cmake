@@ -111,7 +111,12 @@ function(step_pkg_config)
   get_filename_component(pc_dir ${pc_file} DIRECTORY)
   find_program(PKG_CONFIG NAMES pkg-config pkgconf REQUIRED)
   find_program(C_COMPILER NAMES cc gcc clang REQUIRED)
-  set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+  if(SHARED)
+    # Only idem.pc: the shared library's users need no other package's .pc file (RocksDB's).
+    set(ENV{PKG_CONFIG_LIBDIR} "${pc_dir}")
+  else()
+    set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+  endif()
 
   pkg_config(cflags --cflags)
   if(SHARED)
