@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential   # g++ 12, make, and libasan/libubsan/libtsan for the sanitizer builds
   cmake
+  ccache            # scripts/test.sh: build-shared/ reuses build/'s compilations
   g++
   pkg-config
   librocksdb-dev    # the storage engine (7.8.3)

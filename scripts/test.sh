@@ -25,6 +25,17 @@ step() { printf '\n=== %s (%d s so far)\n' "$*" $((SECONDS - start)); }
 step "installing packages"
 scripts/install-deps.sh
 
+# ccache compiles each file once for build/ and build-shared/, whose compile commands are the
+# same once ccache rewrites the paths below the tree as relative ones (CCACHE_BASEDIR; both
+# build directories sit at the same depth, so the paths and the debug information's source
+# paths still resolve) and leaves the working directory out of the hash (CCACHE_NOHASHDIR): the
+# shared step then costs its links (measured on 2 busy cores: its build took 524 s with nothing
+# cached, its links 13 s). CMake takes the launchers from these variables at the first configure.
+if command -v ccache >/dev/null; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+fi
+
 step "build/: configure and build"
 cmake --preset default
 cmake --build --preset default -j "$jobs"
