@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential   # g++ 12, make, and libasan/libubsan/libtsan for the sanitizer builds
   cmake
+  ccache            # scripts/test.sh: build-shared/ reuses build/'s compilations
   g++
   pkg-config
   librocksdb-dev    # the storage engine (7.8.3)
@@ -17,6 +18,7 @@ packages=(
   nlohmann-json3-dev  # the idem command's JSON Lines output
   libcpp-httplib-dev  # the HTTP service example (examples/http_service)
   curl              # drives the HTTP service example in its test
+  python3           # the shared library's package test loads it with ctypes
   libpq-dev         # libpq, for the PostgreSQL tests (and the PostgreSQL store)
   postgresql-15     # initdb and postgres: the tests start throwaway servers (tests/pg_server.h);
                     # the package's own cluster, if it makes one, is not used

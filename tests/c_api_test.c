@@ -4,6 +4,7 @@
 #define _XOPEN_SOURCE 700
 
 #include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,16 +33,24 @@ static int failures = 0;
     }                                                                              \
   } while (0)
 
-/* Asserts that err holds an error of `code` whose text starts with `prefix`, and frees it. */
+/* Asserts that the last call failed with `code` (as an integer, idem_last_error_code) and
+ * stored an error whose text starts with `prefix` in err, and frees it. */
 static void check_error(char** err, int code, const char* prefix, int line) {
+  const int last = idem_last_error_code();
   if (*err == NULL) {
     fprintf(stderr, "c_api_test.c:%d: expected error %s, got none\n", line, idem_code_name(code));
     ++failures;
     return;
   }
-  if (idem_error_code(*err) != code || strncmp(*err, prefix, strlen(prefix)) != 0) {
-    fprintf(stderr, "c_api_test.c:%d: expected \"%s...\" (%s), got \"%s\"\n", line, prefix,
-            idem_code_name(code), *err);
+  if (last != code || strncmp(*err, prefix, strlen(prefix)) != 0) {
+    fprintf(stderr, "c_api_test.c:%d: expected \"%s...\" (%s), got \"%s\" (%s)\n", line, prefix,
+            idem_code_name(code), *err, idem_code_name(last));
+    ++failures;
+  }
+  /* The deprecated reading of the text agrees. */
+  if (idem_error_code(*err) != code) {
+    fprintf(stderr, "c_api_test.c:%d: idem_error_code(\"%s\") is %d\n", line, *err,
+            idem_error_code(*err));
     ++failures;
   }
   idem_free(*err);
@@ -111,6 +120,29 @@ static char* decline(void* ctx, idem_attempt_t* attempt, size_t* resultlen, char
   return NULL;
 }
 
+/* Succeeds after a call of its own that fails (ctx is the store): idem_execute's code must be
+ * its own, not that of a call made inside it. */
+static char* fail_inside(void* ctx, idem_attempt_t* attempt, size_t* resultlen, char** errmsg,
+                         unsigned char* terminal) {
+  char* result = (char*)malloc(3);
+  (void)attempt;
+  (void)errmsg;
+  (void)terminal;
+  if (idem_forget((idem_store_t*)ctx, "", 0, NULL) != IDEM_INVALID_ARGUMENT) return NULL;
+  memcpy(result, "ok", 3);
+  *resultlen = 2;
+  return result;
+}
+
+/* A thread whose failing call must not change another thread's last error code. */
+static void* fail_on_another_thread(void* store) {
+  char* err = NULL;
+  int code = idem_forget((idem_store_t*)store, "", 0, &err);
+  idem_free(err);
+  return code == IDEM_INVALID_ARGUMENT && idem_last_error_code() == IDEM_INVALID_ARGUMENT ? store
+                                                                                          : NULL;
+}
+
 int main(void) {
   char dir_template[] = "/tmp/idem_c_api_test_XXXXXX";
   char path[256];
@@ -129,11 +161,28 @@ int main(void) {
   }
   snprintf(path, sizeof(path), "%s/store", dir_template);
 
+  /* The version: the project's (compiled in by tests/CMakeLists.txt). */
+  CHECK(strcmp(idem_version(), IDEM_EXPECTED_VERSION) == 0);
+  {
+    int major = -1, minor = -1, patch = -1;
+    CHECK(sscanf(idem_version(), "%d.%d.%d", &major, &minor, &patch) == 3);
+    CHECK(idem_version_number() == major * 1000000 + minor * 1000 + patch);
+  }
+
   /* Codes and names. */
+  CHECK(idem_last_error_code() == IDEM_OK);
   CHECK(idem_error_code(NULL) == IDEM_OK);
   CHECK(strcmp(idem_code_name(IDEM_INVALID_ARGUMENT), "InvalidArgument") == 0);
   CHECK(strcmp(idem_code_name(IDEM_UNAVAILABLE), "Unavailable") == 0);
   CHECK(strcmp(idem_code_name(99), "Unknown") == 0);
+  CHECK(strcmp(idem_code_name(IDEM_UNKNOWN_ERROR), "Unknown") == 0);
+  /* The deprecated parser knows idem's texts and nothing else: "oops" is not Unavailable. */
+  CHECK(idem_error_code("NotFound: no such key") == IDEM_NOT_FOUND);
+  CHECK(idem_error_code("Unavailable: try later") == IDEM_UNAVAILABLE);
+  CHECK(idem_error_code("oops") == IDEM_UNKNOWN_ERROR);
+  CHECK(idem_error_code("") == IDEM_UNKNOWN_ERROR);
+  CHECK(idem_error_code("NotFound") == IDEM_UNKNOWN_ERROR);
+  CHECK(idem_error_code("Unknown: x") == IDEM_UNKNOWN_ERROR);
 
   /* Opening: a missing store without create_if_missing is NotFound. */
   options = idem_options_create();
@@ -157,6 +206,22 @@ int main(void) {
   claim = idem_begin(store, "", 0, NULL, NULL, 0, 0, &err);
   CHECK(claim == NULL);
   CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: key is empty");
+  /* Without errptr the code is still there; the next call that succeeds resets it. */
+  claim = idem_begin(store, "", 0, NULL, NULL, 0, 0, NULL);
+  CHECK(claim == NULL && idem_last_error_code() == IDEM_INVALID_ARGUMENT);
+  CHECK(idem_forget(store, "", 0, NULL) == IDEM_INVALID_ARGUMENT);
+  record = idem_get(store, "absent", 6, NULL);
+  CHECK(record == NULL && idem_last_error_code() == IDEM_OK);
+  /* The code is per thread. */
+  CHECK(idem_forget(store, "absent", 6, NULL) == IDEM_NOT_FOUND);
+  {
+    pthread_t thread;
+    void* thread_ok = NULL;
+    CHECK(pthread_create(&thread, NULL, fail_on_another_thread, store) == 0);
+    CHECK(pthread_join(thread, &thread_ok) == 0);
+    CHECK(thread_ok == store);
+    CHECK(idem_last_error_code() == IDEM_NOT_FOUND);
+  }
   /* An error replaces (and frees) an earlier one left in *errptr. */
   err = (char*)malloc(4);
   strcpy(err, "old");
@@ -177,9 +242,9 @@ int main(void) {
   CHECK(len == 3 && strcmp(text, "pay") == 0);
   idem_claim_destroy(claim);
 
-  idem_save_checkpoint(store, "order-1", 7, token, "half", 4, &err);
+  CHECK(idem_save_checkpoint(store, "order-1", 7, token, "half", 4, &err) == IDEM_OK);
   CHECK_NO_ERROR(err);
-  idem_extend(store, "order-1", 7, token, 10000, &err);
+  CHECK(idem_extend(store, "order-1", 7, token, 10000, &err) == IDEM_OK);
   CHECK_NO_ERROR(err);
   /* A second caller sees the live lease. */
   claim = idem_begin(store, "order-1", 7, "pay", "fp-1", 0, 0, &err);
@@ -188,10 +253,13 @@ int main(void) {
   CHECK(claim != NULL && idem_claim_retry_after_ms(claim) > 0);
   idem_claim_destroy(claim);
   /* A stale token is LeaseLost. */
-  idem_complete(store, "order-1", 7, token + 1000, "x", 1, &err);
+  CHECK(idem_complete(store, "order-1", 7, token + 1000, "x", 1, &err) == IDEM_LEASE_LOST);
+  CHECK_ERROR(err, IDEM_LEASE_LOST, "LeaseLost: ");
+  CHECK(idem_extend(store, "order-1", 7, token + 1000, 0, &err) == IDEM_LEASE_LOST);
   CHECK_ERROR(err, IDEM_LEASE_LOST, "LeaseLost: ");
 
-  idem_complete(store, "order-1", 7, token, "receipt\0binary", 14, &err);
+  CHECK(idem_complete(store, "order-1", 7, token, "receipt\0binary", 14, &err) == IDEM_OK);
+  CHECK(idem_last_error_code() == IDEM_OK);
   CHECK_NO_ERROR(err);
   claim = idem_begin(store, "order-1", 7, "pay", "fp-1", 0, 0, &err);
   CHECK_NO_ERROR(err);
@@ -245,7 +313,8 @@ int main(void) {
   claim = idem_begin(store, "order-2", 7, NULL, NULL, 0, 0, &err);
   CHECK_NO_ERROR(err);
   if (claim == NULL) return 1;
-  idem_fail(store, "order-2", 7, idem_claim_token(claim), "timeout", 7, IDEM_RETRYABLE, &err);
+  CHECK(idem_fail(store, "order-2", 7, idem_claim_token(claim), "timeout", 7, IDEM_RETRYABLE,
+                  &err) == IDEM_OK);
   CHECK_NO_ERROR(err);
   idem_claim_destroy(claim);
   claim = idem_begin(store, "order-2", 7, NULL, NULL, 0, 0, &err);
@@ -263,9 +332,9 @@ int main(void) {
   idem_claim_destroy(claim);
 
   /* Forget. */
-  idem_forget(store, "order-2", 7, &err);
+  CHECK(idem_forget(store, "order-2", 7, &err) == IDEM_OK);
   CHECK_NO_ERROR(err);
-  idem_forget(store, "order-2", 7, &err);
+  CHECK(idem_forget(store, "order-2", 7, &err) == IDEM_NOT_FOUND);
   CHECK_ERROR(err, IDEM_NOT_FOUND, "NotFound: ");
 
   /* Execute: runs once, then replays. */
@@ -305,6 +374,15 @@ int main(void) {
     CHECK(attempts == 2 && counter.runs == 2);
     idem_free(result);
   }
+  /* Execute: its code is its own, whatever the calls made inside its callback returned. */
+  {
+    char* result = idem_execute(store, "exec-nested", 11, NULL, NULL, 0, 0, fail_inside, store,
+                                NULL, NULL, NULL, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(result != NULL && strcmp(result, "ok") == 0);
+    CHECK(idem_last_error_code() == IDEM_OK);
+    idem_free(result);
+  }
   /* Execute: a terminal failure is final and does not run again. */
   {
     struct counter counter = {0};
@@ -328,9 +406,9 @@ int main(void) {
     CHECK_NO_ERROR(err);
     CHECK(tok != NULL && strncmp(tok, "tok_", 4) == 0);
     if (tok != NULL) {
-      idem_consume_token(store, tok, &err);
+      CHECK(idem_consume_token(store, tok, &err) == IDEM_OK);
       CHECK_NO_ERROR(err);
-      idem_consume_token(store, tok, &err);
+      CHECK(idem_consume_token(store, tok, &err) == IDEM_FAILED);
       CHECK_ERROR(err, IDEM_FAILED, "Failed: token already consumed");
       tok[4] = tok[4] == 'a' ? 'b' : 'a';
       idem_consume_token(store, tok, &err);

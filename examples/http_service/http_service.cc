@@ -12,7 +12,8 @@
 //              Authorization: ... or X-Client-Id: <name>            (who the client is)
 //     201  the payment, {"id": "pay_...", "amount": ..., "currency": ..., "status": "succeeded"}
 //     402  declined (amounts above 100000): a problem, stored and replayed like a success
-//     400  no Idempotency-Key, a malformed one, or a malformed body (problem+json, not stored)
+//     400  no Idempotency-Key, a malformed one, more than one, or a malformed body
+//          (problem+json, not stored)
 //     401  neither Authorization nor X-Client-Id
 //     409  a request with this key is still in progress (Retry-After says when to try again)
 //     422  the key was used before with a different body
@@ -35,6 +36,7 @@
 // payment and then answer 503 instead of its response, as a proxy that timed out would; a
 // client retrying with the same key (curl --retry) then gets the replay.
 
+#include <fmt/format.h>
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
@@ -53,6 +55,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "idem/idem.h"
@@ -197,43 +200,79 @@ class Ledger {
   std::vector<std::string> lines_;
 };
 
+// A payment request that passed the checks: who sent it, its Idempotency-Key, the payment.
+struct PaymentRequest {
+  std::string client;
+  std::string key;
+  Payment payment;
+};
+
+// A request refused before it reaches the store: the problem to answer, and the client and key
+// ("-" when unknown) it is logged under.
+struct Rejection {
+  std::string client;
+  std::string key;
+  Response problem;
+};
+
+// The client, the Idempotency-Key and the payment of POST /payments, or why it is refused.
+std::variant<PaymentRequest, Rejection> ReadPaymentRequest(const httplib::Request& request) {
+  const std::optional<std::string> client = ClientIdentity(request);
+  if (!client) {
+    return Rejection{"-", "-",
+                     Problem(401, "client-unknown", "The client is not identified",
+                             "Send an Authorization header, or an X-Client-Id header of 1 to 64 "
+                             "letters, digits, '-', '_' or '.'.")};
+  }
+  const std::size_t keys = request.get_header_value_count("Idempotency-Key");
+  if (keys == 0) {
+    return Rejection{*client, "-",
+                     Problem(400, "idempotency-key-missing", "Idempotency-Key is missing",
+                             "This operation is idempotent and it requires correct usage of "
+                             "Idempotency Key.")};
+  }
+  // Two header lines are one field whose value is a list of two keys (RFC 9110, section 5.3),
+  // not the single sf-string the draft requires: which one the client meant is unknown.
+  if (keys > 1) {
+    return Rejection{
+        *client, "-",
+        Problem(400, "idempotency-key-repeated", "Idempotency-Key is sent more than once",
+                fmt::format("The request has {} Idempotency-Key header lines; send exactly one, "
+                            "holding one key.",
+                            keys))};
+  }
+  const std::optional<std::string> key =
+      ParseIdempotencyKey(request.get_header_value("Idempotency-Key"));
+  if (!key) {
+    return Rejection{*client, "-",
+                     Problem(400, "idempotency-key-malformed", "Idempotency-Key is malformed",
+                             "The Idempotency-Key must be a string of 1 to 255 printable "
+                             "characters.")};
+  }
+  const std::optional<Payment> payment = ParsePayment(request.body);
+  if (!payment) {
+    return Rejection{*client, *key,
+                     Problem(400, "payment-malformed", "The payment is malformed",
+                             "Send a JSON object with an integer \"amount\" in cents, above 0, "
+                             "and a 3-letter upper-case \"currency\".")};
+  }
+  return PaymentRequest{*client, *key, *payment};
+}
+
 class PaymentService {
  public:
   PaymentService(idem::Store& store, std::chrono::milliseconds work, bool faults)
       : store_(store), work_(work), faults_(faults) {}
 
   void Pay(const httplib::Request& request, httplib::Response& out) {
-    const std::optional<std::string> client = ClientIdentity(request);
-    if (!client) {
-      return Answer(out, "-", "-",
-                    Problem(401, "client-unknown", "The client is not identified",
-                            "Send an Authorization header, or an X-Client-Id header of 1 to 64 "
-                            "letters, digits, '-', '_' or '.'."));
+    std::variant<PaymentRequest, Rejection> read = ReadPaymentRequest(request);
+    if (const Rejection* rejection = std::get_if<Rejection>(&read)) {
+      return Answer(out, rejection->client, rejection->key, rejection->problem);
     }
-    if (!request.has_header("Idempotency-Key")) {
-      return Answer(out, *client, "-",
-                    Problem(400, "idempotency-key-missing", "Idempotency-Key is missing",
-                            "This operation is idempotent and it requires correct usage of "
-                            "Idempotency Key."));
-    }
-    const std::optional<std::string> key =
-        ParseIdempotencyKey(request.get_header_value("Idempotency-Key"));
-    if (!key) {
-      return Answer(out, *client, "-",
-                    Problem(400, "idempotency-key-malformed", "Idempotency-Key is malformed",
-                            "The Idempotency-Key must be a string of 1 to 255 printable "
-                            "characters."));
-    }
-    const std::optional<Payment> payment = ParsePayment(request.body);
-    if (!payment) {
-      return Answer(out, *client, *key,
-                    Problem(400, "payment-malformed", "The payment is malformed",
-                            "Send a JSON object with an integer \"amount\" in cents, above 0, "
-                            "and a 3-letter upper-case \"currency\"."));
-    }
+    const auto& [client, key, payment] = std::get<PaymentRequest>(read);
 
     // The client's identity first: another client's identical key is another record.
-    const std::string store_key = *client + std::string(1, '\0') + *key;
+    const std::string store_key = client + std::string(1, '\0') + key;
     const std::string fingerprint = idem::Fingerprint(request.body);
     auto claim =
         store_.Begin(store_key, {.type = "payment",
@@ -242,23 +281,23 @@ class PaymentService {
                                  .retention = kRetention});
     if (!claim.ok()) {
       const bool bad_request = claim.status().code() == idem::Status::Code::kInvalidArgument;
-      return Answer(out, *client, *key,
+      return Answer(out, client, key,
                     Problem(bad_request ? 400 : 503, "store-error",
                             "The request could not be recorded", claim.status().ToString()));
     }
     switch (claim->outcome) {
       case idem::Outcome::kAcquired:
-        return Run(out, *client, *key, store_key, claim->token, claim->took_over, *payment,
+        return Run(out, client, key, store_key, claim->token, claim->took_over, payment,
                    request.get_header_value("X-Fault") == "lose-reply");
       case idem::Outcome::kReplay: {
         std::optional<Response> first = Response::Decode(claim->record.result);
         if (!first) {
           return Answer(
-              out, *client, *key,
+              out, client, key,
               Problem(500, "stored-response-unreadable", "The stored response cannot be read", ""));
         }
         out.set_header("Idempotent-Replayed", "true");
-        return Answer(out, *client, *key, *first, " (replayed)");
+        return Answer(out, client, key, *first, " (replayed)");
       }
       case idem::Outcome::kInProgress: {
         // retry_after is what is left of the first request's lease, a bound for a request whose
@@ -268,19 +307,19 @@ class PaymentService {
             std::max<long long>(1, std::chrono::ceil<std::chrono::seconds>(wait).count());
         out.set_header("Retry-After", std::to_string(seconds));
         return Answer(
-            out, *client, *key,
+            out, client, key,
             Problem(409, "request-in-progress", "A request is outstanding for this Idempotency-Key",
                     "A request with the same Idempotency-Key is being processed; "
                     "retry later to get its response."));
       }
       case idem::Outcome::kMismatch:
-        return Answer(out, *client, *key,
+        return Answer(out, client, key,
                       Problem(422, "idempotency-key-reused", "Idempotency-Key is already used",
                               "This operation is idempotent and it requires correct usage of "
                               "Idempotency Key. Idempotency Key MUST not be reused across "
                               "different payloads of this operation."));
       case idem::Outcome::kFailed:  // this service stores every outcome with Complete
-        return Answer(out, *client, *key,
+        return Answer(out, client, key,
                       Problem(500, "request-failed", "The request failed", claim->record.result));
     }
   }

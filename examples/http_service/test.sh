@@ -213,6 +213,20 @@ check "the retry: 402 again, replayed, same body" \
 check "  (marked Idempotent-Replayed)" replayed declined-again
 check "the decline ran once" is "$(ledger_count client:alice big-1)" 1
 
+# ---- 9. Two Idempotency-Key headers ----------------------------------------------------------
+echo "9. two Idempotency-Key header lines in one request (the field must hold one key)"
+post twokeys "X-Client-Id: alice" twice-1 '{"amount": 1000, "currency": "EUR"}' \
+  -H 'Idempotency-Key: "twice-2"'
+check "400" is "$(code twokeys)" 400
+check "titled 'Idempotency-Key is sent more than once'" contains "$(body twokeys)" \
+  "Idempotency-Key is sent more than once"
+check "saying how many were sent" contains "$(body twokeys)" "2 Idempotency-Key header lines"
+post twosame "X-Client-Id: alice" twice-1 '{"amount": 1000, "currency": "EUR"}' \
+  -H 'Idempotency-Key: "twice-1"'
+check "the same key twice: 400 too" is "$(code twosame)" 400
+check "no payment ran for either key" is \
+  "$(ledger_count client:alice twice-1)$(ledger_count client:alice twice-2)" 00
+
 # ---- The ledger -------------------------------------------------------------------------------
 echo "the ledger (one line per payment that ran):"
 ledger | sed 's/^/     /'

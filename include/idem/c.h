@@ -9,7 +9,10 @@
  *    NUL-terminated "Code: message" string in *errptr (for example
  *    "InvalidArgument: key is empty"), freeing the string *errptr held before, if any; on
  *    success it leaves *errptr unchanged. So set `char* err = NULL;` before a call, test it
- *    after, and release it with idem_free. idem_error_code(err) gives the IDEM_* code.
+ *    after, and release it with idem_free. errptr may be NULL when the message is not wanted.
+ *  - The error's code is an integer beside the message, never parsed from it: a call that
+ *    returns nothing else returns it (IDEM_OK on success), and idem_last_error_code() gives the
+ *    code of the last call on this thread that takes errptr, whatever it returns.
  *  - Keys and payloads are byte strings given as pointer + length (keys may hold NUL bytes).
  *    type, fingerprint and token are NUL-terminated strings; NULL means "".
  *  - Strings returned by an accessor belong to the object they came from and stay valid until
@@ -50,6 +53,8 @@ extern "C" {
 #define IDEM_CORRUPTION 10
 #define IDEM_UNAVAILABLE 11
 #define IDEM_NEWER_VERSION 12
+/* Not a code of idem::Status: idem_error_code's answer for text that is not an idem error. */
+#define IDEM_UNKNOWN_ERROR (-1)
 
 /* What idem_begin found: the values of idem::Outcome. */
 #define IDEM_ACQUIRED 0
@@ -83,15 +88,29 @@ typedef struct idem_claim_t idem_claim_t;
 typedef struct idem_record_t idem_record_t;
 typedef struct idem_attempt_t idem_attempt_t;
 
-/* ---- Errors and memory -------------------------------------------------------------------- */
+/* ---- Version, errors and memory ------------------------------------------------------------ */
+
+/* The library's version, "MAJOR.MINOR.PATCH" (static storage), and the same as the number
+ * MAJOR * 1000000 + MINOR * 1000 + PATCH (0.1.0 is 1000), to compare. */
+IDEM_EXPORT const char* idem_version(void);
+IDEM_EXPORT int idem_version_number(void);
 
 /* Frees a string or buffer returned by idem (an error, a result, a token). NULL is allowed. */
 IDEM_EXPORT void idem_free(void* ptr);
 
-/* The IDEM_* code of an error string set through errptr; IDEM_OK for NULL. */
+/* The IDEM_* code of the last call made on this thread that takes errptr: IDEM_OK when it
+ * succeeded (idem_get finding no record succeeds), else the code of the error it stored in
+ * *errptr (also when errptr was NULL). Other calls leave it unchanged, and so do the calls an
+ * idem_execute callback makes: after idem_execute returns, the code is idem_execute's. */
+IDEM_EXPORT int idem_last_error_code(void);
+
+/* Deprecated: use the code a call returns, or idem_last_error_code(). The IDEM_* code read back
+ * from the text of an error set through errptr ("NotFound: ..." is IDEM_NOT_FOUND); IDEM_OK
+ * for NULL; IDEM_UNKNOWN_ERROR for text that does not start with an idem code name and ": ". */
 IDEM_EXPORT int idem_error_code(const char* err);
 
-/* "OK", "InvalidArgument", ...: the name of an IDEM_* error code (static storage). */
+/* "OK", "InvalidArgument", ...: the name of an IDEM_* error code, "Unknown" for any other
+ * value (static storage). */
 IDEM_EXPORT const char* idem_code_name(int code);
 
 /* ---- Options ------------------------------------------------------------------------------ */
@@ -154,27 +173,29 @@ IDEM_EXPORT uint32_t idem_claim_attempts(const idem_claim_t* claim);
 IDEM_EXPORT const idem_record_t* idem_claim_record(const idem_claim_t* claim);
 
 /* The four calls below succeed only with the record's current token while it is pending;
- * otherwise IDEM_LEASE_LOST (IDEM_NOT_FOUND without a record). */
+ * otherwise IDEM_LEASE_LOST (IDEM_NOT_FOUND without a record). Like every call below that
+ * returns int and takes errptr, they return IDEM_OK or the code of the error they stored. */
 
 /* Stores the result and marks the record done. */
-IDEM_EXPORT void idem_complete(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-                               const char* result, size_t resultlen, char** errptr);
+IDEM_EXPORT int idem_complete(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                              const char* result, size_t resultlen, char** errptr);
 /* Records a failure; kind is IDEM_RETRYABLE or IDEM_TERMINAL. */
-IDEM_EXPORT void idem_fail(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-                           const char* error, size_t errorlen, int kind, char** errptr);
+IDEM_EXPORT int idem_fail(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                          const char* error, size_t errorlen, int kind, char** errptr);
 /* Sets the lease deadline to now + lease_ms (0: the default lease). */
-IDEM_EXPORT void idem_extend(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-                             int64_t lease_ms, char** errptr);
+IDEM_EXPORT int idem_extend(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                            int64_t lease_ms, char** errptr);
 /* Stores a recovery point that survives a takeover. */
-IDEM_EXPORT void idem_save_checkpoint(idem_store_t* store, const char* key, size_t keylen,
-                                      uint64_t token, const char* data, size_t datalen,
-                                      char** errptr);
+IDEM_EXPORT int idem_save_checkpoint(idem_store_t* store, const char* key, size_t keylen,
+                                     uint64_t token, const char* data, size_t datalen,
+                                     char** errptr);
 
 /* Removes a record whatever its state (IDEM_NOT_FOUND if there is none). */
-IDEM_EXPORT void idem_forget(idem_store_t* store, const char* key, size_t keylen, char** errptr);
+IDEM_EXPORT int idem_forget(idem_store_t* store, const char* key, size_t keylen, char** errptr);
 
 /* Removes the records whose retention has expired; returns how many (or, with dry_run, how
- * many it would remove). Returns 0 and sets *errptr on error. */
+ * many it would remove). Returns 0 and sets *errptr on error (idem_last_error_code() tells it
+ * from nothing to purge). */
 IDEM_EXPORT uint64_t idem_purge(idem_store_t* store, unsigned char dry_run, char** errptr);
 
 /* ---- Counters (idem/counters.h) -------------------------------------------------------------- */
@@ -247,9 +268,10 @@ IDEM_EXPORT uint32_t idem_attempt_attempts(const idem_attempt_t* attempt);
 IDEM_EXPORT unsigned char idem_attempt_lease_held(const idem_attempt_t* attempt);
 /* The checkpoint saved by an earlier attempt (empty if none). */
 IDEM_EXPORT const char* idem_attempt_checkpoint(const idem_attempt_t* attempt, size_t* len);
-/* Saves a recovery point for the next owner should this attempt die. */
-IDEM_EXPORT void idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data,
-                                              size_t datalen, char** errptr);
+/* Saves a recovery point for the next owner should this attempt die. Returns IDEM_OK or the
+ * error's code. */
+IDEM_EXPORT int idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data,
+                                             size_t datalen, char** errptr);
 
 /* Runs the whole lifecycle of one request (idem::Store::Execute): Begin; when acquired, calls
  * fn and records its result or failure; on a replay returns the stored result without calling
@@ -275,8 +297,9 @@ IDEM_EXPORT char* idem_issue_token(idem_store_t* store, int64_t ttl_ms, char** e
 
 /* Consumes `token` (NUL-terminated): succeeds for exactly one caller. Errors:
  * IDEM_INVALID_ARGUMENT (malformed), IDEM_NOT_FOUND ("token expired ..." or "unknown token"),
- * IDEM_FAILED ("token already consumed", or being consumed by another caller). */
-IDEM_EXPORT void idem_consume_token(idem_store_t* store, const char* token, char** errptr);
+ * IDEM_FAILED ("token already consumed", or being consumed by another caller). Returns IDEM_OK or
+ * the error's code. */
+IDEM_EXPORT int idem_consume_token(idem_store_t* store, const char* token, char** errptr);
 
 #ifdef __cplusplus
 } /* extern "C" */

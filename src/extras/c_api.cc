@@ -1,5 +1,7 @@
 // The C API of include/idem/c.h over idem::Store. No exception leaves these functions: each
-// body runs under Guard, which turns one into an error string.
+// body runs under Guard, which turns one into an error. An error is a string in *errptr and, as
+// an integer, this thread's last error code (and the return value of the calls that have no
+// other).
 
 #include <fmt/format.h>
 
@@ -40,7 +42,51 @@ struct idem_attempt_t {
   idem::Attempt* attempt;
 };
 
+// The IDEM_* codes are the values of Status::Code, so that a code converts with a cast.
+static_assert(IDEM_OK == static_cast<int>(Status::Code::kOk));
+static_assert(IDEM_INVALID_ARGUMENT == static_cast<int>(Status::Code::kInvalidArgument));
+static_assert(IDEM_NOT_FOUND == static_cast<int>(Status::Code::kNotFound));
+static_assert(IDEM_IN_PROGRESS == static_cast<int>(Status::Code::kInProgress));
+static_assert(IDEM_MISMATCH == static_cast<int>(Status::Code::kMismatch));
+static_assert(IDEM_FAILED == static_cast<int>(Status::Code::kFailed));
+static_assert(IDEM_LEASE_LOST == static_cast<int>(Status::Code::kLeaseLost));
+static_assert(IDEM_BUSY == static_cast<int>(Status::Code::kBusy));
+static_assert(IDEM_TIMED_OUT == static_cast<int>(Status::Code::kTimedOut));
+static_assert(IDEM_IO_ERROR == static_cast<int>(Status::Code::kIOError));
+static_assert(IDEM_CORRUPTION == static_cast<int>(Status::Code::kCorruption));
+static_assert(IDEM_UNAVAILABLE == static_cast<int>(Status::Code::kUnavailable));
+static_assert(IDEM_NEWER_VERSION == static_cast<int>(Status::Code::kNewerVersion));
+
 namespace {
+
+// The code of the last call on this thread that takes errptr (idem_last_error_code): per
+// thread, like errno, because a store handle is shared by threads.
+thread_local int last_error_code = IDEM_OK;
+
+// The code of one call that takes errptr, published as this thread's last when the call returns.
+// Calls nest (idem_execute runs a callback that may call idem), so each keeps its own and the
+// outer one publishes last: after idem_execute, the code is idem_execute's.
+class CallCode {
+ public:
+  CallCode() : outer_(innermost_) { innermost_ = this; }
+  ~CallCode() {
+    innermost_ = outer_;
+    last_error_code = code_;
+  }
+  CallCode(const CallCode&) = delete;
+  CallCode& operator=(const CallCode&) = delete;
+
+  // Records the code of the call running on this thread.
+  static void Set(int code) {
+    if (innermost_ != nullptr) innermost_->code_ = code;
+  }
+
+ private:
+  static thread_local CallCode* innermost_;
+  CallCode* const outer_;
+  int code_ = IDEM_OK;
+};
+thread_local CallCode* CallCode::innermost_ = nullptr;
 
 // A malloc'd copy of `bytes` with a NUL after them (so text results print directly).
 char* CopyOut(std::string_view bytes) {
@@ -51,9 +97,11 @@ char* CopyOut(std::string_view bytes) {
   return out;
 }
 
-// Stores "Code: message" in *errptr, freeing what it held. Returns whether `status` is an error.
+// Stores "Code: message" in *errptr, freeing what it held, and the code as the running call's.
+// Returns whether `status` is an error.
 bool SaveError(char** errptr, const Status& status) {
   if (status.ok()) return false;
+  CallCode::Set(static_cast<int>(status.code()));
   if (errptr != nullptr) {
     std::free(*errptr);
     *errptr = CopyOut(status.ToString());
@@ -61,9 +109,12 @@ bool SaveError(char** errptr, const Status& status) {
   return true;
 }
 
-// Runs `body`, turning an escaping exception into an error (kUnavailable) and `fallback`.
+// Runs `body`, turning an escaping exception into an error (kUnavailable) and `fallback`. Every
+// call that takes errptr runs under it: its code starts as IDEM_OK and becomes this thread's
+// last when it returns.
 template <class Body, class T>
 T Guard(char** errptr, T fallback, Body&& body) {
+  CallCode call;  // not const: SaveError writes its code through innermost_
   try {
     return body();
   } catch (const std::bad_alloc&) {
@@ -76,12 +127,15 @@ T Guard(char** errptr, T fallback, Body&& body) {
   return fallback;
 }
 
+// Runs `body`, which returns a Status, under Guard; returns the call's code (IDEM_OK or the
+// error's), published by Guard on its return.
 template <class Body>
-void GuardVoid(char** errptr, Body&& body) {
+int GuardStatus(char** errptr, Body&& body) {
   Guard(errptr, 0, [&] {
-    body();
+    SaveError(errptr, body());
     return 0;
   });
+  return last_error_code;
 }
 
 std::string_view Bytes(const char* data, size_t size) {
@@ -111,7 +165,12 @@ constexpr Status::Code kLastCode = Status::Code::kNewerVersion;
 
 extern "C" {
 
+const char* idem_version(void) { return IDEM_VERSION_TEXT; }
+int idem_version_number(void) { return IDEM_VERSION_NUMBER; }
+
 void idem_free(void* ptr) { std::free(ptr); }
+
+int idem_last_error_code(void) { return last_error_code; }
 
 int idem_error_code(const char* err) {
   if (err == nullptr) return IDEM_OK;
@@ -123,7 +182,7 @@ int idem_error_code(const char* err) {
       return code;
     }
   }
-  return IDEM_UNAVAILABLE;  // not an idem error string
+  return IDEM_UNKNOWN_ERROR;  // not an idem error string
 }
 
 const char* idem_code_name(int code) {
@@ -214,40 +273,38 @@ const char* idem_claim_result(const idem_claim_t* claim, size_t* len) {
 uint32_t idem_claim_attempts(const idem_claim_t* claim) { return claim->claim.record.attempts; }
 const idem_record_t* idem_claim_record(const idem_claim_t* claim) { return &claim->record; }
 
-void idem_complete(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-                   const char* result, size_t resultlen, char** errptr) {
-  GuardVoid(errptr, [&] {
-    SaveError(errptr, store->store->Complete(Bytes(key, keylen), token, Bytes(result, resultlen)));
+int idem_complete(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                  const char* result, size_t resultlen, char** errptr) {
+  return GuardStatus(errptr, [&] {
+    return store->store->Complete(Bytes(key, keylen), token, Bytes(result, resultlen));
   });
 }
 
-void idem_fail(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-               const char* error, size_t errorlen, int kind, char** errptr) {
-  GuardVoid(errptr, [&] {
+int idem_fail(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+              const char* error, size_t errorlen, int kind, char** errptr) {
+  return GuardStatus(errptr, [&] {
     const idem::Failure failure =
         kind == IDEM_TERMINAL ? idem::Failure::kTerminal : idem::Failure::kRetryable;
-    SaveError(errptr,
-              store->store->Fail(Bytes(key, keylen), token, Bytes(error, errorlen), failure));
+    return store->store->Fail(Bytes(key, keylen), token, Bytes(error, errorlen), failure);
   });
 }
 
-void idem_extend(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-                 int64_t lease_ms, char** errptr) {
-  GuardVoid(errptr, [&] {
-    SaveError(errptr, store->store->Extend(Bytes(key, keylen), token, milliseconds(lease_ms)));
+int idem_extend(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                int64_t lease_ms, char** errptr) {
+  return GuardStatus(errptr, [&] {
+    return store->store->Extend(Bytes(key, keylen), token, milliseconds(lease_ms));
   });
 }
 
-void idem_save_checkpoint(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
-                          const char* data, size_t datalen, char** errptr) {
-  GuardVoid(errptr, [&] {
-    SaveError(errptr,
-              store->store->SaveCheckpoint(Bytes(key, keylen), token, Bytes(data, datalen)));
+int idem_save_checkpoint(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                         const char* data, size_t datalen, char** errptr) {
+  return GuardStatus(errptr, [&] {
+    return store->store->SaveCheckpoint(Bytes(key, keylen), token, Bytes(data, datalen));
   });
 }
 
-void idem_forget(idem_store_t* store, const char* key, size_t keylen, char** errptr) {
-  GuardVoid(errptr, [&] { SaveError(errptr, store->store->Forget(Bytes(key, keylen))); });
+int idem_forget(idem_store_t* store, const char* key, size_t keylen, char** errptr) {
+  return GuardStatus(errptr, [&] { return store->store->Forget(Bytes(key, keylen)); });
 }
 
 uint64_t idem_purge(idem_store_t* store, unsigned char dry_run, char** errptr) {
@@ -349,10 +406,10 @@ const char* idem_attempt_checkpoint(const idem_attempt_t* attempt, size_t* len) 
   if (len != nullptr) *len = checkpoint.size();
   return checkpoint.empty() ? "" : checkpoint.data();
 }
-void idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data, size_t datalen,
-                                  char** errptr) {
-  GuardVoid(errptr,
-            [&] { SaveError(errptr, attempt->attempt->SaveCheckpoint(Bytes(data, datalen))); });
+int idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data, size_t datalen,
+                                 char** errptr) {
+  return GuardStatus(errptr,
+                     [&] { return attempt->attempt->SaveCheckpoint(Bytes(data, datalen)); });
 }
 
 char* idem_execute(idem_store_t* store, const char* key, size_t keylen, const char* type,
@@ -404,8 +461,8 @@ char* idem_issue_token(idem_store_t* store, int64_t ttl_ms, char** errptr) {
   });
 }
 
-void idem_consume_token(idem_store_t* store, const char* token, char** errptr) {
-  GuardVoid(errptr, [&] { SaveError(errptr, store->store->ConsumeToken(Text(token))); });
+int idem_consume_token(idem_store_t* store, const char* token, char** errptr) {
+  return GuardStatus(errptr, [&] { return store->store->ConsumeToken(Text(token)); });
 }
 
 }  // extern "C"
