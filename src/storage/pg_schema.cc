@@ -20,7 +20,7 @@ struct Column {
 };
 constexpr std::string_view kBytea = "bytea";
 constexpr std::string_view kTimestamp = "timestamp with time zone";
-constexpr std::array<Column, 18> kColumns = {{
+constexpr std::array<Column, 19> kColumns = {{
     {"key", "bytea PRIMARY KEY", kBytea},  // keys are bytes; bytea orders like memcmp
     {"type", "bytea NOT NULL", kBytea},
     {"fingerprint", "bytea NOT NULL", kBytea},
@@ -39,6 +39,9 @@ constexpr std::array<Column, 18> kColumns = {{
     {"updated", "timestamptz NOT NULL", kTimestamp},
     {"lease_deadline", "timestamptz NOT NULL", kTimestamp},
     {"expires", "timestamptz NOT NULL", kTimestamp},
+    // Raised by every write: a write names the version it decided on, and finds the row unchanged
+    // or retries (pg_storage.h).
+    {"version", "bigint NOT NULL", "bigint"},
 }};
 
 // An SQL identifier in double quotes, its quotes doubled (what PQescapeIdentifier makes).

@@ -4,7 +4,8 @@
 // alters a table, and no table that is not an idem store's is ever changed.
 //
 // A store named `T` (Options::table) in the connection's current schema `S` is:
-//   "S"."T"            the records, one row per key (bytea primary key), an index on expiry
+//   "S"."T"            the records, one row per key (bytea primary key), an index on expiry,
+//                      and a version raised by every write
 //   "S"."T_meta"       name -> value: format = "idem records", schema_version = kPgSchemaVersion
 //   "S"."T_token_seq"  the sequence fencing tokens are reserved from, in blocks (CACHE 1)
 

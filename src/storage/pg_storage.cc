@@ -1,0 +1,282 @@
+#include "storage/pg_storage.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <limits>
+#include <vector>
+
+#include "storage/record_codec.h"
+#include "util/time.h"
+
+namespace idem::storage {
+namespace {
+
+// The columns of a row, in the order every statement reads them (pg_schema.cc creates them).
+constexpr std::string_view kColumns =
+    "key, type, fingerprint, result, checkpoint, state, retryable, token, attempts, holder_pid, "
+    "holder_start, holder_scope, holder_request, holder_took_over, created, updated, "
+    "lease_deadline, expires, version";
+constexpr int kColumnCount = 19;
+constexpr int kVersionColumn = 18;
+
+// The server's time, moved by parameter $1 (microseconds) in tests.
+constexpr std::string_view kNow = "(clock_timestamp() + $1::float8 * interval '1 microsecond')";
+
+std::string_view SynchronousCommit(Durability durability) {
+  return durability == Durability::kSync ? "SET LOCAL synchronous_commit = on"
+                                         : "SET LOCAL synchronous_commit = off";
+}
+
+int64_t BitCast(uint64_t value) { return std::bit_cast<int64_t>(value); }
+
+// The record in row `row` of `rows` (its columns from `first`), or nullopt when its key is NULL
+// (the outer join of a read that found none). `version` receives the row's version.
+Result<std::optional<Record>> DecodeRow(const PgRows& rows, int row, int64_t* version) {
+  if (rows.IsNull(row, 0)) return std::optional<Record>();
+  std::optional<Record> record(std::in_place);
+  Record& r = *record;
+  r.key = std::string(rows.Bytes(row, 0));
+  r.type = std::string(rows.Bytes(row, 1));
+  r.fingerprint = std::string(rows.Bytes(row, 2));
+  r.result = std::string(rows.Bytes(row, 3));
+  r.checkpoint = std::string(rows.Bytes(row, 4));
+  IDEM_ASSIGN_OR_RETURN(int64_t state, rows.Int(row, 5));
+  if (state < 0 || state > static_cast<int64_t>(State::kFailed)) {
+    return Status::Corruption(
+        fmt::format("record {} has state {}, which no idem writes", EscapeKey(r.key), state));
+  }
+  r.state = static_cast<State>(state);
+  IDEM_ASSIGN_OR_RETURN(r.retryable, rows.Bool(row, 6));
+  IDEM_ASSIGN_OR_RETURN(int64_t token, rows.Int(row, 7));
+  IDEM_ASSIGN_OR_RETURN(int64_t attempts, rows.Int(row, 8));
+  IDEM_ASSIGN_OR_RETURN(int64_t pid, rows.Int(row, 9));
+  IDEM_ASSIGN_OR_RETURN(int64_t start, rows.Int(row, 10));
+  IDEM_ASSIGN_OR_RETURN(int64_t scope, rows.Int(row, 11));
+  IDEM_ASSIGN_OR_RETURN(int64_t request, rows.Int(row, 12));
+  IDEM_ASSIGN_OR_RETURN(r.holder.took_over, rows.Bool(row, 13));
+  if (token < 0 || attempts < 0 || attempts > std::numeric_limits<uint32_t>::max() || pid < 0 ||
+      pid > std::numeric_limits<uint32_t>::max()) {
+    return Status::Corruption(
+        fmt::format("record {} has a token, attempt count or pid out of range", EscapeKey(r.key)));
+  }
+  r.token = static_cast<uint64_t>(token);
+  r.attempts = static_cast<uint32_t>(attempts);
+  r.holder.pid = static_cast<uint32_t>(pid);
+  r.holder.process_start = std::bit_cast<uint64_t>(start);
+  r.holder.pid_scope = std::bit_cast<uint64_t>(scope);
+  r.holder.request_id = std::bit_cast<uint64_t>(request);
+  Record::TimePoint* times[] = {&r.created, &r.updated, &r.lease_deadline, &r.expires};
+  for (int i = 0; i < 4; ++i) {
+    IDEM_ASSIGN_OR_RETURN(int64_t micros, rows.Timestamp(row, 14 + i));
+    *times[i] = util::FromMicros(micros);
+  }
+  IDEM_ASSIGN_OR_RETURN(*version, rows.Int(row, kVersionColumn));
+  return record;
+}
+
+// The parameters $1.. of a row's columns but the version: key, then the record's fields.
+std::vector<PgParam> RowParams(std::string_view key, const Record& r) {
+  return {PgParam::Bytea(key),
+          PgParam::Bytea(r.type),
+          PgParam::Bytea(r.fingerprint),
+          PgParam::Bytea(r.result),
+          PgParam::Bytea(r.checkpoint),
+          PgParam::Int2(static_cast<int16_t>(r.state)),
+          PgParam::Bool(r.retryable),
+          PgParam::Int8(static_cast<int64_t>(r.token)),
+          PgParam::Int8(r.attempts),
+          PgParam::Int8(r.holder.pid),
+          PgParam::Int8(BitCast(r.holder.process_start)),
+          PgParam::Int8(BitCast(r.holder.pid_scope)),
+          PgParam::Int8(BitCast(r.holder.request_id)),
+          PgParam::Bool(r.holder.took_over),
+          PgParam::Timestamp(util::ToMicros(r.created)),
+          PgParam::Timestamp(util::ToMicros(r.updated)),
+          PgParam::Timestamp(util::ToMicros(r.lease_deadline)),
+          PgParam::Timestamp(util::ToMicros(r.expires))};
+}
+
+// The smallest key above every key that starts with `prefix`, or nullopt when there is none
+// (the prefix is empty or all 0xFF bytes).
+std::optional<std::string> PrefixEnd(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xFF) end.pop_back();
+  if (end.empty()) return std::nullopt;
+  end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  return end;
+}
+
+}  // namespace
+
+PgStorage::PgStorage(const PgConninfo& conninfo, PgStorageConfig config)
+    : config_(std::move(config)), pool_(conninfo, config_.pool) {}
+
+Result<std::unique_ptr<PgStorage>> PgStorage::Open(const PgConninfo& conninfo,
+                                                   PgStorageConfig config) {
+  std::unique_ptr<PgStorage> storage(new PgStorage(conninfo, std::move(config)));
+  IDEM_ASSIGN_OR_RETURN(storage->names_,
+                        ResolvePgTableNames(storage->pool_, storage->config_.table));
+  IDEM_RETURN_IF_ERROR(
+      PreparePgTables(storage->pool_, storage->names_,
+                      storage->config_.create_if_missing && !storage->config_.read_only));
+  return storage;
+}
+
+PgParam PgStorage::NowOffset() const {
+  return PgParam::Int8(config_.now_offset ? config_.now_offset().count() : 0);
+}
+
+uint64_t PgStorage::WriteVersion() const { return write_version_.fetch_add(1) + 1; }
+
+Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key) {
+  PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
+  transaction.statements.push_back(
+      {fmt::format("SELECT {}, n.now FROM (SELECT {} AS now) n LEFT JOIN {} ON key = $2", kColumns,
+                   kNow, names_.records),
+       {NowOffset(), PgParam::Bytea(key)}});
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+  VersionedRead result;
+  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &result.version));
+  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
+  result.read.now = util::FromMicros(now);
+  return result;
+}
+
+Result<Storage::ReadResult> PgStorage::Read(std::string_view key) {
+  IDEM_ASSIGN_OR_RETURN(VersionedRead read, ReadVersioned(key));
+  return std::move(read.read);
+}
+
+Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& next, int64_t version,
+                                         Durability durability) {
+  PgTransaction transaction{.resendable = true};
+  transaction.statements.push_back({std::string(SynchronousCommit(durability)), {}});
+  std::vector<PgParam> params = RowParams(key, next);
+  if (version == 0) {
+    transaction.statements.push_back(
+        {fmt::format("INSERT INTO {} ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
+                     "$12, $13, $14, $15, $16, $17, $18, 1) ON CONFLICT (key) DO NOTHING",
+                     names_.records, kColumns),
+         std::move(params)});
+  } else {
+    params.push_back(PgParam::Int8(version));
+    transaction.statements.push_back(
+        {fmt::format("UPDATE {} SET type = $2, fingerprint = $3, result = $4, checkpoint = $5, "
+                     "state = $6, retryable = $7, token = $8, attempts = $9, holder_pid = $10, "
+                     "holder_start = $11, holder_scope = $12, holder_request = $13, "
+                     "holder_took_over = $14, created = $15, updated = $16, "
+                     "lease_deadline = $17, expires = $18, version = version + 1 "
+                     "WHERE key = $1 AND version = $19",
+                     names_.records),
+         std::move(params)});
+  }
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+  return rows[1].affected() == 1;
+}
+
+Status PgStorage::Update(std::string_view key, Decide decide, Durability durability,
+                         std::optional<uint64_t> /*absent_since*/) {
+  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  // A resent write that had committed finds its own row changed, reads it, and the engine
+  // answers the same (a Begin's own claim, a repeated Complete) without writing it again.
+  const auto give_up = std::chrono::steady_clock::now() + config_.pool.request_timeout;
+  for (int attempt = 1;; ++attempt) {
+    IDEM_ASSIGN_OR_RETURN(VersionedRead read, ReadVersioned(key));
+    const Record* next = decide(read.read.record, read.read.now,
+                                [this](uint64_t above) { return NextToken(above); });
+    if (next == nullptr) return Status::OK();
+    IDEM_ASSIGN_OR_RETURN(bool written, WriteIfUnchanged(key, *next, read.version, durability));
+    if (written) return Status::OK();
+    if (std::chrono::steady_clock::now() >= give_up) {
+      return Status::TimedOut(fmt::format(
+          "record {} of {} changed under each of {} attempts to write it in {} ms", EscapeKey(key),
+          pool_.conninfo().display_name(), attempt, config_.pool.request_timeout.count()));
+    }
+  }
+}
+
+Result<uint64_t> PgStorage::NextToken(uint64_t above) {
+  std::lock_guard lock(token_mu_);
+  // A new block is above every block reserved before it (CACHE 1: the sequence hands out
+  // numbers in order), so above every stored token.
+  if (next_token_ == block_end_ || next_token_ <= above) {
+    PgTransaction transaction{.resendable = true};
+    transaction.statements = {{"SET LOCAL synchronous_commit = on", {}},
+                              {"SELECT nextval($1::regclass)", {PgParam::Text(names_.sequence)}}};
+    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+    IDEM_ASSIGN_OR_RETURN(int64_t block, rows[1].Int(0, 0));
+    next_token_ = static_cast<uint64_t>(block) * kTokenBlock;
+    block_end_ = next_token_ + kTokenBlock;
+  }
+  return next_token_++;
+}
+
+Result<bool> PgStorage::Remove(std::string_view key, Durability durability) {
+  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  PgTransaction transaction{.resendable = true};
+  transaction.statements = {
+      {std::string(SynchronousCommit(durability)), {}},
+      {fmt::format("DELETE FROM {} WHERE key = $1", names_.records), {PgParam::Bytea(key)}}};
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+  return rows[1].affected() > 0;
+}
+
+Status PgStorage::Scan(const ScanOptions& options,
+                       FunctionRef<bool(Record&& record, TimePoint now)> visit) {
+  const std::optional<std::string> end = PrefixEnd(options.prefix);
+  std::string after(options.start_after);
+  for (;;) {
+    PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
+    std::vector<PgParam> params = {NowOffset(), PgParam::Bytea(after),
+                                   PgParam::Bytea(options.prefix)};
+    if (end) params.push_back(PgParam::Bytea(*end));
+    transaction.statements.push_back(
+        {fmt::format("SELECT {}, {} FROM {} WHERE key > $2 AND key >= $3{} ORDER BY key LIMIT {}",
+                     kColumns, kNow, names_.records, end ? " AND key < $4" : "", kScanPage),
+         std::move(params)});
+    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+    const PgRows& page = rows[0];
+    for (int row = 0; row < page.size(); ++row) {
+      int64_t version = 0;
+      IDEM_ASSIGN_OR_RETURN(std::optional<Record> record, DecodeRow(page, row, &version));
+      IDEM_ASSIGN_OR_RETURN(int64_t now, page.Timestamp(row, kColumnCount));
+      after = record->key;
+      if (!visit(std::move(*record), util::FromMicros(now))) return Status::OK();
+    }
+    if (page.size() < kScanPage) return Status::OK();
+  }
+}
+
+Result<uint64_t> PgStorage::Purge(const PurgeOptions& options) {
+  if (options.dry_run) {
+    PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
+    transaction.statements.push_back(
+        {fmt::format("SELECT count(*) FROM {} WHERE expires <= {}", names_.records, kNow),
+         {NowOffset()}});
+    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+    IDEM_ASSIGN_OR_RETURN(int64_t due, rows[0].Int(0, 0));
+    if (options.progress) options.progress(static_cast<uint64_t>(due));
+    return static_cast<uint64_t>(due);
+  }
+  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  // The batched DELETE of PostgreSQL's documentation: rows locked by a writer are left for the
+  // next purge, and no lock is held past a batch.
+  const std::string sql = fmt::format(
+      "WITH n AS MATERIALIZED (SELECT {} AS now), doomed AS (SELECT key FROM {} WHERE expires <= "
+      "(SELECT now FROM n) ORDER BY expires LIMIT {} FOR UPDATE SKIP LOCKED) "
+      "DELETE FROM {} WHERE key IN (SELECT key FROM doomed)",
+      kNow, names_.records, kPurgeBatch, names_.records);
+  uint64_t purged = 0;
+  for (;;) {
+    PgTransaction transaction{.resendable = true};
+    transaction.statements = {{"SET LOCAL synchronous_commit = off", {}}, {sql, {NowOffset()}}};
+    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+    const uint64_t deleted = rows[1].affected();
+    purged += deleted;
+    if (options.progress) options.progress(purged);
+    if (deleted < static_cast<uint64_t>(kPurgeBatch)) return purged;
+  }
+}
+
+}  // namespace idem::storage

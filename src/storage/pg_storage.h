@@ -1,0 +1,109 @@
+// PgStorage: the Storage of a store kept in a PostgreSQL table (docs/design/postgresql.md), for
+// processes on any number of hosts at once. The engine still makes every decision, in the
+// calling process; the server keeps the rows, the clock and the token sequence.
+//
+// Each call is one or two transactions through the store's PgPool (one round trip each, no
+// session state: it works behind PgBouncer in transaction pooling):
+//   - Read: the row and the server's time in one statement.
+//   - Update: optimistic, with no lock held between round trips. It reads the row (with its
+//     version) and the server's time, lets `decide` choose, and writes only if the row still has
+//     that version (an INSERT when there was none): UPDATE ... SET ..., version = version + 1
+//     WHERE key = $1 AND version = $v. When another writer got there first, it reads again and
+//     `decide` chooses again. So a stale holder, on any host, never overwrites its successor.
+//   - Remove, Scan (pages in key order), Purge (bounded batches; no table lock).
+// Time: every `now` is the server's clock_timestamp(), so hosts with skewed clocks agree.
+// Tokens: blocks of kTokenBlock reserved from the store's sequence in a synchronously committed
+// transaction (sec. 5), so a token is never handed out twice, even after a server crash.
+// Durability: kSync commits with synchronous_commit = on, kBuffered with off (the server can
+// lose its last ~0.6 s of commits in a crash, never leaving a partial one).
+//
+// Thread-safe.
+
+#ifndef IDEM_STORAGE_PG_STORAGE_H_
+#define IDEM_STORAGE_PG_STORAGE_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "storage/pg_conninfo.h"
+#include "storage/pg_pool.h"
+#include "storage/pg_schema.h"
+#include "storage/storage.h"
+
+namespace idem::storage {
+
+struct PgStorageConfig {
+  std::string table = "idem_records";  // in the connection's current schema
+  bool create_if_missing = true;
+  bool read_only = false;  // reads only, in READ ONLY transactions
+  PgPoolOptions pool;
+  // Test hook: added to the server's clock in every decision, so tests move the store's time
+  // as they move a ManualClock. Null: none.
+  std::function<std::chrono::microseconds()> now_offset;
+};
+
+class PgStorage final : public Storage {
+ public:
+  // Connects, and creates the store's tables (create_if_missing) or checks them (pg_schema.h).
+  static Result<std::unique_ptr<PgStorage>> Open(const PgConninfo& conninfo,
+                                                 PgStorageConfig config);
+
+  Status Update(std::string_view key, Decide decide, Durability durability,
+                std::optional<uint64_t> absent_since) override;
+  Result<ReadResult> Read(std::string_view key) override;
+  // Changes at every call: other processes write the table too, so a key read absent may have
+  // been written since by one of them, and Update always reads it again.
+  uint64_t WriteVersion() const override;
+  Result<bool> Remove(std::string_view key, Durability durability) override;
+  Status Scan(const ScanOptions& options,
+              FunctionRef<bool(Record&& record, TimePoint now)> visit) override;
+  // Deletes in batches of kPurgeBatch, each its own transaction. `compact` does nothing more:
+  // autovacuum gives the space back to the table (VACUUM needs the table's owner).
+  Result<uint64_t> Purge(const PurgeOptions& options) override;
+
+  const PgTableNames& names() const { return names_; }
+
+  // How many tokens one reservation from the sequence covers.
+  static constexpr uint64_t kTokenBlock = 1024;
+  // How many records one purge transaction deletes at most.
+  static constexpr int kPurgeBatch = 1000;
+  // How many rows a scan reads per statement.
+  static constexpr int kScanPage = 256;
+
+ private:
+  PgStorage(const PgConninfo& conninfo, PgStorageConfig config);
+
+  // The parameter that moves the server's time in tests (microseconds; 0 outside them).
+  PgParam NowOffset() const;
+  // The row under `key` with its version, and the server's time (read-only when asked).
+  struct VersionedRead {
+    ReadResult read;
+    int64_t version = 0;  // of the row read; 0 when there was none
+  };
+  Result<VersionedRead> ReadVersioned(std::string_view key);
+  // Writes `next` if the row under `key` still has `version` (0: still absent). False when
+  // another writer changed it first.
+  Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, int64_t version,
+                                Durability durability);
+  // A token above `above` that no process ever had, from this process's block.
+  Result<uint64_t> NextToken(uint64_t above);
+
+  // Constant after construction.
+  PgStorageConfig config_;
+  PgPool pool_;
+  PgTableNames names_;
+
+  std::mutex token_mu_;
+  uint64_t next_token_ = 0;  // guarded by token_mu_; next_token_ == block_end_: none left
+  uint64_t block_end_ = 0;
+
+  mutable std::atomic<uint64_t> write_version_{0};
+};
+
+}  // namespace idem::storage
+
+#endif  // IDEM_STORAGE_PG_STORAGE_H_

@@ -1,0 +1,233 @@
+// PgStorage (storage/pg_storage.h) under the engine, against a real PostgreSQL server: the
+// lifecycle, fencing, time from the server (moved by the test hook), tokens from the sequence,
+// scans of binary keys, purge in batches, and writers racing from several "processes" (one
+// PgStorage each, as separate processes or hosts would have).
+
+#include "storage/pg_storage.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/local_backend.h"
+#include "pg_server.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using idem::Claim;
+using idem::Outcome;
+using idem::Record;
+using idem::Status;
+using idem::engine::TransitionKind;
+using idem::storage::PgConninfo;
+using idem::storage::PgStorage;
+using idem::storage::PgStorageConfig;
+
+// A LocalBackend on a PgStorage whose time runs `offset_` ahead of the server's.
+class PgStore {
+ public:
+  static std::unique_ptr<PgStore> Open(const std::string& uri, std::string table = "idem_records",
+                                       bool create = true) {
+    auto store = std::unique_ptr<PgStore>(new PgStore());
+    auto conninfo = PgConninfo::Parse(uri);
+    EXPECT_TRUE(conninfo.ok()) << conninfo.status().ToString();
+    if (!conninfo.ok()) return nullptr;
+    PgStorageConfig config;
+    config.table = std::move(table);
+    config.create_if_missing = create;
+    config.now_offset = [offset = store->offset_] { return offset->load(); };
+    auto storage = PgStorage::Open(*conninfo, std::move(config));
+    EXPECT_TRUE(storage.ok()) << storage.status().ToString();
+    if (!storage.ok()) return nullptr;
+    store->storage_ = storage->get();
+    store->backend_ = std::make_unique<idem::LocalBackend>(
+        std::move(storage).value(), idem_test::TestOptions(), /*stall_watch=*/nullptr);
+    return store;
+  }
+
+  void Advance(std::chrono::microseconds by) { offset_->store(offset_->load() + by); }
+
+  idem::Result<Claim> Begin(std::string_view key, std::chrono::milliseconds lease = 10s,
+                            uint64_t request_id = 0) {
+    static std::atomic<uint64_t> next_request{1};
+    return backend_->Begin({.key = key,
+                            .lease = lease,
+                            .retention = 1h,
+                            .request_id = request_id ? request_id : next_request++},
+                           idem::Holder{.pid = 1, .process_start = 2, .pid_scope = 3});
+  }
+  Status End(std::string_view key, uint64_t token, TransitionKind kind,
+             std::string_view payload = "result") {
+    return backend_->Transition(
+        {.key = key, .request = {.kind = kind, .token = token, .payload = payload, .lease = 10s}});
+  }
+  idem::LocalBackend& backend() { return *backend_; }
+  PgStorage& storage() { return *storage_; }
+
+ private:
+  PgStore() = default;
+  std::shared_ptr<std::atomic<std::chrono::microseconds>> offset_ =
+      std::make_shared<std::atomic<std::chrono::microseconds>>(std::chrono::microseconds(0));
+  PgStorage* storage_ = nullptr;
+  std::unique_ptr<idem::LocalBackend> backend_;
+};
+
+TEST(PgStorage, ALifecycleIsStoredWholeAndReplayed) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim claim, store->Begin("pay-1"));
+  EXPECT_EQ(claim.outcome, Outcome::kAcquired);
+  EXPECT_GE(claim.token, PgStorage::kTokenBlock);
+  ASSERT_OK(store->End("pay-1", claim.token, TransitionKind::kSaveCheckpoint, "step-1"));
+  ASSERT_OK(store->End("pay-1", claim.token, TransitionKind::kComplete, "receipt"));
+  ASSERT_OK_AND_ASSIGN(Claim replay, store->Begin("pay-1"));
+  EXPECT_EQ(replay.outcome, Outcome::kReplay);
+  EXPECT_EQ(replay.record.result, "receipt");
+  EXPECT_EQ(replay.record.checkpoint, "step-1");
+  EXPECT_EQ(replay.record.holder.pid_scope, 3u);
+  ASSERT_OK_AND_ASSIGN(auto got, store->backend().Get("pay-1"));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, replay.record);
+
+  // Another process opening the same store sees the same record.
+  auto other = PgStore::Open(server->Uri(), "idem_records", /*create=*/false);
+  ASSERT_NE(other, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto seen, other->backend().Get("pay-1"));
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(*seen, *got);
+}
+
+TEST(PgStorage, AStaleHolderCannotOverwriteItsSuccessor) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("k", 1s));
+  ASSERT_OK_AND_ASSIGN(Claim busy, store->Begin("k"));
+  EXPECT_EQ(busy.outcome, Outcome::kInProgress);
+  store->Advance(2s);  // the server's time, not this host's
+  ASSERT_OK_AND_ASSIGN(Claim second, store->Begin("k"));
+  EXPECT_EQ(second.outcome, Outcome::kAcquired);
+  EXPECT_TRUE(second.took_over);
+  EXPECT_GT(second.token, first.token);
+  EXPECT_CODE(store->End("k", first.token, TransitionKind::kComplete, "late"), kLeaseLost);
+  ASSERT_OK(store->End("k", second.token, TransitionKind::kComplete, "right"));
+  ASSERT_OK_AND_ASSIGN(auto got, store->backend().Get("k"));
+  EXPECT_EQ(got->result, "right");
+  EXPECT_EQ(got->attempts, 2u);
+}
+
+TEST(PgStorage, KeysAreBytesAndScansFollowTheirOrder) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  // In memcmp order, which bytea keeps.
+  const std::vector<std::string> keys = {std::string("a\0b", 3), "ab", "a\xff", "a\xff\xff", "b",
+                                         std::string(1, '\xff')};
+  for (const std::string& key : keys) ASSERT_OK(store->Begin(key).status());
+  std::vector<std::string> all;
+  ASSERT_OK(store->storage().Scan({}, [&](Record&& record, auto) {
+    all.push_back(record.key);
+    return true;
+  }));
+  EXPECT_EQ(all, keys);
+  std::vector<std::string> prefixed;
+  ASSERT_OK(store->storage().Scan({.prefix = "a\xff"}, [&](Record&& record, auto) {
+    prefixed.push_back(record.key);
+    return true;
+  }));
+  EXPECT_EQ(prefixed, (std::vector<std::string>{"a\xff", "a\xff\xff"}));
+  // Pages of LocalBackend::Scan go on after start_after.
+  ASSERT_OK_AND_ASSIGN(auto page, store->backend().Scan({.start_after = "ab"}, 2));
+  ASSERT_EQ(page.records.size(), 2u);
+  EXPECT_EQ(page.records[0].key, "a\xff");
+  EXPECT_TRUE(page.more);
+}
+
+TEST(PgStorage, PurgeDeletesWhatExpiredByTheServersClockInBatches) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  const int due = PgStorage::kPurgeBatch + 10;  // more than one batch
+  for (int i = 0; i < due; ++i) ASSERT_OK(store->Begin("due-" + std::to_string(i), 1s).status());
+  store->Advance(30min);
+  for (int i = 0; i < 5; ++i) ASSERT_OK(store->Begin("kept-" + std::to_string(i)).status());
+  store->Advance(31min);  // the first ones' retention (1 h) ended; not the others'
+  ASSERT_OK_AND_ASSIGN(uint64_t would, store->backend().Purge({.dry_run = true}));
+  EXPECT_EQ(would, static_cast<uint64_t>(due));
+  uint64_t last_progress = 0;
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, store->backend().Purge(
+                                            {.progress = [&](uint64_t n) { last_progress = n; }}));
+  EXPECT_EQ(purged, static_cast<uint64_t>(due));
+  EXPECT_EQ(last_progress, purged);
+  ASSERT_OK_AND_ASSIGN(auto page, store->backend().Scan({}, 100));
+  EXPECT_EQ(page.records.size(), 5u);
+}
+
+// Four "processes" (a PgStorage each, as on four hosts), four threads each, race to acquire 200
+// keys: each key is acquired exactly once, and every token is distinct.
+TEST(PgStorage, RacingProcessesAcquireEachKeyExactlyOnce) {
+  IDEM_START_PG_OR_SKIP(server);
+  std::vector<std::unique_ptr<PgStore>> stores;
+  for (int i = 0; i < 4; ++i) {
+    stores.push_back(PgStore::Open(server->Uri()));
+    ASSERT_NE(stores.back(), nullptr);
+  }
+  constexpr int kKeys = 200;
+  std::mutex mu;
+  std::map<std::string, int> acquired;
+  std::set<uint64_t> tokens;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      PgStore& store = *stores[t % stores.size()];
+      for (int k = 0; k < kKeys; ++k) {
+        const std::string key = "key-" + std::to_string((k * 7 + t) % kKeys);
+        auto claim = store.Begin(key, 1h);
+        ASSERT_TRUE(claim.ok()) << claim.status().ToString();
+        if (claim->outcome != Outcome::kAcquired) continue;
+        std::lock_guard lock(mu);
+        ++acquired[key];
+        EXPECT_TRUE(tokens.insert(claim->token).second) << "token " << claim->token << " twice";
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(acquired.size(), static_cast<std::size_t>(kKeys));
+  for (const auto& [key, count] : acquired) EXPECT_EQ(count, 1) << key;
+}
+
+TEST(PgStorage, ForgetRemovesAndTokensStayUnique) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("k"));
+  ASSERT_OK(store->backend().Forget("k", idem::Durability::kSync));
+  EXPECT_CODE(store->backend().Forget("k", idem::Durability::kSync), kNotFound);
+  ASSERT_OK_AND_ASSIGN(Claim again, store->Begin("k"));
+  EXPECT_EQ(again.outcome, Outcome::kAcquired);
+  EXPECT_NE(again.token, first.token);
+  EXPECT_CODE(store->End("k", first.token, TransitionKind::kComplete), kLeaseLost);
+}
+
+// A Begin resent with the same request id (its first reply lost) gets its own claim back.
+TEST(PgStorage, AResentBeginGetsItsOwnClaim) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim claim, store->Begin("k", 10s, /*request_id=*/77));
+  ASSERT_OK_AND_ASSIGN(Claim resent, store->Begin("k", 10s, /*request_id=*/77));
+  EXPECT_EQ(resent.outcome, Outcome::kAcquired);
+  EXPECT_EQ(resent.token, claim.token);
+}
+
+}  // namespace
