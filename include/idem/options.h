@@ -143,8 +143,19 @@ struct Options {
   // background threads; must be thread-safe. Null: written to stderr as "idem: <message>".
   std::function<void(std::string_view)> log;
 
-  // Wall-clock source; null means the system clock. See Clock.
+  // Wall-clock source; null means the system clock. See Clock. A store kept in PostgreSQL
+  // (Store::Open with a postgresql:// URI) ignores it: the database server's clock judges leases
+  // and retention for every host.
   std::shared_ptr<const Clock> clock;
+
+  // A store kept in PostgreSQL only (Store::Open with a postgresql:// URI; docs/postgresql.md):
+  // the table of its records, in the connection's current schema (its meta table and token
+  // sequence are named after it). At most 53 bytes. Default: "idem_records".
+  std::string table = "idem_records";
+  // A store kept in PostgreSQL only: how many connections this process keeps to the server at
+  // most (one per call in progress). A call that finds them all busy waits up to
+  // request_timeout. Default: 8.
+  int pool_size = 8;
 
   // The lease a call asking for `lease` gets (BeginOptions::lease, Store::Extend): `lease`
   // when positive, default_lease when 0.

@@ -15,6 +15,10 @@
 
 #include "core/store_core.h"
 #include "core/store_directory.h"
+#include "storage/pg_uri.h"
+#if IDEM_WITH_POSTGRESQL
+#include "core/pg_store_core.h"
+#endif
 #include "engine/backend.h"
 #include "util/escape.h"
 #include "util/process.h"
@@ -46,10 +50,12 @@ Status CheckDuration(std::string_view what, milliseconds duration) {
       fmt::format("{} is {} ms; it must not be negative", what, duration.count()));
 }
 
-// A handle: this caller's options over the process's shared core.
+// A handle: this caller's options over the process's shared core (a StoreCore for a store
+// directory, a PgStoreCore for a store in PostgreSQL).
+template <class Core>
 class StoreHandle final : public Store {
  public:
-  StoreHandle(std::shared_ptr<StoreCore> core, const Options& options)
+  StoreHandle(std::shared_ptr<Core> core, const Options& options)
       : core_(std::move(core)), options_(options) {}
 
   Result<Claim> Begin(std::string_view key, const BeginOptions& options) override {
@@ -149,9 +155,14 @@ class StoreHandle final : public Store {
   }
 
   // Constant after construction.
-  const std::shared_ptr<StoreCore> core_;
+  const std::shared_ptr<Core> core_;
   const Options options_;
 };
+
+template <class Core>
+std::unique_ptr<Store> NewHandle(std::shared_ptr<Core> core, const Options& options) {
+  return std::make_unique<StoreHandle<Core>>(std::move(core), options);
+}
 
 Status CheckOptions(const Options& options) {
   if (options.default_lease <= milliseconds(0)) {
@@ -189,6 +200,7 @@ std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const
   compare("max_key_size", first.max_key_size, later.max_key_size);
   compare("max_result_size", first.max_result_size, later.max_result_size);
   compare("max_label_size", first.max_label_size, later.max_label_size);
+  compare("pool_size", first.pool_size, later.pool_size);
   compare("memory_budget", first.memory_budget, later.memory_budget);
   compare("take_over_dead_holders", first.take_over_dead_holders, later.take_over_dead_holders);
   compare_ms("auto_purge_interval", first.auto_purge_interval, later.auto_purge_interval);
@@ -197,6 +209,40 @@ std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const
   compare_ms("request_timeout", first.request_timeout, later.request_timeout);
   if (first.clock != later.clock) differences.push_back("clock (this Open passed another Clock)");
   return differences;
+}
+
+// Store::Open of a postgresql:// URI: one PgStoreCore per (connection, table) in the process.
+Result<std::unique_ptr<Store>> OpenPostgres(std::string_view uri, const Options& options) {
+#if IDEM_WITH_POSTGRESQL
+  IDEM_ASSIGN_OR_RETURN(const std::string key, PgStoreCore::Key(uri, options));
+  std::lock_guard registry_lock(RegistryMutex());
+  static auto& registry = *new std::map<std::string, std::weak_ptr<PgStoreCore>>();
+  std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
+  if (auto existing = registry[key].lock(); existing && !existing->forked()) {
+    if (existing->read_only() && !options.read_only) {
+      return Status::Busy(fmt::format(
+          "store {} is open read-only in this process; close it before opening it for writing",
+          existing->display_name()));
+    }
+    if (auto differences = DifferencesFromTheFirstOpen(existing->options(), options);
+        !differences.empty()) {
+      StoreCore::LogTo(options,
+                       fmt::format("store {} is already open in this process: these "
+                                   "options are the first Open's, not this one's: {}",
+                                   existing->display_name(), fmt::join(differences, "; ")));
+    }
+    return NewHandle(std::move(existing), options);
+  }
+  IDEM_ASSIGN_OR_RETURN(std::shared_ptr<PgStoreCore> core, PgStoreCore::Open(uri, options));
+  registry[key] = core;
+  return NewHandle(std::move(core), options);
+#else
+  static_cast<void>(options);
+  return Status::InvalidArgument(
+      fmt::format("store {} is kept in PostgreSQL, but this idem was built without PostgreSQL "
+                  "(IDEM_WITH_POSTGRESQL=OFF)",
+                  DisplayStoreName(uri)));
+#endif
 }
 
 }  // namespace
@@ -217,6 +263,7 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
   IDEM_RETURN_IF_ERROR(CheckOptions(options));
   Options effective = options;
   if (!effective.clock) effective.clock = SystemClock();
+  if (storage::IsPostgresUri(path)) return OpenPostgres(path, effective);
 
   std::error_code error;
   fs::path directory = fs::absolute(fs::path(path), error).lexically_normal();
@@ -246,7 +293,7 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
                                  "the first Open's, not this one's: {}",
                                  EscapeControls(directory.string()), fmt::join(differences, "; ")));
     }
-    return std::unique_ptr<Store>(std::make_unique<StoreHandle>(std::move(existing), effective));
+    return NewHandle(std::move(existing), effective);
   }
   auto core = std::make_shared<StoreCore>(directory, id, effective);
   if (Status started = core->Start(); !started.ok()) {
@@ -254,7 +301,7 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
     return Status(started.code(), EscapeControls(started.message()));
   }
   registry[id] = core;
-  return std::unique_ptr<Store>(std::make_unique<StoreHandle>(std::move(core), effective));
+  return NewHandle(std::move(core), effective);
 }
 
 }  // namespace idem

@@ -1,0 +1,43 @@
+#include "core/pg_store_core.h"
+
+#include "storage/pg_conninfo.h"
+#include "storage/pg_storage.h"
+
+namespace idem {
+namespace {
+
+storage::PgConnDefaults ConnDefaults(const Options& options) {
+  return {.connect_timeout = options.failover_timeout,
+          .dead_peer_timeout = options.request_timeout};
+}
+
+}  // namespace
+
+Result<std::string> PgStoreCore::Key(std::string_view uri, const Options& options) {
+  IDEM_ASSIGN_OR_RETURN(storage::PgConninfo conninfo,
+                        storage::PgConninfo::Parse(uri, ConnDefaults(options)));
+  return conninfo.display_name() + '\n' + options.table;
+}
+
+Result<std::shared_ptr<PgStoreCore>> PgStoreCore::Open(std::string_view uri,
+                                                       const Options& options) {
+  if (options.pool_size <= 0) return Status::InvalidArgument("pool_size must be positive");
+  IDEM_ASSIGN_OR_RETURN(storage::PgConninfo conninfo,
+                        storage::PgConninfo::Parse(uri, ConnDefaults(options)));
+  storage::PgStorageConfig config;
+  config.table = options.table;
+  config.create_if_missing = options.create_if_missing;
+  config.read_only = options.read_only;
+  config.pool = {.size = options.pool_size,
+                 .request_timeout = options.request_timeout,
+                 .failover_timeout = options.failover_timeout};
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<storage::PgStorage> storage,
+                        storage::PgStorage::Open(conninfo, std::move(config)));
+  std::shared_ptr<PgStoreCore> core(new PgStoreCore(options, conninfo.display_name()));
+  // No renewal graces: they measure this process's stalls against record times, which are the
+  // server's (docs/design/postgresql.md, Q1).
+  core->backend_ = std::make_unique<LocalBackend>(std::move(storage), options, nullptr);
+  return core;
+}
+
+}  // namespace idem
