@@ -210,8 +210,9 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 success, 1 not found (get, forget) or nothing listed (dump), 2 usage error,\n"
-      "3 store error (missing, unreadable, corrupt or busy). Run 'idem COMMAND --help' for a\n"
-      "command's flags. See docs/operations.md.\n");
+      "3 store error (missing, unreadable, corrupt or busy), 4 written by a newer idem,\n"
+      "5 stats: the store's owner could not be asked (stopped, overloaded or exclusive).\n"
+      "Run 'idem COMMAND --help' for a command's flags. See docs/operations.md.\n");
 
   Arguments args;
   const Commands commands = {AddDump(app, args), AddGet(app, args.get), AddStats(app, args.stats),

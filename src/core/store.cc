@@ -16,6 +16,8 @@
 #include "core/store_core.h"
 #include "core/store_directory.h"
 #include "engine/backend.h"
+#include "sharing/owner_lock.h"
+#include "sharing/protocol.h"
 #include "util/escape.h"
 #include "util/process.h"
 
@@ -45,6 +47,14 @@ Status CheckDuration(std::string_view what, milliseconds duration) {
   return Status::InvalidArgument(
       fmt::format("{} is {} ms; it must not be negative", what, duration.count()));
 }
+
+}  // namespace
+
+Result<OwnerCounters> Store::GetOwnerCounters() const {
+  return Status::Unavailable("this Store implementation does not say whose counters it has");
+}
+
+namespace {
 
 // A handle: this caller's options over the process's shared core.
 class StoreHandle final : public Store {
@@ -132,6 +142,25 @@ class StoreHandle final : public Store {
 
   Result<Counters> GetCounters() const override {
     return core_->Run([](Backend& backend, bool) { return backend.GetCounters(); });
+  }
+
+  Result<OwnerCounters> GetOwnerCounters() const override {
+    IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, core_->Run([](Backend& backend, bool) {
+      return backend.GetOwnerCounters();
+    }));
+    if (answer.live) return answer;
+    // A reader of the files: nobody counts, unless an owner that serves no other process (an
+    // exclusive one) holds the store, or one started since the files were opened. Its counts
+    // exist but cannot be read from here: zeros would be a lie.
+    const std::string directory = core_->directory().string();
+    if (sharing::OwnerLock::IsHeld(directory)) {
+      const std::optional<sharing::OwnerInfo> owner = sharing::OwnerLock::ReadOwner(directory);
+      return Status::Unavailable(fmt::format(
+          "{} holds store {}{} and cannot be asked for its counters",
+          sharing::OwnerName(owner ? owner->pid : 0), directory,
+          owner && owner->exclusive ? " exclusively (it serves no other process)" : ""));
+    }
+    return answer;
   }
 
   const Options& options() const override { return options_; }

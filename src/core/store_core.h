@@ -66,6 +66,7 @@ class StoreCore {
   Status Start();
 
   bool read_only() const { return options_.read_only; }
+  const std::filesystem::path& directory() const { return directory_; }
   // The first opener's options: those of them that are the store's in this process
   // (DifferencesFromTheFirstOpen in store.cc) apply to every handle.
   const Options& options() const { return options_; }
