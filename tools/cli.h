@@ -8,7 +8,7 @@
 //   idem purge PATH [--dry-run] [--quiet]
 //   idem forget PATH KEY [--hex-key]
 //
-// See docs/operations.md for what each command prints and when it is safe
+// See idem(1) (docs/idem.1) and docs/operations.md for what each command prints and when it is safe
 // to run.
 
 #ifndef IDEM_TOOLS_CLI_H_
