@@ -110,7 +110,7 @@ inline std::string CheckBody(uint8_t selector, std::string_view body) {
                                 sharing::DecodeScanPage);
     }
     case 3: {
-      Result<Counters> counters = sharing::DecodeCounters(body);
+      Result<OwnerCounters> counters = sharing::DecodeCounters(body);
       if (!counters.ok()) return {};
       return CheckBodyRoundTrip("DecodeCounters", *counters, sharing::EncodeCounters,
                                 sharing::DecodeCounters);

@@ -165,7 +165,9 @@ int main(int argc, char** argv) {
   ok &= Write(frames, "response_no_record", Response(1, sharing::EncodeOptionalRecord({})));
   idem::ScanPage page{.records = {records[0], records[2]}, .more = true};
   ok &= Write(frames, "response_scan_page", Response(2, sharing::EncodeScanPage(page)));
-  idem::Counters counters{.claims = 3, .replays = 2, .in_progress = 1, .purged = 9};
+  idem::OwnerCounters counters;
+  counters.counters = {.claims = 3, .replays = 2, .in_progress = 1, .purged = 9};
+  counters.since = std::chrono::system_clock::time_point(std::chrono::seconds(1764464523));
   ok &= Write(frames, "response_counters", Response(3, sharing::EncodeCounters(counters)));
   ok &= Write(frames, "response_purge_progress",
               Response(4, sharing::EncodePurgeProgress({.count = 12, .done = true})));

@@ -23,6 +23,7 @@ packages=(
   postgresql-15     # initdb and postgres: the tests start throwaway servers (tests/pg_server.h);
                     # the package's own cluster, if it makes one, is not used
   pgbouncer         # PgBouncer in transaction pooling mode in front of those servers
+  groff-base        # the man_page test renders docs/idem.1 with groff -man -ww
 )
 
 missing=()

@@ -695,10 +695,11 @@ TEST_F(CliTest, StatsJsonCountsByStateAndType) {
   EXPECT_EQ(stats["oldest_pending"]["key"], "order-3");
   EXPECT_TRUE(std::regex_match(stats["oldest_pending"]["created"].get<std::string>(), kRfc3339));
   EXPECT_GT(stats["disk_bytes"].get<uint64_t>(), 0u);
-  std::vector<std::string> counters;
-  for (const auto& item : stats["counters"].items()) counters.push_back(item.key());
-  EXPECT_EQ(counters, (std::vector<std::string>{"claims", "replays", "in_progress", "takeovers",
-                                                "failed", "mismatches", "lease_lost", "purged"}));
+  // Nobody owns the store: nobody counted, and no zeros pretend otherwise.
+  EXPECT_EQ(stats["owner_live"], false);
+  EXPECT_EQ(stats["owner_unreachable"], false);
+  EXPECT_TRUE(stats["owner"].is_null());
+  EXPECT_TRUE(stats["counters"].is_null());
 }
 
 // A type label that is not UTF-8 is written as dump writes it: each such byte as \u00XX, so
@@ -763,7 +764,115 @@ TEST_F(CliTest, StatsTable) {
   EXPECT_NE(result.out.find("oldest pending  order-3, created "), std::string::npos);
   EXPECT_NE(result.out.find("  refund        2\n"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("disk size       "), std::string::npos);
-  EXPECT_NE(result.out.find("  claims        "), std::string::npos);
+  EXPECT_NE(result.out.find("counters        none: no process owns the store"), std::string::npos)
+      << result.out;
+  EXPECT_EQ(result.out.find("  claims        "), std::string::npos) << result.out;
+}
+
+// The counters are the live owner's: its pid and since when it owns the store are shown, in
+// every format, and no HELP line says they are this process's.
+TEST_F(CliTest, StatsCountersAreTheLiveOwnersAndSaySo) {
+  Populate();
+  const std::unique_ptr<Child> held = StartHolder();
+  Child& holder = *held;
+  ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
+  const std::string pid = std::to_string(holder.pid());
+
+  CliResult result = RunCli({"stats", path(), "--format", "jsonl"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  const Json stats = JsonLines(result.out).at(0);
+  EXPECT_EQ(stats["owner_live"], true);
+  EXPECT_EQ(stats["owner_unreachable"], false);
+  EXPECT_EQ(stats["owner"]["pid"], holder.pid());
+  EXPECT_TRUE(std::regex_match(stats["owner"]["since"].get<std::string>(), kRfc3339));
+  std::vector<std::string> counters;
+  for (const auto& item : stats["counters"].items()) counters.push_back(item.key());
+  EXPECT_EQ(counters, (std::vector<std::string>{"claims", "replays", "in_progress", "takeovers",
+                                                "failed", "mismatches", "lease_lost", "purged"}));
+  // The holder's one Begin ("held"), counted by it: this process counted nothing.
+  EXPECT_EQ(stats["counters"]["claims"], 1);
+
+  result = RunCli({"stats", path(), "--format", "table"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find("counters        of the owner, pid " + pid + ", since "),
+            std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("  claims        1\n"), std::string::npos) << result.out;
+
+  result = RunCli({"stats", path(), "--format", "prometheus"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  const std::string store = "{store=\"" + path() + "\"}";
+  EXPECT_NE(result.out.find("idem_owner_live" + store + " 1\n"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("idem_owner_unreachable" + store + " 0\n"), std::string::npos);
+  EXPECT_NE(result.out.find("idem_owner_pid" + store + " " + pid + "\n"), std::string::npos);
+  EXPECT_NE(result.out.find("idem_owner_start_time_seconds" + store + " "), std::string::npos);
+  EXPECT_NE(result.out.find("idem_claims_total" + store + " 1\n"), std::string::npos);
+  EXPECT_EQ(result.out.find("the process that ran"), std::string::npos) << result.out;
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
+
+  // No owner any more: the gauge says so, and there is no counter sample.
+  result = RunCli({"stats", path(), "--format", "prometheus"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find("idem_owner_live" + store + " 0\n"), std::string::npos) << result.out;
+  EXPECT_EQ(result.out.find("idem_claims_total{"), std::string::npos) << result.out;
+}
+
+// An exclusive owner serves no other process: the records are read from the files, but its
+// counters cannot be asked. Said on stderr, exit 5, and never zeros in their place.
+TEST_F(CliTest, StatsWarnsWhenAnExclusiveOwnerCannotBeAsked) {
+  Populate();
+  const std::unique_ptr<Child> held = StartHolder(/*exclusive=*/true);
+  Child& holder = *held;
+  ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
+  const CliResult result = RunCli({"stats", path(), "--format", "jsonl"});
+  EXPECT_EQ(result.code, 5) << result.err;
+  EXPECT_NE(result.err.find("idem stats: warning: the counters of store"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("pid " + std::to_string(holder.pid())), std::string::npos)
+      << result.err;
+  const Json stats = JsonLines(result.out).at(0);
+  EXPECT_EQ(stats["records"], 7);  // the holder added "held"
+  EXPECT_EQ(stats["owner_live"], false);
+  EXPECT_EQ(stats["owner_unreachable"], true);
+  EXPECT_TRUE(stats["counters"].is_null());
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
+}
+
+// A stopped owner (SIGSTOP) answers nothing: stats says so on stderr and exits 5 within the
+// request timeout (10 s) rather than printing zeros, and the textfile it writes carries
+// idem_owner_unreachable 1, so that an alert fires instead of the metrics going stale.
+TEST_F(CliTest, StatsWarnsAndExits5WhenTheOwnerIsStopped) {
+  Populate();
+  const std::unique_ptr<Child> held = StartHolder();
+  Child& holder = *held;
+  ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{holder.pid()};
+  ASSERT_TRUE(idem_test::StopProcess(holder.pid()));
+  const std::string prom = dir_.Sub("idem.prom");
+  const auto start = std::chrono::steady_clock::now();
+  const CliResult result = RunCli({"stats", path(), "--format", "prometheus", "--output", prom});
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(::kill(holder.pid(), SIGCONT), 0);
+  EXPECT_EQ(result.code, 5) << result.err;
+  EXPECT_LT(took, 25s);
+  EXPECT_NE(result.err.find("idem stats: warning: the records and the counters of store"),
+            std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("pid " + std::to_string(holder.pid())), std::string::npos)
+      << result.err;
+  std::ifstream written(prom);
+  const std::string text(std::istreambuf_iterator<char>(written), {});
+  const std::string store = "{store=\"" + path() + "\"}";
+  EXPECT_NE(text.find("idem_owner_live" + store + " 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("idem_owner_unreachable" + store + " 1\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("idem_records{"), std::string::npos) << text;
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
 }
 
 TEST_F(CliTest, StatsPrometheusIsTheTextExpositionFormat) {
@@ -779,7 +888,7 @@ TEST_F(CliTest, StatsPrometheusIsTheTextExpositionFormat) {
   EXPECT_NE(result.out.find("idem_records_by_type{" + store + ",type=\"refund\"} 2\n"),
             std::string::npos);
   EXPECT_NE(result.out.find("idem_timed_out_records{" + store + "} 1\n"), std::string::npos);
-  EXPECT_NE(result.out.find("# TYPE idem_claims_total counter\n"), std::string::npos);
+  EXPECT_NE(result.out.find("# TYPE idem_owner_live gauge\n"), std::string::npos);
   EXPECT_NE(result.out.find("idem_oldest_pending_created_timestamp_seconds{"), std::string::npos);
   // Every line is a comment or `name{labels} value`, and each family has HELP and TYPE first.
   const std::regex sample(R"([a-z_]+\{([a-z_]+="([^"\\\n]|\\.)*",?)*\} [0-9.e+-]+)");
@@ -1179,7 +1288,9 @@ TEST_F(CliTest, ReadersExitThreeNamingAnOwnerThatDoesNotAnswer) {
       continue;
     }
     const CliResult result = run.get();
-    EXPECT_EQ(result.code, 3) << result.out << result.err;
+    // stats: its own exit code for an owner that exists but cannot be asked.
+    EXPECT_EQ(result.code, result.err.rfind("idem stats", 0) == 0 ? 5 : 3)
+        << result.out << result.err;
     EXPECT_NE(result.err.find("pid " + std::to_string(holder.pid())), std::string::npos)
         << result.err;
     EXPECT_NE(result.err.find("did not answer"), std::string::npos) << result.err;

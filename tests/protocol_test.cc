@@ -135,8 +135,9 @@ TEST(Protocol, ARecordWithAFieldOutOfRangeIsMalformed) {
   EXPECT_FALSE(DecodeOptionalRecord(good + "x").ok()) << "trailing byte";
 }
 
-// Counters travel as numbered fields: u32 count, then (u8 number, u64 value) for each.
-TEST(Protocol, CountersAreNumberedFields) {
+// Counters travel as numbered fields: u32 count, then (u8 number, u64 value) for each; then
+// (version 5) since when the owner has owned the store, in microseconds since the epoch.
+TEST(Protocol, CountersAreNumberedFieldsThenTheOwnersStart) {
   const Counters counters{.claims = 1,
                           .replays = 2,
                           .in_progress = 3,
@@ -151,31 +152,40 @@ TEST(Protocol, CountersAreNumberedFields) {
     expected +=
         id == 8 ? Bytes("\x02\x01\0\0\0\0\0\0", 8) : static_cast<char>(id) + std::string(7, '\0');
   }
-  EXPECT_EQ(EncodeCounters(counters), expected);
-  Result<Counters> decoded = DecodeCounters(expected);
+  expected += Bytes("\x03\x02\0\0\0\0\0\0", 8);  // since: 0x0203 us
+  idem::OwnerCounters owner;
+  owner.counters = counters;
+  owner.since = std::chrono::system_clock::time_point(std::chrono::microseconds(0x0203));
+  EXPECT_EQ(EncodeCounters(owner), expected);
+  Result<idem::OwnerCounters> decoded = DecodeCounters(expected);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(decoded->purged, 0x0102u);
-  EXPECT_EQ(decoded->lease_lost, 7u);
+  EXPECT_EQ(decoded->counters, counters);
+  EXPECT_EQ(decoded->since, owner.since);
+  // Version 4's answer, without the time, is malformed.
+  EXPECT_FALSE(DecodeCounters(expected.substr(0, expected.size() - 8)).ok());
 }
 
 TEST(Protocol, CountersSkipUnknownNumbersAndRefuseRepeatedOnes) {
   // Number 200 (a counter of a later release) is skipped; absent counters read 0.
+  const std::string since(8, '\0');
   const std::string known_and_unknown = Bytes(
-      "\x02\0\0\0"
-      "\x02\x05\0\0\0\0\0\0\0"
-      "\xc8\x09\0\0\0\0\0\0\0",
-      4 + 2 * 9);
-  Result<Counters> decoded = DecodeCounters(known_and_unknown);
+                                            "\x02\0\0\0"
+                                            "\x02\x05\0\0\0\0\0\0\0"
+                                            "\xc8\x09\0\0\0\0\0\0\0",
+                                            4 + 2 * 9) +
+                                        since;
+  Result<idem::OwnerCounters> decoded = DecodeCounters(known_and_unknown);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(decoded->replays, 5u);
-  EXPECT_EQ(decoded->claims, 0u);
-  EXPECT_EQ(decoded->purged, 0u);
+  EXPECT_EQ(decoded->counters.replays, 5u);
+  EXPECT_EQ(decoded->counters.claims, 0u);
+  EXPECT_EQ(decoded->counters.purged, 0u);
 
   const std::string repeated = Bytes(
-      "\x02\0\0\0"
-      "\x02\x05\0\0\0\0\0\0\0"
-      "\x02\x06\0\0\0\0\0\0\0",
-      4 + 2 * 9);
+                                   "\x02\0\0\0"
+                                   "\x02\x05\0\0\0\0\0\0\0"
+                                   "\x02\x06\0\0\0\0\0\0\0",
+                                   4 + 2 * 9) +
+                               since;
   EXPECT_FALSE(DecodeCounters(repeated).ok());
   // A count that the body cannot hold.
   EXPECT_FALSE(DecodeCounters(Bytes("\xff\xff\xff\xff", 4)).ok());

@@ -391,7 +391,7 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
   // A request of another protocol version (a process of another idem release: version 2 sent
   // records in the store's disk format) is refused with a status that process can read, not
   // dropped: it must not take the owner for lost.
-  for (const char version : {'\x01', '\x02', '\x09'}) {
+  for (const char version : {'\x01', '\x02', '\x04', '\x09'}) {
     const int fd = RawConnect(dir.StorePath());
     ASSERT_GE(fd, 0);
     const std::string get = std::string("\x07\x00\x00\x00", 4) + version + kGetK;

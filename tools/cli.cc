@@ -210,12 +210,17 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 success, 1 not found (get, forget) or nothing listed (dump), 2 usage error,\n"
-      "3 store error (missing, unreadable, corrupt or busy). Run 'idem COMMAND --help' for a\n"
-      "command's flags. See docs/operations.md.\n");
+      "3 store error (missing, unreadable, corrupt or busy), 4 written by a newer idem,\n"
+      "5 stats: the store's owner could not be asked (stopped, overloaded or exclusive).\n"
+      "Run 'idem COMMAND --help' for a command's flags. See 'man idem' and\n"
+      "docs/operations.md.\n");
 
   Arguments args;
   const Commands commands = {AddDump(app, args), AddGet(app, args.get), AddStats(app, args.stats),
                              AddPurge(app, args.purge), AddForget(app, args.forget)};
+  for (CLI::App* command : commands) {
+    command->footer("Exit codes and examples: 'man idem' (docs/idem.1) and docs/operations.md.");
+  }
   if (const std::optional<int> code = Parse(app, commands, argc, argv, out, err)) return *code;
   return Dispatch(commands, args, out, err, clock);
 }

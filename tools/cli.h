@@ -8,7 +8,8 @@
 //   idem purge PATH [--dry-run] [--quiet]
 //   idem forget PATH KEY [--hex-key]
 //
-// See docs/operations.md for what each command prints and when it is safe to run.
+// See idem(1) (docs/idem.1) and docs/operations.md for what each command prints and when it is safe
+// to run.
 
 #ifndef IDEM_TOOLS_CLI_H_
 #define IDEM_TOOLS_CLI_H_
@@ -32,6 +33,9 @@ enum ExitCode : int {
   kExitStoreError =
       3,  // the store is missing, unreadable, corrupt or busy; the reason is on stderr
   kExitNewerVersion = 4,  // a newer release of idem wrote the store (or a record): upgrade idem
+  // stats: a process owns the store but could not be asked for its counters (stopped, overloaded,
+  // exclusive); what could be read is printed, with a warning on stderr.
+  kExitOwnerUnreachable = 5,
 };
 
 // Runs `idem` with the given arguments (argv[0] is the program name). Normal output goes to

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "json_writer.h"
 #include "text.h"
+#include "util/escape.h"
 
 namespace idem::cli {
 namespace {
@@ -27,7 +28,10 @@ struct StoreStats {
   std::map<std::string, uint64_t> by_type;
   std::optional<Record> oldest_pending;  // key and created only
   uint64_t disk_bytes = 0;
-  Counters counters;
+  // The owner's counters and who it is; live false: no owner answered (counters are zeros).
+  OwnerCounters owner;
+  // An owner holds the store but could not be asked (why, on stderr): its counters are unknown.
+  bool owner_unreachable = false;
   std::chrono::system_clock::time_point now;  // when the records were counted
 
   uint64_t CountInState(std::string_view state) const {
@@ -88,6 +92,15 @@ std::string PrometheusLabel(std::string_view value) {
   return out;
 }
 
+// "1764464523.123456": seconds since the Unix epoch, to the microsecond.
+std::string SecondsSinceEpoch(std::chrono::system_clock::time_point t) {
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  return fmt::format("{}.{:06}", micros / 1000000, micros % 1000000);
+}
+
+void WriteOwnerPrometheus(std::ostream& out, const std::string& path, const StoreStats& stats);
+
 void WriteStatsPrometheus(std::ostream& out, const std::string& path, const StoreStats& stats) {
   const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(path));
   const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
@@ -113,19 +126,47 @@ void WriteStatsPrometheus(std::ostream& out, const std::string& path, const Stor
   if (stats.oldest_pending) {
     family("idem_oldest_pending_created_timestamp_seconds", "gauge",
            "Creation time of the oldest pending record, in seconds since the Unix epoch.");
-    const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
-                            stats.oldest_pending->created.time_since_epoch())
-                            .count();
     sample("idem_oldest_pending_created_timestamp_seconds", "",
-           fmt::format("{}.{:06}", micros / 1000000, micros % 1000000));
+           SecondsSinceEpoch(stats.oldest_pending->created));
   }
   family("idem_disk_bytes", "gauge", "Bytes of all files under the store directory.");
   sample("idem_disk_bytes", "", stats.disk_bytes);
+  WriteOwnerPrometheus(out, path, stats);
+}
+
+// The owner's gauges and, when it answered, its counters.
+void WriteOwnerPrometheus(std::ostream& out, const std::string& path, const StoreStats& stats) {
+  const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(path));
+  const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
+    fmt::print(out, "# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
+  };
+  const auto sample = [&out, &store](std::string_view name, const auto& value) {
+    fmt::print(out, "{}{{{}}} {}\n", name, store, value);
+  };
+  family("idem_owner_live", "gauge",
+         "1 when the store's owner answered (the idem_*_total counters are its), 0 otherwise.");
+  sample("idem_owner_live", stats.owner.live ? 1 : 0);
+  family("idem_owner_unreachable", "gauge",
+         "1 when a process owns the store but could not be asked for its counters (stopped, "
+         "overloaded or exclusive).");
+  sample("idem_owner_unreachable", stats.owner_unreachable ? 1 : 0);
+  // Counts exist only in a live owner: with none, no sample rather than a false zero.
+  if (!stats.owner.live) return;
+  if (stats.owner.pid != 0) {
+    family("idem_owner_pid", "gauge", "Process id of the store's owner.");
+    sample("idem_owner_pid", stats.owner.pid);
+  }
+  family("idem_owner_start_time_seconds", "gauge",
+         "When the owner took the store (its counters start there), in seconds since the Unix "
+         "epoch.");
+  sample("idem_owner_start_time_seconds", SecondsSinceEpoch(stats.owner.since));
   for (const CounterInfo& counter : kCounters) {
     const std::string metric = fmt::format("idem_{}_total", counter.name);
     family(metric, "counter",
-           fmt::format("{} Counted by the process that ran idem stats.", counter.help));
-    sample(metric, "", stats.counters.*counter.field);
+           fmt::format("{} Counted by the store's owner (idem_owner_pid) since it took the store "
+                       "(idem_owner_start_time_seconds).",
+                       counter.help));
+    sample(metric, stats.owner.counters.*counter.field);
   }
 }
 
@@ -166,13 +207,37 @@ void WriteStatsJson(std::ostream& out, const std::string& path, const StoreStats
   }
   json.Key("disk_bytes");
   json.Number(stats.disk_bytes);
-  json.Key("counters");
-  json.BeginObject();
-  for (const CounterInfo& counter : kCounters) {
-    json.Key(counter.name);
-    json.Number(stats.counters.*counter.field);
+  json.Key("owner_live");
+  json.Bool(stats.owner.live);
+  json.Key("owner_unreachable");
+  json.Bool(stats.owner_unreachable);
+  json.Key("owner");
+  if (stats.owner.live) {
+    json.BeginObject();
+    json.Key("pid");
+    if (stats.owner.pid != 0) {
+      json.Number(static_cast<uint64_t>(stats.owner.pid));
+    } else {
+      json.Null();
+    }
+    json.Key("since");
+    json.Time(stats.owner.since);
+    json.EndObject();
+  } else {
+    json.Null();
   }
-  json.EndObject();
+  // The owner's counts; null when no owner answered (nobody counted, or they are unknown).
+  json.Key("counters");
+  if (stats.owner.live) {
+    json.BeginObject();
+    for (const CounterInfo& counter : kCounters) {
+      json.Key(counter.name);
+      json.Number(stats.owner.counters.*counter.field);
+    }
+    json.EndObject();
+  } else {
+    json.Null();
+  }
   json.EndObject();
   fmt::print(out, "{}\n", text);
 }
@@ -204,42 +269,93 @@ void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStat
     fmt::print(out, "  {}{}\n", PadRight(type.empty() ? "(none)" : DisplayCell(type, 32), 14),
                count);
   }
-  fmt::print(out, "counters (this process)\n");
-  for (const CounterInfo& counter : kCounters) item(counter.name, stats.counters.*counter.field);
+  if (stats.owner.live) {
+    field("counters",
+          fmt::format("of the owner, pid {}, since {} ({} ago)",
+                      stats.owner.pid != 0 ? std::to_string(stats.owner.pid) : "unknown",
+                      FormatLocalTime(stats.owner.since), HumanAge(stats.now - stats.owner.since)));
+    for (const CounterInfo& counter : kCounters) {
+      item(counter.name, stats.owner.counters.*counter.field);
+    }
+  } else if (stats.owner_unreachable) {
+    field("counters", "unknown: the owner could not be asked (see the warning)");
+  } else {
+    field("counters", "none: no process owns the store (the owner counts while it runs)");
+  }
+}
+
+// The owner holds the store but did not answer (stopped, overloaded) or serves nobody
+// (exclusive): kUnavailable or kTimedOut from reaching it.
+bool OwnerNotAsked(const Status& status) {
+  return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
+}
+
+void WarnOwnerNotAsked(const Context& ctx, const std::string& path, std::string_view missing,
+                       const Status& status) {
+  fmt::print(ctx.err, "idem stats: warning: {} of store {} are missing: {} (exit code {})\n",
+             missing, DisplayEscape(path), EscapeControls(status.ToString()),
+             static_cast<int>(kExitOwnerUnreachable));
+  ctx.err.flush();
 }
 
 }  // namespace
 
 int Stats(const Context& ctx, const StatsArgs& args) {
   const std::string& path = args.path;
-  auto store = ctx.OpenStore(path, /*read_only=*/true);
-  if (!store.ok()) return ctx.StoreError(path, store.status());
-  StoreStats stats;
-  const Status scanned = (*store)->Scan(ScanOptions{}, [&](const Record& record) {
-    ++stats.records;
-    ++stats.by_state[DisplayState(record)];
-    ++stats.by_type[record.type];
-    if (record.state == State::kPending &&
-        (!stats.oldest_pending || record.created < stats.oldest_pending->created)) {
-      Record oldest;
-      oldest.key = record.key;
-      oldest.created = record.created;
-      stats.oldest_pending = std::move(oldest);
-    }
-    return true;
-  });
-  if (!scanned.ok()) return ctx.StoreError(path, scanned);
-  Result<Counters> counters = (*store)->GetCounters();
-  if (!counters.ok()) return ctx.StoreError(path, counters.status());
-  stats.counters = *counters;
-  stats.now = ctx.Now();
-  store->reset();
-  stats.disk_bytes = DirectorySize(path);
-
   // With --output the destination is a file, never the terminal: jsonl unless told.
   const std::string format = args.output.empty()   ? ResolveFormat(ctx, args.format)
                              : args.format.empty() ? "jsonl"
                                                    : args.format;
+  StoreStats stats;
+  Status read = Status::OK();
+  auto store = ctx.OpenStore(path, /*read_only=*/true);
+  if (store.ok()) {
+    read = (*store)->Scan(ScanOptions{}, [&](const Record& record) {
+      ++stats.records;
+      ++stats.by_state[DisplayState(record)];
+      ++stats.by_type[record.type];
+      if (record.state == State::kPending &&
+          (!stats.oldest_pending || record.created < stats.oldest_pending->created)) {
+        Record oldest;
+        oldest.key = record.key;
+        oldest.created = record.created;
+        stats.oldest_pending = std::move(oldest);
+      }
+      return true;
+    });
+  } else {
+    read = store.status();
+  }
+  if (!read.ok()) {
+    if (!OwnerNotAsked(read)) return ctx.StoreError(path, read);
+    // Only the owner could give the records: nothing to count. For the textfile collector the
+    // owner's gauges still say so, so that an alert fires rather than the metrics going stale.
+    WarnOwnerNotAsked(ctx, path, "the records and the counters", read);
+    if (format != "prometheus") return kExitOwnerUnreachable;
+    stats.owner_unreachable = true;
+    std::ostringstream text;
+    WriteOwnerPrometheus(args.output.empty() ? ctx.out : text, path, stats);
+    if (!args.output.empty()) {
+      const int written = ctx.WriteFileAtomically(args.output, text.str());
+      if (written != kExitOk) return written;
+    }
+    ctx.out.flush();
+    return kExitOwnerUnreachable;
+  }
+  Result<OwnerCounters> owner = (*store)->GetOwnerCounters();
+  if (owner.ok()) {
+    stats.owner = *owner;
+  } else if (OwnerNotAsked(owner.status())) {
+    // The records are read; the counters are not: print what is known, and say so.
+    stats.owner_unreachable = true;
+    WarnOwnerNotAsked(ctx, path, "the counters", owner.status());
+  } else {
+    return ctx.StoreError(path, owner.status());
+  }
+  stats.now = ctx.Now();
+  store->reset();
+  stats.disk_bytes = DirectorySize(path);
+
   std::ostringstream text;
   std::ostream& out = args.output.empty() ? ctx.out : text;
   if (format == "prometheus") {
@@ -249,8 +365,12 @@ int Stats(const Context& ctx, const StatsArgs& args) {
   } else {
     WriteStatsTable(out, path, stats);
   }
-  if (!args.output.empty()) return ctx.WriteFileAtomically(args.output, text.str());
-  return ctx.FinishOutput(kExitOk);
+  const int code = stats.owner_unreachable ? kExitOwnerUnreachable : kExitOk;
+  if (!args.output.empty()) {
+    const int written = ctx.WriteFileAtomically(args.output, text.str());
+    return written != kExitOk ? written : code;
+  }
+  return ctx.FinishOutput(code);
 }
 
 }  // namespace idem::cli

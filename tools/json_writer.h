@@ -44,6 +44,10 @@ class JsonWriter {
     Separate();
     fmt::format_to(std::back_inserter(out_), "{}", value);
   }
+  void Bool(bool value) {
+    Separate();
+    out_ += value ? "true" : "false";
+  }
   void Null() {
     Separate();
     out_ += "null";

@@ -3,6 +3,7 @@
 #ifndef IDEM_COUNTERS_H_
 #define IDEM_COUNTERS_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -25,6 +26,20 @@ struct Counters {
   uint64_t purged = 0;
 
   friend bool operator==(const Counters&, const Counters&) = default;
+};
+
+// A Counters value and whose counts they are (Store::GetOwnerCounters).
+struct OwnerCounters {
+  Counters counters;
+  // True when the store's owner answered: this process when it owns the store, otherwise the
+  // owner it shares the store through. False for a read-only handle that reads the files itself
+  // because no owner runs: nobody is counting, and `counters` are zeros.
+  bool live = false;
+  // The owner's pid as this process sees it; 0 when !live, or when the owner runs in a PID
+  // namespace this process cannot see.
+  int64_t pid = 0;
+  // When that process became the store's owner: its counts start there. The epoch when !live.
+  std::chrono::system_clock::time_point since{};
 };
 
 // One counter: its name (in `idem stats` output and metric names), what it counts, its field.

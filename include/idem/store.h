@@ -169,6 +169,13 @@ class IDEM_EXPORT Store {
   // owner (kUnavailable, kTimedOut), never zeros in their place.
   virtual Result<Counters> GetCounters() const = 0;
 
+  // GetCounters, and whose counts they are: the owner's pid and since when it has owned the
+  // store (live), or nobody's (a read-only handle reading the files while no owner runs: zeros,
+  // live false). Errors: those of GetCounters, and kUnavailable when an owner holds the store
+  // but cannot be asked (one opened with Sharing::kExclusive serves no other process). The
+  // default (for implementations outside the library) is kUnavailable.
+  virtual Result<OwnerCounters> GetOwnerCounters() const;
+
   // High level: runs fn at most once per key across threads (and processes sharing the store):
   // Begin; on kAcquired run fn(Attempt&) and Complete with its value or Fail with its error; on
   // kReplay return the stored result without running fn; on kInProgress wait for the owner

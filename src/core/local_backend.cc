@@ -66,7 +66,10 @@ Counters LocalBackend::AtomicCounters::Snapshot() const {
 
 LocalBackend::LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
                            std::unique_ptr<StallWatch> stall_watch)
-    : storage_(std::move(storage)), options_(options), stall_watch_(std::move(stall_watch)) {
+    : storage_(std::move(storage)),
+      options_(options),
+      created_(options_.clock ? options_.clock->Now() : std::chrono::system_clock::now()),
+      stall_watch_(std::move(stall_watch)) {
   if (!options_.read_only && options_.auto_purge_interval > std::chrono::milliseconds(0)) {
     purge_thread_ = std::thread([this] { PurgeLoop(options_.auto_purge_interval); });
   }
@@ -237,5 +240,16 @@ Result<uint64_t> LocalBackend::Purge(const PurgeOptions& options) {
 }
 
 Result<Counters> LocalBackend::GetCounters() { return counters_.Snapshot(); }
+
+Result<OwnerCounters> LocalBackend::GetOwnerCounters() {
+  OwnerCounters answer;
+  answer.counters = counters_.Snapshot();
+  if (!options_.read_only) {
+    answer.live = true;
+    answer.pid = ::getpid();
+    answer.since = created_;
+  }
+  return answer;
+}
 
 }  // namespace idem

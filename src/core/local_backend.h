@@ -35,6 +35,8 @@ class LocalBackend final : public Backend {
   Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) override;
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
+  // Live when writable: this process owns the store, since this backend was made.
+  Result<OwnerCounters> GetOwnerCounters() override;
 
  private:
   // One atomic per row of kCounters.
@@ -71,6 +73,8 @@ class LocalBackend final : public Backend {
   // Constant after construction.
   const std::unique_ptr<storage::Storage> storage_;
   const Options options_;
+  // When this process became the owner (a writable backend is made once the lock is taken).
+  const TimePoint created_;
 
   // Null when read-only, or when the storage has no owner whose stalls would matter.
   const std::unique_ptr<StallWatch> stall_watch_;

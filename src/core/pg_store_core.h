@@ -32,6 +32,8 @@ class PgStoreCore {
   // kUnavailable (the pool's); open the store again in the child.
   bool forked() const { return util::ForkGeneration() != creator_generation_; }
   const std::string& display_name() const { return display_name_; }
+  // No process owns a store in PostgreSQL: the counts a handle reads are its own process's.
+  Status CheckNoOwnerUnasked() const { return Status::OK(); }
 
   // Runs `call(backend, resent)`: the pool resends what a lost connection interrupted itself, so
   // `resent` is always false here.

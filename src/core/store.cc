@@ -50,6 +50,14 @@ Status CheckDuration(std::string_view what, milliseconds duration) {
       fmt::format("{} is {} ms; it must not be negative", what, duration.count()));
 }
 
+}  // namespace
+
+Result<OwnerCounters> Store::GetOwnerCounters() const {
+  return Status::Unavailable("this Store implementation does not say whose counters it has");
+}
+
+namespace {
+
 // A handle: this caller's options over the process's shared core (a StoreCore for a store
 // directory, a PgStoreCore for a store in PostgreSQL).
 template <class Core>
@@ -138,6 +146,15 @@ class StoreHandle final : public Store {
 
   Result<Counters> GetCounters() const override {
     return core_->Run([](Backend& backend, bool) { return backend.GetCounters(); });
+  }
+
+  Result<OwnerCounters> GetOwnerCounters() const override {
+    IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, core_->Run([](Backend& backend, bool) {
+      return backend.GetOwnerCounters();
+    }));
+    if (answer.live) return answer;
+    IDEM_RETURN_IF_ERROR(core_->CheckNoOwnerUnasked());
+    return answer;
   }
 
   const Options& options() const override { return options_; }

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/store_directory.h"
+#include "sharing/protocol.h"
 #include "sharing/remote_backend.h"
 #include "storage/rocksdb_storage.h"
 #include "util/backoff.h"
@@ -171,6 +172,16 @@ Result<std::shared_ptr<Backend>> StoreCore::BecomeOwner(
   std::shared_ptr<Backend> backend = ownership->backend;
   ownership_ = std::move(ownership);
   return backend;
+}
+
+Status StoreCore::CheckNoOwnerUnasked() const {
+  const std::string directory = directory_.string();
+  if (!sharing::OwnerLock::IsHeld(directory)) return Status::OK();
+  const std::optional<sharing::OwnerInfo> owner = sharing::OwnerLock::ReadOwner(directory);
+  return Status::Unavailable(
+      fmt::format("{} holds store {}{} and cannot be asked for its counters",
+                  sharing::OwnerName(owner ? owner->pid : 0), directory,
+                  owner && owner->exclusive ? " exclusively (it serves no other process)" : ""));
 }
 
 std::unique_ptr<StallWatch> StoreCore::NewStallWatch() const {

@@ -66,6 +66,11 @@ class StoreCore {
   Status Start();
 
   bool read_only() const { return options_.read_only; }
+  const std::filesystem::path& directory() const { return directory_; }
+  // For a handle that read no live owner's counters: OK when no process owns the store (nobody
+  // counts), kUnavailable naming it when one does but cannot be asked (an exclusive owner, or
+  // one that started since this process opened the files): zeros would be a lie.
+  Status CheckNoOwnerUnasked() const;
   // The first opener's options: those of them that are the store's in this process
   // (DifferencesFromTheFirstOpen in store.cc) apply to every handle.
   const Options& options() const { return options_; }

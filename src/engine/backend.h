@@ -60,6 +60,14 @@ class Backend {
   virtual Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) = 0;
   virtual Result<uint64_t> Purge(const PurgeOptions& options) = 0;
   virtual Result<Counters> GetCounters() = 0;
+  // The counters and whose they are (idem/counters.h). The default is a backend that owns
+  // nothing (a reader of the files): GetCounters' zeros, not live.
+  virtual Result<OwnerCounters> GetOwnerCounters() {
+    IDEM_ASSIGN_OR_RETURN(Counters counters, GetCounters());
+    OwnerCounters answer;
+    answer.counters = counters;
+    return answer;
+  }
 
   // True once this backend can no longer reach the store (the owner it talked to is gone):
   // the caller must fail over to a new backend and resend.

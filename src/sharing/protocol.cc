@@ -285,15 +285,18 @@ Result<ScanPage> DecodeScanPage(std::string_view body) {
   return page;
 }
 
-std::string EncodeCounters(const Counters& c) {
+std::string EncodeCounters(const OwnerCounters& c) {
   Writer w;
-  w.CounterFields(c);
+  w.CounterFields(c.counters);
+  w.Time(c.since);
   return std::move(w.buffer());
 }
 
-Result<Counters> DecodeCounters(std::string_view body) {
+Result<OwnerCounters> DecodeCounters(std::string_view body) {
   Reader r(body);
-  Counters c = r.CounterFields();
+  OwnerCounters c;
+  c.counters = r.CounterFields();
+  c.since = r.Time();
   if (!r.done()) return Status::Unavailable("malformed counters from owner");
   return c;
 }

@@ -34,7 +34,9 @@ namespace idem::sharing {
 // Version 3: records and counters have the wire's own encoding (sharing/wire_codec.h), no longer
 // the store's on-disk record format.
 // Version 4: status code 12, NewerVersion.
-inline constexpr uint8_t kProtocolVersion = 4;
+// Version 5: the counters answer says since when the owner has owned the store (its pid comes
+// from the connection's peer credentials).
+inline constexpr uint8_t kProtocolVersion = 5;
 enum class Op : uint8_t {
   kBegin = 1,
   kTransition = 2,
@@ -113,8 +115,10 @@ std::string EncodeOptionalRecord(const std::optional<Record>& record);
 Result<std::optional<Record>> DecodeOptionalRecord(std::string_view body);
 std::string EncodeScanPage(const ScanPage& page);
 Result<ScanPage> DecodeScanPage(std::string_view body);
-std::string EncodeCounters(const Counters& counters);
-Result<Counters> DecodeCounters(std::string_view body);
+// The owner's counters and since when it has owned the store (OwnerCounters::since; live and
+// pid are the client's to fill in).
+std::string EncodeCounters(const OwnerCounters& counters);
+Result<OwnerCounters> DecodeCounters(std::string_view body);
 std::string EncodePurgeProgress(const PurgeProgress& progress);
 Result<PurgeProgress> DecodePurgeProgress(std::string_view body);
 

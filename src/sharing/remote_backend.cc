@@ -153,8 +153,17 @@ Result<uint64_t> RemoteBackend::Purge(const PurgeOptions& options) {
 }
 
 Result<Counters> RemoteBackend::GetCounters() {
+  IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, GetOwnerCounters());
+  return answer.counters;
+}
+
+Result<OwnerCounters> RemoteBackend::GetOwnerCounters() {
   IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(CountersMessage{}));
-  return DecodeCounters(body);
+  IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, DecodeCounters(body));
+  answer.live = true;
+  // The kernel's word for who answered, in this process's PID namespace (0: not visible).
+  answer.pid = owner_pid_.load();
+  return answer;
 }
 
 }  // namespace idem::sharing

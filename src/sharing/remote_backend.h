@@ -48,6 +48,7 @@ class RemoteBackend final : public Backend {
   // options.progress is called after each.
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
+  Result<OwnerCounters> GetOwnerCounters() override;
   bool lost() const override { return lost_.load(); }
 
  private:

@@ -170,7 +170,7 @@ std::string Server::Handle(const Request& request, const Holder& peer) {
         } else if constexpr (std::is_same_v<T, PurgeMessage>) {
           return HandlePurge(message);
         } else {
-          Result<Counters> counters = backend_.GetCounters();
+          Result<OwnerCounters> counters = backend_.GetOwnerCounters();
           return counters.ok() ? EncodeResponse(Status::OK(), EncodeCounters(*counters))
                                : EncodeResponse(counters.status());
         }

@@ -5,7 +5,8 @@
 #   c           a C-only project (LANGUAGES C) the same way, building tests/c_api_test.c and the
 #               example of docs/c_api.md (tests/package/c_consumer/)
 #   pkg-config  a C program compiled and linked with `pkg-config` and the C compiler driver
-#   tool        the installed `idem` command runs as installed (its RPATH finds libidem.so.N)
+#   tool        the installed `idem` command runs as installed (its RPATH finds libidem.so.N),
+#               and its manual page idem(1) is installed in man1/
 #   python      ctypes.util.find_library("idem") finds the shared library, ctypes loads it
 # SHARED says whether the library is shared (libidem.so.SOVERSION) or static.
 #   cmake -DSTEP=... -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DSHARED=ON|OFF
@@ -183,7 +184,13 @@ function(step_tool)
       message(FATAL_ERROR "${tool} loads ${used}, not the installed ${installed}")
     endif()
   endif()
-  message(STATUS "the installed idem command runs (${out})")
+  # Its manual page, installed beside it (man idem): the --help texts point to it.
+  file(GLOB_RECURSE pages ${prefix}/*idem.1)
+  list(FILTER pages INCLUDE REGEX "/man1/idem\\.1$")
+  if(NOT pages)
+    message(FATAL_ERROR "the idem(1) manual page is not installed under ${prefix} (man1/idem.1)")
+  endif()
+  message(STATUS "the installed idem command runs (${out}); its manual page is ${pages}")
 endfunction()
 
 # Python programs find and load the shared library after it is installed in a prefix that the
