@@ -185,7 +185,8 @@ std::string PgConninfo::DisplayName() const {
     if (i > 0) name += ',';
     const std::string& host = hosts[i];
     name += host.find(':') != std::string::npos ? "[" + host + "]" : Encode(host);
-    const std::string_view port = ports.empty() ? "" : ports[ports.size() == 1 ? 0 : i];
+    const std::string_view port =
+        ports.empty() ? std::string_view() : std::string_view(ports[ports.size() == 1 ? 0 : i]);
     if (!port.empty()) name += ":" + Encode(port);
   }
   if (Given("dbname")) name += "/" + Encode(Value("dbname"));
