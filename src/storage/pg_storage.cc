@@ -30,8 +30,8 @@ std::string_view SynchronousCommit(Durability durability) {
 
 int64_t BitCast(uint64_t value) { return std::bit_cast<int64_t>(value); }
 
-// The record in row `row` of `rows` (its columns from `first`), or nullopt when its key is NULL
-// (the outer join of a read that found none). `version` receives the row's version.
+// The record in row `row` of `rows` (its columns in kColumns' order), or nullopt when its key is
+// NULL (the outer join of a read that found none). `version` receives the row's version.
 Result<std::optional<Record>> DecodeRow(const PgRows& rows, int row, int64_t* version) {
   if (rows.IsNull(row, 0)) return std::optional<Record>();
   std::optional<Record> record(std::in_place);
@@ -126,8 +126,6 @@ Result<std::unique_ptr<PgStorage>> PgStorage::Open(const PgConninfo& conninfo,
 PgParam PgStorage::NowOffset() const {
   return PgParam::Int8(config_.now_offset ? config_.now_offset().count() : 0);
 }
-
-uint64_t PgStorage::WriteVersion() const { return write_version_.fetch_add(1) + 1; }
 
 Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key) {
   PgTransaction transaction{.read_only = config_.read_only, .resendable = true};

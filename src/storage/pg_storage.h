@@ -22,7 +22,6 @@
 #ifndef IDEM_STORAGE_PG_STORAGE_H_
 #define IDEM_STORAGE_PG_STORAGE_H_
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -55,9 +54,9 @@ class PgStorage final : public Storage {
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
   Result<ReadResult> Read(std::string_view key) override;
-  // Changes at every call: other processes write the table too, so a key read absent may have
-  // been written since by one of them, and Update always reads it again.
-  uint64_t WriteVersion() const override;
+  // Other processes write the table too, so a key read absent may have been written since by
+  // one of them: Update ignores `absent_since` and always reads the row again.
+  uint64_t WriteVersion() const override { return 0; }
   Result<bool> Remove(std::string_view key, Durability durability) override;
   Status Scan(const ScanOptions& options,
               FunctionRef<bool(Record&& record, TimePoint now)> visit) override;
@@ -100,8 +99,6 @@ class PgStorage final : public Storage {
   std::mutex token_mu_;
   uint64_t next_token_ = 0;  // guarded by token_mu_; next_token_ == block_end_: none left
   uint64_t block_end_ = 0;
-
-  mutable std::atomic<uint64_t> write_version_{0};
 };
 
 }  // namespace idem::storage

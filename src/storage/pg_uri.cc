@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "util/hex.h"
+
 namespace idem::storage {
 namespace {
 
@@ -23,13 +25,6 @@ std::string_view Body(std::string_view uri) {
 std::string_view Query(std::string_view uri) {
   const std::size_t mark = uri.find('?');
   return mark == std::string_view::npos ? std::string_view() : uri.substr(mark + 1);
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 }  // namespace
@@ -97,8 +92,8 @@ std::optional<std::string> PercentDecode(std::string_view text) {
       continue;
     }
     if (i + 2 >= text.size()) return std::nullopt;
-    const int high = HexValue(text[i + 1]);
-    const int low = HexValue(text[i + 2]);
+    const int high = util::HexDigitValue(text[i + 1]);
+    const int low = util::HexDigitValue(text[i + 2]);
     if (high < 0 || low < 0) return std::nullopt;
     decoded += static_cast<char>(high * 16 + low);
     i += 2;

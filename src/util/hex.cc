@@ -1,17 +1,6 @@
 #include "util/hex.h"
 
 namespace idem::util {
-namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-}  // namespace
-
 void AppendHex(std::string& out, std::string_view bytes) {
   out.reserve(out.size() + 2 * bytes.size());
   for (const char c : bytes) AppendHexByte(out, static_cast<unsigned char>(c));
@@ -28,8 +17,8 @@ std::optional<std::string> FromHex(std::string_view hex) {
   std::string bytes;
   bytes.reserve(hex.size() / 2);
   for (std::size_t i = 0; i < hex.size(); i += 2) {
-    const int high = HexValue(hex[i]);
-    const int low = HexValue(hex[i + 1]);
+    const int high = HexDigitValue(hex[i]);
+    const int low = HexDigitValue(hex[i + 1]);
     if (high < 0 || low < 0) return std::nullopt;
     bytes += static_cast<char>(high * 16 + low);
   }

@@ -12,6 +12,14 @@ namespace idem::util {
 
 inline constexpr char kHexDigits[] = "0123456789abcdef";
 
+// The value of hex digit `c` (either case), or -1 when it is not one.
+inline int HexDigitValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 // Appends the two lowercase hex digits of `byte` ("0a").
 inline void AppendHexByte(std::string& out, unsigned char byte) {
   out += kHexDigits[byte >> 4];
