@@ -602,8 +602,38 @@ TEST(PowerCutSweep, ACutAnywhereInRecoveringLosesNothing) {
 // Pages never written in the log (log_tail.h): the store writes kBuffered records, the process
 // ends (its writes stay in the page cache, unsynced), and the log then loses pages as a power
 // cut on XFS leaves them: zeros where records were. The store opens with exactly a prefix of
-// the writes, says what it cut, and refuses nothing.
-enum class Unwritten { kAlignedPage, kFromARecordStart, kFromInsideARecord };
+// the writes, says what it cut, and refuses nothing. kAfterZerosInTheData: the written bytes
+// before the page end in zeros of their own (a record's fixed-width fields often do), so the
+// run starts a few bytes before the page. kTheLastShortPage: the log ends a few bytes into a
+// page, at the end of a record, and that short page was never written.
+enum class Unwritten {
+  kAlignedPage,
+  kFromARecordStart,
+  kFromInsideARecord,
+  kAfterZerosInTheData,
+  kTheLastShortPage
+};
+
+// The whole record of a log scan that crosses a page boundary nearest `near` with its end at
+// most `most_after` bytes past that boundary and its payload at least `least_before` bytes
+// before it; {start, end}, or {0, 0} if there is none. A record's end is the next one's start,
+// so records ending at a block's padding are passed over.
+std::pair<uint64_t, uint64_t> RecordAcrossAPage(const idem::storage::LogScan& scan, uint64_t near,
+                                                uint64_t least_before, uint64_t most_after) {
+  constexpr uint64_t kPage = 4096;
+  constexpr uint64_t kBlock = 32768;
+  std::pair<uint64_t, uint64_t> best{0, 0};
+  for (std::size_t i = 0; i + 1 < scan.records.size(); ++i) {
+    const uint64_t start = scan.records[i];
+    const uint64_t end = scan.records[i + 1];
+    const uint64_t boundary = (end - 1) / kPage * kPage;
+    if (start / kBlock != (end - 1) / kBlock || end % kBlock == 0) continue;  // padding
+    if (boundary < start + 7 + least_before || end - boundary > most_after) continue;
+    const auto distance = [near](uint64_t at) { return at > near ? at - near : near - at; };
+    if (best.second == 0 || distance(start) < distance(best.first)) best = {start, end};
+  }
+  return best;
+}
 
 class UnwrittenPages : public ::testing::TestWithParam<Unwritten> {};
 
@@ -620,7 +650,7 @@ TEST_P(UnwrittenPages, TheLogIsCutThereAndTheStoreHoldsAPrefixOfTheWrites) {
     for (int i = 0; i < kWrites; ++i) {
       auto claim = store->Begin(key(i), {.lease = 30s});
       ASSERT_TRUE(claim.ok()) << claim.status().ToString();
-      ASSERT_TRUE(store->Complete(key(i), claim->token, std::string(1000, 'r')).ok());
+      ASSERT_TRUE(store->Complete(key(i), claim->token, std::string(1000 + 7 * i, 'r')).ok());
     }
   }
   // The newest log, and where in it the zeros go: about half way, with records after them.
@@ -648,9 +678,25 @@ TEST_P(UnwrittenPages, TheLogIsCutThereAndTheStoreHoldsAPrefixOfTheWrites) {
       from = middle + 100;
       if (from % 4096 > 4096 - 64) from = middle;  // leave a run of zeros worth the name
       break;
+    case Unwritten::kAfterZerosInTheData:
+    case Unwritten::kTheLastShortPage:
+      break;
   }
-  const uint64_t to =
-      GetParam() == Unwritten::kAlignedPage ? from + 4096 : (from / 4096 + 1) * 4096;
+  uint64_t to = GetParam() == Unwritten::kAlignedPage ? from + 4096 : (from / 4096 + 1) * 4096;
+  if (GetParam() == Unwritten::kAfterZerosInTheData) {
+    const auto [start, end] = RecordAcrossAPage(*scan, scan->size / 2, 10, 4096);
+    ASSERT_NE(end, 0u) << "no record crosses a page in " << log;
+    const uint64_t page = (end - 1) / 4096 * 4096;
+    from = page - 10;
+    to = page + 4096;
+  } else if (GetParam() == Unwritten::kTheLastShortPage) {
+    // Results of different lengths put record ends at every offset in a page.
+    const auto [start, end] = RecordAcrossAPage(*scan, scan->size / 2, 0, 40);
+    ASSERT_NE(end, 0u) << "no record ends within 40 bytes of a page start in " << log;
+    std::filesystem::resize_file(log, end);
+    from = (end - 1) / 4096 * 4096;
+    to = end;
+  }
   ASSERT_TRUE(WriteZeros(log, from, to));
   {
     // A read-only open changes nothing: it says what the first read-write open will do.
@@ -689,15 +735,21 @@ TEST_P(UnwrittenPages, TheLogIsCutThereAndTheStoreHoldsAPrefixOfTheWrites) {
 
 INSTANTIATE_TEST_SUITE_P(Where, UnwrittenPages,
                          ::testing::Values(Unwritten::kAlignedPage, Unwritten::kFromARecordStart,
-                                           Unwritten::kFromInsideARecord),
+                                           Unwritten::kFromInsideARecord,
+                                           Unwritten::kAfterZerosInTheData,
+                                           Unwritten::kTheLastShortPage),
                          [](const auto& info) {
                            switch (info.param) {
                              case Unwritten::kAlignedPage:
                                return "AlignedPage";
                              case Unwritten::kFromARecordStart:
                                return "FromARecordStart";
-                             default:
+                             case Unwritten::kFromInsideARecord:
                                return "FromInsideARecord";
+                             case Unwritten::kAfterZerosInTheData:
+                               return "AfterZerosInTheData";
+                             default:
+                               return "TheLastShortPage";
                            }
                          });
 

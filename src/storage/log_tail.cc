@@ -58,15 +58,25 @@ bool AllZero(std::string_view bytes) {
 }
 
 // Whether [begin, end) of `block` (a record that is not whole and intact) shows pages never
-// written: its header reads as zeros, or zeros run from inside it to the end of a page. Blocks
-// start at multiples of the page size, so a page never crosses one.
+// written: its header reads as zeros, or a run of zeros reaches the end of a page and either
+// covers that page from its start (the log's last page may be short), or is long enough, or goes
+// on through the whole next page. The written bytes before an unwritten page may end in zeros
+// of their own (a record's fixed-width fields often do), so the run may start before the page.
+// Blocks start at multiples of the page size, so a page never crosses one.
 bool UnwrittenPages(std::string_view block, uint64_t begin, uint64_t end) {
   end = std::min<uint64_t>(end, block.size());
+  const auto page_end = [&block](uint64_t at) {
+    return std::min<uint64_t>((at / kPageSize + 1) * kPageSize, block.size());
+  };
   for (uint64_t q = begin; q < end; ++q) {
     if (block[q] != 0 || (q > begin && block[q - 1] == 0)) continue;  // not a run's start
-    const uint64_t page_end = std::min<uint64_t>((q / kPageSize + 1) * kPageSize, block.size());
-    if (!AllZero(block.substr(q, page_end - q))) continue;
-    if (q == begin || page_end - q >= kMinimumZeroRun) return true;
+    const uint64_t run_page_end = page_end(q);
+    if (!AllZero(block.substr(q, run_page_end - q))) continue;
+    if (q == begin || q % kPageSize == 0 || run_page_end - q >= kMinimumZeroRun) return true;
+    if (run_page_end < end &&
+        AllZero(block.substr(run_page_end, page_end(run_page_end) - run_page_end))) {
+      return true;
+    }
   }
   return false;
 }

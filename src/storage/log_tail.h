@@ -19,8 +19,10 @@
 // bit, garbage) is left for RocksDB to refuse, naming the file, as before.
 //
 // The signature, at the first record that is not whole and intact: its header reads as zeros,
-// or zeros run from inside it to the end of a 4 KiB page (at least 64 bytes of them, so that a
-// payload ending in a few zero bytes is not mistaken for one).
+// or zeros run from inside it to the end of a 4 KiB page and cover that page from its start (the
+// log's last page may be short), or are at least 64 bytes long (so that a payload ending in a
+// few zero bytes is not mistaken for one), or go on through the whole next page (the written
+// bytes before an unwritten page may end in zeros of their own).
 //
 // The current MANIFEST (the same format) is checked the same way: RocksDB syncs it after every
 // edit, so only its last edit can hold such pages; when the rest of that edit follows them,
