@@ -32,7 +32,8 @@ using idem::storage::PgConninfo;
 using idem::storage::PgStorage;
 using idem::storage::PgStorageConfig;
 
-// A LocalBackend on a PgStorage whose time runs `offset_` ahead of the server's.
+// A LocalBackend on a PgStorage whose time is `clock_`'s (each store has its own, all starting at
+// ManualClock::DefaultStart()).
 class PgStore {
  public:
   static std::unique_ptr<PgStore> Open(const std::string& uri, std::string table = "idem_records",
@@ -44,7 +45,7 @@ class PgStore {
     PgStorageConfig config;
     config.table = std::move(table);
     config.create_if_missing = create;
-    config.now_offset = [offset = store->offset_] { return offset->load(); };
+    config.clock = store->clock_;
     auto storage = PgStorage::Open(*conninfo, std::move(config));
     EXPECT_TRUE(storage.ok()) << storage.status().ToString();
     if (!storage.ok()) return nullptr;
@@ -54,7 +55,7 @@ class PgStore {
     return store;
   }
 
-  void Advance(std::chrono::microseconds by) { offset_->store(offset_->load() + by); }
+  void Advance(std::chrono::microseconds by) { clock_->Advance(by); }
 
   idem::Result<Claim> Begin(std::string_view key, std::chrono::milliseconds lease = 10s,
                             uint64_t request_id = 0) {
@@ -75,8 +76,7 @@ class PgStore {
 
  private:
   PgStore() = default;
-  std::shared_ptr<std::atomic<std::chrono::microseconds>> offset_ =
-      std::make_shared<std::atomic<std::chrono::microseconds>>(std::chrono::microseconds(0));
+  std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
   PgStorage* storage_ = nullptr;
   std::unique_ptr<idem::LocalBackend> backend_;
 };

@@ -29,10 +29,13 @@ using idem_test::ClockedStore;
 using idem_test::TestOptions;
 using idem_test::WithoutHolder;
 
+// Every test runs on each backend (backend.h).
+class Store : public idem_test::OnEachBackend {};
+
 // ---- Begin: the state machine ----------------------------------------------------------------
 
-TEST(Store, AcquiresANewKey) {
-  ClockedStore s;
+TEST_P(Store, AcquiresANewKey) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   const auto now = s.clock->Now();
   ASSERT_OK_AND_ASSIGN(auto claim,
@@ -58,8 +61,8 @@ TEST(Store, AcquiresANewKey) {
   EXPECT_EQ(WithoutHolder(*got), WithoutHolder(claim.record));
 }
 
-TEST(Store, GetReturnsTheHolderBeginStored) {
-  ClockedStore s;
+TEST_P(Store, GetReturnsTheHolderBeginStored) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin("k"));
   ASSERT_EQ(claim.outcome, Outcome::kAcquired);
@@ -70,11 +73,11 @@ TEST(Store, GetReturnsTheHolderBeginStored) {
   EXPECT_EQ(*got, claim.record);
 }
 
-TEST(Store, UsesDefaultLeaseAndRetention) {
+TEST_P(Store, UsesDefaultLeaseAndRetention) {
   idem::Options options = TestOptions();
   options.default_lease = 7s;
   options.default_retention = 3h;
-  ClockedStore s(options);
+  ClockedStore s(GetParam(), options);
   ASSERT_NE(s.store, nullptr);
   const auto now = s.clock->Now();
   ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin("k"));
@@ -83,8 +86,8 @@ TEST(Store, UsesDefaultLeaseAndRetention) {
   EXPECT_EQ(claim.record.expires, now + 3h);
 }
 
-TEST(Store, ReportsInProgressWhileTheLeaseIsLive) {
-  ClockedStore s;
+TEST_P(Store, ReportsInProgressWhileTheLeaseIsLive) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k", {.lease = 10s}));
   ASSERT_EQ(first.outcome, Outcome::kAcquired);
@@ -104,8 +107,8 @@ TEST(Store, ReportsInProgressWhileTheLeaseIsLive) {
   EXPECT_EQ(WithoutHolder(*got), WithoutHolder(first.record));
 }
 
-TEST(Store, TakesOverAnExpiredLease) {
-  ClockedStore s;
+TEST_P(Store, TakesOverAnExpiredLease) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k", {.lease = 1s}));
   ASSERT_EQ(first.outcome, Outcome::kAcquired);
@@ -135,8 +138,8 @@ TEST(Store, TakesOverAnExpiredLease) {
   EXPECT_EQ(second.record.created, first.record.created);
 }
 
-TEST(Store, ReplaysADoneRecord) {
-  ClockedStore s;
+TEST_P(Store, ReplaysADoneRecord) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k", {.type = "pay"}));
   ASSERT_EQ(first.outcome, Outcome::kAcquired);
@@ -161,8 +164,8 @@ TEST(Store, ReplaysADoneRecord) {
   EXPECT_FALSE(replay.record.timed_out);
 }
 
-TEST(Store, ReacquiresARetryableFailure) {
-  ClockedStore s;
+TEST_P(Store, ReacquiresARetryableFailure) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k"));
   ASSERT_EQ(first.outcome, Outcome::kAcquired);
@@ -183,8 +186,8 @@ TEST(Store, ReacquiresARetryableFailure) {
   ASSERT_OK(s.store->Complete("k", second.token, "ok"));
 }
 
-TEST(Store, FailsADefaultKindFailureRetryably) {
-  ClockedStore s;
+TEST_P(Store, FailsADefaultKindFailureRetryably) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k"));
   ASSERT_OK(s.store->Fail("k", first.token, "oops"));
@@ -192,8 +195,8 @@ TEST(Store, FailsADefaultKindFailureRetryably) {
   EXPECT_EQ(second.outcome, Outcome::kAcquired);
 }
 
-TEST(Store, ReportsATerminalFailure) {
-  ClockedStore s;
+TEST_P(Store, ReportsATerminalFailure) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k"));
   ASSERT_OK(s.store->Fail("k", first.token, "card declined", idem::Failure::kTerminal));
@@ -212,8 +215,8 @@ TEST(Store, ReportsATerminalFailure) {
   EXPECT_EQ(second.record.token, first.token);
 }
 
-TEST(Store, DetectsAFingerprintMismatch) {
-  ClockedStore s;
+TEST_P(Store, DetectsAFingerprintMismatch) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   const std::string a = idem::Fingerprint("amount=10");
   const std::string b = idem::Fingerprint("amount=11");
@@ -258,8 +261,8 @@ TEST(Store, DetectsAFingerprintMismatch) {
   EXPECT_EQ(failed_mismatch.outcome, Outcome::kMismatch);
 }
 
-TEST(Store, AnEmptyStoredFingerprintIsNotChecked) {
-  ClockedStore s;
+TEST_P(Store, AnEmptyStoredFingerprintIsNotChecked) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k"));
   ASSERT_OK(s.store->Complete("k", first.token, "r"));
@@ -270,8 +273,8 @@ TEST(Store, AnEmptyStoredFingerprintIsNotChecked) {
 
 // ---- Complete / Fail / Extend / SaveCheckpoint: fencing ---------------------------------------
 
-TEST(Store, CompleteRequiresTheCurrentToken) {
-  ClockedStore s;
+TEST_P(Store, CompleteRequiresTheCurrentToken) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin("k"));
   ASSERT_EQ(claim.outcome, Outcome::kAcquired);
@@ -288,8 +291,8 @@ TEST(Store, CompleteRequiresTheCurrentToken) {
   ASSERT_OK(s.store->Complete("k", claim.token, "ok"));
 }
 
-TEST(Store, CompleteIsIdempotentForTheSameResult) {
-  ClockedStore s;
+TEST_P(Store, CompleteIsIdempotentForTheSameResult) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin("k"));
   ASSERT_OK(s.store->Complete("k", claim.token, "result-1"));
@@ -306,8 +309,8 @@ TEST(Store, CompleteIsIdempotentForTheSameResult) {
   EXPECT_EQ(got->checkpoint, "");
 }
 
-TEST(Store, FailIsIdempotentForTheSameError) {
-  ClockedStore s;
+TEST_P(Store, FailIsIdempotentForTheSameError) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin("k"));
   ASSERT_OK(s.store->Fail("k", claim.token, "boom", idem::Failure::kTerminal));
@@ -323,8 +326,8 @@ TEST(Store, FailIsIdempotentForTheSameError) {
   EXPECT_EQ(got->result, "boom");
 }
 
-TEST(Store, CallsOnAnAbsentKeyReturnNotFound) {
-  ClockedStore s;
+TEST_P(Store, CallsOnAnAbsentKeyReturnNotFound) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   EXPECT_CODE(s.store->Complete("absent", 1, "x"), kNotFound);
   EXPECT_CODE(s.store->Fail("absent", 1, "x"), kNotFound);
@@ -335,8 +338,8 @@ TEST(Store, CallsOnAnAbsentKeyReturnNotFound) {
   EXPECT_FALSE(got.has_value());
 }
 
-TEST(Store, AStaleTokenCannotOverwriteTheNewOwner) {
-  ClockedStore s;
+TEST_P(Store, AStaleTokenCannotOverwriteTheNewOwner) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto old_owner, s.store->Begin("k", {.lease = 1s}));
   ASSERT_OK(s.store->SaveCheckpoint("k", old_owner.token, "old-cp"));
@@ -365,10 +368,10 @@ TEST(Store, AStaleTokenCannotOverwriteTheNewOwner) {
   EXPECT_EQ(got->token, new_owner.token);
 }
 
-TEST(Store, ExtendKeepsTheLeaseLive) {
+TEST_P(Store, ExtendKeepsTheLeaseLive) {
   idem::Options options = TestOptions();
   options.default_lease = 3s;
-  ClockedStore s(options);
+  ClockedStore s(GetParam(), options);
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin("k", {.lease = 1s}));
   s.clock->Advance(800ms);
@@ -397,8 +400,8 @@ TEST(Store, ExtendKeepsTheLeaseLive) {
   EXPECT_EQ(third.outcome, Outcome::kInProgress);
 }
 
-TEST(Store, ACheckpointSurvivesATakeover) {
-  ClockedStore s;
+TEST_P(Store, ACheckpointSurvivesATakeover) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k", {.lease = 1s}));
   ASSERT_OK(s.store->SaveCheckpoint("k", first.token, "step-1"));
@@ -421,5 +424,7 @@ TEST(Store, ACheckpointSurvivesATakeover) {
   EXPECT_EQ(third.record.checkpoint, "step-2");
   EXPECT_EQ(third.record.attempts, 3u);
 }
+
+IDEM_ON_EACH_BACKEND(Store);
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend.h"
 #include "idem/idem.h"
 
 namespace idem_test {
@@ -135,15 +136,21 @@ inline bool WaitFor(const std::function<bool()>& condition,
   }
 }
 
-// A store on a manual clock, for the state machine tests.
+// A new store on a manual clock, for the state machine tests, on `backend` (backend.h).
 struct ClockedStore {
   TempDir dir;
   std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
+  idem::Options options;  // as the store was opened: with `clock` (and its table in PostgreSQL)
+  std::string location;   // the store's directory or URI
   std::unique_ptr<idem::Store> store;
 
-  explicit ClockedStore(idem::Options options = TestOptions()) {
-    options.clock = clock;
-    store = OpenStore(dir.StorePath(), options);
+  explicit ClockedStore(idem::Options options = TestOptions())
+      : ClockedStore(Backend::kRocksDb, std::move(options)) {}
+  explicit ClockedStore(Backend backend, idem::Options opened = TestOptions()) {
+    opened.clock = clock;
+    location = NewStoreLocation(backend, dir.StorePath(), &opened);
+    options = std::move(opened);
+    store = OpenStore(location, options);
   }
   idem::Options Opts() const { return TestOptions(clock); }
 };

@@ -1,5 +1,7 @@
 #include "core/pg_store_core.h"
 
+#include <atomic>
+
 #include "storage/pg_conninfo.h"
 #include "storage/pg_storage.h"
 
@@ -11,7 +13,11 @@ storage::PgConnDefaults ConnDefaults(const Options& options) {
           .dead_peer_timeout = options.request_timeout};
 }
 
+std::atomic<bool> follow_options_clock{false};
+
 }  // namespace
+
+void PgStoreCore::FollowOptionsClockForTests(bool follow) { follow_options_clock = follow; }
 
 Result<std::string> PgStoreCore::Key(std::string_view uri, const Options& options) {
   IDEM_ASSIGN_OR_RETURN(storage::PgConninfo conninfo,
@@ -28,6 +34,7 @@ Result<std::shared_ptr<PgStoreCore>> PgStoreCore::Open(std::string_view uri,
   config.table = options.table;
   config.create_if_missing = options.create_if_missing;
   config.read_only = options.read_only;
+  if (follow_options_clock) config.clock = options.clock;
   config.pool = {.size = options.pool_size,
                  .request_timeout = options.request_timeout,
                  .failover_timeout = options.failover_timeout};

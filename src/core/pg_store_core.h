@@ -22,6 +22,11 @@ class PgStoreCore {
   // its tables when options.create_if_missing (and not read_only).
   static Result<std::shared_ptr<PgStoreCore>> Open(std::string_view uri, const Options& options);
 
+  // Test hook: the stores opened after FollowOptionsClockForTests(true) decide by
+  // Options::clock (when set) instead of the server's clock, so that the store's behaviour tests
+  // move time with a ManualClock on both backends alike. Never called outside tests.
+  static void FollowOptionsClockForTests(bool follow);
+
   // The registry key of the store at `uri` with `options.table`: the same for every spelling of
   // one connection. Errors: the URI's (kInvalidArgument, naming it without secrets).
   static Result<std::string> Key(std::string_view uri, const Options& options);

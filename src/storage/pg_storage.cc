@@ -20,8 +20,8 @@ constexpr std::string_view kColumns =
 constexpr int kColumnCount = 19;
 constexpr int kVersionColumn = 18;
 
-// The server's time, moved by parameter $1 (microseconds) in tests.
-constexpr std::string_view kNow = "(clock_timestamp() + $1::float8 * interval '1 microsecond')";
+// The server's time, or parameter $1 (a test clock's time) when it is not null.
+constexpr std::string_view kNow = "COALESCE($1::timestamptz, clock_timestamp())";
 
 std::string_view SynchronousCommit(Durability durability) {
   return durability == Durability::kSync ? "SET LOCAL synchronous_commit = on"
@@ -123,8 +123,9 @@ Result<std::unique_ptr<PgStorage>> PgStorage::Open(const PgConninfo& conninfo,
   return storage;
 }
 
-PgParam PgStorage::NowOffset() const {
-  return PgParam::Int8(config_.now_offset ? config_.now_offset().count() : 0);
+PgParam PgStorage::NowParam() const {
+  return config_.clock ? PgParam::Timestamp(util::ToMicros(config_.clock->Now()))
+                       : PgParam::Null(kPgTimestamptzOid);
 }
 
 Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key) {
@@ -132,7 +133,7 @@ Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key) 
   transaction.statements.push_back(
       {fmt::format("SELECT {}, n.now FROM (SELECT {} AS now) n LEFT JOIN {} ON key = $2", kColumns,
                    kNow, names_.records),
-       {NowOffset(), PgParam::Bytea(key)}});
+       {NowParam(), PgParam::Bytea(key)}});
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
   VersionedRead result;
   IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &result.version));
@@ -226,7 +227,7 @@ Status PgStorage::Scan(const ScanOptions& options,
   std::string after(options.start_after);
   for (;;) {
     PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
-    std::vector<PgParam> params = {NowOffset(), PgParam::Bytea(after),
+    std::vector<PgParam> params = {NowParam(), PgParam::Bytea(after),
                                    PgParam::Bytea(options.prefix)};
     if (end) params.push_back(PgParam::Bytea(*end));
     transaction.statements.push_back(
@@ -251,7 +252,7 @@ Result<uint64_t> PgStorage::Purge(const PurgeOptions& options) {
     PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
     transaction.statements.push_back(
         {fmt::format("SELECT count(*) FROM {} WHERE expires <= {}", names_.records, kNow),
-         {NowOffset()}});
+         {NowParam()}});
     IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
     IDEM_ASSIGN_OR_RETURN(int64_t due, rows[0].Int(0, 0));
     if (options.progress) options.progress(static_cast<uint64_t>(due));
@@ -268,7 +269,7 @@ Result<uint64_t> PgStorage::Purge(const PurgeOptions& options) {
   uint64_t purged = 0;
   for (;;) {
     PgTransaction transaction{.resendable = true};
-    transaction.statements = {{"SET LOCAL synchronous_commit = off", {}}, {sql, {NowOffset()}}};
+    transaction.statements = {{"SET LOCAL synchronous_commit = off", {}}, {sql, {NowParam()}}};
     IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
     const uint64_t deleted = rows[1].affected();
     purged += deleted;

@@ -28,6 +28,7 @@
 #include <mutex>
 #include <string>
 
+#include "idem/options.h"
 #include "storage/pg_conninfo.h"
 #include "storage/pg_pool.h"
 #include "storage/pg_schema.h"
@@ -40,9 +41,9 @@ struct PgStorageConfig {
   bool create_if_missing = true;
   bool read_only = false;  // reads only, in READ ONLY transactions
   PgPoolOptions pool;
-  // Test hook: added to the server's clock in every decision, so tests move the store's time
-  // as they move a ManualClock. Null: none.
-  std::function<std::chrono::microseconds()> now_offset;
+  // Test hook: every decision takes its time from this clock instead of the server's, so tests
+  // move the store's time with a ManualClock and compare times exactly. Null: the server's.
+  std::shared_ptr<const Clock> clock;
 };
 
 class PgStorage final : public Storage {
@@ -77,7 +78,7 @@ class PgStorage final : public Storage {
   PgStorage(const PgConninfo& conninfo, PgStorageConfig config);
 
   // The parameter that moves the server's time in tests (microseconds; 0 outside them).
-  PgParam NowOffset() const;
+  PgParam NowParam() const;
   // The row under `key` with its version, and the server's time (read-only when asked).
   struct VersionedRead {
     ReadResult read;
