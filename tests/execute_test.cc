@@ -25,13 +25,17 @@ using namespace std::chrono_literals;
 using idem::Outcome;
 using idem::State;
 using idem_test::ClockedStore;
+using idem_test::NewStoreLocation;
 using idem_test::TempDir;
 using idem_test::TestOptions;
 
 // ---- Execute ---------------------------------------------------------------------------------
 
-TEST(Execute, RunsOnceAndThenReplays) {
-  ClockedStore s;
+// Every test runs on each backend (backend.h).
+class Execute : public idem_test::OnEachBackend {};
+
+TEST_P(Execute, RunsOnceAndThenReplays) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   int runs = 0;
   auto fn = [&](idem::Attempt& attempt) -> idem::Result<std::string> {
@@ -62,16 +66,16 @@ TEST(Execute, RunsOnceAndThenReplays) {
   EXPECT_EQ(runs, 1);
 }
 
-TEST(Execute, AcceptsAFunctionReturningAString) {
-  ClockedStore s;
+TEST_P(Execute, AcceptsAFunctionReturningAString) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto execution,
                        s.store->Execute("k", [](idem::Attempt&) { return std::string("plain"); }));
   EXPECT_EQ(execution.result, "plain");
 }
 
-TEST(Execute, RecordsARetryableErrorAndRunsAgain) {
-  ClockedStore s;
+TEST_P(Execute, RecordsARetryableErrorAndRunsAgain) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   int runs = 0;
   auto first = s.store->Execute("k", {}, [&](idem::Attempt&) -> idem::Result<std::string> {
@@ -101,8 +105,8 @@ TEST(Execute, RecordsARetryableErrorAndRunsAgain) {
   EXPECT_EQ(second.attempts, 2u);
 }
 
-TEST(Execute, RecordsATerminalErrorAsFinal) {
-  ClockedStore s;
+TEST_P(Execute, RecordsATerminalErrorAsFinal) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   int runs = 0;
   auto fn = [&](idem::Attempt&) -> idem::Result<std::string> {
@@ -127,8 +131,8 @@ TEST(Execute, RecordsATerminalErrorAsFinal) {
   EXPECT_EQ(runs, 1);
 }
 
-TEST(Execute, RecordsAnExceptionAndRethrowsIt) {
-  ClockedStore s;
+TEST_P(Execute, RecordsAnExceptionAndRethrowsIt) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   int runs = 0;
   EXPECT_THROW((void)s.store->Execute("k", {},
@@ -158,8 +162,8 @@ TEST(Execute, RecordsAnExceptionAndRethrowsIt) {
   EXPECT_EQ(runs, 2);
 }
 
-TEST(Execute, ReportsAFingerprintMismatch) {
-  ClockedStore s;
+TEST_P(Execute, ReportsAFingerprintMismatch) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   const std::string a = idem::Fingerprint("a");
   const std::string b = idem::Fingerprint("b");
@@ -179,8 +183,8 @@ TEST(Execute, ReportsAFingerprintMismatch) {
   EXPECT_FALSE(ran);
 }
 
-TEST(Execute, TakesOverAnAbandonedAttemptWithItsCheckpoint) {
-  ClockedStore s;
+TEST_P(Execute, TakesOverAnAbandonedAttemptWithItsCheckpoint) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto abandoned, s.store->Begin("k", {.lease = 1s}));
   ASSERT_OK(s.store->SaveCheckpoint("k", abandoned.token, "sent-to-bank"));
@@ -199,8 +203,8 @@ TEST(Execute, TakesOverAnAbandonedAttemptWithItsCheckpoint) {
   EXPECT_CODE(s.store->Complete("k", abandoned.token, "stale"), kLeaseLost);
 }
 
-TEST(Execute, SavesCheckpointsThroughTheAttempt) {
-  ClockedStore s;
+TEST_P(Execute, SavesCheckpointsThroughTheAttempt) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(
       auto execution,
@@ -213,13 +217,14 @@ TEST(Execute, SavesCheckpointsThroughTheAttempt) {
   EXPECT_EQ(execution.result, "done");
 }
 
-TEST(Execute, RenewsTheLeaseWhileTheFunctionRuns) {
+TEST_P(Execute, RenewsTheLeaseWhileTheFunctionRuns) {
   TempDir dir;
   idem::Options options = TestOptions();  // the real clock
   // Renewed every 300 ms: a renewal must be late by 600 ms for the lease to pass, which a busy
   // shared machine can cause with a shorter lease (seen with 300 ms: a renewal 200 ms late).
   options.default_lease = 900ms;
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  const std::string location = NewStoreLocation(GetParam(), dir.StorePath(), &options);
+  IDEM_ASSERT_OPEN(store, location, options);
 
   std::atomic<bool> started{false};
   std::atomic<bool> finished{false};
@@ -264,9 +269,11 @@ TEST(Execute, RenewsTheLeaseWhileTheFunctionRuns) {
   EXPECT_EQ(got->attempts, 1u);
 }
 
-TEST(Execute, WaitsForAnotherOwnerAndReturnsItsResult) {
+TEST_P(Execute, WaitsForAnotherOwnerAndReturnsItsResult) {
   TempDir dir;
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), TestOptions());
+  idem::Options options = TestOptions();
+  const std::string location = NewStoreLocation(GetParam(), dir.StorePath(), &options);
+  IDEM_ASSERT_OPEN(store, location, options);
   std::atomic<bool> started{false};
   std::thread owner([&] {
     auto execution = store->Execute("k", {}, [&](idem::Attempt&) -> idem::Result<std::string> {
@@ -289,11 +296,12 @@ TEST(Execute, WaitsForAnotherOwnerAndReturnsItsResult) {
   EXPECT_EQ(waiter->result, "owner's result");
 }
 
-TEST(Execute, GivesUpWaitingAfterExecuteWait) {
+TEST_P(Execute, GivesUpWaitingAfterExecuteWait) {
   TempDir dir;
   idem::Options options = TestOptions();
   options.execute_wait = 300ms;
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  const std::string location = NewStoreLocation(GetParam(), dir.StorePath(), &options);
+  IDEM_ASSERT_OPEN(store, location, options);
   ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k", {.lease = 1h}));
   ASSERT_EQ(claim.outcome, Outcome::kAcquired);
   bool ran = false;
@@ -311,8 +319,8 @@ TEST(Execute, GivesUpWaitingAfterExecuteWait) {
   EXPECT_LT(waited, 5s);
 }
 
-TEST(Execute, ReturnsATerminalFailureLeftByBegin) {
-  ClockedStore s;
+TEST_P(Execute, ReturnsATerminalFailureLeftByBegin) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin("k"));
   ASSERT_OK(s.store->Fail("k", claim.token, "insufficient funds", idem::Failure::kTerminal));
@@ -327,5 +335,7 @@ TEST(Execute, ReturnsATerminalFailureLeftByBegin) {
       << execution.status().ToString();
   EXPECT_FALSE(ran);
 }
+
+IDEM_ON_EACH_BACKEND(Execute);
 
 }  // namespace

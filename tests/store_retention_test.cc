@@ -31,8 +31,11 @@ using idem_test::TestOptions;
 
 // ---- Tokens ----------------------------------------------------------------------------------
 
-TEST(Store, TokensIncreaseAcrossKeys) {
-  ClockedStore s;
+// Every test but the disk space one runs on each backend (backend.h).
+class Store : public idem_test::OnEachBackend {};
+
+TEST_P(Store, TokensIncreaseAcrossKeys) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   std::set<uint64_t> tokens;
   for (int i = 0; i < 20; ++i) {
@@ -42,8 +45,8 @@ TEST(Store, TokensIncreaseAcrossKeys) {
   }
 }
 
-TEST(Store, TokensAreNeverReusedAfterForget) {
-  ClockedStore s;
+TEST_P(Store, TokensAreNeverReusedAfterForget) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k"));
   ASSERT_OK(s.store->Forget("k"));
@@ -63,8 +66,8 @@ TEST(Store, TokensAreNeverReusedAfterForget) {
   EXPECT_EQ(got->result, "fresh");
 }
 
-TEST(Store, TokensAreNeverReusedAfterRetentionExpiry) {
-  ClockedStore s;
+TEST_P(Store, TokensAreNeverReusedAfterRetentionExpiry) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k", {.retention = 1h}));
   s.clock->Advance(2h);
@@ -86,17 +89,19 @@ TEST(Store, TokensAreNeverReusedAfterRetentionExpiry) {
   EXPECT_CODE(s.store->Complete("k", first.token, "stale"), kLeaseLost);
 }
 
-TEST(Store, TokensAreNeverReusedAfterForgetAndReopen) {
+TEST_P(Store, TokensAreNeverReusedAfterForgetAndReopen) {
   TempDir dir;
   auto clock = std::make_shared<ManualClock>();
+  idem::Options options = TestOptions(clock);
+  const std::string location = idem_test::NewStoreLocation(GetParam(), dir.StorePath(), &options);
   uint64_t first_token = 0;
   {
-    IDEM_ASSERT_OPEN(store, dir.StorePath(), TestOptions(clock));
+    IDEM_ASSERT_OPEN(store, location, options);
     ASSERT_OK_AND_ASSIGN(auto first, store->Begin("k"));
     first_token = first.token;
     ASSERT_OK(store->Forget("k"));
   }
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), TestOptions(clock));
+  IDEM_ASSERT_OPEN(store, location, options);
   ASSERT_OK_AND_ASSIGN(auto second, store->Begin("k"));
   ASSERT_EQ(second.outcome, Outcome::kAcquired);
   EXPECT_GT(second.token, first_token);
@@ -105,8 +110,8 @@ TEST(Store, TokensAreNeverReusedAfterForgetAndReopen) {
 
 // ---- Retention and purge ----------------------------------------------------------------------
 
-TEST(Store, RetentionExpiryHidesTheRecord) {
-  ClockedStore s;
+TEST_P(Store, RetentionExpiryHidesTheRecord) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k", {.retention = 1h}));
   ASSERT_OK(s.store->Complete("k", first.token, "r"));
@@ -133,10 +138,14 @@ TEST(Store, RetentionExpiryHidesTheRecord) {
   EXPECT_EQ(fresh.record.expires, s.clock->Now() + 1h);
 }
 
-TEST(Store, PurgeReportsProgressAsItGoes) {
-  ClockedStore s;
+// Progress comes as a purge goes (a report per batch: 32 records on RocksDB, 1000 on
+// PostgreSQL), and its last report is the total; a dry run may count in one go.
+TEST_P(Store, PurgeReportsProgressAsItGoes) {
+  idem::Options buffered = TestOptions();
+  buffered.durability = idem::Durability::kBuffered;
+  ClockedStore s(GetParam(), buffered);
   ASSERT_NE(s.store, nullptr);
-  constexpr int kExpiring = 300;
+  constexpr int kExpiring = 2100;
   for (int i = 0; i < kExpiring; ++i) {
     const std::string key = "k-" + std::to_string(i);
     ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin(key, {.retention = 1h}));
@@ -149,14 +158,14 @@ TEST(Store, PurgeReportsProgressAsItGoes) {
     options.progress = [&](uint64_t so_far) { reports.push_back(so_far); };
     ASSERT_OK_AND_ASSIGN(auto count, s.store->Purge(options));
     EXPECT_EQ(count, static_cast<uint64_t>(kExpiring));
-    ASSERT_GE(reports.size(), 2u) << "dry run " << dry_run;
+    ASSERT_GE(reports.size(), dry_run ? 1u : 2u) << "dry run " << dry_run;
     EXPECT_TRUE(std::is_sorted(reports.begin(), reports.end()));
-    EXPECT_LE(reports.back(), count);
+    EXPECT_EQ(reports.back(), count);
   }
 }
 
-TEST(Store, PurgeRemovesExpiredRecords) {
-  ClockedStore s;
+TEST_P(Store, PurgeRemovesExpiredRecords) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   for (int i = 0; i < 10; ++i) {
     const std::string key = "short-" + std::to_string(i);
@@ -200,8 +209,8 @@ TEST(Store, PurgeRemovesExpiredRecords) {
   EXPECT_TRUE(ScanKeys(*s.store).empty());
 }
 
-TEST(Store, PurgeKeepsARecordReacquiredAfterExpiry) {
-  ClockedStore s;
+TEST_P(Store, PurgeKeepsARecordReacquiredAfterExpiry) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("k", {.retention = 1h}));
   ASSERT_OK(s.store->Complete("k", first.token, "old"));
@@ -216,12 +225,13 @@ TEST(Store, PurgeKeepsARecordReacquiredAfterExpiry) {
   ASSERT_OK(s.store->Complete("k", second.token, "new"));
 }
 
-TEST(Store, AutoPurgeRemovesExpiredRecords) {
+TEST_P(Store, AutoPurgeRemovesExpiredRecords) {
   TempDir dir;
   auto clock = std::make_shared<ManualClock>();
   idem::Options options = TestOptions(clock);
   options.auto_purge_interval = 50ms;
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  const std::string location = idem_test::NewStoreLocation(GetParam(), dir.StorePath(), &options);
+  IDEM_ASSERT_OPEN(store, location, options);
   for (int i = 0; i < 20; ++i) {
     const std::string key = "k" + std::to_string(i);
     ASSERT_OK_AND_ASSIGN(auto claim, store->Begin(key, {.retention = 1h}));
@@ -273,7 +283,7 @@ void WriteRecords(idem::Store& store, int count, std::size_t result_size, bool h
 
 // A purge gives the space of what it removed back at once: the table files shrink with the
 // records removed, and no log file keeps the deletes.
-TEST(Store, PurgeGivesTheSpaceBackAtOnce) {
+TEST(StoreOnDisk, PurgeGivesTheSpaceBackAtOnce) {
   TempDir dir;
   auto clock = std::make_shared<ManualClock>();
   idem::Options options = TestOptions(clock);
@@ -298,5 +308,7 @@ TEST(Store, PurgeGivesTheSpaceBackAtOnce) {
       << "tables: " << before.tables << " -> " << after.tables << " bytes";
   EXPECT_EQ(after.logs, 0u) << "a log file still holds " << after.logs << " bytes";
 }
+
+IDEM_ON_EACH_BACKEND(Store);
 
 }  // namespace

@@ -107,8 +107,8 @@ struct PurgeOptions {
   // deletes) and compact the purged ranges. Without it the space comes back as RocksDB compacts.
   bool compact = false;
   // Called now and then with the number of records purged (or, in a dry run, counted) so far,
-  // on the calling thread. When another process owns the store and purges on this one's
-  // behalf, about once a second.
+  // on the calling thread, and last with the total. When another process owns the store and
+  // purges on this one's behalf, about once a second.
   std::function<void(uint64_t)> progress;
 };
 

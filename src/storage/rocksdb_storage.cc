@@ -277,6 +277,7 @@ Result<uint64_t> RocksDbStorage::CountDue(rocksdb::Iterator& it,
     if (progress && ++visited % kPurgeBatch == 0) progress(due);
   }
   IDEM_RETURN_IF_ERROR(FromRocksDb(it.status(), "scanning the expiry index"));
+  if (progress) progress(due);  // the total, as a purge's last batch reports it
   return due;
 }
 
