@@ -28,11 +28,32 @@ bool Contains(const Status& status, std::string_view text) {
   return status.message().find(text) != std::string::npos;
 }
 
-class TokensTest : public ::testing::Test {
+// Every test runs on each backend (backend.h), on a store of its own, with the system clock
+// (store_) or a ManualClock (OpenNew).
+class TokensTest : public idem_test::OnEachBackend {
  protected:
   void SetUp() override {
-    store_ = idem_test::OpenStore(dir_.StorePath());
+    OnEachBackend::SetUp();
+    if (IsSkipped()) return;
+    store_ = Open(TestOptions());
     ASSERT_NE(store_, nullptr);
+  }
+
+  // A handle on this test's store (the same one at every call) with `options`.
+  std::unique_ptr<idem::Store> Open(idem::Options options) {
+    const std::string where = idem_test::NewStoreLocation(GetParam(), dir_.StorePath(), &options);
+    if (location_.empty()) {
+      location_ = where;
+      table_ = options.table;
+    }
+    options.table = table_;
+    return idem_test::OpenStore(location_, options);
+  }
+  // A handle on a new store with `options` (store_ is closed first: the test uses this one).
+  std::unique_ptr<idem::Store> OpenNew(idem::Options options) {
+    store_.reset();
+    location_.clear();
+    return Open(std::move(options));
   }
 
   std::string Issue(std::chrono::milliseconds ttl = 1h) {
@@ -42,10 +63,12 @@ class TokensTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  std::string location_;  // the store's directory or URI
+  std::string table_;     // its table in PostgreSQL
   std::unique_ptr<idem::Store> store_;
 };
 
-TEST_F(TokensTest, IssuedTokenHasTheDocumentedForm) {
+TEST_P(TokensTest, IssuedTokenHasTheDocumentedForm) {
   const std::string token = Issue();
   // tok_<32 hex digits>_<1 to 16 hex digits>
   auto lower_hex = [](std::string_view text) {
@@ -60,7 +83,7 @@ TEST_F(TokensTest, IssuedTokenHasTheDocumentedForm) {
   EXPECT_NE(Issue(), token);
 }
 
-TEST_F(TokensTest, ConsumesOnceThenReportsConsumed) {
+TEST_P(TokensTest, ConsumesOnceThenReportsConsumed) {
   const std::string token = Issue();
   EXPECT_OK(store_->ConsumeToken(token));
   Status again = store_->ConsumeToken(token);
@@ -68,7 +91,7 @@ TEST_F(TokensTest, ConsumesOnceThenReportsConsumed) {
   EXPECT_TRUE(Contains(again, "token already consumed")) << again.ToString();
 }
 
-TEST_F(TokensTest, TokenIsARecordOfTypeIdemToken) {
+TEST_P(TokensTest, TokenIsARecordOfTypeIdemToken) {
   const std::string token = Issue();
   auto issued = store_->Get(token);
   ASSERT_OK(issued.status());
@@ -86,7 +109,7 @@ TEST_F(TokensTest, TokenIsARecordOfTypeIdemToken) {
   EXPECT_EQ((*consumed)->result, "consumed");
 }
 
-TEST_F(TokensTest, UnknownTokenIsNotFoundAndLeavesNoRecord) {
+TEST_P(TokensTest, UnknownTokenIsNotFoundAndLeavesNoRecord) {
   const std::string issued = Issue();
   // Same form and expiry, other random digits.
   std::string forged = issued;
@@ -101,7 +124,7 @@ TEST_F(TokensTest, UnknownTokenIsNotFoundAndLeavesNoRecord) {
   EXPECT_OK(store_->ConsumeToken(issued));
 }
 
-TEST_F(TokensTest, ForgottenTokenIsUnknown) {
+TEST_P(TokensTest, ForgottenTokenIsUnknown) {
   const std::string token = Issue();
   ASSERT_OK(store_->Forget(token));
   Status status = store_->ConsumeToken(token);
@@ -109,7 +132,7 @@ TEST_F(TokensTest, ForgottenTokenIsUnknown) {
   EXPECT_TRUE(Contains(status, "unknown token")) << status.ToString();
 }
 
-TEST_F(TokensTest, ExpiredTokenIsNotFoundWithExpired) {
+TEST_P(TokensTest, ExpiredTokenIsNotFoundWithExpired) {
   const std::string token = Issue(1ms);
   std::this_thread::sleep_for(5ms);
   Status status = store_->ConsumeToken(token);
@@ -117,7 +140,7 @@ TEST_F(TokensTest, ExpiredTokenIsNotFoundWithExpired) {
   EXPECT_TRUE(Contains(status, "token expired")) << status.ToString();
 }
 
-TEST_F(TokensTest, TokenShorterThanAWriteIsIssuedAndExpires) {
+TEST_P(TokensTest, TokenShorterThanAWriteIsIssuedAndExpires) {
   for (int i = 0; i < 20; ++i) {
     auto token = store_->IssueToken(1ms);
     ASSERT_OK(token.status());
@@ -126,10 +149,9 @@ TEST_F(TokensTest, TokenShorterThanAWriteIsIssuedAndExpires) {
   }
 }
 
-TEST(Tokens, ConsumingATokenAboutToExpireSucceeds) {
-  TempDir dir;
+TEST_P(TokensTest, ConsumingATokenAboutToExpireSucceeds) {
   auto clock = std::make_shared<ManualClock>();
-  auto store = idem_test::OpenStore(dir.StorePath(), TestOptions(clock));
+  auto store = OpenNew(TestOptions(clock));
   ASSERT_NE(store, nullptr);
   auto token = store->IssueToken(1s);
   ASSERT_OK(token.status());
@@ -137,7 +159,7 @@ TEST(Tokens, ConsumingATokenAboutToExpireSucceeds) {
   EXPECT_OK(store->ConsumeToken(*token));
 }
 
-TEST_F(TokensTest, ExpiredIsToldApartFromUnknownEvenAfterPurge) {
+TEST_P(TokensTest, ExpiredIsToldApartFromUnknownEvenAfterPurge) {
   const std::string token = Issue(1ms);
   std::this_thread::sleep_for(5ms);
   auto purged = store_->Purge();
@@ -147,7 +169,7 @@ TEST_F(TokensTest, ExpiredIsToldApartFromUnknownEvenAfterPurge) {
   EXPECT_TRUE(Contains(status, "token expired")) << status.ToString();
 }
 
-TEST_F(TokensTest, MalformedTokenIsInvalidArgument) {
+TEST_P(TokensTest, MalformedTokenIsInvalidArgument) {
   const std::string good = Issue();
   const std::string random = good.substr(4, 32);
   for (const std::string& bad : {
@@ -168,12 +190,12 @@ TEST_F(TokensTest, MalformedTokenIsInvalidArgument) {
   EXPECT_OK(store_->ConsumeToken(good));
 }
 
-TEST_F(TokensTest, TtlMustBePositive) {
+TEST_P(TokensTest, TtlMustBePositive) {
   EXPECT_CODE(store_->IssueToken(0ms).status(), kInvalidArgument);
   EXPECT_CODE(store_->IssueToken(-5ms).status(), kInvalidArgument);
 }
 
-TEST_F(TokensTest, EightThreadsConsumeOneTokenExactlyOnce) {
+TEST_P(TokensTest, EightThreadsConsumeOneTokenExactlyOnce) {
   const int rounds = idem_test::Scaled(20, 5);
   for (int round = 0; round < rounds; ++round) {
     const std::string token = Issue();
@@ -201,14 +223,13 @@ TEST_F(TokensTest, EightThreadsConsumeOneTokenExactlyOnce) {
   }
 }
 
-TEST(Tokens, ExactlyOneOfFourProcessesConsumesAToken) {
+TEST_P(TokensTest, ExactlyOneOfFourProcessesConsumesAToken) {
   if (idem_test::UnderTsan()) {
     GTEST_SKIP() << "fork of a multi-threaded process is not supported under TSan";
   }
-  TempDir dir;
   std::string token;
   {
-    auto store = idem_test::OpenStore(dir.StorePath());
+    auto store = OpenNew(TestOptions());
     ASSERT_NE(store, nullptr);
     auto issued = store->IssueToken(1h);
     ASSERT_OK(issued.status());
@@ -222,7 +243,9 @@ TEST(Tokens, ExactlyOneOfFourProcessesConsumesAToken) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      auto store = idem::Store::Open(dir.StorePath(), TestOptions());
+      idem::Options options = TestOptions();
+      options.table = table_;
+      auto store = idem::Store::Open(location_, options);
       if (!store.ok()) {
         std::fprintf(stderr, "child: %s\n", store.status().ToString().c_str());
         _exit(3);
@@ -253,18 +276,17 @@ TEST(Tokens, ExactlyOneOfFourProcessesConsumesAToken) {
   EXPECT_EQ(ok, 1);
   EXPECT_EQ(failed, kChildren - 1);
 
-  auto store = idem_test::OpenStore(dir.StorePath());
+  auto store = Open(TestOptions());
   ASSERT_NE(store, nullptr);
   Status again = store->ConsumeToken(token);
   EXPECT_CODE(again, kFailed);
 }
 
-TEST(Tokens, ConsumingDoesNotKeepTheRecordBeyondTheTtl) {
-  TempDir dir;
+TEST_P(TokensTest, ConsumingDoesNotKeepTheRecordBeyondTheTtl) {
   auto clock = std::make_shared<ManualClock>();
   idem::Options options = TestOptions(clock);
   options.default_lease = 100ms;  // shorter than what is left of the token
-  auto store = idem_test::OpenStore(dir.StorePath(), options);
+  auto store = OpenNew(options);
   ASSERT_NE(store, nullptr);
   auto token = store->IssueToken(2s);
   ASSERT_OK(token.status());
@@ -290,10 +312,9 @@ TEST(Tokens, ConsumingDoesNotKeepTheRecordBeyondTheTtl) {
   EXPECT_TRUE(Contains(status, "token expired")) << status.ToString();
 }
 
-TEST(Tokens, ExpiryFollowsTheStoreClock) {
-  TempDir dir;
+TEST_P(TokensTest, ExpiryFollowsTheStoreClock) {
   auto clock = std::make_shared<ManualClock>();
-  auto store = idem_test::OpenStore(dir.StorePath(), TestOptions(clock));
+  auto store = OpenNew(TestOptions(clock));
   ASSERT_NE(store, nullptr);
   auto token = store->IssueToken(10s);
   ASSERT_OK(token.status());
@@ -306,16 +327,15 @@ TEST(Tokens, ExpiryFollowsTheStoreClock) {
 // The store's clock says whether a token lives, not the consumer's: a handle whose clock runs an
 // hour ahead (a host with a skewed clock) still consumes a token with ten minutes left, and one
 // whose clock runs behind cannot consume a token that has expired by the store's clock.
-TEST(Tokens, TheStoresClockDecidesExpiryNotTheConsumers) {
-  TempDir dir;
+TEST_P(TokensTest, TheStoresClockDecidesExpiryNotTheConsumers) {
   auto store_clock = std::make_shared<ManualClock>();
-  auto store = idem_test::OpenStore(dir.StorePath(), TestOptions(store_clock));
+  auto store = OpenNew(TestOptions(store_clock));
   ASSERT_NE(store, nullptr);
   auto ahead_clock = std::make_shared<ManualClock>(store_clock->Now() + 1h);
-  auto ahead = idem_test::OpenStore(dir.StorePath(), TestOptions(ahead_clock));
+  auto ahead = Open(TestOptions(ahead_clock));
   ASSERT_NE(ahead, nullptr);
   auto behind_clock = std::make_shared<ManualClock>(store_clock->Now() - 1h);
-  auto behind = idem_test::OpenStore(dir.StorePath(), TestOptions(behind_clock));
+  auto behind = Open(TestOptions(behind_clock));
   ASSERT_NE(behind, nullptr);
 
   auto live = store->IssueToken(10min);
@@ -331,5 +351,7 @@ TEST(Tokens, TheStoresClockDecidesExpiryNotTheConsumers) {
   EXPECT_CODE(status, kNotFound);
   EXPECT_TRUE(Contains(status, "unknown token")) << status.ToString();
 }
+
+IDEM_ON_EACH_BACKEND(TokensTest);
 
 }  // namespace
