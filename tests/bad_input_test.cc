@@ -41,9 +41,14 @@ bool ScanIsEmpty(idem::Store& store) {
 
 // ---- Keys ------------------------------------------------------------------------------------
 
-TEST(BadInput, RejectsAnEmptyKey) {
-  TempDir dir;
-  IDEM_ASSERT_OPEN(store, dir.StorePath());
+// Bad keys, results, labels and leases: every test runs on each backend (backend.h). Bad store
+// paths: BadOpen.
+class BadInput : public idem_test::OnEachBackend {};
+
+TEST_P(BadInput, RejectsAnEmptyKey) {
+  const idem_test::TestStore here(GetParam());
+  auto store = here.Open();
+  ASSERT_NE(store, nullptr);
   auto claim = store->Begin("");
   ASSERT_FALSE(claim.ok());
   EXPECT_EQ(claim.status().code(), idem::Status::Code::kInvalidArgument)
@@ -76,9 +81,10 @@ TEST(BadInput, RejectsAnEmptyKey) {
   EXPECT_FALSE(ran);
 }
 
-TEST(BadInput, RejectsAnOversizedKeyNamingBothSizes) {
-  TempDir dir;
-  IDEM_ASSERT_OPEN(store, dir.StorePath());
+TEST_P(BadInput, RejectsAnOversizedKeyNamingBothSizes) {
+  const idem_test::TestStore here(GetParam());
+  auto store = here.Open();
+  ASSERT_NE(store, nullptr);
   const std::string key(513, 'k');
   auto claim = store->Begin(key);
   ASSERT_FALSE(claim.ok());
@@ -91,11 +97,12 @@ TEST(BadInput, RejectsAnOversizedKeyNamingBothSizes) {
   EXPECT_TRUE(ScanIsEmpty(*store));
 }
 
-TEST(BadInput, RejectsAKeyOverAConfiguredMaximum) {
-  TempDir dir;
+TEST_P(BadInput, RejectsAKeyOverAConfiguredMaximum) {
+  const idem_test::TestStore here(GetParam());
   idem::Options options = TestOptions();
   options.max_key_size = 16;
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  auto store = here.Open(options);
+  ASSERT_NE(store, nullptr);
   auto claim = store->Begin(std::string(17, 'x'));
   ASSERT_FALSE(claim.ok());
   EXPECT_EQ(claim.status().code(), idem::Status::Code::kInvalidArgument);
@@ -105,17 +112,19 @@ TEST(BadInput, RejectsAKeyOverAConfiguredMaximum) {
   EXPECT_EQ(ok.outcome, Outcome::kAcquired);
 }
 
-TEST(BadInput, AcceptsAKeyOfExactlyTheMaximumSize) {
-  TempDir dir;
+TEST_P(BadInput, AcceptsAKeyOfExactlyTheMaximumSize) {
+  const idem_test::TestStore here(GetParam());
   const std::string key(512, '\xab');
   {
-    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    auto store = here.Open();
+    ASSERT_NE(store, nullptr);
     ASSERT_OK_AND_ASSIGN(auto claim, store->Begin(key));
     ASSERT_EQ(claim.outcome, Outcome::kAcquired);
     EXPECT_EQ(claim.record.key, key);
     ASSERT_OK(store->Complete(key, claim.token, "r"));
   }
-  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  auto store = here.Open();
+  ASSERT_NE(store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto got, store->Get(key));
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->key, key);
@@ -124,8 +133,8 @@ TEST(BadInput, AcceptsAKeyOfExactlyTheMaximumSize) {
   EXPECT_EQ(replay.outcome, Outcome::kReplay);
 }
 
-TEST(BadInput, BinaryKeysRoundTripAndAreDistinctFromTheirPrefixes) {
-  TempDir dir;
+TEST_P(BadInput, BinaryKeysRoundTripAndAreDistinctFromTheirPrefixes) {
+  const idem_test::TestStore here(GetParam());
   const std::vector<std::string> keys = {
       std::string("\0", 1),
       std::string("\0\0", 2),
@@ -140,7 +149,8 @@ TEST(BadInput, BinaryKeysRoundTripAndAreDistinctFromTheirPrefixes) {
       std::string("\x01\x02\x7f\x80", 4),
   };
   {
-    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    auto store = here.Open();
+    ASSERT_NE(store, nullptr);
     for (std::size_t i = 0; i < keys.size(); ++i) {
       ASSERT_OK_AND_ASSIGN(auto claim, store->Begin(keys[i]));
       EXPECT_EQ(claim.outcome, Outcome::kAcquired) << "key #" << i;
@@ -148,7 +158,8 @@ TEST(BadInput, BinaryKeysRoundTripAndAreDistinctFromTheirPrefixes) {
       ASSERT_OK(store->Complete(keys[i], claim.token, "result-" + std::to_string(i)));
     }
   }
-  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  auto store = here.Open();
+  ASSERT_NE(store, nullptr);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     ASSERT_OK_AND_ASSIGN(auto got, store->Get(keys[i]));
     ASSERT_TRUE(got.has_value()) << "key #" << i;
@@ -188,11 +199,12 @@ TEST(BadInput, BinaryKeysRoundTripAndAreDistinctFromTheirPrefixes) {
 
 // ---- Results, labels, leases -----------------------------------------------------------------
 
-TEST(BadInput, RejectsAnOversizedResultAndKeepsTheRecordPending) {
-  TempDir dir;
+TEST_P(BadInput, RejectsAnOversizedResultAndKeepsTheRecordPending) {
+  const idem_test::TestStore here(GetParam());
   idem::Options options = TestOptions();
   options.max_result_size = 1024;
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  auto store = here.Open(options);
+  ASSERT_NE(store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k"));
 
   EXPECT_CODE(store->Complete("k", claim.token, std::string(1025, 'r')), kInvalidArgument);
@@ -211,9 +223,10 @@ TEST(BadInput, RejectsAnOversizedResultAndKeepsTheRecordPending) {
   EXPECT_EQ(done->result, std::string(1024, 'r'));
 }
 
-TEST(BadInput, RejectsAResultOverTheDefaultMaximum) {
-  TempDir dir;
-  IDEM_ASSERT_OPEN(store, dir.StorePath());
+TEST_P(BadInput, RejectsAResultOverTheDefaultMaximum) {
+  const idem_test::TestStore here(GetParam());
+  auto store = here.Open();
+  ASSERT_NE(store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k"));
   EXPECT_CODE(store->Complete("k", claim.token, std::string((1 << 20) + 1, 'r')), kInvalidArgument);
   ASSERT_OK_AND_ASSIGN(auto got, store->Get("k"));
@@ -225,11 +238,12 @@ TEST(BadInput, RejectsAResultOverTheDefaultMaximum) {
   EXPECT_EQ(done->result.size(), std::size_t{1} << 20);
 }
 
-TEST(BadInput, ExecuteRecordsAnOversizedResultAsAnError) {
-  TempDir dir;
+TEST_P(BadInput, ExecuteRecordsAnOversizedResultAsAnError) {
+  const idem_test::TestStore here(GetParam());
   idem::Options options = TestOptions();
   options.max_result_size = 16;
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  auto store = here.Open(options);
+  ASSERT_NE(store, nullptr);
   auto execution = store->Execute(
       "k", [](idem::Attempt&) -> idem::Result<std::string> { return std::string(17, 'r'); });
   ASSERT_FALSE(execution.ok());
@@ -242,9 +256,10 @@ TEST(BadInput, ExecuteRecordsAnOversizedResultAsAnError) {
   }
 }
 
-TEST(BadInput, RejectsOversizedLabels) {
-  TempDir dir;
-  IDEM_ASSERT_OPEN(store, dir.StorePath());
+TEST_P(BadInput, RejectsOversizedLabels) {
+  const idem_test::TestStore here(GetParam());
+  auto store = here.Open();
+  ASSERT_NE(store, nullptr);
   const std::string long_label(257, 'l');
   auto by_type = store->Begin("k", {.type = long_label});
   ASSERT_FALSE(by_type.ok());
@@ -262,9 +277,10 @@ TEST(BadInput, RejectsOversizedLabels) {
   EXPECT_EQ(claim.record.type, max_label);
 }
 
-TEST(BadInput, RejectsANegativeLeaseOrRetention) {
-  TempDir dir;
-  IDEM_ASSERT_OPEN(store, dir.StorePath());
+TEST_P(BadInput, RejectsANegativeLeaseOrRetention) {
+  const idem_test::TestStore here(GetParam());
+  auto store = here.Open();
+  ASSERT_NE(store, nullptr);
   auto lease = store->Begin("k", {.lease = -1ms});
   ASSERT_FALSE(lease.ok());
   EXPECT_EQ(lease.status().code(), idem::Status::Code::kInvalidArgument);
@@ -283,7 +299,7 @@ TEST(BadInput, RejectsANegativeLeaseOrRetention) {
 
 // ---- Store paths -----------------------------------------------------------------------------
 
-TEST(BadInput, OpeningAMissingStoreWithoutCreateIsNotFound) {
+TEST(BadOpen, OpeningAMissingStoreWithoutCreateIsNotFound) {
   TempDir dir;
   idem::Options options = TestOptions();
   options.create_if_missing = false;
@@ -297,7 +313,7 @@ TEST(BadInput, OpeningAMissingStoreWithoutCreateIsNotFound) {
   IDEM_ASSERT_OPEN(existing, dir.StorePath(), options);
 }
 
-TEST(BadInput, OpeningARegularFileFails) {
+TEST(BadOpen, OpeningARegularFileFails) {
   TempDir dir;
   const std::string file = dir.Sub("file");
   std::ofstream(file) << "not a store";
@@ -314,14 +330,14 @@ TEST(BadInput, OpeningARegularFileFails) {
   EXPECT_EQ(content, "not a store");
 }
 
-TEST(BadInput, OpeningAnEmptyPathFails) {
+TEST(BadOpen, OpeningAnEmptyPathFails) {
   auto store = idem::Store::Open("");
   EXPECT_FALSE(store.ok());
 }
 
 // ---- Read-only stores ------------------------------------------------------------------------
 
-TEST(BadInput, AReadOnlyStoreRejectsWritesAndServesReads) {
+TEST(BadOpen, AReadOnlyStoreRejectsWritesAndServesReads) {
   TempDir dir;
   uint64_t token = 0;
   {
@@ -375,7 +391,7 @@ TEST(BadInput, AReadOnlyStoreRejectsWritesAndServesReads) {
   EXPECT_EQ(scanned, 2);
 }
 
-TEST(BadInput, AReadOnlyStoreOpensWhileAWriterHasItOpen) {
+TEST(BadOpen, AReadOnlyStoreOpensWhileAWriterHasItOpen) {
   TempDir dir;
   IDEM_ASSERT_OPEN(writer, dir.StorePath());
   ASSERT_OK_AND_ASSIGN(auto claim, writer->Begin("k"));
@@ -396,7 +412,7 @@ TEST(BadInput, AReadOnlyStoreOpensWhileAWriterHasItOpen) {
   EXPECT_EQ(other.outcome, Outcome::kAcquired);
 }
 
-TEST(BadInput, AReadOnlyStoreMustExist) {
+TEST(BadOpen, AReadOnlyStoreMustExist) {
   TempDir dir;
   idem::Options options = TestOptions();
   options.read_only = true;
@@ -404,5 +420,7 @@ TEST(BadInput, AReadOnlyStoreMustExist) {
   EXPECT_FALSE(store.ok());
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("missing")));
 }
+
+IDEM_ON_EACH_BACKEND(BadInput);
 
 }  // namespace

@@ -155,6 +155,33 @@ struct ClockedStore {
   idem::Options Opts() const { return TestOptions(clock); }
 };
 
+// One store of a test on `backend` (backend.h), opened as often as the test likes: the same
+// directory, or the same URI and table, at every Open.
+class TestStore {
+ public:
+  explicit TestStore(Backend backend) {
+    idem::Options options;
+    location_ = NewStoreLocation(backend, dir_.StorePath(), &options);
+    table_ = options.table;
+  }
+
+  // A handle with `options` (their table set to this store's); null after a test failure.
+  std::unique_ptr<idem::Store> Open(idem::Options options = TestOptions()) const {
+    options.table = table_;
+    return OpenStore(location_, options);
+  }
+  idem::Result<std::unique_ptr<idem::Store>> TryOpen(idem::Options options = TestOptions()) const {
+    options.table = table_;
+    return idem::Store::Open(location_, options);
+  }
+  const std::string& location() const { return location_; }
+
+ private:
+  TempDir dir_;
+  std::string location_;  // the store's directory or URI
+  std::string table_;     // its table in PostgreSQL
+};
+
 inline std::vector<std::string> ScanKeys(idem::Store& store,
                                          const idem::ScanOptions& options = {}) {
   std::vector<std::string> keys;

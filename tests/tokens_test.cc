@@ -35,25 +35,9 @@ class TokensTest : public idem_test::OnEachBackend {
   void SetUp() override {
     OnEachBackend::SetUp();
     if (IsSkipped()) return;
-    store_ = Open(TestOptions());
+    here_ = std::make_unique<idem_test::TestStore>(GetParam());
+    store_ = here_->Open();
     ASSERT_NE(store_, nullptr);
-  }
-
-  // A handle on this test's store (the same one at every call) with `options`.
-  std::unique_ptr<idem::Store> Open(idem::Options options) {
-    const std::string where = idem_test::NewStoreLocation(GetParam(), dir_.StorePath(), &options);
-    if (location_.empty()) {
-      location_ = where;
-      table_ = options.table;
-    }
-    options.table = table_;
-    return idem_test::OpenStore(location_, options);
-  }
-  // A handle on a new store with `options` (store_ is closed first: the test uses this one).
-  std::unique_ptr<idem::Store> OpenNew(idem::Options options) {
-    store_.reset();
-    location_.clear();
-    return Open(std::move(options));
   }
 
   std::string Issue(std::chrono::milliseconds ttl = 1h) {
@@ -62,9 +46,16 @@ class TokensTest : public idem_test::OnEachBackend {
     return token.ok() ? *token : std::string();
   }
 
-  TempDir dir_;
-  std::string location_;  // the store's directory or URI
-  std::string table_;     // its table in PostgreSQL
+  // A handle on this test's store with `options`.
+  std::unique_ptr<idem::Store> Open(idem::Options options) const { return here_->Open(options); }
+  // A handle on a new store with `options` (store_ is closed first: the test uses this one).
+  std::unique_ptr<idem::Store> OpenNew(idem::Options options) {
+    store_.reset();
+    here_ = std::make_unique<idem_test::TestStore>(GetParam());
+    return here_->Open(std::move(options));
+  }
+
+  std::unique_ptr<idem_test::TestStore> here_;
   std::unique_ptr<idem::Store> store_;
 };
 
@@ -243,9 +234,7 @@ TEST_P(TokensTest, ExactlyOneOfFourProcessesConsumesAToken) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      idem::Options options = TestOptions();
-      options.table = table_;
-      auto store = idem::Store::Open(location_, options);
+      auto store = here_->TryOpen();
       if (!store.ok()) {
         std::fprintf(stderr, "child: %s\n", store.status().ToString().c_str());
         _exit(3);
