@@ -240,11 +240,15 @@ TEST(Retry, ReturnsTheValueOfAResult) {
 
 // ---- Against a store ----
 
-class RetryStoreTest : public ::testing::Test {
+// Every test runs on each backend (backend.h).
+class RetryStoreTest : public idem_test::OnEachBackend {
  protected:
   void SetUp() override {
+    OnEachBackend::SetUp();
+    if (IsSkipped()) return;
     clock_ = std::make_shared<ManualClock>();
-    store_ = idem_test::OpenStore(dir_.StorePath(), Options());
+    here_ = std::make_unique<idem_test::TestStore>(GetParam());
+    store_ = here_->Open(Options());
     ASSERT_NE(store_, nullptr);
   }
 
@@ -266,13 +270,13 @@ class RetryStoreTest : public ::testing::Test {
                       .on_retry = {}};
   }
 
-  TempDir dir_;
+  std::unique_ptr<idem_test::TestStore> here_;
   std::shared_ptr<ManualClock> clock_;
   std::unique_ptr<idem::Store> store_;
   std::vector<milliseconds> waits_;
 };
 
-TEST_F(RetryStoreTest, RetryBeginWaitsRetryAfterThenTakesOver) {
+TEST_P(RetryStoreTest, RetryBeginWaitsRetryAfterThenTakesOver) {
   auto holder = store_->Begin("order-1");
   ASSERT_OK(holder.status());
   ASSERT_EQ(holder->outcome, Outcome::kAcquired);
@@ -287,7 +291,7 @@ TEST_F(RetryStoreTest, RetryBeginWaitsRetryAfterThenTakesOver) {
   EXPECT_EQ(waits_, (std::vector<milliseconds>{4s}));
 }
 
-TEST_F(RetryStoreTest, RetryBeginReturnsTheLastInProgressClaimWhenAttemptsRunOut) {
+TEST_P(RetryStoreTest, RetryBeginReturnsTheLastInProgressClaimWhenAttemptsRunOut) {
   ASSERT_OK(store_->Begin("order-1").status());
   FakeTime time;  // does not move the clock: the lease stays live
   auto claim = idem::RetryBegin(*store_, "order-1", {}, NoJitter(3), time.Hooks());
@@ -296,7 +300,7 @@ TEST_F(RetryStoreTest, RetryBeginReturnsTheLastInProgressClaimWhenAttemptsRunOut
   EXPECT_EQ(time.waits, (std::vector<milliseconds>{5s, 5s}));
 }
 
-TEST_F(RetryStoreTest, RetryBeginReturnsReplayAndErrorsAtOnce) {
+TEST_P(RetryStoreTest, RetryBeginReturnsReplayAndErrorsAtOnce) {
   auto first = store_->Begin("order-1");
   ASSERT_OK(first.status());
   ASSERT_OK(store_->Complete("order-1", first->token, "receipt"));
@@ -311,7 +315,7 @@ TEST_F(RetryStoreTest, RetryBeginReturnsReplayAndErrorsAtOnce) {
   EXPECT_TRUE(time.waits.empty());
 }
 
-TEST_F(RetryStoreTest, RetryExecuteRunsTheOperationAgainAfterARetryableFailure) {
+TEST_P(RetryStoreTest, RetryExecuteRunsTheOperationAgainAfterARetryableFailure) {
   int runs = 0;
   std::vector<uint32_t> attempts_seen;
   auto execution = idem::RetryExecute(
@@ -342,7 +346,7 @@ TEST_F(RetryStoreTest, RetryExecuteRunsTheOperationAgainAfterARetryableFailure) 
   EXPECT_EQ(replay->result, "charged");
 }
 
-TEST_F(RetryStoreTest, RetryExecuteRetriesAnyErrorTheOperationRecordedAsRetryable) {
+TEST_P(RetryStoreTest, RetryExecuteRetriesAnyErrorTheOperationRecordedAsRetryable) {
   // kInvalidArgument is not retryable when the store says it, but an operation's own error is
   // recorded as a retryable failure, so the next attempt runs it again.
   int runs = 0;
@@ -357,7 +361,7 @@ TEST_F(RetryStoreTest, RetryExecuteRetriesAnyErrorTheOperationRecordedAsRetryabl
   EXPECT_EQ(runs, 2);
 }
 
-TEST_F(RetryStoreTest, RetryExecuteGivesUpAfterMaxAttempts) {
+TEST_P(RetryStoreTest, RetryExecuteGivesUpAfterMaxAttempts) {
   int runs = 0;
   auto execution = idem::RetryExecute(
       *store_, "pay-1", {}, NoJitter(3),
@@ -375,7 +379,7 @@ TEST_F(RetryStoreTest, RetryExecuteGivesUpAfterMaxAttempts) {
   EXPECT_TRUE((*record)->retryable);
 }
 
-TEST_F(RetryStoreTest, RetryExecuteNeverRetriesATerminalFailure) {
+TEST_P(RetryStoreTest, RetryExecuteNeverRetriesATerminalFailure) {
   int runs = 0;
   auto op = [&](idem::Attempt&) -> Result<std::string> {
     ++runs;
@@ -389,7 +393,7 @@ TEST_F(RetryStoreTest, RetryExecuteNeverRetriesATerminalFailure) {
   EXPECT_TRUE(waits_.empty());
 }
 
-TEST_F(RetryStoreTest, RetryExecuteNeverRetriesAMismatch) {
+TEST_P(RetryStoreTest, RetryExecuteNeverRetriesAMismatch) {
   auto first =
       store_->Execute("pay-1", {.fingerprint = "aaaa"},
                       [](idem::Attempt&) -> Result<std::string> { return std::string("one"); });
@@ -407,7 +411,7 @@ TEST_F(RetryStoreTest, RetryExecuteNeverRetriesAMismatch) {
   EXPECT_TRUE(waits_.empty());
 }
 
-TEST_F(RetryStoreTest, RetryExecuteWaitsForTheOtherOwnerInsteadOfRunningAgain) {
+TEST_P(RetryStoreTest, RetryExecuteWaitsForTheOtherOwnerInsteadOfRunningAgain) {
   auto holder = store_->Begin("pay-1");
   ASSERT_OK(holder.status());
   int runs = 0;
@@ -436,7 +440,7 @@ TEST_F(RetryStoreTest, RetryExecuteWaitsForTheOtherOwnerInsteadOfRunningAgain) {
   EXPECT_EQ(waits_, (std::vector<milliseconds>{100ms, 200ms}));
 }
 
-TEST_F(RetryStoreTest, RetryExecuteDoesNotRetryAnException) {
+TEST_P(RetryStoreTest, RetryExecuteDoesNotRetryAnException) {
   int runs = 0;
   EXPECT_THROW(static_cast<void>(idem::RetryExecute(
                    *store_, "pay-1", {}, NoJitter(),
@@ -450,12 +454,14 @@ TEST_F(RetryStoreTest, RetryExecuteDoesNotRetryAnException) {
   EXPECT_TRUE(waits_.empty());
 }
 
-TEST_F(RetryStoreTest, RetryExecuteReportsAnEmptyKeyWithoutRetrying) {
+TEST_P(RetryStoreTest, RetryExecuteReportsAnEmptyKeyWithoutRetrying) {
   auto execution = idem::RetryExecute(
       *store_, "", {}, NoJitter(),
       [](idem::Attempt&) -> Result<std::string> { return std::string("x"); }, ClockHooks());
   EXPECT_CODE(execution.status(), kInvalidArgument);
   EXPECT_TRUE(waits_.empty());
 }
+
+IDEM_ON_EACH_BACKEND(RetryStoreTest);
 
 }  // namespace
