@@ -22,7 +22,6 @@ using idem::RetryHooks;
 using idem::RetryPolicy;
 using idem::Status;
 using idem_test::ManualClock;
-using idem_test::TempDir;
 using idem_test::TestOptions;
 using std::chrono::milliseconds;
 

@@ -33,8 +33,12 @@ using idem_test::TestOptions;
 
 // ---- Scan, Forget, counters ------------------------------------------------------------------
 
-TEST(Store, ScanVisitsLiveRecordsInKeyOrder) {
-  ClockedStore s;
+// Scan, Forget and the counters run on each backend (backend.h); reopening and sharing a
+// directory are RocksDB's (StoreDirectory); the free functions: StoreHelpers.
+class Store : public idem_test::OnEachBackend {};
+
+TEST_P(Store, ScanVisitsLiveRecordsInKeyOrder) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   for (const char* key : {"b/2", "a/1", "b/1", "c", "b/3", "a/2"}) {
     ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin(key, {.type = "t"}));
@@ -69,8 +73,8 @@ TEST(Store, ScanVisitsLiveRecordsInKeyOrder) {
   EXPECT_EQ(ScanKeys(*s.store, {.prefix = "b/"}), (std::vector<std::string>{"b/1", "b/3"}));
 }
 
-TEST(Store, ScanReportsTimedOutRecords) {
-  ClockedStore s;
+TEST_P(Store, ScanReportsTimedOutRecords) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin("k", {.lease = 1s}));
   s.clock->Advance(2s);
@@ -83,8 +87,8 @@ TEST(Store, ScanReportsTimedOutRecords) {
   EXPECT_EQ(seen, 1);
 }
 
-TEST(Store, ForgetRemovesARecordInAnyState) {
-  ClockedStore s;
+TEST_P(Store, ForgetRemovesARecordInAnyState) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(auto pending, s.store->Begin("pending"));
   ASSERT_OK_AND_ASSIGN(auto done, s.store->Begin("done"));
@@ -101,8 +105,8 @@ TEST(Store, ForgetRemovesARecordInAnyState) {
   }
 }
 
-TEST(Store, CountsOutcomes) {
-  ClockedStore s;
+TEST_P(Store, CountsOutcomes) {
+  ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);
   ASSERT_OK_AND_ASSIGN(const idem::Counters zero, s.store->GetCounters());
   EXPECT_EQ(zero.claims, 0u);
@@ -136,7 +140,7 @@ TEST(Store, CountsOutcomes) {
 
 // ---- Reopen and sharing ----------------------------------------------------------------------
 
-TEST(Store, ReopenKeepsEverything) {
+TEST(StoreDirectory, ReopenKeepsEverything) {
   TempDir dir;
   auto clock = std::make_shared<ManualClock>();
   const std::string binary_key("bin\0\xff\x01", 6);
@@ -201,7 +205,7 @@ TEST(Store, ReopenKeepsEverything) {
   }
 }
 
-TEST(Store, OpensTheSameDirectoryTwiceAsOneStore) {
+TEST(StoreDirectory, OpensTheSameDirectoryTwiceAsOneStore) {
   TempDir dir;
   const std::string path = dir.StorePath();
   IDEM_ASSERT_OPEN(a, path);
@@ -242,7 +246,7 @@ TEST(Store, OpensTheSameDirectoryTwiceAsOneStore) {
 // A second Open of a store in one process gets a handle with its own lease, retention,
 // durability, read_only and execute_wait; the options that are the store's in this process
 // stay the first Open's, and the second opener is told which of its own were not applied.
-TEST(Store, ASecondOpenIsToldWhichOfItsOptionsAreTheFirstOpens) {
+TEST(StoreDirectory, ASecondOpenIsToldWhichOfItsOptionsAreTheFirstOpens) {
   TempDir dir;
   auto clock = std::make_shared<ManualClock>();
   idem::Options first = TestOptions(clock);
@@ -277,7 +281,7 @@ TEST(Store, ASecondOpenIsToldWhichOfItsOptionsAreTheFirstOpens) {
   EXPECT_EQ(too_long.status().code(), idem::Status::Code::kInvalidArgument);
 }
 
-TEST(Store, OpensASymlinkedDirectoryAsTheSameStore) {
+TEST(StoreDirectory, OpensASymlinkedDirectoryAsTheSameStore) {
   TempDir dir;
   IDEM_ASSERT_OPEN(a, dir.StorePath());
   std::error_code ec;
@@ -291,7 +295,7 @@ TEST(Store, OpensASymlinkedDirectoryAsTheSameStore) {
   EXPECT_EQ(got->result, "r");
 }
 
-TEST(Store, OpensManyStoresSideBySide) {
+TEST(StoreDirectory, OpensManyStoresSideBySide) {
   TempDir dir;
   std::vector<std::unique_ptr<idem::Store>> stores;
   for (int i = 0; i < 4; ++i) {
@@ -306,7 +310,7 @@ TEST(Store, OpensManyStoresSideBySide) {
 
 // ---- Helpers ---------------------------------------------------------------------------------
 
-TEST(Store, FingerprintIsTheHexSha256) {
+TEST(StoreHelpers, FingerprintIsTheHexSha256) {
   EXPECT_EQ(idem::Fingerprint(""),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(idem::Fingerprint("abc"),
@@ -315,7 +319,7 @@ TEST(Store, FingerprintIsTheHexSha256) {
   EXPECT_NE(idem::Fingerprint(std::string("a\0b", 3)), idem::Fingerprint("a"));
 }
 
-TEST(Store, NewRequestIdIsAUuidV7) {
+TEST(StoreHelpers, NewRequestIdIsAUuidV7) {
   std::set<std::string> ids;
   std::string previous_ms_id;
   for (int i = 0; i < 1000; ++i) {
@@ -337,7 +341,7 @@ TEST(Store, NewRequestIdIsAUuidV7) {
   EXPECT_LT(first, second);
 }
 
-TEST(Store, NamesItsEnums) {
+TEST(StoreHelpers, NamesItsEnums) {
   EXPECT_EQ(idem::OutcomeName(Outcome::kAcquired), "acquired");
   EXPECT_EQ(idem::OutcomeName(Outcome::kReplay), "replay");
   EXPECT_EQ(idem::OutcomeName(Outcome::kInProgress), "in_progress");
@@ -351,5 +355,7 @@ TEST(Store, NamesItsEnums) {
             "InvalidArgument: key is empty");
   EXPECT_EQ(idem::CodeName(idem::Status::Code::kLeaseLost), "LeaseLost");
 }
+
+IDEM_ON_EACH_BACKEND(Store);
 
 }  // namespace
