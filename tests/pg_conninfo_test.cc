@@ -12,13 +12,15 @@
 #include <vector>
 
 #include "idem/store.h"
-#include "storage/pg_uri.h"
+#include "util/pg_uri.h"
 
 namespace idem::storage {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using util::IsPostgresUri;
+using util::UriWithoutSecrets;
 
 // Two halves, so that a URI that splits the password at an '@' is caught showing either.
 constexpr std::string_view kFirstHalf = "Sup3r";

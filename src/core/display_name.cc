@@ -2,8 +2,8 @@
 // it, without the secrets a PostgreSQL connection URI may hold.
 
 #include "idem/store.h"
-#include "storage/pg_uri.h"
 #include "util/escape.h"
+#include "util/pg_uri.h"
 #if IDEM_WITH_POSTGRESQL
 #include "storage/pg_conninfo.h"
 #endif
@@ -11,13 +11,13 @@
 namespace idem {
 
 std::string DisplayStoreName(std::string_view path) {
-  if (!storage::IsPostgresUri(path)) return std::string(path);
+  if (!util::IsPostgresUri(path)) return std::string(path);
 #if IDEM_WITH_POSTGRESQL
   if (Result<storage::PgConninfo> parsed = storage::PgConninfo::Parse(path); parsed.ok()) {
     return parsed->display_name();
   }
 #endif
-  return EscapeControls(storage::UriWithoutSecrets(path));
+  return EscapeControls(util::UriWithoutSecrets(path));
 }
 
 }  // namespace idem

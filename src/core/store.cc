@@ -15,7 +15,7 @@
 
 #include "core/store_core.h"
 #include "core/store_directory.h"
-#include "storage/pg_uri.h"
+#include "util/pg_uri.h"
 #if IDEM_WITH_POSTGRESQL
 #include "core/pg_store_core.h"
 #endif
@@ -280,7 +280,7 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
   IDEM_RETURN_IF_ERROR(CheckOptions(options));
   Options effective = options;
   if (!effective.clock) effective.clock = SystemClock();
-  if (storage::IsPostgresUri(path)) return OpenPostgres(path, effective);
+  if (util::IsPostgresUri(path)) return OpenPostgres(path, effective);
 
   std::error_code error;
   fs::path directory = fs::absolute(fs::path(path), error).lexically_normal();

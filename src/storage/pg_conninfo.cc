@@ -8,8 +8,8 @@
 #include <charconv>
 #include <memory>
 
-#include "storage/pg_uri.h"
 #include "util/escape.h"
+#include "util/pg_uri.h"
 
 namespace idem::storage {
 namespace {
@@ -95,20 +95,20 @@ std::string Tidy(std::string message) {
 }  // namespace
 
 Result<PgConninfo> PgConninfo::Parse(std::string_view uri, const PgConnDefaults& defaults) {
-  if (!IsPostgresUri(uri)) {
+  if (!util::IsPostgresUri(uri)) {
     return Status::InvalidArgument(
         "not a PostgreSQL connection URI: it must start with postgresql:// or postgres://");
   }
   PgConninfo info;
   info.raw_uri_ = std::string(uri);
-  info.secrets_ = SecretCandidates(uri, SecretKeywords());
+  info.secrets_ = util::SecretCandidates(uri, SecretKeywords());
   SortLongestFirst(info.secrets_);
-  const std::string invalid =
-      fmt::format("invalid PostgreSQL connection URI {}: ", EscapeControls(UriWithoutSecrets(uri)));
+  const std::string invalid = fmt::format("invalid PostgreSQL connection URI {}: ",
+                                          EscapeControls(util::UriWithoutSecrets(uri)));
   if (uri.find('\0') != std::string_view::npos) {
     return Status::InvalidArgument(invalid + "it contains a NUL byte");
   }
-  if (UserInfoEnd(uri) == kAmbiguousAt) {
+  if (util::UserInfoEnd(uri) == util::kAmbiguousAt) {
     return Status::InvalidArgument(
         invalid +
         "an '@' besides the one that ends the user name and password; write '@' as %40 "
@@ -235,7 +235,7 @@ milliseconds PgConninfo::connect_timeout() const {
 
 std::string PgConninfo::Redact(std::string_view message) const {
   std::string redacted(message);
-  ReplaceAll(redacted, raw_uri_, UriWithoutSecrets(raw_uri_));
+  ReplaceAll(redacted, raw_uri_, util::UriWithoutSecrets(raw_uri_));
   for (const std::string& secret : secrets_) ReplaceAll(redacted, secret, kRedacted);
   return redacted;
 }

@@ -3,15 +3,15 @@
 // build without PostgreSQL still never prints a password it was given. Parsing proper is
 // PgConninfo's (pg_conninfo.h), with libpq.
 
-#ifndef IDEM_STORAGE_PG_URI_H_
-#define IDEM_STORAGE_PG_URI_H_
+#ifndef IDEM_UTIL_PG_URI_H_
+#define IDEM_UTIL_PG_URI_H_
 
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace idem::storage {
+namespace idem::util {
 
 // True when `path` starts with "postgresql://" or "postgres://" (lowercase, as libpq requires):
 // Store::Open gives such a path to the PostgreSQL store rather than taking it for a directory.
@@ -41,6 +41,6 @@ std::size_t UserInfoEnd(std::string_view uri);
 // `text` with each "%XX" decoded, or nullopt when an escape is malformed.
 std::optional<std::string> PercentDecode(std::string_view text);
 
-}  // namespace idem::storage
+}  // namespace idem::util
 
-#endif  // IDEM_STORAGE_PG_URI_H_
+#endif  // IDEM_UTIL_PG_URI_H_

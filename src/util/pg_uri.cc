@@ -1,10 +1,10 @@
-#include "storage/pg_uri.h"
+#include "util/pg_uri.h"
 
 #include <algorithm>
 
 #include "util/hex.h"
 
-namespace idem::storage {
+namespace idem::util {
 namespace {
 
 constexpr std::string_view kSchemes[] = {"postgresql://", "postgres://"};
@@ -92,8 +92,8 @@ std::optional<std::string> PercentDecode(std::string_view text) {
       continue;
     }
     if (i + 2 >= text.size()) return std::nullopt;
-    const int high = util::HexDigitValue(text[i + 1]);
-    const int low = util::HexDigitValue(text[i + 2]);
+    const int high = HexDigitValue(text[i + 1]);
+    const int low = HexDigitValue(text[i + 2]);
     if (high < 0 || low < 0) return std::nullopt;
     decoded += static_cast<char>(high * 16 + low);
     i += 2;
@@ -101,4 +101,4 @@ std::optional<std::string> PercentDecode(std::string_view text) {
   return decoded;
 }
 
-}  // namespace idem::storage
+}  // namespace idem::util
