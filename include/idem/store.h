@@ -116,7 +116,8 @@ class IDEM_EXPORT Store {
  public:
   // Opens (or creates, see Options::create_if_missing) the store in directory `path`.
   // Errors: kNotFound (missing and not created), kBusy (held by another process that excludes
-  // this one), kCorruption (unreadable or of a newer format), kInvalidArgument (not a
+  // this one), kNewerVersion (written by a newer release of idem; nothing in it is changed),
+  // kCorruption (unreadable, or of a format no release wrote), kInvalidArgument (not a
   // directory, or not an idem store: nothing in it is changed), kIOError (the directory
   // belongs to another user or others can write it, a symbolic link inside it, the process
   // serving its socket runs as another user, or the file system failed).
