@@ -15,6 +15,7 @@
 #include "cli.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <rocksdb/db.h>
 #include <signal.h>
 #include <spawn.h>
@@ -1285,6 +1286,68 @@ TEST_F(CliTest, ANewerStoreWithoutItsFormatFileIsStillRefused) {
   auto reopened = idem::Store::Open(store, read_only);
   ASSERT_FALSE(reopened.ok());
   EXPECT_EQ(reopened.status().code(), idem::Status::Code::kNewerVersion);
+}
+
+// Before: a lock file this user cannot open (here another user's) was taken for "nobody owns
+// the store": stats said "counters none: no process owns the store" and exited 0. It cannot
+// tell whether an owner runs: it warns and exits 5, and still prints the records it read.
+TEST_F(CliTest, StatsCannotTellTheOwnerWhenTheLockFileCannotBeOpened) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run stats as a second user (uid 65534)";
+  if (idem_test::UnderTsan()) GTEST_SKIP() << "fork of a multi-threaded process under TSan";
+  constexpr uid_t kNobody = 65534;
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Begin("k").ok());
+  }
+  // The store is the second user's; its lock file is root's, mode 0600.
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
+  ASSERT_EQ(::lchown(path().c_str(), kNobody, kNobody), 0);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(path())) {
+    ASSERT_EQ(::lchown(entry.path().c_str(), kNobody, kNobody), 0) << entry.path();
+  }
+  const std::string lock = path() + "/owner.lock";
+  ASSERT_EQ(::chown(lock.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chmod(lock.c_str(), 0600), 0);
+
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(report[0]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
+      ::_exit(100);
+    }
+    const CliResult result = RunCli({"stats", path(), "--format", "jsonl"});
+    const std::string text = std::to_string(result.code) + '\n' + result.out + '\0' + result.err;
+    const bool sent =
+        ::write(report[1], text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::_exit(sent ? 0 : 101);
+  }
+  ::close(report[1]);
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(report[0], buffer, sizeof buffer)) > 0;) text.append(buffer, n);
+  ::close(report[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::size_t newline = text.find('\n');
+  const std::size_t zero = text.find('\0');
+  ASSERT_NE(newline, std::string::npos);
+  ASSERT_NE(zero, std::string::npos);
+  const int code = std::stoi(text.substr(0, newline));
+  const std::string out = text.substr(newline + 1, zero - newline - 1);
+  const std::string err = text.substr(zero + 1);
+  EXPECT_EQ(code, 5) << err;
+  EXPECT_NE(err.find("warning: the counters of store"), std::string::npos) << err;
+  EXPECT_NE(err.find("cannot tell whether a process owns store"), std::string::npos) << err;
+  EXPECT_NE(err.find("owner.lock: Permission denied"), std::string::npos) << err;
+  const std::vector<Json> lines = JsonLines(out);
+  ASSERT_EQ(lines.size(), 1u) << out;
+  EXPECT_EQ(lines[0]["records"], 1);
+  EXPECT_EQ(lines[0]["owner_live"], false);
+  EXPECT_EQ(lines[0]["owner_unreachable"], true);
 }
 
 // Before: a path holding a newline or an escape sequence went to the terminal as is.

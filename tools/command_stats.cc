@@ -148,7 +148,7 @@ void WriteOwnerPrometheus(std::ostream& out, const std::string& path, const Stor
   sample("idem_owner_live", stats.owner.live ? 1 : 0);
   family("idem_owner_unreachable", "gauge",
          "1 when a process owns the store but could not be asked for its counters (stopped, "
-         "overloaded or exclusive).");
+         "overloaded or exclusive), or whether one does could not be told.");
   sample("idem_owner_unreachable", stats.owner_unreachable ? 1 : 0);
   // Counts exist only in a live owner: with none, no sample rather than a false zero.
   if (!stats.owner.live) return;
