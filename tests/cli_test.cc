@@ -42,6 +42,7 @@
 #include "idem/idem.h"
 #include "raw_db.h"
 #include "test_util.h"
+#include "text.h"
 
 extern char** environ;
 
@@ -580,39 +581,94 @@ TEST_F(CliTest, DumpTableKeepsItsWidthsAfterTheSampleRows) {
   EXPECT_NE(lines[241].find("\u2026"), std::string::npos) << lines[241];
 }
 
-// Columns are as wide as their widest cell in code points, whatever the script: a key of three
-// CJK characters, or with an emoji, is padded by the code points it has (as DisplayWidth and
-// CutToWidth count them), not by the two terminal columns fmt's width spec would give each.
-TEST_F(CliTest, TableColumnsCountCodePointsOfNonAsciiText) {
-  const std::string cafe = "caf\xc3\xa9";
-  const std::string cjk = "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e";  // 3 code points
-  const std::string emoji = "\xf0\x9f\x98\x80-smile";              // 7 code points
+// Columns are as wide as their widest cell in terminal columns, whatever the script: a CJK
+// character or an emoji takes two, a combining mark none, a control character shows as its
+// escape. Before: cells were measured in code points, so a row with a CJK key ran 3 columns
+// into the next column, and the stats type column ran into its count past 14 columns.
+TEST_F(CliTest, TableColumnsAreMeasuredInDisplayColumns) {
+  const std::string cafe = "caf\xc3\xa9";                          // 4 columns
+  const std::string combining = "e\xcc\x81te";                     // e + U+0301: 3 columns
+  const std::string cjk = "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e";  // 3 wide: 6 columns
+  const std::string emoji = "\xf0\x9f\x98\x80-smile";              // 2 + 6 = 8 columns
+  const std::string tab = "a\tb";                                  // shown a\x09b: 6 columns
+  std::string long_cjk;
+  for (int i = 0; i < 30; ++i) long_cjk += cjk.substr(0, 3);  // 60 columns, cut to 48
+  const std::string long_type = "a-rather-long-type-label";   // 24 columns
   {
     auto store = Open();
     ASSERT_NE(store, nullptr);
-    for (const std::string& key : {cafe, cjk, emoji, std::string("plain")}) {
+    for (const std::string& key : {cafe, combining, cjk, emoji, tab, std::string("plain")}) {
       ASSERT_OK_AND_ASSIGN(auto claim, (store->Begin(key, {.type = key == cafe ? cjk : "t"})));
       ASSERT_OK(store->Complete(key, claim.token, key == cjk ? emoji : "ok"));
     }
   }
   CliResult result = RunCli({"dump", path(), "--format", "table"});
   ASSERT_EQ(result.code, 0) << result.err;
-  const std::vector<std::string> lines = Lines(result.out);
-  ASSERT_EQ(lines.size(), 5u) << result.out;
-  // KEY is 7 columns (the emoji key), TYPE 4 (its header; the CJK type is 3).
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 7u) << result.out;
+  // KEY is 8 columns (the emoji key), TYPE 6 (the CJK type). Rows in key byte order.
   const std::string starts[] = {
-      "KEY      TYPE  STATE",   cafe + "     " + cjk + "   done", "plain    t     done",
-      cjk + "      t     done", emoji + "  t     done",
+      "KEY       TYPE    STATE",        "a\\x09b    t       done",
+      cafe + "      " + cjk + "  done", combining + "       t       done",
+      "plain     t       done",         cjk + "    t       done",
+      emoji + "  t       done",
   };
   for (std::size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i].substr(0, starts[i].size()), starts[i]) << result.out;
   }
-  EXPECT_EQ(lines[3].substr(lines[3].size() - emoji.size()), emoji) << result.out;
+  EXPECT_EQ(lines[5].substr(lines[5].size() - emoji.size()), emoji) << result.out;
 
+  // A key wider than its column's limit (48) is cut between characters: 23 wide ones (46
+  // columns) and the ellipsis, 47 columns, the column's width.
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK_AND_ASSIGN(auto claim, (store->Begin(long_cjk, {.type = long_type})));
+  }
+  result = RunCli({"dump", path(), "--format", "table", "--prefix", cjk.substr(0, 3)});
+  ASSERT_EQ(result.code, 0) << result.err;
+  lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 3u) << result.out;
+  const std::string header = "KEY" + std::string(46, ' ') + "TYPE";
+  EXPECT_EQ(lines[0].substr(0, header.size()), header) << result.out;
+  const std::string cut = long_cjk.substr(0, 23 * 3) + "\u2026  a-rather-long-t\u2026";
+  EXPECT_EQ(lines[1].substr(0, cut.size()), cut) << result.out;
+  const std::string short_key = cjk + std::string(43, ' ') + "t ";
+  EXPECT_EQ(lines[2].substr(0, short_key.size()), short_key) << result.out;
+
+  // stats: the type column is as wide as the widest type and two spaces, for every indented
+  // line, so no count runs into its label.
   result = RunCli({"stats", path(), "--format", "table"});
   ASSERT_EQ(result.code, 0) << result.err;
-  EXPECT_NE(result.out.find("\n  t             3\n  " + cjk + "           1\n"), std::string::npos)
-      << result.out;
+  const std::string pad(26, ' ');
+  EXPECT_NE(result.out.find("\n  " + long_type + "  1\n"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("\n  t" + pad.substr(1) + "5\n"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("\n  " + cjk + pad.substr(6) + "1\n"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("\n  done" + pad.substr(4) + "6\n"), std::string::npos) << result.out;
+}
+
+TEST(Text, DisplayWidthCountsTerminalColumns) {
+  using idem::cli::DisplayWidth;
+  EXPECT_EQ(DisplayWidth("abc"), 3u);
+  EXPECT_EQ(DisplayWidth("caf\xc3\xa9"), 4u);               // precomposed é
+  EXPECT_EQ(DisplayWidth("cafe\xcc\x81"), 4u);              // e + combining acute
+  EXPECT_EQ(DisplayWidth("\xe6\x97\xa5\xe6\x9c\xac"), 4u);  // 日本
+  EXPECT_EQ(DisplayWidth("\xed\x95\x9c"), 2u);              // 한 (Hangul syllable)
+  EXPECT_EQ(DisplayWidth("\xef\xbc\xa1"), 2u);              // Ａ (fullwidth)
+  EXPECT_EQ(DisplayWidth("\xef\xbd\xb1"), 1u);              // ｱ (halfwidth katakana)
+  EXPECT_EQ(DisplayWidth("\xe3\x80\x80"), 2u);              // ideographic space
+  EXPECT_EQ(DisplayWidth("\xf0\x9f\x98\x80"), 2u);          // 😀
+  EXPECT_EQ(DisplayWidth("a\xe2\x80\x8d"
+                         "b"),
+            2u);                                    // zero width joiner
+  EXPECT_EQ(DisplayWidth("\xf0\xa0\x80\x80"), 2u);  // U+20000, CJK ext. B
+  EXPECT_EQ(DisplayWidth("\xd0\x96"), 1u);          // Ж
+  EXPECT_EQ(DisplayWidth("\xff"), 1u);              // not UTF-8: escaped, 1
+  const std::string five_wide = "\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5";
+  EXPECT_EQ(idem::cli::CutToWidth(five_wide, 6), "\xe6\x97\xa5\xe6\x97\xa5\u2026");
+  EXPECT_EQ(idem::cli::CutToWidth(five_wide, 7), "\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\u2026");
+  EXPECT_EQ(idem::cli::CutToWidth("e\xcc\x81\xcc\x82xyz", 2), "e\xcc\x81\xcc\x82\u2026");
+  EXPECT_EQ(idem::cli::PadRight("\xe6\x97\xa5", 4), "\xe6\x97\xa5  ");
 }
 
 // ---- get -----------------------------------------------------------------------------------
