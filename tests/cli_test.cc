@@ -16,6 +16,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <rocksdb/db.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,6 +26,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -219,6 +221,54 @@ CliResult RunTool(const std::vector<std::string>& args) {
   const int status = child.Wait();
   result.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   result.err = child.Stderr();
+  return result;
+}
+
+// Runs the real `idem` binary with its standard error on a terminal: the slave side of a
+// pseudo-terminal (posix_openpt), so that isatty(2) is true in it as on an operator's screen.
+// Returns {exit code, stdout (a pipe), what reached the terminal}.
+CliResult RunToolOnTerminal(const std::vector<std::string>& args) {
+  CliResult result;
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  EXPECT_GE(master, 0) << std::strerror(errno);
+  if (master < 0 || ::grantpt(master) != 0 || ::unlockpt(master) != 0) return result;
+  const std::string slave = ::ptsname(master);
+  std::vector<std::string> storage = {IDEM_TOOL_PATH};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  int out_pipe[2];
+  EXPECT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, slave.c_str(), O_RDWR | O_NOCTTY, 0);
+  pid_t pid = -1;
+  EXPECT_EQ(::posix_spawn(&pid, IDEM_TOOL_PATH, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out_pipe[1]);
+  // Both are read as they come: a terminal holds only a few kilobytes unread.
+  std::vector<pollfd> fds = {{out_pipe[0], POLLIN, 0}, {master, POLLIN, 0}};
+  std::string* sinks[] = {&result.out, &result.err};
+  while (fds[0].fd >= 0 || fds[1].fd >= 0) {
+    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) break;
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
+      if (n > 0) {
+        sinks[i]->append(buffer, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {  // EIO from the master: the slave is closed
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+      }
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
 
@@ -999,6 +1049,49 @@ TEST_F(CliTest, PurgeRemovesRecordsWhoseRetentionExpired) {
 
   result = RunCli({"dump", path(), "--format", "jsonl"});
   EXPECT_EQ(States(result.out), (std::map<std::string, std::string>{{"kept", "done"}}));
+}
+
+// On a terminal a long purge shows how far it is: the count, the total (the due entries of the
+// expiry index, counted first) and the percentage, a line per percent rewritten in place, the
+// line cleared at the end. Before: a running count, with no total. Off a terminal (cron's
+// output) nothing of it is written.
+TEST_F(CliTest, BinaryPurgeShowsATotalAndAPercentageOnATerminal) {
+  constexpr int kExpired = 3200;  // 100 batches of 32: one progress call each
+  // Written two hours ago with an hour's retention: expired for the binary's real clock.
+  clock_->Advance(-std::chrono::duration_cast<std::chrono::microseconds>(2h));
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < kExpired + 5; ++i) {
+      const std::string key = (i < kExpired ? "gone-" : "kept-") + std::to_string(i);
+      ASSERT_OK_AND_ASSIGN(
+          auto claim, (store->Begin(key, {.lease = 1min, .retention = i < kExpired ? 1h : 48h})));
+      ASSERT_OK(store->Complete(key, claim.token, "x"));
+    }
+  }
+  const CliResult dry = RunTool({"purge", path(), "--dry-run"});
+  EXPECT_EQ(dry.code, 0) << dry.err;
+  EXPECT_EQ(dry.out, "would purge 3200 records\n");
+  EXPECT_EQ(dry.err, "");  // not a terminal
+
+  const CliResult run = RunToolOnTerminal({"purge", path()});
+  EXPECT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(run.out, "purged 3200 records\n");
+  EXPECT_TRUE(run.err.starts_with("idem purge: removing expired records in ")) << run.err;
+  const std::string line = "\r\033[Kidem purge: removed ";
+  EXPECT_NE(run.err.find(line + "0 of 3200 expired records (0%) ..."), std::string::npos);
+  EXPECT_NE(run.err.find(line + "1600 of 3200 expired records (50%) ..."), std::string::npos);
+  EXPECT_NE(run.err.find(line + "3200 of 3200 expired records (100%) ..."), std::string::npos);
+  EXPECT_TRUE(run.err.ends_with("\r\033[K")) << run.err;
+  // One line per percent, in order.
+  std::vector<int> percents;
+  const std::regex percent(R"(\((\d+)%\))");
+  for (auto it = std::sregex_iterator(run.err.begin(), run.err.end(), percent);
+       it != std::sregex_iterator(); ++it) {
+    percents.push_back(std::stoi((*it)[1]));
+  }
+  ASSERT_EQ(percents.size(), 101u) << run.err;
+  for (int i = 0; i <= 100; ++i) EXPECT_EQ(percents[i], i);
 }
 
 TEST_F(CliTest, PurgeQuietPrintsNothing) {
