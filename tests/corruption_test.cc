@@ -117,6 +117,65 @@ TEST(Corruption, AStoreOfANewerFormatIsRefusedAtOpen) {
   EXPECT_EQ(opened.status().code(), Status::Code::kCorruption) << opened.status().ToString();
 }
 
+// The format file (db/IDEM-FORMAT) is read before RocksDB opens anything: a store whose file
+// names a newer version is refused by every kind of open with every file as it was (contents,
+// sizes, time stamps), the owner lock file included.
+TEST(Corruption, AStoreOfANewerFormatIsRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k"));
+  }
+  const std::string format_file = dir.StorePath() + "/db/IDEM-FORMAT";
+  {
+    std::ifstream in(format_file);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(text, "1\n");
+  }
+  { std::ofstream(format_file, std::ios::trunc) << "2\n"; }
+  const auto before = idem_test::TreeSnapshot(dir.StorePath());
+  for (const bool read_only : {false, true}) {
+    idem::Options options = TestOptions();
+    options.read_only = read_only;
+    auto opened = idem::Store::Open(dir.StorePath(), options);
+    ASSERT_FALSE(opened.ok());
+    EXPECT_EQ(opened.status().code(), Status::Code::kNewerVersion) << opened.status().ToString();
+    EXPECT_NE(opened.status().message().find("format version 2 (" + format_file +
+                                             "), written by a newer release"),
+              std::string::npos)
+        << opened.status().message();
+    EXPECT_EQ(idem_test::TreeSnapshot(dir.StorePath()), before) << "read_only " << read_only;
+  }
+  // A version that no release wrote, or text that is no version, is damage.
+  for (const char* text : {"0\n", "one\n", ""}) {
+    { std::ofstream(format_file, std::ios::trunc) << text; }
+    auto opened = idem::Store::Open(dir.StorePath(), TestOptions());
+    ASSERT_FALSE(opened.ok()) << text;
+    EXPECT_EQ(opened.status().code(), Status::Code::kCorruption) << opened.status().ToString();
+  }
+}
+
+// A store made before the format file existed opens as before; a read-write open writes the
+// file, a read-only one writes nothing.
+TEST(Corruption, AStoreWithoutAFormatFileGetsOneWhenOpenedForWriting) {
+  TempDir dir;
+  { IDEM_ASSERT_OPEN(store, dir.StorePath()); }
+  const std::string format_file = dir.StorePath() + "/db/IDEM-FORMAT";
+  ASSERT_TRUE(fs::remove(format_file));
+  {
+    idem::Options read_only = TestOptions();
+    read_only.read_only = true;
+    IDEM_ASSERT_OPEN(store, dir.StorePath(), read_only);
+  }
+  EXPECT_FALSE(fs::exists(format_file));
+  { IDEM_ASSERT_OPEN(store, dir.StorePath()); }
+  std::ifstream in(format_file);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), {}), "1\n");
+  EXPECT_EQ(fs::status(format_file).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_FALSE(fs::exists(format_file + ".tmp"));
+}
+
 TEST(Corruption, DamagedDatabaseFilesGiveAStatusNotACrash) {
   TempDir dir;
   {

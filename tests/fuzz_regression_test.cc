@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 #include <string_view>
 
 #include "fuzz_checks.h"
+#include "seeds.h"
 
 namespace {
 
@@ -37,6 +39,29 @@ int ReplayAll(const std::string& target, Check check) {
     }
   }
   return seeds;
+}
+
+// The seeds are those the current encoders write (seeds.h). Before: the frame seeds still
+// carried protocol version 3 under version 5, so every request seed was refused by the first
+// check and the fuzzer started from nothing there.
+TEST(FuzzRegression, TheSeedsAreThoseOfTheCurrentFormats) {
+  constexpr const char* kWriteAgain =
+      "write the seeds again: cmake --build build --target fuzz_make_seeds && "
+      "build/tests/fuzz_make_seeds fuzz/corpus";
+  const fs::path corpus = fs::path(IDEM_FUZZ_DIR) / "corpus";
+  std::set<fs::path> seeds;
+  for (const idem::fuzz::Seed& seed : idem::fuzz::MakeSeeds()) {
+    const fs::path file = corpus / seed.target / seed.name;
+    seeds.insert(file);
+    EXPECT_TRUE(fs::is_regular_file(file)) << file << " is missing: " << kWriteAgain;
+    EXPECT_TRUE(ReadFile(file) == seed.bytes)
+        << file << " is not what the current encoders write: " << kWriteAgain;
+  }
+  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(corpus)) {
+    if (!entry.is_regular_file()) continue;
+    EXPECT_EQ(seeds.count(entry.path()), 1u)
+        << entry.path() << " is no seed fuzz_make_seeds writes (seeds.h): remove it";
+  }
 }
 
 TEST(FuzzRegression, RecordDecoderInputs) {

@@ -211,7 +211,8 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
   app.footer(
       "Exit codes: 0 success, 1 not found (get, forget) or nothing listed (dump), 2 usage error,\n"
       "3 store error (missing, unreadable, corrupt or busy), 4 written by a newer idem,\n"
-      "5 stats: the store's owner could not be asked (stopped, overloaded or exclusive).\n"
+      "5 stats: the store's owner could not be asked (stopped, overloaded or exclusive),\n"
+      "or whether one runs could not be told (its lock file cannot be opened).\n"
       "Run 'idem COMMAND --help' for a command's flags. See 'man idem' and\n"
       "docs/operations.md.\n");
 

@@ -34,7 +34,8 @@ enum ExitCode : int {
       3,  // the store is missing, unreadable, corrupt or busy; the reason is on stderr
   kExitNewerVersion = 4,  // a newer release of idem wrote the store (or a record): upgrade idem
   // stats: a process owns the store but could not be asked for its counters (stopped, overloaded,
-  // exclusive); what could be read is printed, with a warning on stderr.
+  // exclusive), or whether one does cannot be told (its lock file cannot be opened); what could
+  // be read is printed, with a warning on stderr.
   kExitOwnerUnreachable = 5,
 };
 

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "commands.h"
 #include "text.h"
@@ -17,11 +19,14 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
   // A dry run only reads: it never writes nor takes the store from its owner.
   auto store = ctx.OpenStore(path, /*read_only=*/dry_run);
   if (!store.ok()) return ctx.StoreError(path, store.status());
-  // On a terminal, say what is going on, with the running count when this process does the
-  // purge itself (through another owner the count arrives at the end).
+  // On a terminal, say what is going on: the running count, and, when this process does the
+  // purge itself, of how many (the due entries of the expiry index, counted first) and the
+  // percentage. Through another owner only the count arrives, about once a second.
   const bool progress = !quiet && ctx.ErrIsTerminal();
   const char* verb = dry_run ? "counted" : "removed";
   auto last_shown = std::chrono::steady_clock::now();
+  std::optional<uint64_t> total;
+  int last_percent = -1;
   PurgeOptions options;
   options.dry_run = dry_run;
   options.compact = !dry_run;
@@ -29,11 +34,27 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
     fmt::print(ctx.err, "idem purge: {} expired records in {} ...",
                dry_run ? "counting" : "removing", DisplayEscape(path));
     ctx.err.flush();
+    options.progress_total = [&](uint64_t expected) {
+      total = expected;
+      options.progress(0);
+    };
     options.progress = [&](uint64_t so_far) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_shown < std::chrono::milliseconds(200)) return;
-      last_shown = now;
-      fmt::print(ctx.err, "\r\033[Kidem purge: {} {} expired records so far ...", verb, so_far);
+      if (total) {
+        // A line per percent: at most 101 lines whatever the size of the purge. A record
+        // rewritten since its index entry was written is not purged: the count may end short of
+        // the total, never above it (capped all the same).
+        const int percent =
+            *total == 0 ? 100 : static_cast<int>(std::min<uint64_t>(so_far, *total) * 100 / *total);
+        if (percent == last_percent) return;
+        last_percent = percent;
+        fmt::print(ctx.err, "\r\033[Kidem purge: {} {} of {} expired records ({}%) ...", verb,
+                   so_far, *total, percent);
+      } else {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_shown < std::chrono::milliseconds(200)) return;
+        last_shown = now;
+        fmt::print(ctx.err, "\r\033[Kidem purge: {} {} expired records so far ...", verb, so_far);
+      }
       ctx.err.flush();
     };
   }

@@ -11,6 +11,8 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "json_writer.h"
@@ -148,7 +150,7 @@ void WriteOwnerPrometheus(std::ostream& out, const std::string& path, const Stor
   sample("idem_owner_live", stats.owner.live ? 1 : 0);
   family("idem_owner_unreachable", "gauge",
          "1 when a process owns the store but could not be asked for its counters (stopped, "
-         "overloaded or exclusive).");
+         "overloaded or exclusive), or whether one does could not be told.");
   sample("idem_owner_unreachable", stats.owner_unreachable ? 1 : 0);
   // Counts exist only in a live owner: with none, no sample rather than a false zero.
   if (!stats.owner.live) return;
@@ -243,13 +245,21 @@ void WriteStatsJson(std::ostream& out, const std::string& path, const StoreStats
 }
 
 void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStats& stats) {
-  // A field (16 columns) and its value; an indented one (2 + 14) under a heading. The names are
-  // ASCII: fmt's width spec pads them. A type may be in any script: PadRight (text.h).
+  // A field (16 columns) and its value; an indented one (2 + 14, wider when a type needs it:
+  // its name, two spaces, its count) under a heading. A type may be in any script: the names
+  // are padded in display columns (PadRight, text.h).
+  std::vector<std::pair<std::string, uint64_t>> types;  // two may look alike once cut
+  std::size_t item_width = 14;
+  for (const auto& [type, count] : stats.by_type) {
+    std::string shown = type.empty() ? "(none)" : DisplayCell(type, 32);
+    item_width = std::max(item_width, DisplayWidth(shown) + 2);
+    types.emplace_back(std::move(shown), count);
+  }
   const auto field = [&out](std::string_view name, const auto& value) {
     fmt::print(out, "{:<16}{}\n", name, value);
   };
-  const auto item = [&out](std::string_view name, uint64_t count) {
-    fmt::print(out, "  {:<14}{}\n", name, count);
+  const auto item = [&out, item_width](std::string_view name, uint64_t count) {
+    fmt::print(out, "  {}{}\n", PadRight(std::string(name), item_width), count);
   };
   field("store", DisplayEscape(path));
   field("disk size", fmt::format("{} ({} bytes)", HumanBytes(stats.disk_bytes), stats.disk_bytes));
@@ -265,10 +275,7 @@ void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStat
   }
   fmt::print(out, "by type\n");
   if (stats.by_type.empty()) fmt::print(out, "  -\n");
-  for (const auto& [type, count] : stats.by_type) {
-    fmt::print(out, "  {}{}\n", PadRight(type.empty() ? "(none)" : DisplayCell(type, 32), 14),
-               count);
-  }
+  for (const auto& [shown, count] : types) item(shown, count);
   if (stats.owner.live) {
     field("counters",
           fmt::format("of the owner, pid {}, since {} ({} ago)",

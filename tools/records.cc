@@ -76,8 +76,8 @@ void RecordTable::Flush() {
   sample_.shrink_to_fit();
 }
 
-// Keys, types and results may be in any script: the cells are padded by code points (PadLeft,
-// PadRight), the measure the widths were taken with, not by fmt's width spec (text.h).
+// Keys, types and results may be in any script: the cells are padded in display columns
+// (PadLeft, PadRight), the measure the widths were taken with, not by fmt's width spec (text.h).
 void RecordTable::WriteRow(const Row& row) {
   std::string line;
   for (std::size_t c = 0; c < kCount; ++c) {

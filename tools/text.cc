@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ctime>
 
+#include "display_width.h"
 #include "util/hex.h"
 
 namespace idem::cli {
@@ -121,26 +122,34 @@ constexpr std::string_view kEllipsis = "\u2026";
 
 }  // namespace
 
-// The number of code points in valid UTF-8 text (how many columns it takes, for the scripts we
-// expect in keys and labels).
 std::size_t DisplayWidth(std::string_view s) {
-  return static_cast<std::size_t>(std::count_if(
-      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+  std::size_t columns = 0;
+  ForEachUtf8Piece(s, [&columns](const Utf8Piece& piece) {
+    columns += piece.valid ? static_cast<std::size_t>(CodePointWidth(piece.code_point)) : 1;
+  });
+  return columns;
 }
 
-// `text` (valid UTF-8) cut to `width` columns, ending with an ellipsis when cut.
 std::string CutToWidth(std::string text, std::size_t width, bool already_cut) {
   if (!already_cut && DisplayWidth(text) <= width) return text;
   if (width == 0) return "";
+  // Keeps whole characters filling at most width - 1 columns (the ellipsis takes the last one),
+  // with the zero-width marks that follow the last one kept: a wide character that would
+  // straddle the limit is dropped whole, and the cell is then a column short (padding fills it).
   std::size_t columns = 0;
   std::size_t end = 0;
-  while (end < text.size()) {
-    if ((static_cast<unsigned char>(text[end]) & 0xC0) != 0x80) {
-      if (columns == width - 1) break;
-      ++columns;
+  bool full = false;
+  ForEachUtf8Piece(text, [&](const Utf8Piece& piece) {
+    if (full) return;
+    const std::size_t wide =
+        piece.valid ? static_cast<std::size_t>(CodePointWidth(piece.code_point)) : 1;
+    if (columns + wide > width - 1) {
+      full = true;
+      return;
     }
-    ++end;
-  }
+    columns += wide;
+    end += piece.bytes.size();
+  });
   text.resize(end);
   text += kEllipsis;
   return text;
@@ -148,8 +157,9 @@ std::string CutToWidth(std::string text, std::size_t width, bool already_cut) {
 
 // DisplayEscape(s) cut to `width` columns, without escaping more of a long `s` than it shows.
 std::string DisplayCell(std::string_view s, std::size_t width) {
-  // An escape takes at most 4 columns per byte, a code point at least one byte: 4 * width bytes
-  // are always enough to fill `width` columns.
+  // An escape takes at most 4 columns per byte, a code point of one column or more at least one
+  // byte: 4 * width bytes fill `width` columns, unless zero-width marks take many of them; then
+  // the cell ends with an ellipsis all the same.
   const std::size_t budget = 4 * width + 4;
   const bool cut = s.size() > budget;
   std::string escaped = DisplayEscape(cut ? s.substr(0, budget) : s);

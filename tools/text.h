@@ -20,8 +20,9 @@ using TimePoint = std::chrono::system_clock::time_point;
 // A time never set (the epoch).
 inline bool IsUnset(TimePoint t) { return t.time_since_epoch().count() == 0; }
 
-// The number of code points in valid UTF-8 text (how many columns it takes, for the scripts we
-// expect in keys and labels).
+// The columns a terminal gives text: each code point counts CodePointWidth (display_width.h:
+// 2 for CJK and other wide characters, 0 for combining marks), each byte that is not UTF-8
+// counts 1 (the command shows it escaped). Every table of the command is sized by this measure.
 std::size_t DisplayWidth(std::string_view s);
 
 // `text` (valid UTF-8) cut to `width` columns, ending with an ellipsis when cut (or always,
@@ -33,9 +34,9 @@ std::string DisplayCell(std::string_view s, std::size_t width);
 
 // `text` padded with spaces to `width` columns as DisplayWidth counts them, after it or before
 // it. For cells that may hold text of any script (keys, types, results): fmt's width spec
-// (`{:<14}`) counts CJK and emoji as two columns each (fmt 9), while the columns are sized and
-// cut in code points (DisplayWidth, CutToWidth), and one measure must serve a whole table. Text
-// known to be ASCII (labels, numbers, times) is padded with fmt's spec.
+// (`{:<14}`) counts CJK and emoji as two columns, as DisplayWidth does, but a combining mark as
+// one (fmt 9), and one measure must serve a whole table. Text known to be ASCII (labels, numbers,
+// times) is padded with fmt's spec.
 std::string PadRight(std::string text, std::size_t width);
 std::string PadLeft(std::string text, std::size_t width);
 

@@ -48,13 +48,16 @@ IDEM_EXPORT std::shared_ptr<const Clock> SystemClock();
 struct Options {
   // How long a Begin's claim stays live when BeginOptions::lease is 0. A pending record whose
   // lease has passed may be taken over by the next Begin. Execute renews the lease while its
-  // function runs. Default: 10 s.
+  // function runs. Too short: a slow but live worker is taken over and its work runs twice; too
+  // long: a crashed worker's key waits that long. Default: 10 s. See docs/semantics.md,
+  // "Choosing the lease and the retention".
   std::chrono::milliseconds default_lease{std::chrono::seconds(10)};
 
   // How long a record is kept, counted from the Begin that acquired it, when
   // BeginOptions::retention is 0. Afterwards the record is absent for every read and is removed
   // by Purge or compaction; a retry after that runs the request again. Retention never ends
-  // before the claim's lease does. Default: 30 days.
+  // before the claim's lease does. Longer than any retry of the same key may come; longer
+  // keeps more records on disk. Default: 30 days.
   std::chrono::milliseconds default_retention{std::chrono::hours(24 * 30)};
 
   // See Durability. Default: kSync.

@@ -110,13 +110,21 @@ struct PurgeOptions {
   // on the calling thread, and last with the total. When another process owns the store and
   // purges on this one's behalf, about once a second.
   std::function<void(uint64_t)> progress;
+  // Called once, before the first call of `progress`, with how many records the purge expects
+  // to visit: the expiry index entries due when it starts. An estimate: a record rewritten or
+  // forgotten since its entry was written is counted but not purged, so the count may end below
+  // it. Costs one walk over those index entries (keys only). Called only when this process
+  // does the purge itself: not when another process owns the store and purges on this one's
+  // behalf, nor for a PostgreSQL store.
+  std::function<void(uint64_t)> progress_total;
 };
 
 class IDEM_EXPORT Store {
  public:
   // Opens (or creates, see Options::create_if_missing) the store in directory `path`.
   // Errors: kNotFound (missing and not created), kBusy (held by another process that excludes
-  // this one), kCorruption (unreadable or of a newer format), kInvalidArgument (not a
+  // this one), kNewerVersion (written by a newer release of idem; nothing in it is changed),
+  // kCorruption (unreadable, or of a format no release wrote), kInvalidArgument (not a
   // directory, or not an idem store: nothing in it is changed), kIOError (the directory
   // belongs to another user or others can write it, a symbolic link inside it, the process
   // serving its socket runs as another user, or the file system failed).

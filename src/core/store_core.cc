@@ -95,11 +95,19 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at)
     const std::optional<sharing::OwnerInfo> owner =
         sharing::OwnerLock::ReadOwner(directory_.string());
     const bool exclusive_owner = owner && owner->exclusive;
-    if (exclusive_owner || !sharing::OwnerLock::IsHeld(directory_.string())) {
+    // The files are read when no owner could answer: none holds the lock, or it serves nobody
+    // (exclusive), or its lock file cannot be looked at (another user's), which is no worse
+    // than an exclusive owner. Whoever asks for the owner's counters is told that it cannot
+    // tell (CheckNoOwnerUnasked).
+    const auto read_files = [&] {
+      const Result<bool> held = sharing::OwnerLock::IsHeld(directory_.string());
+      return exclusive_owner || !held.ok() || !*held;
+    };
+    if (read_files()) {
       Result<std::unique_ptr<storage::Storage>> storage = OpenStorage();
       // An owner that appeared while the files were opened may have changed them meanwhile:
       // ask it instead.
-      if (exclusive_owner || !sharing::OwnerLock::IsHeld(directory_.string())) {
+      if (read_files()) {
         if (!storage.ok()) return storage.status();
         return std::shared_ptr<Backend>(
             std::make_shared<LocalBackend>(std::move(storage).value(), options_, NewStallWatch()));
@@ -176,7 +184,9 @@ Result<std::shared_ptr<Backend>> StoreCore::BecomeOwner(
 
 Status StoreCore::CheckNoOwnerUnasked() const {
   const std::string directory = directory_.string();
-  if (!sharing::OwnerLock::IsHeld(directory)) return Status::OK();
+  // A lock file that cannot be looked at: kUnavailable, "cannot tell", never "no owner".
+  IDEM_ASSIGN_OR_RETURN(const bool held, sharing::OwnerLock::IsHeld(directory));
+  if (!held) return Status::OK();
   const std::optional<sharing::OwnerInfo> owner = sharing::OwnerLock::ReadOwner(directory);
   return Status::Unavailable(
       fmt::format("{} holds store {}{} and cannot be asked for its counters",

@@ -69,7 +69,8 @@ class StoreCore {
   const std::filesystem::path& directory() const { return directory_; }
   // For a handle that read no live owner's counters: OK when no process owns the store (nobody
   // counts), kUnavailable naming it when one does but cannot be asked (an exclusive owner, or
-  // one that started since this process opened the files): zeros would be a lie.
+  // one that started since this process opened the files), or when it cannot tell (the lock
+  // file cannot be opened): zeros would be a lie.
   Status CheckNoOwnerUnasked() const;
   // The first opener's options: those of them that are the store's in this process
   // (DifferencesFromTheFirstOpen in store.cc) apply to every handle.

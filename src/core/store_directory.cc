@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <rocksdb/file_system.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "sharing/owner_lock.h"
 #include "sharing/socket.h"
+#include "storage/format_file.h"
 #include "util/escape.h"
 
 namespace idem {
@@ -222,7 +224,13 @@ Result<bool> HasIdemDatabase(int fd, const fs::path& path) {
   if (contents.kind == RocksDbStorage::Contents::Kind::kOther) {
     return NotAnIdemStore(path, fmt::format("{} holds {}", Shown(database), contents.detail));
   }
-  return contents.kind == RocksDbStorage::Contents::Kind::kIdem;
+  if (contents.kind != RocksDbStorage::Contents::Kind::kIdem) return false;
+  // A newer release's store is refused here, before the owner lock file is written; opening the
+  // database checks again (a store may change hands meanwhile).
+  IDEM_RETURN_IF_ERROR(storage::CheckFormatFile(*rocksdb::FileSystem::Default(), database.string(),
+                                                RocksDbStorage::kStoreFormatVersion)
+                           .status());
+  return true;
 }
 
 // Refuses the store directory `path`, which holds no database, when it holds anything idem did

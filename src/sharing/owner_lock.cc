@@ -104,13 +104,22 @@ OwnerLock::~OwnerLock() {
   if (HeldLocks().erase(fd_.get()) == 0) static_cast<void>(fd_.release());
 }
 
-bool OwnerLock::IsHeld(const std::string& directory) {
-  FileDescriptor fd(
-      ::open(LockPath(directory).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-  if (fd.get() < 0) return false;  // no lock file: nobody ever owned the store
+Result<bool> OwnerLock::IsHeld(const std::string& directory) {
+  const std::string path = LockPath(directory);
+  const auto cannot_tell = [&](std::string_view what, int error) {
+    return Status::Unavailable(
+        fmt::format("cannot tell whether a process owns store {}: cannot {} its lock file {}: {}",
+                    EscapeControls(directory), what, EscapeControls(path), std::strerror(error)));
+  };
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return false;  // no lock file: nobody ever owned the store
+    return cannot_tell("open", errno);
+  }
   while (::flock(fd.get(), LOCK_SH | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
-    return errno == EWOULDBLOCK;
+    if (errno == EWOULDBLOCK) return true;
+    return cannot_tell("lock", errno);
   }
   ::flock(fd.get(), LOCK_UN);
   return false;

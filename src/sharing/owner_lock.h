@@ -41,8 +41,11 @@ class OwnerLock {
                                                        Sharing sharing);
 
   // True when some process holds the lock of `directory` now (it may be starting up, not yet
-  // serving). Takes a shared lock for an instant to find out; creates nothing.
-  static bool IsHeld(const std::string& directory);
+  // serving); false when none does, or there is no lock file (nobody ever owned the store).
+  // Takes a shared lock for an instant to find out; creates nothing. kUnavailable when it cannot
+  // tell: the lock file exists but cannot be opened (another user's, say) or locked. Never
+  // "nobody" for a lock it could not look at.
+  static Result<bool> IsHeld(const std::string& directory);
 
   // What the current owner of `directory` wrote, if anything is readable.
   static std::optional<OwnerInfo> ReadOwner(const std::string& directory);

@@ -229,6 +229,7 @@ Result<uint64_t> RocksDbStorage::Purge(const PurgeOptions& options) {
   const int64_t now_micros = ToMicros(now);
   if (options.dry_run) {
     DueIndexEntries due(*db_, by_expiry_, now_micros);
+    IDEM_RETURN_IF_ERROR(ReportPurgeTotal(due.iterator(), options));
     return CountDue(due.iterator(), options.progress);
   }
   IDEM_RETURN_IF_ERROR(AdvanceFilterHorizon(now));
@@ -236,11 +237,12 @@ Result<uint64_t> RocksDbStorage::Purge(const PurgeOptions& options) {
   // without reading them. Entries at or before it may have lost their record to a compaction
   // filter, and the key may hold a newer record since: those are checked first.
   const int64_t verify_up_to = filter_horizon_->load();
-  Result<PurgePass> deleted = [&] {
+  Result<PurgePass> deleted = [&]() -> Result<PurgePass> {
     // The snapshot goes before the compaction below: as long as it lives, compaction must keep
     // every record it sees, deleted or not (measured: a purge of half the records gave back
     // nothing).
     DueIndexEntries due(*db_, by_expiry_, now_micros);
+    IDEM_RETURN_IF_ERROR(ReportPurgeTotal(due.iterator(), options));
     return DeleteDueEntries(due.iterator(), now_micros, verify_up_to, due.seen_at(),
                             options.progress);
   }();
@@ -264,6 +266,16 @@ Status RocksDbStorage::CompactPurged(const PurgePass& pass) {
   return FromRocksDb(
       db_->CompactRange(rocksdb::CompactRangeOptions(), by_expiry_, nullptr, &index_end),
       "compacting the purged expiry index");
+}
+
+Status RocksDbStorage::ReportPurgeTotal(rocksdb::Iterator& it, const PurgeOptions& options) {
+  if (!options.progress_total) return Status::OK();
+  // The same snapshot as the pass that follows: exactly the entries it will visit.
+  uint64_t entries = 0;
+  for (it.SeekToFirst(); it.Valid(); it.Next()) ++entries;
+  IDEM_RETURN_IF_ERROR(FromRocksDb(it.status(), "counting the expiry index"));
+  options.progress_total(entries);
+  return Status::OK();
 }
 
 Result<uint64_t> RocksDbStorage::CountDue(rocksdb::Iterator& it,

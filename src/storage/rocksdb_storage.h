@@ -176,6 +176,8 @@ class RocksDbStorage final : public Storage {
   // `seen_at`: the sequence number of the snapshot the entries were read from.
   Result<uint64_t> DeleteDue(const std::vector<std::pair<int64_t, std::string>>& entries,
                              int64_t now_micros, int64_t verify_up_to, uint64_t seen_at);
+  // Calls options.progress_total, when set, with the number of index entries `it` visits.
+  Status ReportPurgeTotal(rocksdb::Iterator& it, const PurgeOptions& options);
   // A dry-run purge: how many of the due entries `it` walks still name their record.
   Result<uint64_t> CountDue(rocksdb::Iterator& it, const std::function<void(uint64_t)>& progress);
   // What a purge's pass over the due entries did, and the key range it covered.

@@ -22,6 +22,7 @@
 #include "storage/engine_options.h"
 #include "storage/expired_record_filter.h"
 #include "storage/file_names.h"
+#include "storage/format_file.h"
 #include "storage/info_log.h"
 #include "storage/layout.h"
 #include "storage/log_failure_watch.h"
@@ -195,6 +196,9 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   const std::shared_ptr<rocksdb::FileSystem> file_system =
       config.env ? config.env->GetFileSystem()
                  : NewPrivateFileSystem(rocksdb::FileSystem::Default());
+  // A newer release's store is refused before anything below writes to it (format_file.h).
+  IDEM_ASSIGN_OR_RETURN(const bool has_format_file,
+                        CheckFormatFile(*file_system, path_, kStoreFormatVersion));
   IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> cut_logs,
                         PrepareFilesForOpen(*file_system, config.read_only));
   // A read-only instance deletes nothing: it needs no mark, and writes no log file.
@@ -216,6 +220,11 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
       config.read_only, *info_log));
   IDEM_RETURN_IF_ERROR(CheckFormatVersion(config.read_only));
   if (config.read_only) return Status::OK();
+  // A new store, or one made before the format file existed: its version is the meta's, now
+  // checked.
+  if (!has_format_file) {
+    IDEM_RETURN_IF_ERROR(WriteFormatFile(*file_system, path_, kStoreFormatVersion));
+  }
   IDEM_RETURN_IF_ERROR(ReserveTokens());
   return LoadFilterHorizon(config.clock->Now());
 }
