@@ -139,7 +139,8 @@ TEST_P(Store, RetentionExpiryHidesTheRecord) {
 }
 
 // Progress comes as a purge goes (a report per batch: 32 records on RocksDB, 1000 on
-// PostgreSQL), and its last report is the total; a dry run may count in one go.
+// PostgreSQL), after the total expected, and its last report is the count; a dry run may count
+// in one go.
 TEST_P(Store, PurgeReportsProgressAsItGoes) {
   idem::Options buffered = TestOptions();
   buffered.durability = idem::Durability::kBuffered;
@@ -154,10 +155,16 @@ TEST_P(Store, PurgeReportsProgressAsItGoes) {
   s.clock->Advance(2h);
   for (bool dry_run : {true, false}) {
     std::vector<uint64_t> reports;
+    std::vector<uint64_t> totals;
     idem::PurgeOptions options{.dry_run = dry_run};
+    options.progress_total = [&](uint64_t total) {
+      EXPECT_TRUE(reports.empty()) << "the total came after progress";
+      totals.push_back(total);
+    };
     options.progress = [&](uint64_t so_far) { reports.push_back(so_far); };
     ASSERT_OK_AND_ASSIGN(auto count, s.store->Purge(options));
     EXPECT_EQ(count, static_cast<uint64_t>(kExpiring));
+    EXPECT_EQ(totals, std::vector<uint64_t>{count}) << "dry run " << dry_run;
     ASSERT_GE(reports.size(), dry_run ? 1u : 2u) << "dry run " << dry_run;
     EXPECT_TRUE(std::is_sorted(reports.begin(), reports.end()));
     EXPECT_EQ(reports.back(), count);

@@ -42,7 +42,7 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
       if (total) {
         // A line per percent: at most 101 lines whatever the size of the purge. A record
         // rewritten since its index entry was written is not purged: the count may end short of
-        // the total, never above it (capped all the same).
+        // the total; in PostgreSQL rows expiring meanwhile are purged too: above it (capped).
         const int percent =
             *total == 0 ? 100 : static_cast<int>(std::min<uint64_t>(so_far, *total) * 100 / *total);
         if (percent == last_percent) return;

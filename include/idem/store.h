@@ -113,9 +113,9 @@ struct PurgeOptions {
   // Called once, before the first call of `progress`, with how many records the purge expects
   // to visit: the expiry index entries due when it starts. An estimate: a record rewritten or
   // forgotten since its entry was written is counted but not purged, so the count may end below
-  // it. Costs one walk over those index entries (keys only). Called only when this process
-  // does the purge itself: not when another process owns the store and purges on this one's
-  // behalf, nor for a PostgreSQL store.
+  // it (and, in PostgreSQL, rows expiring while the purge runs are purged too: above it). Costs
+  // one walk over those index entries (keys only). Called only when this process does the purge
+  // itself: not when another process owns the store and purges on this one's behalf.
   std::function<void(uint64_t)> progress_total;
 };
 

@@ -247,18 +247,29 @@ Status PgStorage::Scan(const ScanOptions& options,
   }
 }
 
+Result<uint64_t> PgStorage::CountExpired() {
+  PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
+  transaction.statements.push_back(
+      {fmt::format("SELECT count(*) FROM {} WHERE expires <= {}", names_.records, kNow),
+       {NowParam()}});
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+  IDEM_ASSIGN_OR_RETURN(int64_t due, rows[0].Int(0, 0));
+  return static_cast<uint64_t>(due);
+}
+
 Result<uint64_t> PgStorage::Purge(const PurgeOptions& options) {
   if (options.dry_run) {
-    PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
-    transaction.statements.push_back(
-        {fmt::format("SELECT count(*) FROM {} WHERE expires <= {}", names_.records, kNow),
-         {NowParam()}});
-    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-    IDEM_ASSIGN_OR_RETURN(int64_t due, rows[0].Int(0, 0));
-    if (options.progress) options.progress(static_cast<uint64_t>(due));
-    return static_cast<uint64_t>(due);
+    IDEM_ASSIGN_OR_RETURN(const uint64_t due, CountExpired());
+    if (options.progress_total) options.progress_total(due);
+    if (options.progress) options.progress(due);
+    return due;
   }
   if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  if (options.progress_total) {
+    // Rows expiring meanwhile are purged too: the count may end above the total.
+    IDEM_ASSIGN_OR_RETURN(const uint64_t due, CountExpired());
+    options.progress_total(due);
+  }
   // The batched DELETE of PostgreSQL's documentation: rows locked by a writer are left for the
   // next purge, and no lock is held past a batch.
   const std::string sql = fmt::format(

@@ -79,6 +79,8 @@ class PgStorage final : public Storage {
 
   // The parameter that moves the server's time in tests (microseconds; 0 outside them).
   PgParam NowParam() const;
+  // The rows expired now (through the index on expires).
+  Result<uint64_t> CountExpired();
   // The row under `key` with its version, and the server's time (read-only when asked).
   struct VersionedRead {
     ReadResult read;
