@@ -1660,6 +1660,91 @@ TEST_F(CliTest, BinaryDumpsALargeStoreInBoundedMemory) {
   }
 }
 
+// The command on a store in PostgreSQL (PATH a connection URI, --table its table): the same
+// commands and output as on a directory; the store named without its password everywhere; no
+// disk size and no owner counters in stats (the server has the one, no process owns the store).
+TEST(CliOnPostgres, EveryCommandWorksOnAUriAndNeverShowsThePassword) {
+  if (auto why = idem_test::PostgresUnavailable()) GTEST_SKIP() << *why;
+  TempDir dir;
+  auto clock = std::make_shared<idem_test::ManualClock>();
+  idem::Options options = idem_test::TestOptions(clock);
+  const std::string uri =
+      idem_test::NewStoreLocation(idem_test::Backend::kPostgres, dir.StorePath(), &options);
+  const std::string table = options.table;
+  // postgresql://idem:PASSWORD@host:port/...
+  const std::size_t colon = uri.find(':', std::string_view("postgresql://").size());
+  const std::string password = uri.substr(colon + 1, uri.find('@') - colon - 1);
+  ASSERT_GE(password.size(), 8u) << uri;
+  {
+    auto store = idem_test::OpenStore(uri, options);
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK_AND_ASSIGN(auto paid, store->Begin("order-1", {.type = "pay"}));
+    ASSERT_OK(store->Complete("order-1", paid.token, "receipt"));
+    ASSERT_OK_AND_ASSIGN(auto refund, store->Begin("order-2", {.type = "refund", .retention = 1h}));
+  }
+  std::string everything;  // all the command printed
+  const auto run = [&](std::vector<std::string> args) {
+    CliResult result = RunCliOn(args, clock);
+    everything += result.out + result.err;
+    return result;
+  };
+
+  CliResult dump = run({"dump", uri, "--table", table, "--format", "jsonl"});
+  EXPECT_EQ(dump.code, 0) << dump.err;
+  EXPECT_EQ(std::count(dump.out.begin(), dump.out.end(), '\n'), 2) << dump.out;
+  EXPECT_NE(dump.out.find("\"key\":\"order-1\""), std::string::npos) << dump.out;
+  CliResult get = run({"get", uri, "order-1", "--table", table, "--format", "jsonl"});
+  EXPECT_EQ(get.code, 0) << get.err;
+  EXPECT_NE(get.out.find("\"result\":\"receipt\""), std::string::npos) << get.out;
+
+  CliResult stats = run({"stats", uri, "--table", table, "--format", "jsonl"});
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  const Json json = Json::parse(stats.out);
+  EXPECT_EQ(json["records"], 2);
+  EXPECT_TRUE(json["disk_bytes"].is_null()) << stats.out;
+  EXPECT_EQ(json["owner_live"], false);
+  EXPECT_TRUE(json["counters"].is_null()) << stats.out;
+  const std::string name = json["store"];
+  EXPECT_EQ(name.rfind("postgresql://idem@127.0.0.1:", 0), 0u) << name;
+  EXPECT_NE(name.find("(table " + table + ")"), std::string::npos) << name;
+  CliResult stats_table = run({"stats", uri, "--table", table, "--format", "table"});
+  EXPECT_EQ(stats_table.code, 0) << stats_table.err;
+  EXPECT_NE(stats_table.out.find("a store in PostgreSQL has no owner"), std::string::npos)
+      << stats_table.out;
+  CliResult prometheus = run({"stats", uri, "--table", table, "--format", "prometheus"});
+  EXPECT_EQ(prometheus.code, 0) << prometheus.err;
+  EXPECT_EQ(prometheus.out.find("idem_disk_bytes"), std::string::npos) << prometheus.out;
+  EXPECT_NE(prometheus.out.find("idem_records{store=\"postgresql://idem@"), std::string::npos)
+      << prometheus.out;
+
+  CliResult forget = run({"forget", uri, "order-1", "--table", table});
+  EXPECT_EQ(forget.code, 0) << forget.err;
+  EXPECT_EQ(run({"get", uri, "order-1", "--table", table}).code, 1);
+  clock->Advance(2h);
+  CliResult dry = run({"purge", uri, "--table", table, "--dry-run"});
+  EXPECT_EQ(dry.code, 0) << dry.err;
+  EXPECT_EQ(dry.out, "would purge 1 records\n");
+  CliResult purge = run({"purge", uri, "--table", table});
+  EXPECT_EQ(purge.code, 0) << purge.err;
+  EXPECT_EQ(purge.out, "purged 1 records\n");
+  EXPECT_EQ(run({"dump", uri, "--table", table}).code, 1);
+
+  // A table that is not there: an error naming the store and the table.
+  CliResult missing = run({"dump", uri, "--table", "nosuch"});
+  EXPECT_EQ(missing.code, 3);
+  EXPECT_NE(missing.err.find("(table nosuch)"), std::string::npos) << missing.err;
+  EXPECT_EQ(everything.find(password), std::string::npos) << everything;
+}
+
+TEST_F(CliTest, TableIsForAPostgresStoreOnly) {
+  Populate();
+  CliResult result = RunCli({"dump", path(), "--table", "orders"});
+  EXPECT_EQ(result.code, 2);
+  EXPECT_NE(result.err.find("--table applies to a postgresql:// store"), std::string::npos)
+      << result.err;
+  EXPECT_EQ(result.out, "");
+}
+
 // The other process of the "held" test: opens the store for writing, adds a record, says
 // "ready", and holds the store until stdin closes.
 int HoldStore(const std::string& path, idem::Sharing sharing, std::chrono::microseconds ahead) {

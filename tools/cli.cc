@@ -20,6 +20,7 @@
 
 #include "commands.h"
 #include "text.h"
+#include "util/pg_uri.h"
 
 #ifndef IDEM_VERSION
 #define IDEM_VERSION "0.1.0"
@@ -60,8 +61,17 @@ constexpr const char* kFormatHelp =
 constexpr const char* kKeyHelp = "Key bytes as given (use -- before a key starting with -)";
 constexpr const char* kHexKeyHelp = "KEY is written in hex (for binary keys)";
 
+// PATH and --table, which every command has.
+void AddStore(CLI::App* command, std::string& path, std::string& table) {
+  command->add_option("PATH", path, "Store directory, or a postgresql:// connection URI")
+      ->required();
+  command->add_option("--table", table,
+                      "The store's table, for a postgresql:// PATH (default idem_records)");
+}
+
 // The arguments of every subcommand; Parse fills the one given.
 struct Arguments {
+  std::string table;  // --table
   DumpArgs dump;
   CLI::Option* dump_type = nullptr;  // --type given, even as empty
   GetArgs get;
@@ -75,7 +85,7 @@ CLI::App* AddDump(CLI::App& app, Arguments& args) {
   CLI::App* command = app.add_subcommand(
       "dump",
       "List records in key order. Never writes; reads the store as of the moment it opens.");
-  command->add_option("PATH", dump.path, "Store directory")->required();
+  AddStore(command, dump.path, args.table);
   command
       ->add_option("--state", dump.state,
                    "Only records in this state (pending: lease live; timeout: lease passed)")
@@ -89,10 +99,11 @@ CLI::App* AddDump(CLI::App& app, Arguments& args) {
   return command;
 }
 
-CLI::App* AddGet(CLI::App& app, GetArgs& get) {
+CLI::App* AddGet(CLI::App& app, Arguments& args) {
+  GetArgs& get = args.get;
   CLI::App* command =
       app.add_subcommand("get", "Show one record; exit 1 when there is none. Never writes.");
-  command->add_option("PATH", get.path, "Store directory")->required();
+  AddStore(command, get.path, args.table);
   command->add_option("KEY", get.key, kKeyHelp)->required();
   command->add_flag("--hex-key", get.hex_key, kHexKeyHelp);
   command->add_option("--format", get.format, kFormatHelp)
@@ -100,10 +111,11 @@ CLI::App* AddGet(CLI::App& app, GetArgs& get) {
   return command;
 }
 
-CLI::App* AddStats(CLI::App& app, StatsArgs& stats) {
+CLI::App* AddStats(CLI::App& app, Arguments& args) {
+  StatsArgs& stats = args.stats;
   CLI::App* command = app.add_subcommand(
       "stats", "Count records by state and type; disk size; counters. Never writes.");
-  command->add_option("PATH", stats.path, "Store directory")->required();
+  AddStore(command, stats.path, args.table);
   command
       ->add_option("--format", stats.format,
                    "table, jsonl (one JSON object) or prometheus (text exposition format, for "
@@ -117,12 +129,13 @@ CLI::App* AddStats(CLI::App& app, StatsArgs& stats) {
   return command;
 }
 
-CLI::App* AddPurge(CLI::App& app, PurgeArgs& purge) {
+CLI::App* AddPurge(CLI::App& app, Arguments& args) {
+  PurgeArgs& purge = args.purge;
   CLI::App* command = app.add_subcommand(
       "purge",
       "Remove records whose retention has expired, then compact what was removed. Last line: "
       "'purged N records' ('would purge N records' with --dry-run).");
-  command->add_option("PATH", purge.path, "Store directory")->required();
+  AddStore(command, purge.path, args.table);
   command->add_flag("--dry-run", purge.dry_run, "Count what would be removed; remove nothing");
   command->add_flag("--quiet", purge.quiet,
                     "Print nothing on success (errors still go to "
@@ -130,12 +143,13 @@ CLI::App* AddPurge(CLI::App& app, PurgeArgs& purge) {
   return command;
 }
 
-CLI::App* AddForget(CLI::App& app, ForgetArgs& forget) {
+CLI::App* AddForget(CLI::App& app, Arguments& args) {
+  ForgetArgs& forget = args.forget;
   CLI::App* command = app.add_subcommand(
       "forget",
       "Remove one record whatever its state (after reconciling a stuck request by hand); exit 1 "
       "when there is none.");
-  command->add_option("PATH", forget.path, "Store directory")->required();
+  AddStore(command, forget.path, args.table);
   command->add_option("KEY", forget.key, kKeyHelp)->required();
   command->add_flag("--hex-key", forget.hex_key, kHexKeyHelp);
   return command;
@@ -183,15 +197,31 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
 int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::ostream& err,
              const std::shared_ptr<const Clock>& clock) {
   const auto& [dump, get, stats, purge, forget] = commands;
+  const auto context = [&](std::string command) {
+    return Context{std::move(command), out, err, clock, args.table};
+  };
+  // --table names a table of a PostgreSQL store: with a directory it would be ignored.
+  const std::array<std::pair<CLI::App*, const std::string*>, 5> paths = {
+      {{dump, &args.dump.path},
+       {get, &args.get.path},
+       {stats, &args.stats.path},
+       {purge, &args.purge.path},
+       {forget, &args.forget.path}}};
+  for (const auto& [command, path] : paths) {
+    if (command->parsed() && !args.table.empty() && !util::IsPostgresUri(*path)) {
+      return context(command->get_name())
+          .Usage("--table applies to a postgresql:// store; PATH is a directory");
+    }
+  }
   try {
     if (dump->parsed()) {
       args.dump.has_type = args.dump_type->count() > 0;
-      return Dump(Context{"dump", out, err, clock}, args.dump);
+      return Dump(context("dump"), args.dump);
     }
-    if (get->parsed()) return Get(Context{"get", out, err, clock}, args.get);
-    if (stats->parsed()) return Stats(Context{"stats", out, err, clock}, args.stats);
-    if (purge->parsed()) return Purge(Context{"purge", out, err, clock}, args.purge);
-    if (forget->parsed()) return Forget(Context{"forget", out, err, clock}, args.forget);
+    if (get->parsed()) return Get(context("get"), args.get);
+    if (stats->parsed()) return Stats(context("stats"), args.stats);
+    if (purge->parsed()) return Purge(context("purge"), args.purge);
+    if (forget->parsed()) return Forget(context("forget"), args.forget);
   } catch (const std::exception& e) {  // std::bad_alloc, a filesystem error, ...
     fmt::print(err, "idem: {}\n", OneLine(e.what()));
     err.flush();
@@ -217,8 +247,8 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
       "docs/operations.md.\n");
 
   Arguments args;
-  const Commands commands = {AddDump(app, args), AddGet(app, args.get), AddStats(app, args.stats),
-                             AddPurge(app, args.purge), AddForget(app, args.forget)};
+  const Commands commands = {AddDump(app, args), AddGet(app, args), AddStats(app, args),
+                             AddPurge(app, args), AddForget(app, args)};
   for (CLI::App* command : commands) {
     command->footer("Exit codes and examples: 'man idem' (docs/idem.1) and docs/operations.md.");
   }

@@ -32,7 +32,7 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
   options.compact = !dry_run;
   if (progress) {
     fmt::print(ctx.err, "idem purge: {} expired records in {} ...",
-               dry_run ? "counting" : "removing", DisplayEscape(path));
+               dry_run ? "counting" : "removing", DisplayEscape(ctx.StoreName(path)));
     ctx.err.flush();
     options.progress_total = [&](uint64_t expected) {
       total = expected;

@@ -18,6 +18,7 @@
 #include "json_writer.h"
 #include "text.h"
 #include "util/escape.h"
+#include "util/pg_uri.h"
 
 namespace idem::cli {
 namespace {
@@ -29,7 +30,11 @@ struct StoreStats {
   std::map<std::string_view, uint64_t> by_state;
   std::map<std::string, uint64_t> by_type;
   std::optional<Record> oldest_pending;  // key and created only
-  uint64_t disk_bytes = 0;
+  // Bytes of the files under the store directory; none for a store in PostgreSQL (the server
+  // knows: pg_total_relation_size).
+  std::optional<uint64_t> disk_bytes;
+  // A store in PostgreSQL: no owner, each process counts its own calls.
+  bool in_postgres = false;
   // The owner's counters and who it is; live false: no owner answered (counters are zeros).
   OwnerCounters owner;
   // An owner holds the store but could not be asked (why, on stderr): its counters are unknown.
@@ -101,10 +106,10 @@ std::string SecondsSinceEpoch(std::chrono::system_clock::time_point t) {
   return fmt::format("{}.{:06}", micros / 1000000, micros % 1000000);
 }
 
-void WriteOwnerPrometheus(std::ostream& out, const std::string& path, const StoreStats& stats);
+void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const StoreStats& stats);
 
-void WriteStatsPrometheus(std::ostream& out, const std::string& path, const StoreStats& stats) {
-  const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(path));
+void WriteStatsPrometheus(std::ostream& out, const std::string& name, const StoreStats& stats) {
+  const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(name));
   const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
     fmt::print(out, "# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
   };
@@ -131,14 +136,16 @@ void WriteStatsPrometheus(std::ostream& out, const std::string& path, const Stor
     sample("idem_oldest_pending_created_timestamp_seconds", "",
            SecondsSinceEpoch(stats.oldest_pending->created));
   }
-  family("idem_disk_bytes", "gauge", "Bytes of all files under the store directory.");
-  sample("idem_disk_bytes", "", stats.disk_bytes);
-  WriteOwnerPrometheus(out, path, stats);
+  if (stats.disk_bytes) {
+    family("idem_disk_bytes", "gauge", "Bytes of all files under the store directory.");
+    sample("idem_disk_bytes", "", *stats.disk_bytes);
+  }
+  WriteOwnerPrometheus(out, name, stats);
 }
 
 // The owner's gauges and, when it answered, its counters.
-void WriteOwnerPrometheus(std::ostream& out, const std::string& path, const StoreStats& stats) {
-  const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(path));
+void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const StoreStats& stats) {
+  const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(name));
   const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
     fmt::print(out, "# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
   };
@@ -172,12 +179,12 @@ void WriteOwnerPrometheus(std::ostream& out, const std::string& path, const Stor
   }
 }
 
-void WriteStatsJson(std::ostream& out, const std::string& path, const StoreStats& stats) {
+void WriteStatsJson(std::ostream& out, const std::string& name, const StoreStats& stats) {
   std::string text;
   JsonWriter json(text);
   json.BeginObject();
   json.Key("store");
-  json.String(path);
+  json.String(name);
   json.Key("records");
   json.Number(stats.records);
   json.Key("by_state");
@@ -208,7 +215,11 @@ void WriteStatsJson(std::ostream& out, const std::string& path, const StoreStats
     json.Null();
   }
   json.Key("disk_bytes");
-  json.Number(stats.disk_bytes);
+  if (stats.disk_bytes) {
+    json.Number(*stats.disk_bytes);
+  } else {
+    json.Null();
+  }
   json.Key("owner_live");
   json.Bool(stats.owner.live);
   json.Key("owner_unreachable");
@@ -244,7 +255,7 @@ void WriteStatsJson(std::ostream& out, const std::string& path, const StoreStats
   fmt::print(out, "{}\n", text);
 }
 
-void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStats& stats) {
+void WriteStatsTable(std::ostream& out, const std::string& name, const StoreStats& stats) {
   // A field (16 columns) and its value; an indented one (2 + 14, wider when a type needs it:
   // its name, two spaces, its count) under a heading. A type may be in any script: the names
   // are padded in display columns (PadRight, text.h).
@@ -261,8 +272,13 @@ void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStat
   const auto item = [&out, item_width](std::string_view name, uint64_t count) {
     fmt::print(out, "  {}{}\n", PadRight(std::string(name), item_width), count);
   };
-  field("store", DisplayEscape(path));
-  field("disk size", fmt::format("{} ({} bytes)", HumanBytes(stats.disk_bytes), stats.disk_bytes));
+  field("store", DisplayEscape(name));
+  if (stats.disk_bytes) {
+    field("disk size",
+          fmt::format("{} ({} bytes)", HumanBytes(*stats.disk_bytes), *stats.disk_bytes));
+  } else {
+    field("disk size", "- (a table in PostgreSQL: pg_total_relation_size on the server)");
+  }
   field("records", stats.records);
   for (std::string_view state : kDisplayStates) item(state, stats.CountInState(state));
   if (stats.oldest_pending) {
@@ -286,6 +302,8 @@ void WriteStatsTable(std::ostream& out, const std::string& path, const StoreStat
     }
   } else if (stats.owner_unreachable) {
     field("counters", "unknown: the owner could not be asked (see the warning)");
+  } else if (stats.in_postgres) {
+    field("counters", "none: a store in PostgreSQL has no owner (each process counts its own)");
   } else {
     field("counters", "none: no process owns the store (the owner counts while it runs)");
   }
@@ -297,10 +315,10 @@ bool OwnerNotAsked(const Status& status) {
   return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
 }
 
-void WarnOwnerNotAsked(const Context& ctx, const std::string& path, std::string_view missing,
+void WarnOwnerNotAsked(const Context& ctx, const std::string& name, std::string_view missing,
                        const Status& status) {
   fmt::print(ctx.err, "idem stats: warning: {} of store {} are missing: {} (exit code {})\n",
-             missing, DisplayEscape(path), EscapeControls(status.ToString()),
+             missing, DisplayEscape(name), EscapeControls(status.ToString()),
              static_cast<int>(kExitOwnerUnreachable));
   ctx.err.flush();
 }
@@ -309,11 +327,13 @@ void WarnOwnerNotAsked(const Context& ctx, const std::string& path, std::string_
 
 int Stats(const Context& ctx, const StatsArgs& args) {
   const std::string& path = args.path;
+  const std::string name = ctx.StoreName(path);  // for the output: no secret of a URI
   // With --output the destination is a file, never the terminal: jsonl unless told.
   const std::string format = args.output.empty()   ? ResolveFormat(ctx, args.format)
                              : args.format.empty() ? "jsonl"
                                                    : args.format;
   StoreStats stats;
+  stats.in_postgres = util::IsPostgresUri(path);
   Status read = Status::OK();
   auto store = ctx.OpenStore(path, /*read_only=*/true);
   if (store.ok()) {
@@ -337,11 +357,11 @@ int Stats(const Context& ctx, const StatsArgs& args) {
     if (!OwnerNotAsked(read)) return ctx.StoreError(path, read);
     // Only the owner could give the records: nothing to count. For the textfile collector the
     // owner's gauges still say so, so that an alert fires rather than the metrics going stale.
-    WarnOwnerNotAsked(ctx, path, "the records and the counters", read);
+    WarnOwnerNotAsked(ctx, name, "the records and the counters", read);
     if (format != "prometheus") return kExitOwnerUnreachable;
     stats.owner_unreachable = true;
     std::ostringstream text;
-    WriteOwnerPrometheus(args.output.empty() ? ctx.out : text, path, stats);
+    WriteOwnerPrometheus(args.output.empty() ? ctx.out : text, name, stats);
     if (!args.output.empty()) {
       const int written = ctx.WriteFileAtomically(args.output, text.str());
       if (written != kExitOk) return written;
@@ -349,28 +369,31 @@ int Stats(const Context& ctx, const StatsArgs& args) {
     ctx.out.flush();
     return kExitOwnerUnreachable;
   }
-  Result<OwnerCounters> owner = (*store)->GetOwnerCounters();
-  if (owner.ok()) {
-    stats.owner = *owner;
-  } else if (OwnerNotAsked(owner.status())) {
-    // The records are read; the counters are not: print what is known, and say so.
-    stats.owner_unreachable = true;
-    WarnOwnerNotAsked(ctx, path, "the counters", owner.status());
-  } else {
-    return ctx.StoreError(path, owner.status());
+  // In PostgreSQL no process owns the store: this process's own counts would say nothing.
+  if (!stats.in_postgres) {
+    Result<OwnerCounters> owner = (*store)->GetOwnerCounters();
+    if (owner.ok()) {
+      stats.owner = *owner;
+    } else if (OwnerNotAsked(owner.status())) {
+      // The records are read; the counters are not: print what is known, and say so.
+      stats.owner_unreachable = true;
+      WarnOwnerNotAsked(ctx, name, "the counters", owner.status());
+    } else {
+      return ctx.StoreError(path, owner.status());
+    }
   }
   stats.now = ctx.Now();
   store->reset();
-  stats.disk_bytes = DirectorySize(path);
+  if (!stats.in_postgres) stats.disk_bytes = DirectorySize(path);
 
   std::ostringstream text;
   std::ostream& out = args.output.empty() ? ctx.out : text;
   if (format == "prometheus") {
-    WriteStatsPrometheus(out, path, stats);
+    WriteStatsPrometheus(out, name, stats);
   } else if (format == "jsonl") {
-    WriteStatsJson(out, path, stats);
+    WriteStatsJson(out, name, stats);
   } else {
-    WriteStatsTable(out, path, stats);
+    WriteStatsTable(out, name, stats);
   }
   const int code = stats.owner_unreachable ? kExitOwnerUnreachable : kExitOk;
   if (!args.output.empty()) {

@@ -26,8 +26,14 @@ int Context::Usage(std::string_view message) const {
   return Fail(kExitUsage, fmt::format("{} (see 'idem {} --help')", message, command));
 }
 
-int Context::StoreError(std::string_view path, const Status& status) const {
-  const std::string shown = DisplayEscape(path);
+std::string Context::StoreName(const std::string& path) const {
+  std::string name = DisplayStoreName(path);
+  if (!table.empty()) name += fmt::format(" (table {})", table);
+  return name;
+}
+
+int Context::StoreError(const std::string& path, const Status& status) const {
+  const std::string shown = DisplayEscape(StoreName(path));
   if (status.code() == Status::Code::kNotFound) {
     return Fail(kExitStoreError, fmt::format("no idem store at {} ({})", shown, status.message()));
   }
@@ -89,6 +95,7 @@ Result<std::unique_ptr<Store>> Context::OpenStore(const std::string& path, bool 
   options.create_if_missing = false;
   options.read_only = read_only;
   options.auto_purge_interval = std::chrono::milliseconds(0);
+  if (!table.empty()) options.table = table;
   return Store::Open(path, options);
 }
 

@@ -22,9 +22,14 @@ struct Context {
   std::ostream& out;
   std::ostream& err;
   std::shared_ptr<const Clock> clock;  // null: the system clock
+  std::string table;                   // --table: a PostgreSQL store's table; empty: the default
 
-  // The store at `path` as the commands open it: never created, never purged in the
-  // background, on this context's clock.
+  // How messages and output name the store at `path`: a directory as it is; a PostgreSQL URI
+  // without its secrets (DisplayStoreName), and its table when --table names one. Not escaped.
+  std::string StoreName(const std::string& path) const;
+
+  // The store at `path` (a directory, or a PostgreSQL URI with `table`) as the commands open
+  // it: never created, never purged in the background, on this context's clock.
   Result<std::unique_ptr<Store>> OpenStore(const std::string& path, bool read_only) const;
 
   // The time on this context's clock.
@@ -47,7 +52,7 @@ struct Context {
   int Usage(std::string_view message) const;
 
   // The store at `path` could not be opened or used: kExitStoreError, saying why.
-  int StoreError(std::string_view path, const Status& status) const;
+  int StoreError(const std::string& path, const Status& status) const;
 
   // Checks that the output was written; a closed pipe (`idem dump ... | head`) ends quietly.
   int FinishOutput(int code) const;
