@@ -154,6 +154,11 @@ int main(int argc, char** argv) {
   ok &= Write(frames, "request_purge", request_prefix + sharing::EncodeRequest(purge));
   ok &= Write(frames, "request_counters",
               request_prefix + sharing::EncodeRequest(sharing::CountersMessage{}));
+  sharing::BackupMessage backup;
+  backup.ticket = 98;
+  backup.wait = 1000ms;
+  backup.destination = "/var/backups/idem/2026-12-01";
+  ok &= Write(frames, "request_backup", request_prefix + sharing::EncodeRequest(backup));
 
   idem::Claim claim{.outcome = idem::Outcome::kInProgress,
                     .token = 7,
