@@ -203,6 +203,9 @@ int main(int argc, char** argv) {
   ok &= Write(cli, "stats", Words({"stats", "store", "--format=prometheus"}));
   ok &= Write(cli, "purge", Words({"purge", "store", "--dry-run", "--quiet"}));
   ok &= Write(cli, "forget", Words({"forget", "store", "order-1"}));
+  ok &= Write(cli, "backup", Words({"backup", "store", "store.backup"}));
+  ok &= Write(cli, "export", Words({"export", "store", "--output", "records.jsonl"}));
+  ok &= Write(cli, "import", Words({"import", "store", "records.jsonl", "--skip-existing"}));
   ok &= Write(cli, "unknown", Words({"frobnicate", "store"}));
   return ok ? 0 : 1;
 }
