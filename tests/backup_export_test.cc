@@ -1,8 +1,9 @@
-// `idem backup`, `idem export` and `idem import` (run in-process through idem::cli::Run): a
-// backup taken while four processes write, then opened and checked against what they
-// acknowledged; a destination that exists; an export imported into a new store and exported
-// again, byte for byte; lines refused with their numbers and nothing written; tokens after an
-// import.
+// `idem backup`, `idem export` and `idem import` (run in-process through idem::cli::Run), and the
+// conversion of a MySQL dedup table and Redis locks into the export format
+// (scripts/idem_convert.py): a backup taken while four processes write, then opened and checked
+// against what they acknowledged; a destination that exists; an export imported into a new store
+// and exported again, byte for byte; lines refused with their numbers and nothing written;
+// tokens after an import.
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -537,6 +538,122 @@ TEST(ExportImport, TokensAfterAnImportAreAboveEveryImportedToken) {
   auto claim = reopened->Begin("after-reopen");
   ASSERT_TRUE(claim.ok());
   EXPECT_GT(claim->token, imported_token);
+}
+
+// ---- Moving from MySQL and Redis ---------------------------------------------------------------
+
+// Runs scripts/idem_convert.py with `args`, `input` on its standard input; its output, or
+// nullopt (with a test failure) when it fails. Skips without python3.
+std::optional<std::string> Convert(const TempDir& dir, const std::vector<std::string>& args,
+                                   const std::string& input) {
+  const std::string in = dir.Sub("convert.in");
+  const std::string out = dir.Sub("convert.out");
+  WriteFile(in, input);
+  std::vector<std::string> all = {std::string(IDEM_SOURCE_DIR) + "/scripts/idem_convert.py"};
+  all.insert(all.end(), args.begin(), args.end());
+  Process python("python3", all, in, out);
+  const int code = python.Wait();
+  if (code == 127) return std::nullopt;
+  EXPECT_EQ(code, 0) << ReadFile(out);
+  if (code != 0) return std::nullopt;
+  return ReadFile(out);
+}
+
+bool HavePython() { return std::system("python3 -c '' >/dev/null 2>&1") == 0; }
+
+// The classic dedup table, as `mysql --batch --skip-column-names` prints it: a done row, a
+// pending one (processing until 2099), a failed one whose error holds a tab and a newline
+// (escaped by mysql), a NULL result, and a binary key; times in UTC+8.
+TEST(Migration, MysqlDedupRowsConvertAndImport) {
+  if (!HavePython()) GTEST_SKIP() << "python3 is not installed";
+  TempDir dir;
+  const std::string rows =
+      std::string(
+          "order-1\t1\tcharge ch_1\t2026-11-30 09:02:03.250\t2026-11-30 "
+          "09:02:13\n"
+          "order-2\t0\tNULL\t2026-11-30 09:02:04\t2099-01-01 08:00:00\n"
+          "order-3\t2\tcard\\tdeclined\\n\t2026-11-30 09:02:05\t2026-11-30 "
+          "09:02:15\n"
+          "order-4\t1\tNULL\t2026-11-30 09:02:06\t2026-11-30 09:02:16\n") +
+      std::string("bin\\0\xff\t1\tok\t2026-11-30 09:02:07\t2026-11-30 09:02:17\n");
+  const std::optional<std::string> lines =
+      Convert(dir, {"mysql-dedup", "--type", "pay", "--utc-offset", "+08:00"}, rows);
+  ASSERT_TRUE(lines.has_value());
+  const std::string input = dir.Sub("dedup.jsonl");
+  WriteFile(input, *lines);
+  // On a clock inside the rows' retention (30 days from 2026-11-30).
+  auto clock = std::make_shared<idem_test::ManualClock>(
+      std::chrono::sys_days(std::chrono::year(2026) / 12 / 1) + 0s);
+  const CliResult imported = RunCli({"import", dir.StorePath(), input, "--create"}, clock);
+  ASSERT_EQ(imported.code, 0) << imported.err << *lines;
+  EXPECT_EQ(imported.out, "imported 5 records\n");
+
+  auto store = OpenStore(dir.StorePath(), TestOptions(clock));
+  ASSERT_NE(store, nullptr);
+  // A UTC time: day of November or December 2026 (or 2099-01-01), and the time of day.
+  const auto at = [](std::chrono::year_month_day day, std::chrono::microseconds time) {
+    return std::chrono::system_clock::time_point(std::chrono::sys_days(day) + time);
+  };
+  using std::chrono::year;
+  Record done = **store->Get("order-1");
+  EXPECT_EQ(done.state, State::kDone);
+  EXPECT_EQ(done.result, "charge ch_1");
+  EXPECT_EQ(done.type, "pay");
+  EXPECT_EQ(done.created, at(year(2026) / 11 / 30, 1h + 2min + 3250ms));
+  EXPECT_EQ(done.expires, at(year(2026) / 12 / 30, 1h + 2min + 3250ms));
+  Record pending = **store->Get("order-2");
+  EXPECT_EQ(pending.state, State::kPending);
+  EXPECT_EQ(pending.lease_deadline, at(year(2099) / 1 / 1, 0h));
+  Record failed = **store->Get("order-3");
+  EXPECT_EQ(failed.state, State::kFailed);
+  EXPECT_TRUE(failed.retryable);
+  EXPECT_EQ(failed.result, "card\tdeclined\n");
+  EXPECT_EQ((*store->Get("order-4"))->result, "");
+  EXPECT_EQ((*store->Get(std::string("bin\0\xff", 5)))->result, "ok");
+  // What the old service's retries now get from idem.
+  EXPECT_EQ(store->Begin("order-1")->outcome, Outcome::kReplay);
+  EXPECT_EQ(store->Begin("order-2")->outcome, Outcome::kInProgress);
+  EXPECT_EQ(store->Begin("order-3")->outcome, Outcome::kAcquired);
+
+  // A row the script cannot read is named by its line.
+  TempDir bad_dir;
+  const std::string bad_in = bad_dir.Sub("convert.in");
+  const std::string bad_out = bad_dir.Sub("convert.out");
+  WriteFile(bad_in,
+            "order-1\t1\tok\t2026-11-30 09:02:03\t2026-11-30 09:02:13\norder-2\t7\tx\t2026-11-30 "
+            "09:02:03\t2026-11-30 09:02:13\n");
+  Process python("python3",
+                 {std::string(IDEM_SOURCE_DIR) + "/scripts/idem_convert.py", "mysql-dedup"}, bad_in,
+                 bad_out);
+  EXPECT_EQ(python.Wait(), 1);
+}
+
+// Redis locks (KEY<TAB>VALUE<TAB>PTTL): a live lock becomes a claim that holds its key until
+// the lock would have expired; a value with the --done-prefix is a stored result.
+TEST(Migration, RedisLocksConvertAndImport) {
+  if (!HavePython()) GTEST_SKIP() << "python3 is not installed";
+  TempDir dir;
+  const std::optional<std::string> lines =
+      Convert(dir, {"redis-lock", "--prefix", "lock:", "--done-prefix", "DONE:", "--type", "pay"},
+              "lock:order-1\t3f2a9c\t600000\nlock:order-2\tDONE:charge ch_2\t86400000\n"
+              "lock:order-3\tgone\t-2\n");
+  ASSERT_TRUE(lines.has_value());
+  const std::string input = dir.Sub("locks.jsonl");
+  WriteFile(input, *lines);
+  const CliResult imported = RunCli({"import", dir.StorePath(), input, "--create"});
+  ASSERT_EQ(imported.code, 0) << imported.err << *lines;
+  EXPECT_EQ(imported.out, "imported 2 records\n");
+  auto store = OpenStore(dir.StorePath());
+  ASSERT_NE(store, nullptr);
+  auto locked = store->Begin("order-1");
+  ASSERT_TRUE(locked.ok());
+  EXPECT_EQ(locked->outcome, Outcome::kInProgress);
+  EXPECT_GT(locked->retry_after, 500s);
+  auto replay = store->Begin("order-2");
+  ASSERT_TRUE(replay.ok());
+  EXPECT_EQ(replay->outcome, Outcome::kReplay);
+  EXPECT_EQ(replay->record.result, "charge ch_2");
+  EXPECT_FALSE(store->Get("order-3")->has_value());
 }
 
 }  // namespace
