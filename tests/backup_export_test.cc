@@ -507,6 +507,67 @@ TEST(ExportImport, ImportNeedsTheStoreToItselfAndAStoreUnlessCreate) {
   EXPECT_EQ(imported.code, 0) << imported.err;
 }
 
+// Store::Import writes only in the process that owns the store: a handle that talks to another
+// process's owner gets kBusy and nothing is written; the owner's own handle imports, leaving a
+// live record as it is and not writing one whose retention has passed.
+TEST(ExportImport, StoreImportIsTheOwnersAndSaysWhatItLeft) {
+  TempDir dir;
+  ASSERT_NE(OpenStore(dir.StorePath()), nullptr);  // made, then closed
+  const std::string said = dir.Sub("worker.out");
+  auto owner = std::make_unique<Process>(IDEM_SHARING_WORKER,
+                                         std::vector<std::string>{"open", dir.StorePath(), "auto"},
+                                         "/dev/null", said);
+  ASSERT_TRUE(idem_test::WaitFor([&] { return ReadFile(said) == "open\n"; })) << ReadFile(said);
+  Record record;
+  record.key = "k";
+  record.state = State::kDone;
+  record.result = "r";
+  record.attempts = 1;
+  record.token = 12;
+  record.created = record.updated = record.lease_deadline = std::chrono::system_clock::now();
+  record.expires = record.created + 1h;
+  {
+    auto client = OpenStore(dir.StorePath());
+    ASSERT_NE(client, nullptr);
+    auto refused = client->Import(std::vector<Record>{record});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), idem::Status::Code::kBusy) << refused.status().ToString();
+    EXPECT_FALSE(client->Get("k")->has_value());
+  }
+  owner.reset();
+
+  auto store = OpenStore(dir.StorePath());
+  ASSERT_NE(store, nullptr);
+  auto claim = store->Begin("live");
+  ASSERT_TRUE(claim.ok());
+  Record live = record;
+  live.key = "live";
+  Record expired = record;
+  expired.key = "expired";
+  expired.expires = record.created - 1s;
+  auto outcomes = store->Import(std::vector<Record>{record, live, expired});
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  EXPECT_EQ(*outcomes, (std::vector<idem::ImportOutcome>{idem::ImportOutcome::kImported,
+                                                         idem::ImportOutcome::kPresent,
+                                                         idem::ImportOutcome::kExpired}));
+  EXPECT_EQ((*store->Get("k"))->result, "r");
+  EXPECT_EQ((*store->Get("live"))->state, State::kPending);
+  EXPECT_FALSE(store->Get("expired")->has_value());
+  // A bad record fails the call before anything is written.
+  Record bad = record;
+  bad.key = "bad";
+  bad.retryable = true;  // only a failed record may be
+  Record good = record;
+  good.key = "good";
+  auto invalid = store->Import(std::vector<Record>{good, bad});
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_EQ(invalid.status().code(), idem::Status::Code::kInvalidArgument);
+  EXPECT_NE(invalid.status().message().find("only a failed record can be retryable"),
+            std::string::npos)
+      << invalid.status().message();
+  EXPECT_FALSE(store->Get("good")->has_value());
+}
+
 TEST(ExportImport, TokensAfterAnImportAreAboveEveryImportedToken) {
   TempDir dir;
   const uint64_t imported_token = (uint64_t{1} << 40) + 7;
