@@ -488,6 +488,9 @@ TEST(ExportImport, ImportNeedsTheStoreToItselfAndAStoreUnlessCreate) {
   TempDir dir;
   const std::string input = dir.Sub("input.jsonl");
   WriteFile(input, R"({"key":"k","state":"done"})");
+  const CliResult postgres = RunCli({"import", "postgresql://app@db1/orders", input});
+  EXPECT_EQ(postgres.code, idem::cli::kExitUsage);
+  EXPECT_NE(postgres.err.find("kept in PostgreSQL"), std::string::npos) << postgres.err;
   const CliResult missing = RunCli({"import", dir.StorePath(), input});
   EXPECT_EQ(missing.code, idem::cli::kExitStoreError) << missing.err;
   EXPECT_FALSE(fs::exists(dir.StorePath()));

@@ -91,6 +91,14 @@ Status CheckLimits(const Record& record, const Options& options) {
 
 int Import(const Context& ctx, const ImportArgs& args) {
   const std::string& path = args.path;
+  // Said before connecting and reading the input (Store::Import would refuse it after both).
+  if (path.starts_with("postgresql://") || path.starts_with("postgres://")) {
+    return ctx.Fail(kExitUsage,
+                    fmt::format("store {} is kept in PostgreSQL: idem import cannot write into "
+                                "it yet; import into a store directory, or load the records with "
+                                "SQL",
+                                DisplayStoreName(path)));
+  }
   Options options = ctx.StoreOptions(/*read_only=*/false);
   // With --create, a new store may be made for the import (a restore into a new directory).
   // Nobody else may use the store meanwhile: the check of every key before the first write
