@@ -175,16 +175,23 @@ int Import(const Context& ctx, const ImportArgs& args) {
     batch_bytes = 0;
     return Status::OK();
   };
+  // The input read again differs only if it changed meanwhile; the batches before are written.
+  const auto changed = [&](uint64_t at) {
+    return ctx.Fail(kExitStoreError,
+                    fmt::format("{} changed while it was imported (line {} could not be read "
+                                "again); {} records were imported before it",
+                                input.Shown(), at, imported));
+  };
   while (input.Next(line, number)) {
     Result<Record> record = ParseExportLine(line, now);
-    if (!record.ok()) return refuse(number, record.status().message());  // the input changed
+    if (!record.ok()) return changed(number);
     batch_bytes += line.size();
     batch.push_back(std::move(*record));
     if (batch.size() >= kBatchRecords || batch_bytes >= kBatchBytes) {
       if (Status written = write(); !written.ok()) return ctx.StoreError(path, written);
     }
   }
-  if (!input.AtEnd()) return unreadable();
+  if (!input.AtEnd()) return changed(number + 1);
   if (!batch.empty()) {
     if (Status written = write(); !written.ok()) return ctx.StoreError(path, written);
   }
