@@ -159,7 +159,7 @@ TEST(Backup, TakenThroughTheOwnerWhileFourProcessesWriteHoldsEveryAcknowledgedRe
                                  std::to_string((w + 1) * kKeysEach - 1),
                                  dir.Sub("run-" + std::to_string(w)), ack_logs.back()}));
   }
-  constexpr std::size_t kBeforeBackup = 200;
+  const auto kBeforeBackup = static_cast<std::size_t>(idem_test::Scaled(200, 40));
   ASSERT_TRUE(idem_test::WaitFor(
       [&] {
         for (const std::string& log : ack_logs) {
