@@ -192,7 +192,9 @@ inline std::string CheckFrameDecoder(std::string_view data) {
 // Input: the arguments after "idem", separated by NUL bytes (argv words can hold any other
 // byte). No store is ever opened: every word that names an existing file or directory, or holds
 // a '/', is replaced by kNoStorePath, a path that cannot exist (a directory under /dev/null), so
-// the commands that get past their argument checks fail to open it with exit 3. That keeps the
+// the commands that get past their argument checks fail to open it with exit 3; `--create`
+// (import) is dropped, so that no store is made either. Commands that read standard input
+// (import) open the store first, so they never get that far. That keeps the
 // fuzzer away from real stores whatever argument position CLI11 takes for PATH.
 
 inline constexpr const char* kNoStorePath = "/dev/null/idem-fuzz";
@@ -207,7 +209,9 @@ inline std::vector<std::string> CliWords(std::string_view data) {
     if (word.find('/') != std::string::npos || ::stat(word.c_str(), &info) == 0) {
       word = kNoStorePath;
     }
-    words.push_back(std::move(word));
+    // The one flag that lets a command make a store (import --create) would make one in the
+    // current directory under any other word: it is dropped.
+    if (!word.starts_with("--create")) words.push_back(std::move(word));
     if (end == std::string_view::npos) break;
     data.remove_prefix(end + 1);
   }

@@ -150,6 +150,11 @@ inline std::vector<Seed> MakeSeeds() {
   add(frames, "request_purge", request_prefix + sharing::EncodeRequest(purge));
   add(frames, "request_counters",
       request_prefix + sharing::EncodeRequest(sharing::CountersMessage{}));
+  sharing::BackupMessage backup;
+  backup.ticket = 98;
+  backup.wait = 1000ms;
+  backup.destination = "/var/backups/idem/2026-12-01";
+  add(frames, "request_backup", request_prefix + sharing::EncodeRequest(backup));
 
   idem::Claim claim{.outcome = idem::Outcome::kInProgress,
                     .token = 7,
@@ -194,6 +199,9 @@ inline std::vector<Seed> MakeSeeds() {
   add(cli, "stats", Words({"stats", "store", "--format=prometheus"}));
   add(cli, "purge", Words({"purge", "store", "--dry-run", "--quiet"}));
   add(cli, "forget", Words({"forget", "store", "order-1"}));
+  add(cli, "backup", Words({"backup", "store", "store.backup"}));
+  add(cli, "export", Words({"export", "store", "--output", "records.jsonl"}));
+  add(cli, "import", Words({"import", "store", "records.jsonl", "--skip-existing"}));
   add(cli, "unknown", Words({"frobnicate", "store"}));
   return seeds;
 }

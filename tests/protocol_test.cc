@@ -231,5 +231,42 @@ TEST(Protocol, AnUnknownOpIsNamedByItsNumber) {
             "malformed request: fields truncated or trailing bytes (op 3)");
 }
 
+// Version 6's Backup request (docs/format.md): its exact bytes, its round trip, and what the
+// owner refuses in it (a destination that is not an absolute path, a negative wait).
+TEST(Protocol, ABackupRequestHasItsDocumentedLayout) {
+  BackupMessage backup;
+  backup.ticket = 0x0102030405060708ULL;
+  backup.wait = std::chrono::milliseconds(1000);
+  backup.destination = "/b";
+  const std::string expected = std::string(1, static_cast<char>(kProtocolVersion)) +
+                               Bytes(
+                                   "\x08"                              // op 8, Backup
+                                   "\x08\x07\x06\x05\x04\x03\x02\x01"  // ticket
+                                   "\xe8\x03\0\0\0\0\0\0",             // wait, ms
+                                   17) +
+                               Prefixed("/b");
+  EXPECT_EQ(EncodeRequest(backup), expected);
+  EXPECT_EQ(kProtocolVersion, 6);
+  Result<Request> decoded = DecodeRequest(expected);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_TRUE(std::holds_alternative<BackupMessage>(*decoded));
+  const auto& message = std::get<BackupMessage>(*decoded);
+  EXPECT_EQ(message.ticket, backup.ticket);
+  EXPECT_EQ(message.wait, backup.wait);
+  EXPECT_EQ(message.destination, "/b");
+
+  for (const auto& [what, bad] :
+       {std::pair<const char*, BackupMessage>{"relative",
+                                              {.ticket = 1, .wait = {}, .destination = "b"}},
+        {"empty", {.ticket = 1, .wait = {}, .destination = ""}},
+        {"negative wait",
+         {.ticket = 1, .wait = std::chrono::milliseconds(-1), .destination = "/b"}}}) {
+    Result<Request> refused = DecodeRequest(EncodeRequest(bad));
+    ASSERT_FALSE(refused.ok()) << what;
+    EXPECT_EQ(refused.status().message(), "malformed request: a field is out of range (op 8)")
+        << what;
+  }
+}
+
 }  // namespace
 }  // namespace idem::sharing

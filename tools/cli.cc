@@ -78,6 +78,9 @@ struct Arguments {
   StatsArgs stats;
   PurgeArgs purge;
   ForgetArgs forget;
+  BackupArgs backup;
+  ExportArgs export_;
+  ImportArgs import;
 };
 
 CLI::App* AddDump(CLI::App& app, Arguments& args) {
@@ -155,7 +158,56 @@ CLI::App* AddForget(CLI::App& app, Arguments& args) {
   return command;
 }
 
-using Commands = std::array<CLI::App*, 5>;  // dump, get, stats, purge, forget
+CLI::App* AddBackup(CLI::App& app, BackupArgs& backup) {
+  CLI::App* command = app.add_subcommand(
+      "backup",
+      "Copy the store, consistent as of one moment, into the new directory DEST while "
+      "applications use it (taken by the store's owner; table files hard-linked when DEST is on "
+      "the same file system). DEST must not exist. Restore: stop the applications, move DEST "
+      "into the store's place.");
+  command->add_option("PATH", backup.path, "Store directory")->required();
+  command->add_option("DEST", backup.destination, "New directory for the copy")->required();
+  return command;
+}
+
+CLI::App* AddExport(CLI::App& app, Arguments& args) {
+  ExportArgs& export_args = args.export_;
+  CLI::App* command = app.add_subcommand(
+      "export",
+      "Write every record with every field as JSON Lines, which 'idem import' reads back. Never "
+      "writes to the store.");
+  AddStore(command, export_args.path, args.table);
+  command->add_option("--output", export_args.output,
+                      "Write to FILE (mode 0600) instead of standard output, replacing it "
+                      "atomically once complete");
+  return command;
+}
+
+CLI::App* AddImport(CLI::App& app, ImportArgs& import) {
+  CLI::App* command = app.add_subcommand(
+      "import",
+      "Write the records of a JSON Lines file (from 'idem export', or converted) into the store, "
+      "with their states, tokens and times. Needs the store to itself. "
+      "Every line is checked first: a bad line, or a key the store holds, is named with its line "
+      "number and nothing is imported (exit 6).");
+  command->add_option("PATH", import.path, "Store directory")->required();
+  command->add_option("FILE", import.input, "JSON Lines to read; - (the default): standard input")
+      ->check(CLI::Validator(
+          [](std::string& file) -> std::string {
+            if (file == "-") return "";
+            return CLI::ExistingFile(file);
+          },
+          "FILE or -"));
+  command->add_flag("--create", import.create,
+                    "Make the store when PATH has none (a restore into a new directory)");
+  command->add_flag("--skip-existing", import.skip_existing,
+                    "Leave a record the store holds as it is and go on, instead of refusing "
+                    "the input");
+  return command;
+}
+
+// dump, get, stats, purge, forget, backup, export, import
+using Commands = std::array<CLI::App*, 8>;
 
 // Parses argv into `args`; returns the exit code when the command must not run (--help,
 // --version, a usage error, reported on `out` or `err`), nullopt when it may.
@@ -166,8 +218,8 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
       std::none_of(commands.begin(), commands.end(),
                    [&](const CLI::App* sub) { return sub->get_name() == argv[1]; })) {
     fmt::print(err,
-               "idem: unknown command '{}'; the commands are dump, get, stats, purge, forget "
-               "(see 'idem --help')\n",
+               "idem: unknown command '{}'; the commands are dump, get, stats, purge, forget, "
+               "backup, export, import (see 'idem --help')\n",
                DisplayEscape(argv[1]));
     err.flush();
     return kExitUsage;
@@ -196,17 +248,18 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
 // Runs the command that was parsed.
 int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::ostream& err,
              const std::shared_ptr<const Clock>& clock) {
-  const auto& [dump, get, stats, purge, forget] = commands;
+  const auto& [dump, get, stats, purge, forget, backup, export_, import] = commands;
   const auto context = [&](std::string command) {
     return Context{std::move(command), out, err, clock, args.table};
   };
   // --table names a table of a PostgreSQL store: with a directory it would be ignored.
-  const std::array<std::pair<CLI::App*, const std::string*>, 5> paths = {
+  const std::array<std::pair<CLI::App*, const std::string*>, 6> paths = {
       {{dump, &args.dump.path},
        {get, &args.get.path},
        {stats, &args.stats.path},
        {purge, &args.purge.path},
-       {forget, &args.forget.path}}};
+       {forget, &args.forget.path},
+       {export_, &args.export_.path}}};
   for (const auto& [command, path] : paths) {
     if (command->parsed() && !args.table.empty() && !util::IsPostgresUri(*path)) {
       return context(command->get_name())
@@ -222,6 +275,9 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
     if (stats->parsed()) return Stats(context("stats"), args.stats);
     if (purge->parsed()) return Purge(context("purge"), args.purge);
     if (forget->parsed()) return Forget(context("forget"), args.forget);
+    if (backup->parsed()) return Backup(context("backup"), args.backup);
+    if (export_->parsed()) return Export(context("export"), args.export_);
+    if (import->parsed()) return Import(context("import"), args.import);
   } catch (const std::exception& e) {  // std::bad_alloc, a filesystem error, ...
     fmt::print(err, "idem: {}\n", OneLine(e.what()));
     err.flush();
@@ -242,13 +298,16 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
       "Exit codes: 0 success, 1 not found (get, forget) or nothing listed (dump), 2 usage error,\n"
       "3 store error (missing, unreadable, corrupt or busy), 4 written by a newer idem,\n"
       "5 stats: the store's owner could not be asked (stopped, overloaded or exclusive),\n"
-      "or whether one runs could not be told (its lock file cannot be opened).\n"
+      "or whether one runs could not be told (its lock file cannot be opened),\n"
+      "6 import: a line was refused (its number and why on stderr); nothing was imported.\n"
       "Run 'idem COMMAND --help' for a command's flags. See 'man idem' and\n"
       "docs/operations.md.\n");
 
   Arguments args;
-  const Commands commands = {AddDump(app, args), AddGet(app, args), AddStats(app, args),
-                             AddPurge(app, args), AddForget(app, args)};
+  const Commands commands = {AddDump(app, args),   AddGet(app, args),
+                             AddStats(app, args),  AddPurge(app, args),
+                             AddForget(app, args), AddBackup(app, args.backup),
+                             AddExport(app, args), AddImport(app, args.import)};
   for (CLI::App* command : commands) {
     command->footer("Exit codes and examples: 'man idem' (docs/idem.1) and docs/operations.md.");
   }

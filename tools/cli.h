@@ -7,6 +7,9 @@
 //   idem stats PATH [--format table|jsonl|prometheus]
 //   idem purge PATH [--dry-run] [--quiet]
 //   idem forget PATH KEY [--hex-key]
+//   idem backup PATH DEST
+//   idem export PATH [--output FILE]
+//   idem import PATH [FILE|-] [--skip-existing] [--create]
 //
 // See idem(1) (docs/idem.1) and docs/operations.md for what each command prints and when it is safe
 // to run.
@@ -37,6 +40,9 @@ enum ExitCode : int {
   // exclusive), or whether one does cannot be told (its lock file cannot be opened); what could
   // be read is printed, with a warning on stderr.
   kExitOwnerUnreachable = 5,
+  // import: a line of the input was refused (malformed, or its key already in the store without
+  // --skip-existing); the line number and the reason are on stderr, and nothing was written.
+  kExitInputRefused = 6,
 };
 
 // Runs `idem` with the given arguments (argv[0] is the program name). Normal output goes to
@@ -74,6 +80,13 @@ std::string FormatLocalTime(std::chrono::system_clock::time_point t);
 // fingerprint, checkpoint, token, attempts, created, updated, lease_deadline, expires, in that
 // order. A time at the epoch (never set) is written as null.
 std::string RecordToJson(const Record& record);
+
+// One line of `idem export` (no trailing newline): every field of the record, in the order
+// key, type, state (as stored: pending, done or failed), result, fingerprint, checkpoint, token,
+// attempts, retryable, created, updated, lease_deadline, expires, holder {pid, process_start,
+// pid_scope, request_id, took_over}. Byte strings that are well-formed UTF-8 are JSON strings;
+// others are {"hex":"..."}. Times as RecordToJson writes them.
+std::string RecordToExportJson(const Record& record);
 
 }  // namespace idem::cli
 

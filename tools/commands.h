@@ -46,11 +46,31 @@ struct ForgetArgs {
   bool hex_key = false;
 };
 
+struct BackupArgs {
+  std::string path;
+  std::string destination;
+};
+
+struct ExportArgs {
+  std::string path;
+  std::string output;  // --output FILE: replaced atomically; empty: standard output
+};
+
+struct ImportArgs {
+  std::string path;
+  std::string input = "-";  // a file, or "-": standard input
+  bool skip_existing = false;
+  bool create = false;  // --create: make the store when PATH has none
+};
+
 int Dump(const Context& ctx, const DumpArgs& args);
 int Get(const Context& ctx, const GetArgs& args);
 int Stats(const Context& ctx, const StatsArgs& args);
 int Purge(const Context& ctx, const PurgeArgs& args);
 int Forget(const Context& ctx, const ForgetArgs& args);
+int Backup(const Context& ctx, const BackupArgs& args);
+int Export(const Context& ctx, const ExportArgs& args);
+int Import(const Context& ctx, const ImportArgs& args);
 
 }  // namespace idem::cli
 

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include "text.h"
@@ -58,26 +59,67 @@ int Context::FinishOutput(int code) const {
 }
 
 int Context::WriteFileAtomically(const std::string& path, std::string_view text) const {
-  const std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return Fail(kExitStoreError,
-                fmt::format("cannot write {}: {}", DisplayEscape(temporary), std::strerror(errno)));
+  AtomicFile file(*this, path, 0644);
+  if (const int opened = file.Open(); opened != kExitOk) return opened;
+  file.Write(text);
+  return file.Commit();
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!temporary_.empty()) ::unlink(temporary_.c_str());
+}
+
+int AtomicFile::Open() {
+  temporary_ = fmt::format("{}.tmp-{}", path_, ::getpid());
+  fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode_);
+  if (fd_ < 0) {
+    const int error = errno;
+    const std::string shown = DisplayEscape(temporary_);
+    temporary_.clear();  // not ours to remove
+    return ctx_.Fail(kExitStoreError,
+                     fmt::format("cannot write {}: {}", shown, std::strerror(error)));
   }
-  std::string_view left = text;
-  int error = 0;
-  while (!left.empty() && error == 0) {
-    const ssize_t written = ::write(fd, left.data(), left.size());
-    if (written < 0 && errno != EINTR) error = errno;
+  return kExitOk;
+}
+
+void AtomicFile::Drain() {
+  std::string_view left = buffer_;
+  while (!left.empty() && error_ == 0) {
+    const ssize_t written = ::write(fd_, left.data(), left.size());
+    if (written < 0 && errno != EINTR) error_ = errno;
     if (written > 0) left.remove_prefix(static_cast<std::size_t>(written));
   }
-  if (error == 0 && ::fsync(fd) != 0) error = errno;
-  if (::close(fd) != 0 && error == 0) error = errno;
-  if (error == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) error = errno;
-  if (error != 0) {
-    ::unlink(temporary.c_str());
-    return Fail(kExitStoreError,
-                fmt::format("cannot write {}: {}", DisplayEscape(path), std::strerror(error)));
+  buffer_.clear();
+}
+
+void AtomicFile::Write(std::string_view text) {
+  buffer_ += text;
+  if (buffer_.size() >= (1 << 20)) Drain();
+}
+
+int AtomicFile::Commit() {
+  Drain();
+  if (error_ == 0 && ::fsync(fd_) != 0) error_ = errno;
+  if (::close(fd_) != 0 && error_ == 0) error_ = errno;
+  fd_ = -1;
+  if (error_ == 0 && ::rename(temporary_.c_str(), path_.c_str()) != 0) error_ = errno;
+  if (error_ != 0) {
+    return ctx_.Fail(kExitStoreError, fmt::format("cannot write {}: {}", DisplayEscape(path_),
+                                                  std::strerror(error_)));
+  }
+  temporary_.clear();
+  // The new name is durable once the directory is synced.
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  const std::filesystem::path directory = parent.empty() ? std::filesystem::path(".") : parent;
+  const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0 || ::fsync(dir_fd) != 0) error_ = errno;
+  if (dir_fd >= 0) ::close(dir_fd);
+  if (error_ != 0) {
+    return ctx_.Fail(
+        kExitStoreError,
+        fmt::format("wrote {}, but cannot sync its directory {}: {}", DisplayEscape(path_),
+                    DisplayEscape(directory.string()), std::strerror(error_)));
   }
   return kExitOk;
 }
@@ -89,14 +131,18 @@ std::chrono::system_clock::time_point Context::Now() const {
 bool Context::OutIsTerminal() const { return &out == &std::cout && ::isatty(STDOUT_FILENO) == 1; }
 bool Context::ErrIsTerminal() const { return &err == &std::cerr && ::isatty(STDERR_FILENO) == 1; }
 
-Result<std::unique_ptr<Store>> Context::OpenStore(const std::string& path, bool read_only) const {
+Options Context::StoreOptions(bool read_only) const {
   Options options;
   options.clock = clock;
   options.create_if_missing = false;
   options.read_only = read_only;
   options.auto_purge_interval = std::chrono::milliseconds(0);
   if (!table.empty()) options.table = table;
-  return Store::Open(path, options);
+  return options;
+}
+
+Result<std::unique_ptr<Store>> Context::OpenStore(const std::string& path, bool read_only) const {
+  return Store::Open(path, StoreOptions(read_only));
 }
 
 std::optional<std::string> KeyArgument(const Context& ctx, const std::string& key, bool hex) {

@@ -4,12 +4,15 @@
 #ifndef IDEM_TOOLS_CONTEXT_H_
 #define IDEM_TOOLS_CONTEXT_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "cli.h"
 #include "idem/store.h"
@@ -28,8 +31,10 @@ struct Context {
   // without its secrets (DisplayStoreName), and its table when --table names one. Not escaped.
   std::string StoreName(const std::string& path) const;
 
-  // The store at `path` (a directory, or a PostgreSQL URI with `table`) as the commands open
-  // it: never created, never purged in the background, on this context's clock.
+  // The options the commands open a store with: never created, never purged in the background,
+  // on this context's clock, with `table` when given.
+  Options StoreOptions(bool read_only) const;
+  // The store at `path` (a directory, or a PostgreSQL URI) opened with StoreOptions(read_only).
   Result<std::unique_ptr<Store>> OpenStore(const std::string& path, bool read_only) const;
 
   // The time on this context's clock.
@@ -59,6 +64,38 @@ struct Context {
 
   bool OutIsTerminal() const;
   bool ErrIsTerminal() const;
+};
+
+// A file that replaces the file at `path` atomically once it is complete: written to a temporary
+// file in the same directory (made with `mode`), synced, renamed over `path`, and the directory
+// synced, so that a reader sees the old file or the whole new one, also after a power cut. The
+// temporary file is removed when Commit is not reached or fails.
+class AtomicFile {
+ public:
+  AtomicFile(const Context& ctx, std::string path, mode_t mode)
+      : ctx_(ctx), path_(std::move(path)), mode_(mode) {}
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Makes the temporary file. kExitOk, or kExitStoreError after saying what failed.
+  int Open();
+  // Appends `text` (buffered). A failure is remembered for Commit.
+  void Write(std::string_view text);
+  // Writes what is buffered, syncs and renames. kExitOk, or kExitStoreError after saying what
+  // failed (then `path` is as it was).
+  int Commit();
+
+ private:
+  void Drain();
+
+  const Context& ctx_;
+  const std::string path_;
+  const mode_t mode_;
+  std::string temporary_;
+  int fd_ = -1;
+  int error_ = 0;  // errno of the first failure
+  std::string buffer_;
 };
 
 // The key given on the command line, decoded from hex with --hex-key; nullopt after reporting a

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <ctime>
+#include <limits>
 
 #include "display_width.h"
 #include "util/hex.h"
@@ -196,6 +197,12 @@ std::string JsonEscape(std::string_view s) {
   return out;
 }
 
+bool IsValidUtf8(std::string_view s) {
+  bool valid = true;
+  ForEachUtf8Piece(s, [&valid](const Utf8Piece& piece) { valid = valid && piece.valid; });
+  return valid;
+}
+
 std::string ToValidUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -258,6 +265,76 @@ std::string FormatLocalTime(std::chrono::system_clock::time_point t) {
   char buffer[64];
   std::strftime(buffer, sizeof(buffer), "%Y-%m-%d %H:%M:%S", &tm);
   return buffer;
+}
+
+std::optional<TimePoint> ParseRfc3339(std::string_view text) {
+  std::size_t at = 0;
+  // `digits` decimal digits at `at`, or -1.
+  const auto number = [&](std::size_t digits) -> int64_t {
+    if (at + digits > text.size()) return -1;
+    int64_t value = 0;
+    for (std::size_t i = 0; i < digits; ++i) {
+      const char c = text[at + i];
+      if (c < '0' || c > '9') return -1;
+      value = value * 10 + (c - '0');
+    }
+    at += digits;
+    return value;
+  };
+  const auto literal = [&](std::string_view allowed) {
+    if (at >= text.size() || allowed.find(text[at]) == std::string_view::npos) return false;
+    ++at;
+    return true;
+  };
+  const int64_t year = number(4);
+  if (year < 0 || !literal("-")) return std::nullopt;
+  const int64_t month = number(2);
+  if (month < 0 || !literal("-")) return std::nullopt;
+  const int64_t day = number(2);
+  if (day < 0 || !literal("Tt ")) return std::nullopt;
+  const int64_t hour = number(2);
+  if (hour < 0 || !literal(":")) return std::nullopt;
+  const int64_t minute = number(2);
+  if (minute < 0 || !literal(":")) return std::nullopt;
+  const int64_t second = number(2);
+  if (second < 0) return std::nullopt;
+  int64_t micros = 0;
+  if (literal(".")) {
+    std::size_t digits = 0;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9') {
+      if (digits < 6) micros = micros * 10 + (text[at] - '0');
+      ++digits;
+      ++at;
+    }
+    if (digits == 0) return std::nullopt;
+    for (; digits < 6; ++digits) micros *= 10;
+  }
+  int64_t offset_minutes = 0;
+  if (!literal("Zz")) {
+    if (at >= text.size() || (text[at] != '+' && text[at] != '-')) return std::nullopt;
+    const int64_t sign = text[at] == '-' ? -1 : 1;
+    ++at;
+    const int64_t offset_hours = number(2);
+    if (offset_hours < 0 || !literal(":")) return std::nullopt;
+    const int64_t offset_rest = number(2);
+    if (offset_rest < 0 || offset_hours > 23 || offset_rest > 59) return std::nullopt;
+    offset_minutes = sign * (offset_hours * 60 + offset_rest);
+  }
+  if (at != text.size()) return std::nullopt;
+  const std::chrono::year_month_day date{std::chrono::year(static_cast<int>(year)),
+                                         std::chrono::month(static_cast<unsigned>(month)),
+                                         std::chrono::day(static_cast<unsigned>(day))};
+  if (!date.ok() || hour > 23 || minute > 59 || second > 59) return std::nullopt;
+  // Whole seconds first: years far from 1970 are refused before anything could overflow.
+  const int64_t seconds =
+      static_cast<int64_t>(std::chrono::sys_days(date).time_since_epoch() / std::chrono::days(1)) *
+          86400 +
+      hour * 3600 + minute * 60 + second - offset_minutes * 60;
+  // What a system_clock::time_point (nanoseconds in an int64) holds, with a second to spare.
+  constexpr int64_t kLimit = std::numeric_limits<int64_t>::max() / 1000000000 - 1;
+  if (seconds > kLimit || seconds < -kLimit) return std::nullopt;
+  return TimePoint(std::chrono::duration_cast<TimePoint::duration>(
+      std::chrono::microseconds(seconds * 1000000 + micros)));
 }
 
 }  // namespace idem::cli

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,14 @@ using TimePoint = std::chrono::system_clock::time_point;
 
 // A time never set (the epoch).
 inline bool IsUnset(TimePoint t) { return t.time_since_epoch().count() == 0; }
+
+// Whether `s` is well-formed UTF-8 (the rule every escape here reads bytes by).
+bool IsValidUtf8(std::string_view s);
+
+// The time an RFC 3339 text names ("2026-11-30T01:02:03.123456Z", "2026-11-30T02:02:03+01:00";
+// a space or a lowercase t or z also do), to the microsecond (finer digits are dropped); nullopt
+// when it is not one, or lies outside what a time_point holds (years 1678 to 2261).
+std::optional<TimePoint> ParseRfc3339(std::string_view text);
 
 // The columns a terminal gives text: each code point counts CodePointWidth (display_width.h:
 // 2 for CJK and other wide characters, 0 for combining marks), each byte that is not UTF-8

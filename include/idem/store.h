@@ -19,8 +19,10 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/counters.h"
 #include "idem/export.h"
@@ -119,6 +121,13 @@ struct PurgeOptions {
   std::function<void(uint64_t)> progress_total;
 };
 
+// What Store::Import did with one record.
+enum class ImportOutcome : uint8_t {
+  kImported,  // written as given
+  kPresent,   // the store holds a live record under its key: nothing written
+  kExpired,   // its retention had passed, by the store's clock: nothing written
+};
+
 class IDEM_EXPORT Store {
  public:
   // Opens (or creates, see Options::create_if_missing) the store in directory `path`.
@@ -183,6 +192,34 @@ class IDEM_EXPORT Store {
   // but cannot be asked (one opened with Sharing::kExclusive serves no other process). The
   // default (for implementations outside the library) is kUnavailable.
   virtual Result<OwnerCounters> GetOwnerCounters() const;
+
+  // Writes a copy of the store, consistent as of one moment, into the new directory
+  // `destination`, while the store is in use: a store that Open opens as it is. Taken by the
+  // process that owns the store (this one, or the owner over its socket), with RocksDB's
+  // Checkpoint: table files hard-linked when `destination` is on the store's file system,
+  // copied otherwise. `destination` is made with mode 0700 and must not exist (a backup never
+  // overwrites), nor be inside the store; its parent must exist. The copy is durable (its files
+  // and directories synced) when this returns OK; on an error nothing is left at `destination`.
+  // Errors: kInvalidArgument (destination exists, has no parent, is inside the store; a handle
+  // opened read-only; a store kept in PostgreSQL, which PostgreSQL's own tools back up),
+  // kIOError, and those of reaching the owner. The default (for implementations outside the
+  // library) is kInvalidArgument.
+  virtual Status Backup(std::string_view destination);
+
+  // Writes records as they are given (from `idem export`, or converted from another system):
+  // state, token, attempts, times and the rest, except `timed_out` (derived). For each record,
+  // in order, what was done: a key that holds a live record is left as it is (kPresent), a
+  // record whose retention has passed is not written (kExpired). A record whose token is 0 gets
+  // a fresh one. Before any record is written, the store's token counter is moved above every
+  // token given, so that no token is ever handed out twice. The records are durable when this
+  // returns OK. Only the process that owns the store imports: a handle that talks to another
+  // process's owner gets kBusy (`idem import` opens the store with Sharing::kExclusive).
+  // Every record is checked before any is written: kInvalidArgument naming the first bad one
+  // (an empty or oversized key or field, retryable set on a record that is not kFailed,
+  // attempts 0, a token above 2^63-1) writes nothing; so do a read-only handle and a store kept
+  // in PostgreSQL (kInvalidArgument) and kBusy. An I/O error (kIOError) part way may leave the
+  // records before it written.
+  virtual Result<std::vector<ImportOutcome>> Import(std::span<const Record> records);
 
   // High level: runs fn at most once per key across threads (and processes sharing the store):
   // Begin; on kAcquired run fn(Attempt&) and Complete with its value or Fail with its error; on

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
+#include "core/store_directory.h"
 #include "storage/record_codec.h"
 #include "util/process.h"
 #include "util/time.h"
@@ -240,6 +243,100 @@ Result<uint64_t> LocalBackend::Purge(const PurgeOptions& options) {
 }
 
 Result<Counters> LocalBackend::GetCounters() { return counters_.Snapshot(); }
+
+Status LocalBackend::Backup(const std::string& destination) {
+  // A read-only instance cannot flush its memtables, which the copy starts with.
+  if (options_.read_only) {
+    return Status::InvalidArgument(
+        "the store was opened read-only; a backup needs it writable "
+        "(it changes no record)");
+  }
+  return WriteBackup(*storage_, destination);
+}
+
+Status LocalBackend::CheckImported(const Record& record) const {
+  const auto bad = [&](std::string_view why) {
+    return Status::InvalidArgument(
+        fmt::format("record {} cannot be imported: {}", storage::EscapeKey(record.key), why));
+  };
+  if (Status key = CheckKey(record.key); !key.ok()) return bad(key.message());
+  const std::pair<std::string_view, std::pair<std::size_t, std::size_t>> sizes[] = {
+      {"type", {record.type.size(), options_.max_label_size}},
+      {"fingerprint", {record.fingerprint.size(), options_.max_label_size}},
+      {"result", {record.result.size(), options_.max_result_size}},
+      {"checkpoint", {record.checkpoint.size(), options_.max_result_size}},
+  };
+  for (const auto& [what, size] : sizes) {
+    if (Status checked = CheckSize(what, size.first, size.second); !checked.ok()) {
+      return bad(checked.message());
+    }
+  }
+  if (static_cast<uint8_t>(record.state) > static_cast<uint8_t>(State::kFailed)) {
+    return bad(fmt::format("state {} is not 0 (pending), 1 (done) or 2 (failed)",
+                           static_cast<int>(record.state)));
+  }
+  if (record.retryable && record.state != State::kFailed) {
+    return bad("only a failed record can be retryable");
+  }
+  if (record.attempts == 0) return bad("attempts is 0; a record was acquired at least once");
+  if (record.token > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return bad(fmt::format("token {} is above 2^63-1", record.token));
+  }
+  return Status::OK();
+}
+
+Result<std::vector<ImportOutcome>> LocalBackend::Import(std::span<const Record> records) {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  uint64_t highest = 0;
+  for (const Record& record : records) {
+    IDEM_RETURN_IF_ERROR(CheckImported(record));
+    highest = std::max(highest, record.token);
+  }
+  // Before any record is written: once one is on disk with its token, the counter is above it,
+  // even after a crash (the ceiling is persisted first).
+  if (highest > 0) IDEM_RETURN_IF_ERROR(storage_->ReserveTokensAbove(highest));
+  std::vector<ImportOutcome> outcomes;
+  outcomes.reserve(records.size());
+  bool wrote = false;
+  for (const Record& record : records) {
+    ImportOutcome outcome = ImportOutcome::kImported;
+    Record written;
+    Status drawn;
+    IDEM_RETURN_IF_ERROR(storage_->Update(
+        record.key,
+        [&](std::optional<Record>& stored, TimePoint now,
+            engine::NextToken next_token) -> const Record* {
+          if (stored && !engine::IsExpired(*stored, now)) {
+            outcome = ImportOutcome::kPresent;
+            return nullptr;
+          }
+          if (engine::IsExpired(record, now)) {
+            outcome = ImportOutcome::kExpired;
+            return nullptr;
+          }
+          outcome = ImportOutcome::kImported;
+          written = record;
+          written.timed_out = false;
+          if (written.token == 0) {
+            Result<uint64_t> token = next_token(stored ? stored->token : 0);
+            if (!token.ok()) {
+              drawn = token.status();
+              return nullptr;
+            }
+            written.token = *token;
+          }
+          return &written;
+        },
+        Durability::kBuffered, /*absent_since=*/std::nullopt));
+    IDEM_RETURN_IF_ERROR(drawn);
+    wrote = wrote || outcome == ImportOutcome::kImported;
+    outcomes.push_back(outcome);
+  }
+  // One sync for the batch: RocksDB's log is written in order, so it makes every write before
+  // it durable.
+  if (wrote) IDEM_RETURN_IF_ERROR(storage_->Sync());
+  return outcomes;
+}
 
 Result<OwnerCounters> LocalBackend::GetOwnerCounters() {
   OwnerCounters answer;

@@ -35,6 +35,11 @@ class LocalBackend final : public Backend {
   Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) override;
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
+  // RocksDB's checkpoint into `destination`, made here (store_directory.h, WriteBackup).
+  Status Backup(const std::string& destination) override;
+  // Checks every record against this backend's limits, reserves tokens above theirs, then writes
+  // each whose key is free, buffered, and syncs once.
+  Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) override;
   // Live when writable: this process owns the store, since this backend was made.
   Result<OwnerCounters> GetOwnerCounters() override;
 
@@ -63,6 +68,8 @@ class LocalBackend final : public Backend {
 
   Status CheckWritable() const;
   Status CheckKey(std::string_view key) const;
+  // kInvalidArgument naming the record when Import may not write it as it is.
+  Status CheckImported(const Record& record) const;
   // Begin's decision under the key's lock: whether a pending claim is reserved for its holder (a
   // live lease or a renewal grace) and whether that holder is proven dead.
   engine::BeginDecision DecideBeginLocked(std::optional<Record> stored,

@@ -56,7 +56,23 @@ Result<OwnerCounters> Store::GetOwnerCounters() const {
   return Status::Unavailable("this Store implementation does not say whose counters it has");
 }
 
+Status Store::Backup(std::string_view /*destination*/) {
+  return Status::InvalidArgument("this Store implementation cannot be backed up by idem");
+}
+
+Result<std::vector<ImportOutcome>> Store::Import(std::span<const Record> /*records*/) {
+  return Status::InvalidArgument("this Store implementation cannot import records");
+}
+
 namespace {
+
+// Whether a core keeps its store in PostgreSQL, which has its own tools to copy and load it.
+template <class Core>
+constexpr bool kKeptInPostgres = false;
+#if IDEM_WITH_POSTGRESQL
+template <>
+constexpr bool kKeptInPostgres<PgStoreCore> = true;
+#endif
 
 // A handle: this caller's options over the process's shared core (a StoreCore for a store
 // directory, a PgStoreCore for a store in PostgreSQL).
@@ -146,6 +162,48 @@ class StoreHandle final : public Store {
 
   Result<Counters> GetCounters() const override {
     return core_->Run([](Backend& backend, bool) { return backend.GetCounters(); });
+  }
+
+  Status Backup(std::string_view destination) override {
+    if constexpr (kKeptInPostgres<Core>) {
+      static_cast<void>(destination);
+      return Status::InvalidArgument(fmt::format(
+          "store {} is kept in PostgreSQL: back up its tables ({} and the ones named after it) "
+          "with PostgreSQL's own tools (pg_dump --table, or the server's base backups); idem "
+          "backup copies store directories",
+          core_->display_name(), options_.table));
+    } else {
+      if (destination.empty()) return Status::InvalidArgument("backup destination is empty");
+      std::error_code error;
+      fs::path target = fs::absolute(fs::path(destination), error).lexically_normal();
+      if (error) {
+        return Status::InvalidArgument(
+            fmt::format("bad backup destination {}", EscapeControls(destination)));
+      }
+      if (!target.has_filename() && target.has_relative_path()) target = target.parent_path();
+      // The owner runs in another directory: it gets the path whole. Inside the store, the copy
+      // would make the store a directory that is not an idem store.
+      const fs::path relative = target.lexically_relative(core_->directory());
+      if (!relative.empty() && *relative.begin() != "..") {
+        return Status::InvalidArgument(fmt::format(
+            "backup destination {} is inside the store {}; give a path outside it",
+            EscapeControls(target.string()), EscapeControls(core_->directory().string())));
+      }
+      return core_->Run([&](Backend& backend, bool) { return backend.Backup(target.string()); });
+    }
+  }
+
+  Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) override {
+    if constexpr (kKeptInPostgres<Core>) {
+      static_cast<void>(records);
+      return Status::InvalidArgument(fmt::format(
+          "store {} is kept in PostgreSQL: idem cannot import records into it yet (load them "
+          "into a store directory, or with SQL)",
+          core_->display_name()));
+    } else {
+      IDEM_RETURN_IF_ERROR(CheckWritable());
+      return core_->Run([&](Backend& backend, bool) { return backend.Import(records); });
+    }
   }
 
   Result<OwnerCounters> GetOwnerCounters() const override {

@@ -289,4 +289,39 @@ Result<std::unique_ptr<storage::RocksDbStorage>> OpenStoreDatabase(const fs::pat
   return RocksDbStorage::Open(config);
 }
 
+Status WriteBackup(storage::Storage& storage, const fs::path& destination) {
+  if (::mkdir(destination.c_str(), kStoreDirectoryMode) != 0) {
+    const int error = errno;
+    if (error == EEXIST) {
+      return Status::InvalidArgument(
+          fmt::format("backup destination {} exists; a backup never overwrites anything: give a "
+                      "path that does not exist",
+                      Shown(destination)));
+    }
+    if (error == ENOENT) {
+      return Status::InvalidArgument(
+          fmt::format("backup destination {}: its parent directory {} does not exist",
+                      Shown(destination), Shown(destination.parent_path())));
+    }
+    return Status::IOError(
+        fmt::format("cannot create backup {}: {}", Shown(destination), ErrnoText(error)));
+  }
+  Status written = storage.Checkpoint((destination / kDatabaseDir).string());
+  if (written.ok()) {
+    // The new directory's entry, durable once its parent is synced.
+    const fs::path parent = destination.parent_path();
+    sharing::FileDescriptor fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
+      written = Status::IOError(fmt::format("cannot sync {} after writing backup {}: {}",
+                                            Shown(parent), Shown(destination), ErrnoText(errno)));
+    }
+  }
+  if (!written.ok()) {
+    // Made by this call, so nobody else's: a half-made backup must not pass for one.
+    std::error_code ignored;
+    fs::remove_all(destination, ignored);
+  }
+  return written;
+}
+
 }  // namespace idem

@@ -55,6 +55,15 @@ Result<StoreDirectory> PrepareStoreDirectory(const std::filesystem::path& path, 
 Result<std::unique_ptr<storage::RocksDbStorage>> OpenStoreDatabase(
     const std::filesystem::path& directory, storage::RocksDbConfig config);
 
+// Store::Backup of the store whose database `storage` holds: makes the directory `destination`
+// (absolute; mode 0700 by mkdir itself; it must not exist and its parent must), writes a
+// consistent copy of the database into `destination`/db (Storage::Checkpoint), and syncs the
+// parent, so that a store Store::Open opens as it is is durable there when this returns. The
+// lock file and socket are not copied: the first process to open the copy makes its own. On an
+// error, what was made at `destination` is removed. Errors: kInvalidArgument (destination
+// exists, or has no parent directory), kIOError.
+Status WriteBackup(storage::Storage& storage, const std::filesystem::path& destination);
+
 }  // namespace idem
 
 #endif  // IDEM_STORE_DIRECTORY_H_

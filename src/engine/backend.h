@@ -10,7 +10,10 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/state_machine.h"
 #include "idem/function_ref.h"
@@ -67,6 +70,17 @@ class Backend {
     OwnerCounters answer;
     answer.counters = counters;
     return answer;
+  }
+
+  // Store::Backup, `destination` absolute. The default: a store that idem cannot copy.
+  virtual Status Backup(const std::string& destination) {
+    static_cast<void>(destination);
+    return Status::InvalidArgument("this store cannot be backed up by idem");
+  }
+  // Store::Import. The default: a backend that does not hold the store itself.
+  virtual Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) {
+    static_cast<void>(records);
+    return Status::Busy("records are imported only by the process that owns the store");
   }
 
   // True once this backend can no longer reach the store (the owner it talked to is gone):

@@ -76,6 +76,15 @@ PurgeMessage ReadPurge(Reader& r, bool& bad) {
   return m;
 }
 
+BackupMessage ReadBackup(Reader& r, bool& bad) {
+  BackupMessage m;
+  m.ticket = r.U64();
+  m.wait = r.Millis();
+  m.destination = r.Bytes();
+  if (m.wait.count() < 0 || m.destination.empty() || m.destination[0] != '/') bad = true;
+  return m;
+}
+
 // The body of `op`; nullopt for an op this version does not have.
 std::optional<Request> ReadBody(Op op, Reader& r, bool& bad) {
   switch (op) {
@@ -93,6 +102,8 @@ std::optional<Request> ReadBody(Op op, Reader& r, bool& bad) {
       return ReadPurge(r, bad);
     case Op::kCounters:
       return CountersMessage{};
+    case Op::kBackup:
+      return ReadBackup(r, bad);
   }
   return std::nullopt;
 }
@@ -143,6 +154,11 @@ std::string EncodeRequest(const Request& request) {
           w.U8(message.options.dry_run ? 1 : 0);
           w.U8(message.options.compact ? 1 : 0);
           w.Millis(message.wait);
+        } else if constexpr (std::is_same_v<T, BackupMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kBackup));
+          w.U64(message.ticket);
+          w.Millis(message.wait);
+          w.Bytes(message.destination);
         } else {
           static_assert(std::is_same_v<T, CountersMessage>);
           w.U8(static_cast<uint8_t>(Op::kCounters));

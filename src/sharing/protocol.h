@@ -36,7 +36,8 @@ namespace idem::sharing {
 // Version 4: status code 12, NewerVersion.
 // Version 5: the counters answer says since when the owner has owned the store (its pid comes
 // from the connection's peer credentials).
-inline constexpr uint8_t kProtocolVersion = 5;
+// Version 6: op 8, Backup, a job polled as Purge is.
+inline constexpr uint8_t kProtocolVersion = 6;
 enum class Op : uint8_t {
   kBegin = 1,
   kTransition = 2,
@@ -45,6 +46,7 @@ enum class Op : uint8_t {
   kScan = 5,
   kPurge = 6,
   kCounters = 7,
+  kBackup = 8,
 };
 
 // What a response is. Never change these values: they are on the wire.
@@ -86,9 +88,17 @@ struct PurgeProgress {
   bool done = false;   // true: count is the result
 };
 struct CountersMessage {};
+// Starts the backup job `ticket` (one per Store::Backup call) into `destination` (an absolute
+// path, on the owner's file systems) or asks how it is going; answered as a purge poll is, with
+// a PurgeProgress whose count is 0.
+struct BackupMessage {
+  uint64_t ticket = 0;
+  std::chrono::milliseconds wait{0};
+  std::string_view destination;
+};
 
 using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
-                             ScanMessage, PurgeMessage, CountersMessage>;
+                             ScanMessage, PurgeMessage, CountersMessage, BackupMessage>;
 
 std::string EncodeRequest(const Request& request);
 // kInvalidArgument naming the problem for a frame that is not a valid request of this version.

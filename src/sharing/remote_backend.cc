@@ -14,9 +14,9 @@ using Clock = std::chrono::steady_clock;
 
 // Responses are bounded by the owner's own limits; this only guards against a broken peer.
 constexpr std::size_t kMaxResponse = std::size_t{1} << 30;
-// The longest a purge poll asks the owner to wait for the job to end, and its share of the
-// request deadline: the answer must come back well within it.
-constexpr milliseconds kPurgePollWait{1000};
+// The longest a purge or backup poll asks the owner to wait for the job to end, and its share of
+// the request deadline: the answer must come back well within it.
+constexpr milliseconds kJobPollWait{1000};
 
 milliseconds Left(Clock::time_point deadline) {
   return std::max(milliseconds(0), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
@@ -137,19 +137,31 @@ Result<ScanPage> RemoteBackend::Scan(const ScanOptions& options, std::size_t lim
   return DecodeScanPage(body);
 }
 
+template <class Message>
+Result<uint64_t> RemoteBackend::RunJob(Message message,
+                                       const std::function<void(uint64_t)>& progress) {
+  message.ticket = util::RandomRequestId();
+  // Half the deadline at most: the answer must arrive before the round trip gives up.
+  message.wait = std::min(kJobPollWait, request_timeout_ / 2);
+  for (;;) {
+    IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(message));
+    IDEM_ASSIGN_OR_RETURN(PurgeProgress answer, DecodePurgeProgress(body));
+    if (progress) progress(answer.count);
+    if (answer.done) return answer.count;
+  }
+}
+
 Result<uint64_t> RemoteBackend::Purge(const PurgeOptions& options) {
   PurgeMessage message;
   message.options.dry_run = options.dry_run;
   message.options.compact = options.compact;
-  message.ticket = util::RandomRequestId();
-  // Half the deadline at most: the answer must arrive before the round trip gives up.
-  message.wait = std::min(kPurgePollWait, request_timeout_ / 2);
-  for (;;) {
-    IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(message));
-    IDEM_ASSIGN_OR_RETURN(PurgeProgress progress, DecodePurgeProgress(body));
-    if (options.progress) options.progress(progress.count);
-    if (progress.done) return progress.count;
-  }
+  return RunJob(message, options.progress);
+}
+
+Status RemoteBackend::Backup(const std::string& destination) {
+  BackupMessage message;
+  message.destination = destination;
+  return RunJob(message, nullptr).status();
 }
 
 Result<Counters> RemoteBackend::GetCounters() {

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -49,6 +50,9 @@ class RemoteBackend final : public Backend {
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
   Result<OwnerCounters> GetOwnerCounters() override;
+  // A backup job on the owner, polled as a purge is.
+  Status Backup(const std::string& destination) override;
+  // Import keeps Backend's answer (kBusy): only the owner imports.
   bool lost() const override { return lost_.load(); }
 
  private:
@@ -56,6 +60,10 @@ class RemoteBackend final : public Backend {
       : address_(std::move(address)), request_timeout_(request_timeout) {}
   using Clock = std::chrono::steady_clock;
 
+  // Polls the job that `message` (a PurgeMessage or BackupMessage) starts until it is done; its
+  // count, with `progress` called after each poll.
+  template <class Message>
+  Result<uint64_t> RunJob(Message message, const std::function<void(uint64_t)>& progress);
   // Sends one request and returns the body of an OK answer, or the owner's non-OK status.
   Result<std::string> RoundTrip(const Request& request);
   // A pooled connection, or a new one by `deadline`; a failure as RoundTrip returns it.

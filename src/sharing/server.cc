@@ -22,8 +22,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// How long a finished purge waits for its client to ask for the result.
-constexpr std::chrono::seconds kPurgeResultKept{60};
+// How long a finished job (a purge, a backup) waits for its client to ask for the result.
+constexpr std::chrono::seconds kJobResultKept{60};
 // How many threads serve requests before any is found busy.
 constexpr std::size_t kInitialThreads = 2;
 
@@ -103,12 +103,12 @@ Server::~Server() {
   static_cast<void>(::write(stop_fd_.get(), &one, sizeof one));
   // A thread running a request finishes it (its client gets the answer) before it stops.
   for (std::thread& thread : threads) thread.join();
-  std::map<uint64_t, std::shared_ptr<PurgeJob>> purges;
+  std::map<uint64_t, std::shared_ptr<Job>> jobs;
   {
-    std::lock_guard lock(purge_mu_);
-    purges.swap(purges_);
+    std::lock_guard lock(job_mu_);
+    jobs.swap(jobs_);
   }
-  for (auto& [ticket, job] : purges) {
+  for (auto& [ticket, job] : jobs) {
     if (job->thread.joinable()) job->thread.join();
   }
   // Closing the connections tells their clients that this owner is gone.
@@ -346,14 +346,14 @@ void Server::Sweep() {
                     options_.frame_timeout.count()));
   }
 
-  // Results of purges that their clients never came back for.
-  std::vector<std::shared_ptr<PurgeJob>> finished;
+  // Results of jobs that their clients never came back for.
+  std::vector<std::shared_ptr<Job>> finished;
   {
-    std::lock_guard lock(purge_mu_);
-    for (auto it = purges_.begin(); it != purges_.end();) {
-      if (it->second->result && now - it->second->finished >= kPurgeResultKept) {
+    std::lock_guard lock(job_mu_);
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      if (it->second->result && now - it->second->finished >= kJobResultKept) {
         finished.push_back(std::move(it->second));
-        it = purges_.erase(it);
+        it = jobs_.erase(it);
       } else {
         ++it;
       }

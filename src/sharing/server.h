@@ -64,7 +64,8 @@ class Server {
   // outlive the server.
   static Result<std::unique_ptr<Server>> Start(const SocketAddress& address, Backend& backend,
                                                ServerOptions options);
-  // Stops serving, lets running requests and purges finish, and closes every connection.
+  // Stops serving, lets running requests and jobs (purges, backups) finish, and closes every
+  // connection.
   ~Server();
 
   Server(const Server&) = delete;
@@ -72,7 +73,7 @@ class Server {
 
  private:
   struct Connection;
-  struct PurgeJob;
+  struct Job;
   using Clock = std::chrono::steady_clock;
   // Where a connection stands between requests.
   enum class Phase {
@@ -122,6 +123,12 @@ class Server {
   // The response frame for one decoded request from the process `peer`.
   std::string Handle(const Request& request, const Holder& peer);
   std::string HandlePurge(const PurgeMessage& message);
+  std::string HandleBackup(const BackupMessage& message);
+  // Starts the job `ticket` running `work` (given the job's progress counter) if it is new, then
+  // answers when it is done or after `wait` (at most kMaxJobWait), whichever comes first, with a
+  // PurgeProgress. kBusy when kMaxJobs are running or waiting to be collected.
+  std::string HandleJob(uint64_t ticket, std::chrono::milliseconds wait,
+                        std::function<Result<uint64_t>(std::atomic<uint64_t>& progress)> work);
 
   // Constant after construction.
   Backend& backend_;
@@ -144,10 +151,10 @@ class Server {
   bool timer_armed_ = false;
   FileDescriptor spare_fd_;  // closed for an instant to refuse a peer when out of descriptors
 
-  std::mutex purge_mu_;
-  std::condition_variable purge_changed_;
-  // Guarded by purge_mu_.
-  std::map<uint64_t, std::shared_ptr<PurgeJob>> purges_;
+  std::mutex job_mu_;
+  std::condition_variable job_changed_;
+  // Guarded by job_mu_.
+  std::map<uint64_t, std::shared_ptr<Job>> jobs_;
 };
 
 }  // namespace idem::sharing

@@ -35,11 +35,13 @@ struct Server::Connection {
   std::size_t out_done = 0;
 };
 
-struct Server::PurgeJob {
-  std::atomic<uint64_t> progress{0};
+// A request that may outlast a request deadline (a purge, a backup), run on a thread of its own
+// and polled by its client with the same ticket.
+struct Server::Job {
+  std::atomic<uint64_t> progress{0};  // records purged so far; 0 for a backup
   std::thread thread;
-  // Guarded by Server::purge_mu_.
-  std::optional<Result<uint64_t>> result;  // set when the purge is over
+  // Guarded by Server::job_mu_.
+  std::optional<Result<uint64_t>> result;  // set when the job is over
   Server::Clock::time_point finished;
 };
 

@@ -21,11 +21,11 @@ using std::chrono::milliseconds;
 // Scan pages asked for over the socket are capped: a client cannot make the owner build an
 // arbitrarily large response.
 constexpr uint32_t kMaxScanPage = 4096;
-// A purge poll is answered within this time, whatever the client asked: a purge request stays
-// short, and the client learns its progress at least this often.
-constexpr milliseconds kMaxPurgeWait{1000};
-// Purge jobs at once, running or finished and not yet collected by their client.
-constexpr std::size_t kMaxPurgeJobs = 16;
+// A purge or backup poll is answered within this time, whatever the client asked: each request
+// stays short, and the client learns its progress at least this often.
+constexpr milliseconds kMaxJobWait{1000};
+// Purge and backup jobs at once, running or finished and not yet collected by their client.
+constexpr std::size_t kMaxJobs = 16;
 
 // Whether `in` holds a whole frame (its header, then as many bytes as the header announces).
 bool HoldsWholeFrame(const std::string& in) {
@@ -169,6 +169,8 @@ std::string Server::Handle(const Request& request, const Holder& peer) {
                            : EncodeResponse(page.status());
         } else if constexpr (std::is_same_v<T, PurgeMessage>) {
           return HandlePurge(message);
+        } else if constexpr (std::is_same_v<T, BackupMessage>) {
+          return HandleBackup(message);
         } else {
           Result<OwnerCounters> counters = backend_.GetOwnerCounters();
           return counters.ok() ? EncodeResponse(Status::OK(), EncodeCounters(*counters))
@@ -179,40 +181,58 @@ std::string Server::Handle(const Request& request, const Holder& peer) {
 }
 
 std::string Server::HandlePurge(const PurgeMessage& message) {
-  std::unique_lock lock(purge_mu_);
-  std::shared_ptr<PurgeJob>& slot = purges_[message.ticket];
+  PurgeOptions options;
+  options.dry_run = message.options.dry_run;
+  options.compact = message.options.compact;
+  return HandleJob(message.ticket, message.wait,
+                   [this, options](std::atomic<uint64_t>& progress) mutable {
+                     options.progress = [&progress](uint64_t so_far) { progress.store(so_far); };
+                     return backend_.Purge(options);
+                   });
+}
+
+std::string Server::HandleBackup(const BackupMessage& message) {
+  return HandleJob(message.ticket, message.wait,
+                   [this, destination = std::string(message.destination)](
+                       std::atomic<uint64_t>&) -> Result<uint64_t> {
+                     IDEM_RETURN_IF_ERROR(backend_.Backup(destination));
+                     return uint64_t{0};
+                   });
+}
+
+std::string Server::HandleJob(
+    uint64_t ticket, milliseconds wait,
+    std::function<Result<uint64_t>(std::atomic<uint64_t>& progress)> work) {
+  std::unique_lock lock(job_mu_);
+  std::shared_ptr<Job>& slot = jobs_[ticket];
   if (!slot) {
-    if (purges_.size() > kMaxPurgeJobs) {
-      purges_.erase(message.ticket);
+    if (jobs_.size() > kMaxJobs) {
+      jobs_.erase(ticket);
       return EncodeResponse(Status::Busy(
-          fmt::format("the store's owner is running {} purges already", kMaxPurgeJobs)));
+          fmt::format("the store's owner is running {} purges and backups already", kMaxJobs)));
     }
-    slot = std::make_shared<PurgeJob>();
-    PurgeOptions options;
-    options.dry_run = message.options.dry_run;
-    options.compact = message.options.compact;
-    slot->thread = std::thread([this, job = slot.get(), options]() mutable {
-      options.progress = [job](uint64_t so_far) { job->progress.store(so_far); };
-      Result<uint64_t> result = backend_.Purge(options);
+    slot = std::make_shared<Job>();
+    slot->thread = std::thread([this, job = slot.get(), work = std::move(work)] {
+      Result<uint64_t> result = work(job->progress);
       {
-        std::lock_guard done_lock(purge_mu_);
+        std::lock_guard done_lock(job_mu_);
         job->result = std::move(result);
         job->finished = Clock::now();
       }
-      purge_changed_.notify_all();
+      job_changed_.notify_all();
     });
   }
-  const std::shared_ptr<PurgeJob> job = slot;
-  purge_changed_.wait_for(lock, std::clamp(message.wait, milliseconds(0), kMaxPurgeWait),
-                          [&] { return job->result.has_value(); });
+  const std::shared_ptr<Job> job = slot;
+  job_changed_.wait_for(lock, std::clamp(wait, milliseconds(0), kMaxJobWait),
+                        [&] { return job->result.has_value(); });
   if (!job->result) {
     return EncodeResponse(Status::OK(), EncodePurgeProgress({job->progress.load(), false}));
   }
-  // The client has its answer: the job is over (a lost answer means a new purge, as after a
+  // The client has its answer: the job is over (a lost answer means a new job, as after a
   // failover).
   const Result<uint64_t> result = *job->result;
   // Whoever takes the job out of the map joins its thread.
-  if (purges_.erase(message.ticket) == 1) {
+  if (jobs_.erase(ticket) == 1) {
     lock.unlock();
     job->thread.join();
   }

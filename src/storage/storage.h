@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "engine/state_machine.h"
@@ -72,6 +73,28 @@ class Storage {
 
   // Deletes records whose retention expiry is at or before the storage's now; returns how many.
   virtual Result<uint64_t> Purge(const PurgeOptions& options) = 0;
+
+  // Writes a consistent copy of the storage, as of one moment, into the directory `destination`,
+  // which must not exist; it is made whole or not at all, and durable before this returns.
+  // Storages that cannot copy themselves (a database server has its own tools) say so with
+  // kInvalidArgument.
+  virtual Status Checkpoint(const std::string& destination) {
+    static_cast<void>(destination);
+    return Status::InvalidArgument("this storage cannot be copied by idem");
+  }
+
+  // After it returns, every token that `decide` is given to draw from is above `token`, also
+  // after a restart: records written with tokens up to `token` (an import) keep fencing true.
+  virtual Status ReserveTokensAbove(uint64_t token) {
+    static_cast<void>(token);
+    return Status::InvalidArgument("this storage cannot take records with their own tokens");
+  }
+
+  // Makes every write made so far durable, as if it had been made with Durability::kSync (an
+  // import writes its records buffered, then syncs once per batch).
+  virtual Status Sync() {
+    return Status::InvalidArgument("this storage cannot sync buffered writes on demand");
+  }
 };
 
 }  // namespace idem::storage

@@ -1,0 +1,69 @@
+// What lets a store be copied and filled from outside: a consistent copy of the database
+// (Checkpoint, for `idem backup`), tokens reserved above those of imported records, and one sync
+// for a batch of buffered writes (`idem import`).
+
+#include <fmt/format.h>
+#include <rocksdb/db.h>
+#include <rocksdb/file_system.h>
+#include <rocksdb/utilities/checkpoint.h>
+
+#include <filesystem>
+#include <limits>
+#include <memory>
+
+#include "storage/rocksdb_status.h"
+#include "storage/rocksdb_storage.h"
+#include "util/escape.h"
+
+namespace idem::storage {
+
+Status RocksDbStorage::Checkpoint(const std::string& destination) {
+  rocksdb::Checkpoint* made = nullptr;
+  IDEM_RETURN_IF_ERROR(FromRocksDb(rocksdb::Checkpoint::Create(db_.get(), &made),
+                                   fmt::format("backing up store {}", path_)));
+  const std::unique_ptr<rocksdb::Checkpoint> checkpoint(made);
+  // log_size_for_flush 0: the memtables are always flushed first, so the copy holds table files
+  // and, in its log, only what was written while the copy was made. RocksDB builds the copy in
+  // `destination`.tmp and renames it into place, so `destination` is whole or absent.
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(checkpoint->CreateCheckpoint(destination, /*log_size_for_flush=*/0),
+                  fmt::format("backing up store {} to {}", path_, EscapeControls(destination))));
+  // RocksDB syncs the files it copies or creates; the names it linked, and the rename, are
+  // durable once their directories are synced.
+  rocksdb::FileSystem* const file_system = db_->GetFileSystem();
+  for (const std::string& directory :
+       {destination, std::filesystem::path(destination).parent_path().string()}) {
+    std::unique_ptr<rocksdb::FSDirectory> handle;
+    rocksdb::IOStatus synced =
+        file_system->NewDirectory(directory, rocksdb::IOOptions(), &handle, nullptr);
+    if (synced.ok()) synced = handle->Fsync(rocksdb::IOOptions(), nullptr);
+    IDEM_RETURN_IF_ERROR(
+        FromRocksDb(synced, fmt::format("syncing the backup {}", EscapeControls(directory))));
+  }
+  return Status::OK();
+}
+
+Status RocksDbStorage::ReserveTokensAbove(uint64_t token) {
+  // Far below the top, so that the counter and its ceiling never wrap.
+  constexpr uint64_t kLargest = std::numeric_limits<int64_t>::max();
+  if (token > kLargest) {
+    return Status::InvalidArgument(
+        fmt::format("token {} is too large; tokens go up to {}", token, kLargest));
+  }
+  std::lock_guard lock(token_mu_);
+  // The ceiling first: a restart starts at it, so once it is above `token`, no token up to
+  // `token` is ever handed out again, even if this process dies before the records are written.
+  if (token_ceiling_.load() <= token) {
+    IDEM_RETURN_IF_ERROR(PersistTokenCeiling(token + 1 + token_block_));
+  }
+  uint64_t next = next_token_.load();
+  while (next <= token && !next_token_.compare_exchange_weak(next, token + 1)) {
+  }
+  return Status::OK();
+}
+
+Status RocksDbStorage::Sync() {
+  return FromRocksDb(db_->SyncWAL(), fmt::format("syncing the log of store {}", path_));
+}
+
+}  // namespace idem::storage

@@ -1,0 +1,47 @@
+// `idem export`: every record with every field, as JSON Lines that `idem import` reads back.
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <optional>
+
+#include "commands.h"
+#include "text.h"
+
+namespace idem::cli {
+
+int Export(const Context& ctx, const ExportArgs& args) {
+  // Opened first: no output file is made for a store that cannot be read.
+  auto store = ctx.OpenStore(args.path, /*read_only=*/true);
+  if (!store.ok()) return ctx.StoreError(args.path, store.status());
+  // The records are the store's: the file is as private as the store (0600).
+  std::optional<AtomicFile> file;
+  if (!args.output.empty()) {
+    file.emplace(ctx, args.output, 0600);
+    if (const int opened = file->Open(); opened != kExitOk) return opened;
+  }
+  uint64_t exported = 0;
+  std::string line;
+  const Status scanned = (*store)->Scan({}, [&](const Record& record) {
+    line = RecordToExportJson(record);
+    line += '\n';
+    ++exported;
+    if (file) {
+      file->Write(line);
+      return true;
+    }
+    ctx.out << line;
+    return ctx.out.good();  // the reader went away (| head)
+  });
+  if (!scanned.ok()) {
+    ctx.out.flush();
+    return ctx.StoreError(args.path, scanned);
+  }
+  if (!file) return ctx.FinishOutput(kExitOk);
+  if (const int committed = file->Commit(); committed != kExitOk) return committed;
+  fmt::print(ctx.out, "exported {} records to {}\n", exported, DisplayEscape(args.output));
+  return ctx.FinishOutput(kExitOk);
+}
+
+}  // namespace idem::cli

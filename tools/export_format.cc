@@ -1,0 +1,232 @@
+#include "export_format.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+
+#include "cli.h"
+#include "json_writer.h"
+#include "util/hex.h"
+
+namespace idem::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+// When a line gives no `expires`: idem's default retention (Options::default_retention, 30 days)
+// after `created`.
+constexpr std::chrono::hours kDefaultRetention{24 * 30};
+constexpr uint64_t kLargestToken = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+
+// A byte string: as text when it is well-formed UTF-8 (then the JSON string is exactly its
+// bytes), otherwise {"hex":"..."}, so that no byte depends on how a reader decodes escapes.
+void WriteBytes(JsonWriter& json, std::string_view bytes) {
+  if (IsValidUtf8(bytes)) {
+    json.String(bytes);
+    return;
+  }
+  json.BeginObject();
+  json.Key("hex");
+  json.String(util::ToHex(bytes));
+  json.EndObject();
+}
+
+Status Bad(std::string_view field, std::string_view why) {
+  return Status::InvalidArgument(fmt::format("{}: {}", field, why));
+}
+
+Result<std::string> ReadBytes(const Json& value, std::string_view field) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object() && value.size() == 1 && value.contains("hex") && value["hex"].is_string()) {
+    std::optional<std::string> bytes = util::FromHex(value["hex"].get<std::string>());
+    if (!bytes) return Bad(field, "\"hex\" is not pairs of hex digits");
+    return std::move(*bytes);
+  }
+  return Bad(field, "must be a string, or {\"hex\":\"...\"} for bytes that are not UTF-8");
+}
+
+Result<uint64_t> ReadWhole(const Json& value, std::string_view field, uint64_t largest) {
+  if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() < 0)) {
+    return Bad(field, fmt::format("must be a whole number from 0 to {}", largest));
+  }
+  const uint64_t number = value.get<uint64_t>();
+  if (number > largest) {
+    return Bad(field, fmt::format("{} is above the largest, {}", number, largest));
+  }
+  return number;
+}
+
+// A time: RFC 3339, or null for a time never set (the epoch).
+Result<TimePoint> ReadTime(const Json& value, std::string_view field) {
+  if (value.is_null()) return TimePoint();
+  if (value.is_string()) {
+    if (std::optional<TimePoint> time = ParseRfc3339(value.get<std::string>())) return *time;
+  }
+  return Bad(field,
+             "must be an RFC 3339 time such as \"2026-11-30T01:02:03.123456Z\" (years 1678 to "
+             "2261), or null");
+}
+
+Result<Holder> ReadHolder(const Json& value) {
+  if (!value.is_object()) return Bad("holder", "must be an object");
+  Holder holder;
+  for (const auto& [name, member] : value.items()) {
+    const std::string field = "holder." + name;
+    if (name == "pid") {
+      IDEM_ASSIGN_OR_RETURN(uint64_t pid,
+                            ReadWhole(member, field, std::numeric_limits<uint32_t>::max()));
+      holder.pid = static_cast<uint32_t>(pid);
+    } else if (name == "process_start") {
+      IDEM_ASSIGN_OR_RETURN(holder.process_start,
+                            ReadWhole(member, field, std::numeric_limits<uint64_t>::max()));
+    } else if (name == "pid_scope") {
+      IDEM_ASSIGN_OR_RETURN(holder.pid_scope,
+                            ReadWhole(member, field, std::numeric_limits<uint64_t>::max()));
+    } else if (name == "request_id") {
+      IDEM_ASSIGN_OR_RETURN(holder.request_id,
+                            ReadWhole(member, field, std::numeric_limits<uint64_t>::max()));
+    } else if (name == "took_over") {
+      if (!member.is_boolean()) return Bad(field, "must be true or false");
+      holder.took_over = member.get<bool>();
+    } else {
+      return Bad(field,
+                 "is not a field of the holder (pid, process_start, pid_scope, "
+                 "request_id, took_over)");
+    }
+  }
+  return holder;
+}
+
+}  // namespace
+
+std::string RecordToExportJson(const Record& record) {
+  std::string out;
+  out.reserve(320 + 2 * (record.key.size() + record.result.size() + record.checkpoint.size()));
+  JsonWriter json(out);
+  json.BeginObject();
+  json.Key("key");
+  WriteBytes(json, record.key);
+  json.Key("type");
+  WriteBytes(json, record.type);
+  json.Key("state");
+  json.String(StateName(record.state));  // as stored: a timed-out record is pending
+  json.Key("result");
+  WriteBytes(json, record.result);
+  json.Key("fingerprint");
+  WriteBytes(json, record.fingerprint);
+  json.Key("checkpoint");
+  WriteBytes(json, record.checkpoint);
+  json.Key("token");
+  json.Number(record.token);
+  json.Key("attempts");
+  json.Number(record.attempts);
+  json.Key("retryable");
+  json.Bool(record.retryable);
+  const std::pair<std::string_view, TimePoint> times[] = {
+      {"created", record.created},
+      {"updated", record.updated},
+      {"lease_deadline", record.lease_deadline},
+      {"expires", record.expires},
+  };
+  for (const auto& [name, value] : times) {
+    json.Key(name);
+    json.Time(value);
+  }
+  json.Key("holder");
+  json.BeginObject();
+  json.Key("pid");
+  json.Number(record.holder.pid);
+  json.Key("process_start");
+  json.Number(record.holder.process_start);
+  json.Key("pid_scope");
+  json.Number(record.holder.pid_scope);
+  json.Key("request_id");
+  json.Number(record.holder.request_id);
+  json.Key("took_over");
+  json.Bool(record.holder.took_over);
+  json.EndObject();
+  json.EndObject();
+  return out;
+}
+
+Result<Record> ParseExportLine(std::string_view line, TimePoint now) {
+  Json object;
+  try {
+    object = Json::parse(line);
+  } catch (const Json::exception& e) {
+    // nlohmann's message says where ("... at line 1, column 12: ...").
+    return Status::InvalidArgument(fmt::format("not JSON: {}", e.what()));
+  }
+  if (!object.is_object()) return Status::InvalidArgument("not a JSON object");
+  Record record;
+  record.attempts = 1;
+  bool has_key = false;
+  bool has_state = false;
+  std::optional<TimePoint> created, updated, lease_deadline, expires;
+  for (const auto& [name, value] : object.items()) {
+    if (name == "key") {
+      IDEM_ASSIGN_OR_RETURN(record.key, ReadBytes(value, name));
+      has_key = true;
+    } else if (name == "type") {
+      IDEM_ASSIGN_OR_RETURN(record.type, ReadBytes(value, name));
+    } else if (name == "result") {
+      IDEM_ASSIGN_OR_RETURN(record.result, ReadBytes(value, name));
+    } else if (name == "fingerprint") {
+      IDEM_ASSIGN_OR_RETURN(record.fingerprint, ReadBytes(value, name));
+    } else if (name == "checkpoint") {
+      IDEM_ASSIGN_OR_RETURN(record.checkpoint, ReadBytes(value, name));
+    } else if (name == "state") {
+      const std::string state = value.is_string() ? value.get<std::string>() : "";
+      if (state == "pending" || state == "timeout") {
+        record.state = State::kPending;  // "timeout" is derived: a pending record
+      } else if (state == "done") {
+        record.state = State::kDone;
+      } else if (state == "failed") {
+        record.state = State::kFailed;
+      } else {
+        return Bad(name, "must be \"pending\", \"done\" or \"failed\" (or \"timeout\")");
+      }
+      has_state = true;
+    } else if (name == "token") {
+      IDEM_ASSIGN_OR_RETURN(record.token, ReadWhole(value, name, kLargestToken));
+    } else if (name == "attempts") {
+      IDEM_ASSIGN_OR_RETURN(uint64_t attempts,
+                            ReadWhole(value, name, std::numeric_limits<uint32_t>::max()));
+      if (attempts == 0) return Bad(name, "must be at least 1 (a record was acquired once)");
+      record.attempts = static_cast<uint32_t>(attempts);
+    } else if (name == "retryable") {
+      if (!value.is_boolean()) return Bad(name, "must be true or false");
+      record.retryable = value.get<bool>();
+    } else if (name == "created") {
+      IDEM_ASSIGN_OR_RETURN(created, ReadTime(value, name));
+    } else if (name == "updated") {
+      IDEM_ASSIGN_OR_RETURN(updated, ReadTime(value, name));
+    } else if (name == "lease_deadline") {
+      IDEM_ASSIGN_OR_RETURN(lease_deadline, ReadTime(value, name));
+    } else if (name == "expires") {
+      IDEM_ASSIGN_OR_RETURN(expires, ReadTime(value, name));
+    } else if (name == "holder") {
+      IDEM_ASSIGN_OR_RETURN(record.holder, ReadHolder(value));
+    } else {
+      return Bad(name, "is not a field of a record (see docs/format.md, \"Export format\")");
+    }
+  }
+  if (!has_key) return Status::InvalidArgument("key: missing");
+  if (record.key.empty()) return Bad("key", "is empty");
+  if (!has_state) return Status::InvalidArgument("state: missing");
+  if (record.retryable && record.state != State::kFailed) {
+    return Bad("retryable", "may be true only when state is \"failed\"");
+  }
+  record.created = created.value_or(std::chrono::time_point_cast<TimePoint::duration>(
+      std::chrono::floor<std::chrono::microseconds>(now)));
+  record.updated = updated.value_or(record.created);
+  record.lease_deadline = lease_deadline.value_or(record.created);
+  record.expires = expires.value_or(record.created + kDefaultRetention);
+  return record;
+}
+
+}  // namespace idem::cli
