@@ -255,6 +255,9 @@ TEST(Backup, TakenByTheCommandWhenNoProcessOwnsTheStore) {
   const CliResult backed_up = RunCli({"backup", dir.StorePath(), "copy"});
   fs::current_path(cwd);
   ASSERT_EQ(backed_up.code, 0) << backed_up.err;
+  // The format file comes along: a newer release's backup is refused before anything changes.
+  EXPECT_EQ(ReadFile(dir.Sub("copy/db/IDEM-FORMAT")),
+            ReadFile(dir.StorePath() + "/db/IDEM-FORMAT"));
   auto copy = OpenStore(dir.Sub("copy"));
   ASSERT_NE(copy, nullptr);
   auto record = copy->Get("k");

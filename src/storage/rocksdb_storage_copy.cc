@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 
+#include "storage/format_file.h"
 #include "storage/rocksdb_status.h"
 #include "storage/rocksdb_storage.h"
 #include "util/escape.h"
@@ -28,9 +29,12 @@ Status RocksDbStorage::Checkpoint(const std::string& destination) {
   IDEM_RETURN_IF_ERROR(
       FromRocksDb(checkpoint->CreateCheckpoint(destination, /*log_size_for_flush=*/0),
                   fmt::format("backing up store {} to {}", path_, EscapeControls(destination))));
+  // A checkpoint copies RocksDB's files only: the format file goes in too, so that a newer
+  // release's backup is refused before anything in it changes (format_file.h).
+  rocksdb::FileSystem* const file_system = db_->GetFileSystem();
+  IDEM_RETURN_IF_ERROR(WriteFormatFile(*file_system, destination, kStoreFormatVersion));
   // RocksDB syncs the files it copies or creates; the names it linked, and the rename, are
   // durable once their directories are synced.
-  rocksdb::FileSystem* const file_system = db_->GetFileSystem();
   for (const std::string& directory :
        {destination, std::filesystem::path(destination).parent_path().string()}) {
     std::unique_ptr<rocksdb::FSDirectory> handle;
