@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "cli_run.h"
 #include "idem/idem.h"
 #include "test_util.h"
 
@@ -35,25 +36,11 @@ using idem_test::TestOptions;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using idem_test::CliResult;
 
 CliResult RunCli(const std::vector<std::string>& args,
                  std::shared_ptr<const idem::Clock> clock = nullptr) {
-  std::vector<std::string> words = {"idem"};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& word : words) argv.push_back(word.data());
-  argv.push_back(nullptr);
-  std::ostringstream out, err;
-  CliResult result;
-  result.code = idem::cli::Run(static_cast<int>(words.size()), argv.data(), out, err, clock);
-  result.out = out.str();
-  result.err = err.str();
-  return result;
+  return idem_test::RunCliOn(args, std::move(clock));
 }
 
 std::string ReadFile(const std::string& path) {

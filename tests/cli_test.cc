@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_run.h"
 #include "idem/idem.h"
 #include "raw_db.h"
 #include "test_util.h"
@@ -50,34 +51,13 @@ extern char** environ;
 
 namespace {
 
+using idem_test::CliResult;
+using idem_test::RunCliOn;
 using idem_test::TempDir;
 using namespace std::chrono_literals;
 using Json = nlohmann::ordered_json;
 
 // ---- Running the command -------------------------------------------------------------------
-
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-// Runs idem::cli::Run in-process with argv = {"idem", args...}, on `clock`.
-CliResult RunCliOn(const std::vector<std::string>& args, std::shared_ptr<const idem::Clock> clock) {
-  std::vector<std::string> storage = {"idem"};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& arg : storage) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  std::ostringstream out;
-  std::ostringstream err;
-  CliResult result;
-  result.code =
-      idem::cli::Run(static_cast<int>(storage.size()), argv.data(), out, err, std::move(clock));
-  result.out = out.str();
-  result.err = err.str();
-  return result;
-}
 
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;

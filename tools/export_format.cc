@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "json_writer.h"
+#include "records.h"
 #include "util/hex.h"
 
 namespace idem::cli {
@@ -126,16 +127,7 @@ std::string RecordToExportJson(const Record& record) {
   json.Number(record.attempts);
   json.Key("retryable");
   json.Bool(record.retryable);
-  const std::pair<std::string_view, TimePoint> times[] = {
-      {"created", record.created},
-      {"updated", record.updated},
-      {"lease_deadline", record.lease_deadline},
-      {"expires", record.expires},
-  };
-  for (const auto& [name, value] : times) {
-    json.Key(name);
-    json.Time(value);
-  }
+  WriteRecordTimes(json, record);
   json.Key("holder");
   json.BeginObject();
   json.Key("pid");

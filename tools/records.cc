@@ -153,6 +153,12 @@ std::string RecordToJson(const Record& record) {
   json.Number(record.token);
   json.Key("attempts");
   json.Number(record.attempts);
+  WriteRecordTimes(json, record);
+  json.EndObject();
+  return out;
+}
+
+void WriteRecordTimes(JsonWriter& json, const Record& record) {
   const std::pair<std::string_view, TimePoint> times[] = {
       {"created", record.created},
       {"updated", record.updated},
@@ -163,8 +169,6 @@ std::string RecordToJson(const Record& record) {
     json.Key(name);
     json.Time(value);
   }
-  json.EndObject();
-  return out;
 }
 
 }  // namespace idem::cli

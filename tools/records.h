@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "idem/record.h"
+#include "json_writer.h"
 
 namespace idem::cli {
 
@@ -44,6 +45,11 @@ class RecordTable {
 
 // `idem get --format table`: one field a line.
 void WriteRecordFields(std::ostream& out, const Record& record);
+
+// The four times of `record` as members of the JSON object `json` is writing (created, updated,
+// lease_deadline, expires: RFC 3339, null when never set), in the order of every JSON form of a
+// record (dump's and export's).
+void WriteRecordTimes(JsonWriter& json, const Record& record);
 
 }  // namespace idem::cli
 
