@@ -23,7 +23,6 @@
 #define IDEM_STORAGE_PG_STORAGE_H_
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
