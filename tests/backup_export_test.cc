@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "cli.h"
 #include "cli_run.h"
 #include "idem/idem.h"
@@ -306,6 +307,35 @@ TEST(Backup, LinksTableFilesOnTheSameFileSystemAndCopiesThemOnAnother) {
   fs::remove_all(elsewhere);
 }
 
+// A backup holds the token counter as it was then; the store went on handing out tokens above
+// it (here: after a reopen, which starts a new block at the backup's ceiling). Restored later, the
+// copy starts its tokens at the time in microseconds, above those: no token comes twice.
+TEST(Backup, ARestoredStoreNeverHandsOutATokenTheOldStoreHandedOutAfterTheBackup) {
+  TempDir dir;
+  auto clock = std::make_shared<idem_test::ManualClock>();
+  const std::string backup = dir.Sub("backup");
+  {
+    auto store = OpenStore(dir.StorePath(), TestOptions(clock));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Begin("before").ok());
+    ASSERT_TRUE(store->Backup(backup).ok());
+  }
+  uint64_t later = 0;
+  {
+    auto store = OpenStore(dir.StorePath(), TestOptions(clock));
+    ASSERT_NE(store, nullptr);
+    auto claim = store->Begin("later");
+    ASSERT_TRUE(claim.ok());
+    later = claim->token;
+  }
+  clock->Advance(1s);
+  auto restored = OpenStore(backup, TestOptions(clock));
+  ASSERT_NE(restored, nullptr);
+  auto claim = restored->Begin("again");
+  ASSERT_TRUE(claim.ok());
+  EXPECT_GT(claim->token, later) << "a token handed out after the backup came again";
+}
+
 TEST(Backup, RefusesADestinationThatExistsOrIsInsideTheStore) {
   TempDir dir;
   ASSERT_NE(OpenStore(dir.StorePath()), nullptr);
@@ -364,7 +394,20 @@ void FillVariedStore(idem::Store& store, idem_test::ManualClock& clock) {
   ASSERT_TRUE(store.Begin("pending \xc3\xa9t\xc3\xa9", {.lease = 1h}).ok());
 }
 
-TEST(ExportImport, ImportedIntoANewStoreExportsTheSameBytes) {
+// The import's target: a new store of each backend (a store directory, or tables in PostgreSQL).
+class ImportInto : public idem_test::OnEachBackend {};
+
+// `args` with the store `target` (its directory, or URI and --table) inserted after the command.
+std::vector<std::string> Command(const std::string& command, const idem_test::TestStore& target,
+                                 const std::vector<std::string>& args = {}) {
+  std::vector<std::string> all = {command};
+  const std::vector<std::string> store = target.CommandArgs();
+  all.insert(all.end(), store.begin(), store.end());
+  all.insert(all.end(), args.begin(), args.end());
+  return all;
+}
+
+TEST_P(ImportInto, ANewStoreThatExportsTheSameBytes) {
   TempDir dir;
   auto clock = std::make_shared<idem_test::ManualClock>();
   const std::string source = dir.Sub("source");
@@ -387,11 +430,11 @@ TEST(ExportImport, ImportedIntoANewStoreExportsTheSameBytes) {
   EXPECT_NE(text.find(R"("state":"pending")"), std::string::npos) << "timed out: stored pending";
   EXPECT_NE(text.find(R"("retryable":true)"), std::string::npos);
 
-  const std::string copy = dir.Sub("copy");
-  const CliResult imported = RunCli({"import", copy, first, "--create"}, clock);
+  const idem_test::TestStore copy(GetParam());
+  const CliResult imported = RunCli(Command("import", copy, {first, "--create"}), clock);
   ASSERT_EQ(imported.code, 0) << imported.err;
   EXPECT_EQ(imported.out, "imported 5 records\n");
-  const CliResult again = RunCli({"export", copy}, clock);  // to standard output
+  const CliResult again = RunCli(Command("export", copy), clock);  // to standard output
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_EQ(again.out, text);
 
@@ -401,7 +444,7 @@ TEST(ExportImport, ImportedIntoANewStoreExportsTheSameBytes) {
   idem::Options options = TestOptions(clock);
   options.renewal_grace = 0ms;
   auto original = OpenStore(source, options);
-  auto restored = OpenStore(copy, options);
+  auto restored = copy.Open(options);
   ASSERT_NE(original, nullptr);
   ASSERT_NE(restored, nullptr);
   EXPECT_EQ(AllRecords(*restored), AllRecords(*original));
@@ -478,9 +521,11 @@ TEST(ExportImport, ImportNeedsTheStoreToItselfAndAStoreUnlessCreate) {
   TempDir dir;
   const std::string input = dir.Sub("input.jsonl");
   WriteFile(input, R"({"key":"k","state":"done"})");
-  const CliResult postgres = RunCli({"import", "postgresql://app@db1/orders", input});
-  EXPECT_EQ(postgres.code, idem::cli::kExitUsage);
-  EXPECT_NE(postgres.err.find("kept in PostgreSQL"), std::string::npos) << postgres.err;
+  // --table names a table in PostgreSQL: with a directory it is a usage error.
+  const CliResult table = RunCli({"import", dir.StorePath(), input, "--table", "t", "--create"});
+  EXPECT_EQ(table.code, idem::cli::kExitUsage);
+  EXPECT_NE(table.err.find("--table applies to a postgresql:// store"), std::string::npos)
+      << table.err;
   const CliResult missing = RunCli({"import", dir.StorePath(), input});
   EXPECT_EQ(missing.code, idem::cli::kExitStoreError) << missing.err;
   EXPECT_FALSE(fs::exists(dir.StorePath()));
@@ -503,7 +548,20 @@ TEST(ExportImport, ImportNeedsTheStoreToItselfAndAStoreUnlessCreate) {
 // Store::Import writes only in the process that owns the store: a handle that talks to another
 // process's owner gets kBusy and nothing is written; the owner's own handle imports, leaving a
 // live record as it is and not writing one whose retention has passed.
-TEST(ExportImport, StoreImportIsTheOwnersAndSaysWhatItLeft) {
+// A record to import: done, created now by the system clock, kept an hour.
+Record DoneRecord(const std::string& key, uint64_t token) {
+  Record record;
+  record.key = key;
+  record.state = State::kDone;
+  record.result = "r";
+  record.attempts = 1;
+  record.token = token;
+  record.created = record.updated = record.lease_deadline = std::chrono::system_clock::now();
+  record.expires = record.created + 1h;
+  return record;
+}
+
+TEST(ExportImport, StoreImportIsTheOwners) {
   TempDir dir;
   ASSERT_NE(OpenStore(dir.StorePath()), nullptr);  // made, then closed
   const std::string said = dir.Sub("worker.out");
@@ -511,32 +569,23 @@ TEST(ExportImport, StoreImportIsTheOwnersAndSaysWhatItLeft) {
                                          std::vector<std::string>{"open", dir.StorePath(), "auto"},
                                          "/dev/null", said);
   ASSERT_TRUE(idem_test::WaitFor([&] { return ReadFile(said) == "open\n"; })) << ReadFile(said);
-  Record record;
-  record.key = "k";
-  record.state = State::kDone;
-  record.result = "r";
-  record.attempts = 1;
-  record.token = 12;
-  record.created = record.updated = record.lease_deadline = std::chrono::system_clock::now();
-  record.expires = record.created + 1h;
-  {
-    auto client = OpenStore(dir.StorePath());
-    ASSERT_NE(client, nullptr);
-    auto refused = client->Import(std::vector<Record>{record});
-    ASSERT_FALSE(refused.ok());
-    EXPECT_EQ(refused.status().code(), idem::Status::Code::kBusy) << refused.status().ToString();
-    EXPECT_FALSE(client->Get("k")->has_value());
-  }
-  owner.reset();
+  auto client = OpenStore(dir.StorePath());
+  ASSERT_NE(client, nullptr);
+  auto refused = client->Import(std::vector<Record>{DoneRecord("k", 12)});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), idem::Status::Code::kBusy) << refused.status().ToString();
+  EXPECT_FALSE(client->Get("k")->has_value());
+}
 
-  auto store = OpenStore(dir.StorePath());
+TEST_P(ImportInto, AStoreSaysWhatItLeftAndChecksEveryRecordFirst) {
+  const idem_test::TestStore target(GetParam());
+  auto store = target.Open(TestOptions());
   ASSERT_NE(store, nullptr);
   auto claim = store->Begin("live");
   ASSERT_TRUE(claim.ok());
-  Record live = record;
-  live.key = "live";
-  Record expired = record;
-  expired.key = "expired";
+  const Record record = DoneRecord("k", 12);
+  Record live = DoneRecord("live", 12);
+  Record expired = DoneRecord("expired", 12);
   expired.expires = record.created - 1s;
   auto outcomes = store->Import(std::vector<Record>{record, live, expired});
   ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
@@ -547,12 +596,9 @@ TEST(ExportImport, StoreImportIsTheOwnersAndSaysWhatItLeft) {
   EXPECT_EQ((*store->Get("live"))->state, State::kPending);
   EXPECT_FALSE(store->Get("expired")->has_value());
   // A bad record fails the call before anything is written.
-  Record bad = record;
-  bad.key = "bad";
+  Record bad = DoneRecord("bad", 12);
   bad.retryable = true;  // only a failed record may be
-  Record good = record;
-  good.key = "good";
-  auto invalid = store->Import(std::vector<Record>{good, bad});
+  auto invalid = store->Import(std::vector<Record>{DoneRecord("good", 12), bad});
   ASSERT_FALSE(invalid.ok());
   EXPECT_EQ(invalid.status().code(), idem::Status::Code::kInvalidArgument);
   EXPECT_NE(invalid.status().message().find("only a failed record can be retryable"),
@@ -561,19 +607,21 @@ TEST(ExportImport, StoreImportIsTheOwnersAndSaysWhatItLeft) {
   EXPECT_FALSE(store->Get("good")->has_value());
 }
 
-TEST(ExportImport, TokensAfterAnImportAreAboveEveryImportedToken) {
+TEST_P(ImportInto, AStoreWhoseLaterTokensAreAboveEveryImportedToken) {
   TempDir dir;
-  const uint64_t imported_token = (uint64_t{1} << 40) + 7;
+  const idem_test::TestStore target(GetParam());
+  // Above the time in microseconds, where a store's tokens start.
+  const uint64_t imported_token = (uint64_t{1} << 60) + 7;
   const std::string input = dir.Sub("input.jsonl");
   WriteFile(
       input,
       R"({"key":"high","state":"pending","lease_deadline":"2200-01-01T00:00:00Z","expires":"2200-01-02T00:00:00Z","token":)" +
           std::to_string(imported_token) + "}\n" +
           R"({"key":"fresh","state":"done","result":"r"})" + "\n");
-  const CliResult imported = RunCli({"import", dir.StorePath(), input, "--create"});
+  const CliResult imported = RunCli(Command("import", target, {input, "--create"}));
   ASSERT_EQ(imported.code, 0) << imported.err;
   {
-    auto store = OpenStore(dir.StorePath());
+    auto store = target.Open(TestOptions());
     ASSERT_NE(store, nullptr);
     EXPECT_EQ((*store->Get("high"))->token, imported_token);
     const uint64_t fresh = (*store->Get("fresh"))->token;  // none given: a fresh one
@@ -587,12 +635,14 @@ TEST(ExportImport, TokensAfterAnImportAreAboveEveryImportedToken) {
     EXPECT_TRUE(store->Complete("high", imported_token, "done").ok());
   }
   // Also after the store is opened again: the ceiling was persisted.
-  auto reopened = OpenStore(dir.StorePath());
+  auto reopened = target.Open(TestOptions());
   ASSERT_NE(reopened, nullptr);
   auto claim = reopened->Begin("after-reopen");
   ASSERT_TRUE(claim.ok());
   EXPECT_GT(claim->token, imported_token);
 }
+
+IDEM_ON_EACH_BACKEND(ImportInto);
 
 // ---- Moving from MySQL and Redis ---------------------------------------------------------------
 

@@ -59,10 +59,15 @@ TEST(PgPool, ResendsOnlyWhatMayBeResent) {
   for (const bool resendable : {true, false}) {
     SCOPED_TRACE(resendable ? "resendable" : "not resendable");
     const int64_t before = BackendPid(pool);
+    bool sent_once_resent = true;
+    ASSERT_OK(pool.Run(Transaction({{"SELECT 1", {}}}), &sent_once_resent).status());
+    EXPECT_FALSE(sent_once_resent);
     Result<std::vector<PgRows>> result = Status::Unavailable("not run");
+    bool resent = false;
     std::thread caller([&] {
       result = pool.Run(
-          Transaction({{"SELECT pg_sleep(1.5)", {}}, {"SELECT pg_backend_pid()", {}}}, resendable));
+          Transaction({{"SELECT pg_sleep(1.5)", {}}, {"SELECT pg_backend_pid()", {}}}, resendable),
+          &resent);
     });
     ASSERT_TRUE(WaitUntilRunning(*server, "SELECT pg_sleep(1.5)"));
     ASSERT_OK(server->Admin("SELECT pg_terminate_backend(" + std::to_string(before) + ")"));
@@ -71,6 +76,7 @@ TEST(PgPool, ResendsOnlyWhatMayBeResent) {
       ASSERT_TRUE(result.ok()) << result.status().ToString();
       EXPECT_NE(result->at(1).Int(0, 0).value(), before);
       EXPECT_EQ(pool.stats().resends, 1u);
+      EXPECT_TRUE(resent) << "the caller is told that its transaction was sent twice";
     } else {
       ASSERT_FALSE(result.ok());
       EXPECT_EQ(result.status().code(), Status::Code::kUnavailable);

@@ -5,9 +5,12 @@
 
 #include "storage/pg_storage.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 
 #include <atomic>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,9 +39,11 @@ using idem::storage::PgStorageConfig;
 // ManualClock::DefaultStart()).
 class PgStore {
  public:
+  // `ahead`: how far its clock is past ManualClock::DefaultStart() when it opens.
   static std::unique_ptr<PgStore> Open(const std::string& uri, std::string table = "idem_records",
-                                       bool create = true) {
+                                       bool create = true, std::chrono::microseconds ahead = {}) {
     auto store = std::unique_ptr<PgStore>(new PgStore());
+    store->clock_->Advance(ahead);
     auto conninfo = PgConninfo::Parse(uri);
     EXPECT_TRUE(conninfo.ok()) << conninfo.status().ToString();
     if (!conninfo.ok()) return nullptr;
@@ -228,6 +233,97 @@ TEST(PgStorage, AResentBeginGetsItsOwnClaim) {
   ASSERT_OK_AND_ASSIGN(Claim resent, store->Begin("k", 10s, /*request_id=*/77));
   EXPECT_EQ(resent.outcome, Outcome::kAcquired);
   EXPECT_EQ(resent.token, claim.token);
+}
+
+// The single value of `sql` run with parameter $1 = `param` on `conn`; "" (and a test failure)
+// when it fails. Commands (BEGIN, COMMIT) give "".
+std::string Exec(PGconn* conn, const std::string& sql, const std::string& param = "") {
+  const char* values[] = {param.c_str()};
+  PGresult* result =
+      PQexecParams(conn, sql.c_str(), param.empty() ? 0 : 1, nullptr, values, nullptr, nullptr, 0);
+  std::string value;
+  if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) > 0) {
+    value = PQgetvalue(result, 0, 0);
+  } else if (PQresultStatus(result) != PGRES_COMMAND_OK &&
+             PQresultStatus(result) != PGRES_TUPLES_OK) {
+    ADD_FAILURE() << sql << ": " << PQerrorMessage(conn);
+  }
+  PQclear(result);
+  return value;
+}
+
+// Raising the sequence above imported tokens (ReserveTokensAbove) waits for every token
+// reservation in flight, here another process's, holding the reservation lock while it draws
+// blocks; then it raises the sequence only upwards, and this process's own block is dropped when
+// it lies below: every token drawn after is above the imported ones and above every block drawn.
+TEST(PgStorage, RaisingTheTokenSequenceWaitsForReservationsInFlightAndNeverLowersIt) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("first"));  // this process's block
+  const std::string sequence = store->storage().names().sequence;
+  PGconn* other = PQconnectdb(server->AdminConninfo().c_str());
+  ASSERT_EQ(PQstatus(other), CONNECTION_OK) << PQerrorMessage(other);
+  Exec(other, "BEGIN");
+  Exec(other, fmt::format("SELECT pg_advisory_xact_lock_shared({})", PgStorage::kTokenLockKey),
+       sequence);
+  const uint64_t imported = first.token + 3 * PgStorage::kTokenBlock;
+  std::future<Status> raised =
+      std::async(std::launch::async, [&] { return store->storage().ReserveTokensAbove(imported); });
+  const auto waiting = [&] {
+    return Exec(other, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted");
+  };
+  EXPECT_TRUE(idem_test::WaitFor([&] { return waiting() == "1"; }))
+      << "the raise does not wait for the reservation lock";
+  // Meanwhile the other process draws blocks past the raise's floor; then it commits.
+  std::string last;
+  for (int i = 0; i < 8; ++i) last = Exec(other, "SELECT nextval($1::regclass)", sequence);
+  Exec(other, "COMMIT");
+  ASSERT_OK(raised.get());
+  const uint64_t drawn_above = (std::stoull(last) + 1) * PgStorage::kTokenBlock;
+  ASSERT_OK_AND_ASSIGN(Claim after, store->Begin("after"));
+  EXPECT_GE(after.token, drawn_above) << "the sequence went back below a block handed out";
+  EXPECT_GT(after.token, imported);
+
+  // A raise far above moves every later block above it, in this process and in others.
+  const uint64_t far = after.token + 1000 * PgStorage::kTokenBlock + 5;
+  ASSERT_OK(store->storage().ReserveTokensAbove(far));
+  ASSERT_OK_AND_ASSIGN(Claim mine, store->Begin("mine"));
+  EXPECT_GT(mine.token, far);
+  auto another = PgStore::Open(server->Uri());
+  ASSERT_NE(another, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim theirs, another->Begin("theirs"));
+  EXPECT_GT(theirs.token, far);
+  // And a raise below the sequence leaves it as it is.
+  const std::string query = fmt::format("SELECT last_value FROM {}", sequence);
+  const std::string before = Exec(other, query);
+  ASSERT_OK(store->storage().ReserveTokensAbove(first.token));
+  EXPECT_EQ(Exec(other, query), before);
+  PQfinish(other);
+}
+
+// Tables restored from a backup hold the sequence as it was then, below blocks handed out
+// after. A store opened on them later starts its tokens at the time in microseconds, above those.
+TEST(PgStorage, TokensAfterARestoreOfTheTablesAreAboveThoseHandedOutAfterTheBackup) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto before = PgStore::Open(server->Uri());
+  ASSERT_NE(before, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim first, before->Begin("first"));
+  const std::string sequence = before->storage().names().sequence;
+  PGconn* admin = PQconnectdb(server->AdminConninfo().c_str());
+  ASSERT_EQ(PQstatus(admin), CONNECTION_OK) << PQerrorMessage(admin);
+  const std::string backed_up = Exec(admin, fmt::format("SELECT last_value FROM {}", sequence));
+  auto after_backup = PgStore::Open(server->Uri());  // another process, after the backup
+  ASSERT_NE(after_backup, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim later, after_backup->Begin("later"));
+  EXPECT_GT(later.token, first.token);
+  // The restore, as pg_restore does it: the sequence as the backup holds it.
+  Exec(admin, "SELECT setval($1::regclass, " + backed_up + ")", sequence);
+  PQfinish(admin);
+  auto restored = PgStore::Open(server->Uri(), "idem_records", true, /*ahead=*/1s);
+  ASSERT_NE(restored, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim again, restored->Begin("again"));
+  EXPECT_GT(again.token, later.token) << "a token handed out after the backup came again";
 }
 
 }  // namespace

@@ -175,6 +175,11 @@ class TestStore {
     return idem::Store::Open(location_, options);
   }
   const std::string& location() const { return location_; }
+  // The store as the idem command names it: its directory, or its URI and `--table NAME`.
+  std::vector<std::string> CommandArgs() const {
+    if (location_.find("://") == std::string::npos) return {location_};
+    return {location_, "--table", table_};
+  }
 
  private:
   TempDir dir_;

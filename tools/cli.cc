@@ -183,14 +183,15 @@ CLI::App* AddExport(CLI::App& app, Arguments& args) {
   return command;
 }
 
-CLI::App* AddImport(CLI::App& app, ImportArgs& import) {
+CLI::App* AddImport(CLI::App& app, Arguments& args) {
+  ImportArgs& import = args.import;
   CLI::App* command = app.add_subcommand(
       "import",
       "Write the records of a JSON Lines file (from 'idem export', or converted) into the store, "
-      "with their states, tokens and times. Needs the store to itself. "
+      "with their states, tokens and times. Needs a store directory to itself. "
       "Every line is checked first: a bad line, or a key the store holds, is named with its line "
       "number and nothing is imported (exit 6).");
-  command->add_option("PATH", import.path, "Store directory")->required();
+  AddStore(command, import.path, args.table);
   command->add_option("FILE", import.input, "JSON Lines to read; - (the default): standard input")
       ->check(CLI::Validator(
           [](std::string& file) -> std::string {
@@ -253,13 +254,14 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
     return Context{std::move(command), out, err, clock, args.table};
   };
   // --table names a table of a PostgreSQL store: with a directory it would be ignored.
-  const std::array<std::pair<CLI::App*, const std::string*>, 6> paths = {
+  const std::array<std::pair<CLI::App*, const std::string*>, 7> paths = {
       {{dump, &args.dump.path},
        {get, &args.get.path},
        {stats, &args.stats.path},
        {purge, &args.purge.path},
        {forget, &args.forget.path},
-       {export_, &args.export_.path}}};
+       {export_, &args.export_.path},
+       {import, &args.import.path}}};
   for (const auto& [command, path] : paths) {
     if (command->parsed() && !args.table.empty() && !util::IsPostgresUri(*path)) {
       return context(command->get_name())
@@ -307,7 +309,7 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
   const Commands commands = {AddDump(app, args),   AddGet(app, args),
                              AddStats(app, args),  AddPurge(app, args),
                              AddForget(app, args), AddBackup(app, args.backup),
-                             AddExport(app, args), AddImport(app, args.import)};
+                             AddExport(app, args), AddImport(app, args)};
   for (CLI::App* command : commands) {
     command->footer("Exit codes and examples: 'man idem' (docs/idem.1) and docs/operations.md.");
   }

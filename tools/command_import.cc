@@ -1,6 +1,7 @@
-// `idem import`: records from JSON Lines (docs/format.md, "Export format") into a store that no
-// other process uses. The whole input is checked before anything is written: a bad line, or a
-// key the store holds already, is named with its line number and nothing is imported.
+// `idem import`: records from JSON Lines (docs/format.md, "Export format") into a store directory
+// that no other process uses, or a store in PostgreSQL. The whole input is checked before anything
+// is written: a bad line, or a key the store holds already, is named with its line number and
+// nothing is imported.
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -91,18 +92,11 @@ Status CheckLimits(const Record& record, const Options& options) {
 
 int Import(const Context& ctx, const ImportArgs& args) {
   const std::string& path = args.path;
-  // Said before connecting and reading the input (Store::Import would refuse it after both).
-  if (path.starts_with("postgresql://") || path.starts_with("postgres://")) {
-    return ctx.Fail(kExitUsage,
-                    fmt::format("store {} is kept in PostgreSQL: idem import cannot write into "
-                                "it yet; import into a store directory, or load the records with "
-                                "SQL",
-                                DisplayStoreName(path)));
-  }
   Options options = ctx.StoreOptions(/*read_only=*/false);
-  // With --create, a new store may be made for the import (a restore into a new directory).
-  // Nobody else may use the store meanwhile: the check of every key before the first write
-  // stays true, and no application sees half an import.
+  // With --create, a new store may be made for the import (a restore into a new directory, or
+  // new tables). Nobody else may use a store directory meanwhile: the check of every key before
+  // the first write stays true, and no application sees half an import. (A store in PostgreSQL
+  // has no owner to exclude others: a key an application takes meanwhile is left as it is.)
   options.create_if_missing = args.create;
   options.sharing = Sharing::kExclusive;
   auto store = Store::Open(path, options);

@@ -211,14 +211,18 @@ class IDEM_EXPORT Store {
   // in order, what was done: a key that holds a live record is left as it is (kPresent), a
   // record whose retention has passed is not written (kExpired). A record whose token is 0 gets
   // a fresh one. Before any record is written, the store's token counter is moved above every
-  // token given, so that no token is ever handed out twice. The records are durable when this
-  // returns OK. Only the process that owns the store imports: a handle that talks to another
-  // process's owner gets kBusy (`idem import` opens the store with Sharing::kExclusive).
+  // token given, so that no token is ever handed out twice (in PostgreSQL, other processes may
+  // still hand out tokens from blocks they reserved before, which can equal imported tokens of
+  // other keys: a key's tokens still only increase). The records are durable when this returns
+  // OK. In a store directory only the process that owns the store imports: a handle that talks
+  // to another process's owner gets kBusy (`idem import` opens the store with
+  // Sharing::kExclusive). In PostgreSQL any process imports, also while others use the store
+  // (each record is written only if its key is still free, in one conditional write).
   // Every record is checked before any is written: kInvalidArgument naming the first bad one
   // (an empty or oversized key or field, retryable set on a record that is not kFailed,
-  // attempts 0, a token above 2^63-1) writes nothing; so do a read-only handle and a store kept
-  // in PostgreSQL (kInvalidArgument) and kBusy. An I/O error (kIOError) part way may leave the
-  // records before it written.
+  // attempts 0, a token above 2^63-1) writes nothing; so do a read-only handle
+  // (kInvalidArgument) and kBusy. An I/O error (kIOError) part way may leave the records before
+  // it written.
   virtual Result<std::vector<ImportOutcome>> Import(std::span<const Record> records);
 
   // High level: runs fn at most once per key across threads (and processes sharing the store):

@@ -194,16 +194,8 @@ class StoreHandle final : public Store {
   }
 
   Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) override {
-    if constexpr (kKeptInPostgres<Core>) {
-      static_cast<void>(records);
-      return Status::InvalidArgument(fmt::format(
-          "store {} is kept in PostgreSQL: idem cannot import records into it yet (load them "
-          "into a store directory, or with SQL)",
-          core_->display_name()));
-    } else {
-      IDEM_RETURN_IF_ERROR(CheckWritable());
-      return core_->Run([&](Backend& backend, bool) { return backend.Import(records); });
-    }
+    IDEM_RETURN_IF_ERROR(CheckWritable());
+    return core_->Run([&](Backend& backend, bool) { return backend.Import(records); });
   }
 
   Result<OwnerCounters> GetOwnerCounters() const override {

@@ -188,7 +188,8 @@ PgPoolStats PgPool::stats() const {
           .cancels = cancels_.load()};
 }
 
-Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction) {
+Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction, bool* resent) {
+  if (resent != nullptr) *resent = false;
   if (util::ForkGeneration() != fork_generation_) {
     return Status::Unavailable(fmt::format(
         "{}: the connection pool was made before fork(); open the store again in this process",
@@ -218,7 +219,10 @@ Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction) {
                       options_.failover_timeout.count()));
     }
     std::this_thread::sleep_for(pause);
-    if (step.next == Step::Next::kResend) ++resends_;
+    if (step.next == Step::Next::kResend) {
+      ++resends_;
+      if (resent != nullptr) *resent = true;
+    }
     if (step.next == Step::Next::kRetry) ++retries_;
   }
 }

@@ -161,7 +161,9 @@ class PgPool {
 
   // Runs `transaction` and returns one PgRows per statement, in order; see the top of this file
   // for the errors. kTimedOut "all N connections ... busy" when none is free within the timeout.
-  Result<std::vector<PgRows>> Run(const PgTransaction& transaction);
+  // `resent`, when given, tells whether the transaction was sent more than once (a connection
+  // lost after sending it: the first send may have committed).
+  Result<std::vector<PgRows>> Run(const PgTransaction& transaction, bool* resent = nullptr);
 
   PgPoolStats stats() const;
   const PgConninfo& conninfo() const { return conninfo_; }

@@ -120,6 +120,14 @@ Result<std::unique_ptr<PgStorage>> PgStorage::Open(const PgConninfo& conninfo,
   IDEM_RETURN_IF_ERROR(
       PreparePgTables(storage->pool_, storage->names_,
                       storage->config_.create_if_missing && !storage->config_.read_only));
+  // Tokens start no lower than the time in microseconds, as in a store directory: tables
+  // restored from a backup hold a sequence below the tokens handed out after the backup, which
+  // lie below the time now (fewer than one a microsecond was handed out).
+  if (!storage->config_.read_only) {
+    IDEM_RETURN_IF_ERROR(storage->RaiseTokenSequence(
+        "(extract(epoch FROM COALESCE($2::timestamptz, clock_timestamp())) * 1000000)::bigint",
+        storage->NowParam()));
+  }
   return storage;
 }
 
@@ -201,14 +209,56 @@ Result<uint64_t> PgStorage::NextToken(uint64_t above) {
   // numbers in order), so above every stored token.
   if (next_token_ == block_end_ || next_token_ <= above) {
     PgTransaction transaction{.resendable = true};
-    transaction.statements = {{"SET LOCAL synchronous_commit = on", {}},
-                              {"SELECT nextval($1::regclass)", {PgParam::Text(names_.sequence)}}};
+    transaction.statements = {
+        {"SET LOCAL synchronous_commit = on", {}},
+        {fmt::format("SELECT pg_advisory_xact_lock_shared({})", kTokenLockKey),
+         {PgParam::Text(names_.sequence)}},
+        {"SELECT nextval($1::regclass)", {PgParam::Text(names_.sequence)}}};
     IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-    IDEM_ASSIGN_OR_RETURN(int64_t block, rows[1].Int(0, 0));
+    IDEM_ASSIGN_OR_RETURN(int64_t block, rows[2].Int(0, 0));
     next_token_ = static_cast<uint64_t>(block) * kTokenBlock;
     block_end_ = next_token_ + kTokenBlock;
   }
   return next_token_++;
+}
+
+Status PgStorage::ReserveTokensAbove(uint64_t token) {
+  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  IDEM_RETURN_IF_ERROR(RaiseTokenSequence("$2", PgParam::Int8(BitCast(token))));
+  // This process's own block may hold tokens at or below `token`: draw a new one next time.
+  std::lock_guard lock(token_mu_);
+  if (next_token_ <= token) next_token_ = block_end_;
+  return Status::OK();
+}
+
+Status PgStorage::RaiseTokenSequence(std::string_view token, PgParam param) {
+  PgTransaction transaction{.resendable = true};  // raising to the same floor twice is harmless
+  transaction.statements = {
+      {"SET LOCAL synchronous_commit = on", {}},
+      {fmt::format("SELECT pg_advisory_xact_lock({})", kTokenLockKey),
+       {PgParam::Text(names_.sequence)}},
+      // Every later block b hands out tokens from b * kTokenBlock: above the token once b is above
+      // its floor. Only ever up: a sequence whose next value is above the floor already is left
+      // as it is (a sequence never called hands out last_value next; one called, last_value + 1).
+      {fmt::format(
+           "SELECT setval($1::regclass, raise_to) FROM {}, (SELECT ({}) / {} AS raise_to) r "
+           "WHERE last_value < raise_to + CASE WHEN is_called THEN 0 ELSE 1 END",
+           names_.sequence, token, kTokenBlock),
+       {PgParam::Text(names_.sequence), std::move(param)}}};
+  return pool_.Run(transaction).status();
+}
+
+Status PgStorage::Sync() {
+  if (config_.read_only) return Status::OK();
+  // A transaction that commits synchronously flushes the server's log up to its own commit
+  // record, and so every commit before it, this process's buffered ones included. It must write
+  // for that (a transaction that wrote nothing commits without waiting), so it rewrites one row
+  // of the meta table as it is.
+  PgTransaction transaction{.resendable = true};
+  transaction.statements = {
+      {"SET LOCAL synchronous_commit = on", {}},
+      {fmt::format("UPDATE {} SET value = value WHERE name = 'format'", names_.meta), {}}};
+  return pool_.Run(transaction).status();
 }
 
 Result<bool> PgStorage::Remove(std::string_view key, Durability durability) {
@@ -217,8 +267,11 @@ Result<bool> PgStorage::Remove(std::string_view key, Durability durability) {
   transaction.statements = {
       {std::string(SynchronousCommit(durability)), {}},
       {fmt::format("DELETE FROM {} WHERE key = $1", names_.records), {PgParam::Bytea(key)}}};
-  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-  return rows[1].affected() > 0;
+  bool resent = false;
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction, &resent));
+  // The first send may have removed the row before its reply was lost: as for a Forget resent
+  // to a store's owner (core/store.cc), a resent removal that finds none counts as done.
+  return rows[1].affected() > 0 || resent;
 }
 
 Status PgStorage::Scan(const ScanOptions& options,

@@ -64,10 +64,26 @@ class PgStorage final : public Storage {
   // autovacuum gives the space back to the table (VACUUM needs the table's owner).
   Result<uint64_t> Purge(const PurgeOptions& options) override;
 
+  // Raises the store's sequence so that every block reserved after it, by any process, is above
+  // `token`; never lowers it (an advisory lock orders it against every reservation). Tokens that
+  // other processes draw from blocks they reserved before may still equal imported ones of other
+  // keys: fencing, per key, holds (a key's next token is drawn above its record's).
+  Status ReserveTokensAbove(uint64_t token) override;
+  // One synchronously committed write: the server's log is flushed past every commit before it.
+  Status Sync() override;
+
   const PgTableNames& names() const { return names_; }
 
   // How many tokens one reservation from the sequence covers.
   static constexpr uint64_t kTokenBlock = 1024;
+  // The key of the advisory lock that orders token reservations against raising the sequence
+  // (ReserveTokensAbove): every reservation holds it shared for its transaction, a raise holds it
+  // exclusively, so no nextval runs between the raise's read of the sequence and its setval,
+  // which would otherwise put the sequence back below a block already handed out. The sequence's
+  // oid, with "idem" in ASCII in the high half to stay clear of applications' own small keys.
+  // SQL; parameter $1 is the sequence's name.
+  static constexpr std::string_view kTokenLockKey =
+      "(1768187245::bigint << 32) | $1::regclass::oid::bigint";
   // How many records one purge transaction deletes at most.
   static constexpr int kPurgeBatch = 1000;
   // How many rows a scan reads per statement.
@@ -90,6 +106,9 @@ class PgStorage final : public Storage {
   // another writer changed it first.
   Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, int64_t version,
                                 Durability durability);
+  // Raises the sequence (never lowers it) so that every block reserved after is above the token
+  // that the SQL expression `token` gives, with parameter $2 = `param`; under the advisory lock.
+  Status RaiseTokenSequence(std::string_view token, PgParam param);
   // A token above `above` that no process ever had, from this process's block.
   Result<uint64_t> NextToken(uint64_t above);
 

@@ -116,7 +116,8 @@ class RocksDbStorage final : public Storage {
   // Persisted in the meta column family; never change these values.
   static constexpr uint32_t kStoreFormatVersion = 1;
   // Tokens are reserved in blocks: the ceiling is persisted (fsynced) once per block, and a
-  // reopened store starts at the last persisted ceiling, so a token is never handed out twice.
+  // reopened store starts at the last persisted ceiling (or the time in microseconds, when that
+  // is higher), so a token is never handed out twice.
   static constexpr uint64_t kTokenBlock = 1 << 16;
 
  private:
@@ -144,7 +145,9 @@ class RocksDbStorage final : public Storage {
   // A fencing token never handed out before, even across restarts: from a counter whose ceiling
   // is persisted a block ahead (kTokenBlock). Already above every stored token.
   Result<uint64_t> NextToken();
-  Status ReserveTokens();
+  // Starts the counter above the persisted ceiling and the time `now` (in microseconds), and
+  // persists the next ceiling.
+  Status ReserveTokens(TimePoint now);
   Status LoadFilterHorizon(TimePoint now);
   // The fixed-width value `bytes` long (4 or 8) at `key` of the meta column family, if any;
   // kCorruption naming `what` when it has another size.

@@ -225,8 +225,9 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   if (!has_format_file) {
     IDEM_RETURN_IF_ERROR(WriteFormatFile(*file_system, path_, kStoreFormatVersion));
   }
-  IDEM_RETURN_IF_ERROR(ReserveTokens());
-  return LoadFilterHorizon(config.clock->Now());
+  const TimePoint now = config.clock->Now();
+  IDEM_RETURN_IF_ERROR(ReserveTokens(now));
+  return LoadFilterHorizon(now);
 }
 
 Result<std::vector<std::string>> RocksDbStorage::PrepareFilesForOpen(
@@ -335,11 +336,16 @@ Status RocksDbStorage::CheckFormatVersion(bool read_only) {
   return Status::OK();
 }
 
-Status RocksDbStorage::ReserveTokens() {
+Status RocksDbStorage::ReserveTokens(TimePoint now) {
   IDEM_ASSIGN_OR_RETURN(const std::optional<uint64_t> ceiling,
                         ReadMeta(kTokenCeilingKey, 8, "token ceiling"));
   // Tokens below the stored ceiling may have been handed out before a crash: skip them all.
-  const uint64_t start = ceiling.value_or(1);
+  // And start no lower than the time in microseconds. Files that went back in time (a store
+  // restored from a backup or a file-system snapshot) hold a ceiling below tokens that the store
+  // handed out after the copy was made; those were handed out at less than one a microsecond
+  // since it was opened, so they lie below the time now, and no token comes twice.
+  const uint64_t start =
+      std::max(ceiling.value_or(1), static_cast<uint64_t>(std::max<int64_t>(ToMicros(now), 1)));
   next_token_ = start;
   return PersistTokenCeiling(start + token_block_);
 }
