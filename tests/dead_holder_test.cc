@@ -16,12 +16,14 @@
 #include <optional>
 #include <vector>
 
+#include "namespaced_process.h"
 #include "test_util.h"
 #include "util/process.h"
 
 namespace {
 
 using idem::Outcome;
+using idem_test::NamespacedProcess;
 using idem_test::TempDir;
 using idem_test::TestOptions;
 using namespace std::chrono_literals;
@@ -67,7 +69,7 @@ constexpr char kAcquired = 'a';
 constexpr char kInProgress = 'i';
 constexpr char kClaimed = 'y';
 constexpr char kError = 'e';
-constexpr char kNotPermitted = 'S';  // the namespaces could not be made: skip
+constexpr char kNotPermitted = idem_test::NamespacedProcess::kNotPermitted;
 
 // Opens the store at `path` and begins `key`: kAcquired, kInProgress or kError.
 char BeginOnce(const std::string& path, const std::string& key) {
@@ -87,96 +89,6 @@ char ClaimForAnHour(const std::string& path, const std::string& key) {
   auto claim = (*store)->Begin(key, {.lease = std::chrono::hours(1)});
   return claim.ok() && claim->outcome == Outcome::kAcquired ? kClaimed : kError;
 }
-
-// The namespaces a NamespacedProcess runs in.
-struct Namespaces {
-  bool pid = false;         // a new PID namespace
-  bool mount_proc = false;  // with a /proc of its own (needs pid): else the host's /proc
-  bool hide_proc = false;   // an empty tmpfs over /proc
-  bool time = false;        // a new time namespace, boot time one day ahead
-};
-
-// Runs `body` in a process in new namespaces, as containers do: a child unshares them and
-// forks the process (the first process of a new PID or time namespace is the child's child).
-// The process reports body's byte, then stays alive (a live holder) until destroyed.
-class NamespacedProcess {
- public:
-  NamespacedProcess(const Namespaces& namespaces, const std::function<char()>& body) {
-    int channel[2];
-    if (pipe(channel) != 0) return;
-    middle_ = fork();
-    if (middle_ == 0) {
-      close(channel[0]);
-      const int flags = (namespaces.pid ? CLONE_NEWPID : 0) |
-                        (namespaces.mount_proc || namespaces.hide_proc ? CLONE_NEWNS : 0) |
-                        (namespaces.time ? CLONE_NEWTIME : 0);
-      if (unshare(flags) != 0) Report(channel[1], 0, kNotPermitted);
-      if ((flags & CLONE_NEWNS) != 0 &&
-          mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-        Report(channel[1], 0, kNotPermitted);
-      }
-      if (namespaces.time) {
-        const int offsets = open("/proc/self/timens_offsets", O_WRONLY);
-        const char text[] = "boottime 86400 0";
-        if (offsets < 0 || write(offsets, text, sizeof text - 1) < 0) {
-          Report(channel[1], 0, kNotPermitted);
-        }
-        close(offsets);
-      }
-      const pid_t inner = fork();
-      if (inner == 0) {
-        bool ready = true;
-        if (namespaces.mount_proc) {
-          ready = mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0;
-        } else if (namespaces.hide_proc) {
-          ready = mount("none", "/proc", "tmpfs", 0, "size=4k") == 0;
-        }
-        const char byte = ready ? body() : kNotPermitted;
-        if (write(channel[1], &byte, 1) != 1) _exit(2);
-        pause();
-        _exit(0);
-      }
-      // Tells the test the inner process's pid as the test's namespace numbers it.
-      const int32_t number = inner;
-      if (write(channel[1], &number, sizeof number) != sizeof number) _exit(2);
-      waitpid(inner, nullptr, 0);
-      _exit(0);
-    }
-    close(channel[1]);
-    int32_t number = 0;
-    if (read(channel[0], &number, sizeof number) == sizeof number && number > 0) {
-      inner_ = number;
-      if (read(channel[0], &byte_, 1) != 1) byte_ = kError;
-    } else {
-      byte_ = kNotPermitted;
-    }
-    close(channel[0]);
-  }
-  ~NamespacedProcess() {
-    if (inner_ > 0) kill(inner_, SIGKILL);
-    if (middle_ > 0) {
-      kill(middle_, SIGKILL);
-      waitpid(middle_, nullptr, 0);
-    }
-  }
-  NamespacedProcess(const NamespacedProcess&) = delete;
-  NamespacedProcess& operator=(const NamespacedProcess&) = delete;
-
-  char byte() const { return byte_; }
-
- private:
-  // In the middle child, when the namespaces cannot be made: report and leave.
-  [[noreturn]] static void Report(int fd, int32_t number, char byte) {
-    if (write(fd, &number, sizeof number) == sizeof number) {
-      static_cast<void>(write(fd, &byte, 1));
-    }
-    _exit(0);
-  }
-
-  pid_t middle_ = -1;
-  pid_t inner_ = -1;
-  char byte_ = kError;
-};
 
 #define SKIP_UNLESS_PERMITTED(process)                                                          \
   if ((process).byte() == kNotPermitted) {                                                      \
