@@ -147,6 +147,7 @@ inline std::vector<Seed> MakeSeeds() {
   purge.options.dry_run = true;
   purge.ticket = 99;
   purge.wait = 1000ms;
+  purge.count_total = true;
   add(frames, "request_purge", request_prefix + sharing::EncodeRequest(purge));
   add(frames, "request_counters",
       request_prefix + sharing::EncodeRequest(sharing::CountersMessage{}));
@@ -171,7 +172,9 @@ inline std::vector<Seed> MakeSeeds() {
   counters.since = std::chrono::system_clock::time_point(std::chrono::seconds(1764464523));
   add(frames, "response_counters", Response(3, sharing::EncodeCounters(counters)));
   add(frames, "response_purge_progress",
-      Response(4, sharing::EncodePurgeProgress({.count = 12, .done = true})));
+      Response(4, sharing::EncodePurgeProgress({.count = 12, .done = true, .total = 15})));
+  add(frames, "response_purge_counting",
+      Response(4, sharing::EncodePurgeProgress({.count = 0, .done = false})));
   add(frames, "response_refusal",
       std::string(1, '\1') +
           sharing::EncodeClosing(sharing::ResponseKind::kRefusal,

@@ -1074,6 +1074,45 @@ TEST_F(CliTest, BinaryPurgeShowsATotalAndAPercentageOnATerminal) {
   for (int i = 0; i <= 100; ++i) EXPECT_EQ(percents[i], i);
 }
 
+// Through an application that owns the store the line is the same: the command asks the owner for
+// the total, which comes before the first count. Before: only a running count ("so far").
+TEST_F(CliTest, BinaryPurgeThroughAnOwnerShowsTheTotalOnATerminal) {
+  constexpr int kExpired = 3200;
+  clock_->Advance(-std::chrono::duration_cast<std::chrono::microseconds>(2h));
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < kExpired + 5; ++i) {
+      const std::string key = (i < kExpired ? "gone-" : "kept-") + std::to_string(i);
+      ASSERT_OK_AND_ASSIGN(
+          auto claim, (store->Begin(key, {.lease = 1min, .retention = i < kExpired ? 1h : 48h})));
+      ASSERT_OK(store->Complete(key, claim.token, "x"));
+    }
+  }
+  // The owner on the real clock, for which those records expired an hour ago.
+  clock_->Advance(std::chrono::duration_cast<std::chrono::microseconds>(2h));
+  const std::unique_ptr<Child> held = StartHolder();
+  Child& holder = *held;
+  ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
+
+  const CliResult run = RunToolOnTerminal({"purge", path()});
+  EXPECT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(run.out, "purged 3200 records\n");
+  const std::string line = "\r\033[Kidem purge: removed ";
+  EXPECT_NE(run.err.find(line + "0 of 3200 expired records (0%) ..."), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find(line + "3200 of 3200 expired records (100%) ..."), std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("so far"), std::string::npos) << run.err;
+  EXPECT_TRUE(run.err.ends_with("\r\033[K")) << run.err;
+  // The owner purged them: its counters say so.
+  const CliResult stats = RunCli({"stats", path(), "--format", "jsonl"});
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  EXPECT_EQ(JsonLines(stats.out).at(0)["counters"]["purged"], kExpired) << stats.out;
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
+}
+
 TEST_F(CliTest, PurgeQuietPrintsNothing) {
   {
     auto store = Open();

@@ -9,6 +9,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <future>
@@ -55,8 +57,14 @@ class ControlledBackend final : public idem::Backend {
   Result<idem::ScanPage> Scan(const idem::ScanOptions&, std::size_t) override {
     return idem::ScanPage{};
   }
-  // Purges 15 records, one every 100 ms: longer than the tests' request deadline.
+  // Purges 15 records, one every 100 ms: longer than the tests' request deadline. Asked for the
+  // total, first counts them for 300 ms: longer than a poll of the tests' clients.
   Result<uint64_t> Purge(const idem::PurgeOptions& options) override {
+    if (options.progress_total) {
+      ++totals_counted_;
+      std::this_thread::sleep_for(300ms);  // the walk of a count, not a synchronisation
+      options.progress_total(15);
+    }
     for (uint64_t purged = 1; purged <= 15; ++purged) {
       std::this_thread::sleep_for(100ms);  // the work of a purge, not a synchronisation
       if (options.progress) options.progress(purged);
@@ -64,6 +72,9 @@ class ControlledBackend final : public idem::Backend {
     return uint64_t{15};
   }
   Result<idem::Counters> GetCounters() override { return idem::Counters{}; }
+
+  // How many purges were asked for their total.
+  int totals_counted() const { return totals_counted_.load(); }
 
   // Waits until `count` Gets of "slow" are blocked.
   void AwaitBlocked(int count) {
@@ -81,6 +92,7 @@ class ControlledBackend final : public idem::Backend {
   std::condition_variable changed_;
   int blocked_ = 0;
   bool released_ = false;
+  std::atomic<int> totals_counted_{0};
 };
 
 struct CapturedLog {
@@ -231,6 +243,35 @@ TEST_F(ServerTest, APurgeLongerThanTheRequestDeadlineReportsProgressAndFinishes)
   ASSERT_GE(progress.size(), 2u);
   EXPECT_EQ(progress.back(), 15u);
   EXPECT_TRUE(std::is_sorted(progress.begin(), progress.end()));
+}
+
+// A client that shows the total of a purge gets it from the owner, once, before any count (none
+// comes while the owner is still counting); a client that does not is not made to wait for a
+// count nobody shows.
+TEST_F(ServerTest, APurgeThroughTheOwnerReportsItsTotalFirstAndOnlyWhenAskedFor) {
+  StartServer({});
+  // Polls of 250 ms: the first ends while the owner counts.
+  auto client = Client(500ms);
+  ASSERT_NE(client, nullptr);
+  std::vector<std::string> reports;
+  idem::PurgeOptions options;
+  options.progress_total = [&](uint64_t total) {
+    reports.push_back("total " + std::to_string(total));
+  };
+  options.progress = [&](uint64_t so_far) { reports.push_back(std::to_string(so_far)); };
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, client->Purge(options));
+  EXPECT_EQ(purged, 15u);
+  EXPECT_EQ(backend_.totals_counted(), 1);
+  ASSERT_GE(reports.size(), 2u);
+  EXPECT_EQ(reports.front(), "total 15");
+  EXPECT_EQ(std::count(reports.begin(), reports.end(), "total 15"), 1)
+      << ::testing::PrintToString(reports);
+  EXPECT_EQ(reports.back(), "15");
+
+  options.progress_total = nullptr;
+  ASSERT_OK_AND_ASSIGN(purged, client->Purge(options));
+  EXPECT_EQ(purged, 15u);
+  EXPECT_EQ(backend_.totals_counted(), 1);
 }
 
 // A request over the owner's frame limit (from a client whose Options allow larger keys or

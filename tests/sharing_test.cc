@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -607,6 +608,51 @@ TEST(Sharing, AReaderAsksTheRunningOwnerAndNeverTakesOwnership) {
   pid_t owner_pid = 0;
   lock_file >> word >> owner_pid;
   EXPECT_NE(owner_pid, getpid());
+}
+
+}  // namespace
+
+namespace {
+
+// A purge through another process's owner reports the total the owner counted (the due entries of
+// the expiry index), once and before any count, as a purge in the process does; then the count
+// runs up to it.
+TEST(Sharing, APurgeThroughTheOwnerReportsItsTotalBeforeItsCount) {
+  TempDir dir;
+  constexpr uint64_t kExpiring = 3200;  // 100 batches of 32 on the owner
+  {
+    // Written two hours ago: for the owner, on the system clock, an hour's retention has passed.
+    idem::Options buffered = TestOptions(std::make_shared<idem_test::ManualClock>(
+        std::chrono::system_clock::now() - std::chrono::hours(2)));
+    buffered.durability = idem::Durability::kBuffered;
+    IDEM_ASSERT_OPEN(store, dir.StorePath(), buffered);
+    for (uint64_t i = 0; i < kExpiring + 5; ++i) {
+      const std::string key = "k-" + std::to_string(i);
+      ASSERT_OK_AND_ASSIGN(auto claim, store->Begin(key, {.retention = i < kExpiring ? 1h : 48h}));
+      ASSERT_OK(store->Complete(key, claim.token, "r"));
+    }
+  }
+  Worker owner({"open", dir.StorePath(), "auto"});
+  ASSERT_EQ(owner.ReadLine(), "open");
+  IDEM_ASSERT_OPEN(client, dir.StorePath());
+  for (bool dry_run : {true, false}) {
+    std::vector<uint64_t> totals;
+    std::vector<uint64_t> counts;
+    idem::PurgeOptions options{.dry_run = dry_run};
+    options.progress_total = [&](uint64_t total) {
+      EXPECT_TRUE(counts.empty()) << "the total came after a count";
+      totals.push_back(total);
+    };
+    options.progress = [&](uint64_t so_far) { counts.push_back(so_far); };
+    ASSERT_OK_AND_ASSIGN(uint64_t purged, client->Purge(options));
+    EXPECT_EQ(purged, kExpiring) << "dry run " << dry_run;
+    EXPECT_EQ(totals, std::vector<uint64_t>{kExpiring}) << "dry run " << dry_run;
+    ASSERT_FALSE(counts.empty()) << "dry run " << dry_run;
+    EXPECT_TRUE(std::is_sorted(counts.begin(), counts.end()));
+    EXPECT_EQ(counts.back(), kExpiring);
+  }
+  // The purge was the owner's: its counters say so.
+  EXPECT_EQ(client->GetCounters()->purged, kExpiring);
 }
 
 }  // namespace

@@ -19,9 +19,9 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
   // A dry run only reads: it never writes nor takes the store from its owner.
   auto store = ctx.OpenStore(path, /*read_only=*/dry_run);
   if (!store.ok()) return ctx.StoreError(path, store.status());
-  // On a terminal, say what is going on: the running count, and, when this process does the
-  // purge itself, of how many (the due entries of the expiry index, counted first) and the
-  // percentage. Through another owner only the count arrives, about once a second.
+  // On a terminal, say what is going on: the running count, of how many (the due entries of the
+  // expiry index, counted first) and the percentage. Through another owner they arrive about
+  // once a second.
   const bool progress = !quiet && ctx.ErrIsTerminal();
   const char* verb = dry_run ? "counted" : "removed";
   auto last_shown = std::chrono::steady_clock::now();

@@ -116,8 +116,9 @@ struct PurgeOptions {
   // to visit: the expiry index entries due when it starts. An estimate: a record rewritten or
   // forgotten since its entry was written is counted but not purged, so the count may end below
   // it (and, in PostgreSQL, rows expiring while the purge runs are purged too: above it). Costs
-  // one walk over those index entries (keys only). Called only when this process does the purge
-  // itself: not when another process owns the store and purges on this one's behalf.
+  // one walk over those index entries (keys only), made only when this is set. When another
+  // process owns the store and purges on this one's behalf, it counts them when asked and sends
+  // the total back: called on the calling thread, with its first answer.
   std::function<void(uint64_t)> progress_total;
 };
 

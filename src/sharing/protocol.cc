@@ -70,9 +70,11 @@ PurgeMessage ReadPurge(Reader& r, bool& bad) {
   const uint8_t dry_run = r.U8();
   const uint8_t compact = r.U8();
   m.wait = r.Millis();
-  if (dry_run > 1 || compact > 1 || m.wait.count() < 0) bad = true;
+  const uint8_t count_total = r.U8();
+  if (dry_run > 1 || compact > 1 || m.wait.count() < 0 || count_total > 1) bad = true;
   m.options.dry_run = dry_run == 1;
   m.options.compact = compact == 1;
+  m.count_total = count_total == 1;
   return m;
 }
 
@@ -154,6 +156,7 @@ std::string EncodeRequest(const Request& request) {
           w.U8(message.options.dry_run ? 1 : 0);
           w.U8(message.options.compact ? 1 : 0);
           w.Millis(message.wait);
+          w.U8(message.count_total ? 1 : 0);
         } else if constexpr (std::is_same_v<T, BackupMessage>) {
           w.U8(static_cast<uint8_t>(Op::kBackup));
           w.U64(message.ticket);
@@ -321,6 +324,8 @@ std::string EncodePurgeProgress(const PurgeProgress& progress) {
   Writer w;
   w.U64(progress.count);
   w.U8(progress.done ? 1 : 0);
+  w.U8(progress.total ? 1 : 0);
+  if (progress.total) w.U64(*progress.total);
   return std::move(w.buffer());
 }
 
@@ -329,7 +334,11 @@ Result<PurgeProgress> DecodePurgeProgress(std::string_view body) {
   PurgeProgress progress;
   progress.count = r.U64();
   const uint8_t done = r.U8();
-  if (!r.done() || done > 1) return Status::Unavailable("malformed purge progress from owner");
+  const uint8_t has_total = r.U8();
+  if (has_total == 1) progress.total = r.U64();
+  if (!r.done() || done > 1 || has_total > 1) {
+    return Status::Unavailable("malformed purge progress from owner");
+  }
   progress.done = done == 1;
   return progress;
 }

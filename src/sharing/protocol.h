@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -37,7 +38,9 @@ namespace idem::sharing {
 // Version 5: the counters answer says since when the owner has owned the store (its pid comes
 // from the connection's peer credentials).
 // Version 6: op 8, Backup, a job polled as Purge is.
-inline constexpr uint8_t kProtocolVersion = 6;
+// Version 7: a Purge request says whether its client wants the total (PurgeOptions::
+// progress_total), and the job's answers carry it once the owner has counted it.
+inline constexpr uint8_t kProtocolVersion = 7;
 enum class Op : uint8_t {
   kBegin = 1,
   kTransition = 2,
@@ -77,20 +80,26 @@ struct ScanMessage {
 // Starts the purge job `ticket` (chosen at random by the client, one per Store::Purge call) or
 // asks how the one already started is going. The owner answers when the job is done or after
 // `wait`, whichever comes first, with a PurgeProgress: every request is bounded however long the
-// purge takes. options.progress does not travel.
+// purge takes. The callbacks of options do not travel: the answers carry what they report.
 struct PurgeMessage {
   PurgeOptions options;
   uint64_t ticket = 0;
   std::chrono::milliseconds wait{0};
+  // The client wants the total (it has a progress_total): the job counts it before purging.
+  // Read when the job starts; counting costs a walk over the due index entries, so a client that
+  // does not show the total does not ask.
+  bool count_total = false;
 };
 struct PurgeProgress {
   uint64_t count = 0;  // records purged (or counted, in a dry run) so far
   bool done = false;   // true: count is the result
+  // How many records the purge expects to visit, once counted (only when the client asked).
+  std::optional<uint64_t> total;
 };
 struct CountersMessage {};
 // Starts the backup job `ticket` (one per Store::Backup call) into `destination` (an absolute
 // path, on the owner's file systems) or asks how it is going; answered as a purge poll is, with
-// a PurgeProgress whose count is 0.
+// a PurgeProgress whose count is 0, without a total.
 struct BackupMessage {
   uint64_t ticket = 0;
   std::chrono::milliseconds wait{0};

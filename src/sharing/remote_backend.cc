@@ -139,14 +139,23 @@ Result<ScanPage> RemoteBackend::Scan(const ScanOptions& options, std::size_t lim
 
 template <class Message>
 Result<uint64_t> RemoteBackend::RunJob(Message message,
-                                       const std::function<void(uint64_t)>& progress) {
+                                       const std::function<void(uint64_t)>& progress,
+                                       const std::function<void(uint64_t)>& progress_total) {
   message.ticket = util::RandomRequestId();
   // Half the deadline at most: the answer must arrive before the round trip gives up.
   message.wait = std::min(kJobPollWait, request_timeout_ / 2);
+  bool total_reported = false;
   for (;;) {
     IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(message));
     IDEM_ASSIGN_OR_RETURN(PurgeProgress answer, DecodePurgeProgress(body));
-    if (progress) progress(answer.count);
+    if (progress_total && answer.total && !total_reported) {
+      progress_total(*answer.total);
+      total_reported = true;
+    }
+    // The total comes before the first count, as when this process purges: until the owner has
+    // counted it, the purge has not begun and the count is 0 anyway.
+    const bool total_pending = progress_total && !total_reported && !answer.done;
+    if (progress && !total_pending) progress(answer.count);
     if (answer.done) return answer.count;
   }
 }
@@ -155,13 +164,14 @@ Result<uint64_t> RemoteBackend::Purge(const PurgeOptions& options) {
   PurgeMessage message;
   message.options.dry_run = options.dry_run;
   message.options.compact = options.compact;
-  return RunJob(message, options.progress);
+  message.count_total = static_cast<bool>(options.progress_total);
+  return RunJob(message, options.progress, options.progress_total);
 }
 
 Status RemoteBackend::Backup(const std::string& destination) {
   BackupMessage message;
   message.destination = destination;
-  return RunJob(message, nullptr).status();
+  return RunJob(message, nullptr, nullptr).status();
 }
 
 Result<Counters> RemoteBackend::GetCounters() {

@@ -46,7 +46,8 @@ class RemoteBackend final : public Backend {
   Status Forget(std::string_view key, Durability durability) override;
   Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) override;
   // A purge job on the owner, polled by requests that each end within request_timeout;
-  // options.progress is called after each.
+  // options.progress is called after each, and options.progress_total, when set, once with the
+  // total the owner counted, before the first progress.
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
   Result<OwnerCounters> GetOwnerCounters() override;
@@ -61,9 +62,11 @@ class RemoteBackend final : public Backend {
   using Clock = std::chrono::steady_clock;
 
   // Polls the job that `message` (a PurgeMessage or BackupMessage) starts until it is done; its
-  // count, with `progress` called after each poll.
+  // count, with `progress` called after each poll and `progress_total` once, with the total from
+  // the first answer that carries one (progress waits for it).
   template <class Message>
-  Result<uint64_t> RunJob(Message message, const std::function<void(uint64_t)>& progress);
+  Result<uint64_t> RunJob(Message message, const std::function<void(uint64_t)>& progress,
+                          const std::function<void(uint64_t)>& progress_total);
   // Sends one request and returns the body of an OK answer, or the owner's non-OK status.
   Result<std::string> RoundTrip(const Request& request);
   // A pooled connection, or a new one by `deadline`; a failure as RoundTrip returns it.

@@ -74,6 +74,7 @@ class Server {
  private:
   struct Connection;
   struct Job;
+  class JobProgress;
   using Clock = std::chrono::steady_clock;
   // Where a connection stands between requests.
   enum class Phase {
@@ -124,11 +125,11 @@ class Server {
   std::string Handle(const Request& request, const Holder& peer);
   std::string HandlePurge(const PurgeMessage& message);
   std::string HandleBackup(const BackupMessage& message);
-  // Starts the job `ticket` running `work` (given the job's progress counter) if it is new, then
-  // answers when it is done or after `wait` (at most kMaxJobWait), whichever comes first, with a
-  // PurgeProgress. kBusy when kMaxJobs are running or waiting to be collected.
+  // Starts the job `ticket` running `work` (given where it reports its progress) if it is new,
+  // then answers when it is done or after `wait` (at most kMaxJobWait), whichever comes first,
+  // with a PurgeProgress. kBusy when kMaxJobs are running or waiting to be collected.
   std::string HandleJob(uint64_t ticket, std::chrono::milliseconds wait,
-                        std::function<Result<uint64_t>(std::atomic<uint64_t>& progress)> work);
+                        std::function<Result<uint64_t>(JobProgress& progress)> work);
 
   // Constant after construction.
   Backend& backend_;

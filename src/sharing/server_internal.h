@@ -35,10 +35,34 @@ struct Server::Connection {
   std::size_t out_done = 0;
 };
 
+// What a running job has reported, written by its thread and read by the polls.
+class Server::JobProgress {
+ public:
+  std::atomic<uint64_t> count{0};  // records purged so far; 0 for a backup
+  // The total a purge expects to visit, counted when its client asked for it.
+  void SetTotal(uint64_t total) {
+    total_.store(total);
+    has_total_.store(true);  // after total_: a poll that sees it reads the total
+  }
+  // What a poll answers while the job runs, and once it has ended with `result`.
+  PurgeProgress Running() const { return {.count = count.load(), .done = false, .total = Total()}; }
+  PurgeProgress Finished(uint64_t result) const {
+    return {.count = result, .done = true, .total = Total()};
+  }
+
+ private:
+  std::optional<uint64_t> Total() const {
+    return has_total_.load() ? std::optional<uint64_t>(total_.load()) : std::nullopt;
+  }
+
+  std::atomic<uint64_t> total_{0};
+  std::atomic<bool> has_total_{false};
+};
+
 // A request that may outlast a request deadline (a purge, a backup), run on a thread of its own
 // and polled by its client with the same ticket.
 struct Server::Job {
-  std::atomic<uint64_t> progress{0};  // records purged so far; 0 for a backup
+  JobProgress progress;
   std::thread thread;
   // Guarded by Server::job_mu_.
   std::optional<Result<uint64_t>> result;  // set when the job is over

@@ -184,25 +184,29 @@ std::string Server::HandlePurge(const PurgeMessage& message) {
   PurgeOptions options;
   options.dry_run = message.options.dry_run;
   options.compact = message.options.compact;
-  return HandleJob(message.ticket, message.wait,
-                   [this, options](std::atomic<uint64_t>& progress) mutable {
-                     options.progress = [&progress](uint64_t so_far) { progress.store(so_far); };
-                     return backend_.Purge(options);
-                   });
+  return HandleJob(
+      message.ticket, message.wait,
+      [this, options, count_total = message.count_total](JobProgress& progress) mutable {
+        options.progress = [&progress](uint64_t so_far) { progress.count.store(so_far); };
+        // Only for a client that asked: counting walks the due index entries.
+        if (count_total) {
+          options.progress_total = [&progress](uint64_t total) { progress.SetTotal(total); };
+        }
+        return backend_.Purge(options);
+      });
 }
 
 std::string Server::HandleBackup(const BackupMessage& message) {
-  return HandleJob(message.ticket, message.wait,
-                   [this, destination = std::string(message.destination)](
-                       std::atomic<uint64_t>&) -> Result<uint64_t> {
-                     IDEM_RETURN_IF_ERROR(backend_.Backup(destination));
-                     return uint64_t{0};
-                   });
+  return HandleJob(
+      message.ticket, message.wait,
+      [this, destination = std::string(message.destination)](JobProgress&) -> Result<uint64_t> {
+        IDEM_RETURN_IF_ERROR(backend_.Backup(destination));
+        return uint64_t{0};
+      });
 }
 
-std::string Server::HandleJob(
-    uint64_t ticket, milliseconds wait,
-    std::function<Result<uint64_t>(std::atomic<uint64_t>& progress)> work) {
+std::string Server::HandleJob(uint64_t ticket, milliseconds wait,
+                              std::function<Result<uint64_t>(JobProgress& progress)> work) {
   std::unique_lock lock(job_mu_);
   std::shared_ptr<Job>& slot = jobs_[ticket];
   if (!slot) {
@@ -226,7 +230,7 @@ std::string Server::HandleJob(
   job_changed_.wait_for(lock, std::clamp(wait, milliseconds(0), kMaxJobWait),
                         [&] { return job->result.has_value(); });
   if (!job->result) {
-    return EncodeResponse(Status::OK(), EncodePurgeProgress({job->progress.load(), false}));
+    return EncodeResponse(Status::OK(), EncodePurgeProgress(job->progress.Running()));
   }
   // The client has its answer: the job is over (a lost answer means a new job, as after a
   // failover).
@@ -236,8 +240,9 @@ std::string Server::HandleJob(
     lock.unlock();
     job->thread.join();
   }
-  return result.ok() ? EncodeResponse(Status::OK(), EncodePurgeProgress({*result, true}))
-                     : EncodeResponse(result.status());
+  return result.ok()
+             ? EncodeResponse(Status::OK(), EncodePurgeProgress(job->progress.Finished(*result)))
+             : EncodeResponse(result.status());
 }
 
 }  // namespace idem::sharing
