@@ -134,6 +134,12 @@ idem::Result<std::optional<RunAs>> FindRunAs() {
   return std::optional<RunAs>(RunAs{entry.pw_uid, entry.pw_gid, name});
 }
 
+// The user to run the server's programs as, from what PgServer keeps of FindRunAs's answer.
+std::optional<RunAs> ServerUser(std::optional<uid_t> uid, std::optional<gid_t> gid) {
+  if (!uid || !gid) return std::nullopt;
+  return RunAs{*uid, *gid, "the server's user"};
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -239,6 +245,57 @@ idem::Result<int> FreePort() {
   return static_cast<int>(ntohs(address.sin_port));
 }
 
+// What /proc/PID/stat says of a process: its state (R, S, Z, ...), parent and start time (in
+// clock ticks since boot, which tells it from a later process given the same pid).
+struct ProcessStat {
+  char state = '?';
+  pid_t parent = 0;
+  uint64_t start_time = 0;
+};
+
+std::optional<ProcessStat> ReadProcessStat(pid_t pid) {
+  // "pid (comm) state ppid ..."; comm may hold spaces and parentheses; starttime is field 22.
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const auto comm_end = stat.rfind(')');
+  if (comm_end == std::string::npos) return std::nullopt;
+  std::stringstream fields(stat.substr(comm_end + 1));
+  ProcessStat parsed;
+  fields >> parsed.state >> parsed.parent;
+  std::string skipped;
+  for (int field = 5; field < 22; ++field) fields >> skipped;
+  fields >> parsed.start_time;
+  if (!fields) return std::nullopt;
+  return parsed;
+}
+
+// The processes whose parent is `parent` now, with what /proc says of each.
+std::vector<std::pair<pid_t, ProcessStat>> ChildrenOf(pid_t parent) {
+  std::vector<std::pair<pid_t, ProcessStat>> children;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename().string();
+    if (!AllDigits(name)) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    const std::optional<ProcessStat> stat = ReadProcessStat(pid);
+    if (stat && stat->parent == parent) children.emplace_back(pid, *stat);
+  }
+  return children;
+}
+
+// True while the process that had `stat` at `pid` runs: not when the pid is free or taken by a
+// later process, nor when it is a zombie (it has exited and only waits to be reaped).
+bool StillRuns(pid_t pid, const ProcessStat& stat) {
+  const std::optional<ProcessStat> now = ReadProcessStat(pid);
+  return now && now->start_time == stat.start_time && now->state != 'Z';
+}
+
+// "postgresql://user[:password]@hosts/postgres"
+std::string PostgresUri(std::string_view user, std::string_view password, std::string_view hosts) {
+  return "postgresql://" + std::string(user) +
+         (password.empty() ? "" : ":" + std::string(password)) + "@" + std::string(hosts) +
+         "/postgres";
+}
+
 // A value for a keyword/value connection string, quoted.
 std::string Quoted(std::string_view value) {
   std::string out = "'";
@@ -288,6 +345,15 @@ Status WriteOwnedFile(const std::string& path, std::string_view text,
   if (run_as && ::chown(path.c_str(), run_as->uid, run_as->gid) != 0) {
     return Status::IOError("chown " + path + " to " + run_as->name + ": " + ErrnoText(errno));
   }
+  return Status::OK();
+}
+
+// Appends `text` to the existing file `path`.
+Status AppendToFile(const std::string& path, std::string_view text) {
+  std::ofstream out(path, std::ios::app);
+  out << text;
+  out.close();
+  if (!out) return Status::IOError("appending to " + path + ": " + ErrnoText(errno));
   return Status::OK();
 }
 
@@ -380,16 +446,7 @@ idem::Result<std::unique_ptr<PgServer>> PgServer::Start() {
   }
 
   // From here on the destructor removes the directory, whatever fails.
-  IDEM_ASSIGN_OR_RETURN(server->directory_, MakeTempDirectory("idem_pg_", run_as));
-  server->data_directory_ = server->directory_ + "/data";
-  server->socket_directory_ = server->directory_ + "/socket";
-  server->log_path_ = server->directory_ + "/server.log";
-  // The socket's path must fit in sockaddr_un::sun_path (108 bytes).
-  if (server->socket_directory_.size() + sizeof("/.s.PGSQL.65535") > 108) {
-    return Status::InvalidArgument("the socket directory " + server->socket_directory_ +
-                                   " is too long for a UNIX socket path; set a shorter TMPDIR");
-  }
-  IDEM_RETURN_IF_ERROR(MakeOwnedDirectory(server->socket_directory_, run_as));
+  IDEM_RETURN_IF_ERROR(server->MakeDirectories());
 
   // Trust for the private socket (the superuser's setup), SCRAM for TCP (the tests' role).
   // --no-sync: a throwaway cluster need not survive a power cut before its first start; the
@@ -399,16 +456,7 @@ idem::Result<std::unique_ptr<PgServer>> PgServer::Start() {
                 "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C",
                 "--no-sync", "--no-instructions"},
                server->directory_ + "/initdb.log", run_as, kInitdbTimeout));
-
-  Status launched;
-  for (int attempt = 0; attempt < kPortAttempts; ++attempt) {
-    IDEM_ASSIGN_OR_RETURN(server->port_, FreePort());
-    launched = server->Launch();
-    if (launched.ok()) break;
-    // Another process took the port between FreePort and the server's bind: try another.
-    if (ReadFile(server->log_path_).find("could not bind") == std::string::npos) break;
-  }
-  IDEM_RETURN_IF_ERROR(launched);
+  IDEM_RETURN_IF_ERROR(server->LaunchOnFreePort());
 
   std::string random(16, '\0');
   IDEM_RETURN_IF_ERROR(idem::util::RandomBytes(random.data(), random.size()));
@@ -430,9 +478,34 @@ idem::Result<std::unique_ptr<PgServer>> PgServer::Start() {
   return server;
 }
 
+Status PgServer::MakeDirectories() {
+  const std::optional<RunAs> run_as = ServerUser(run_as_uid_, run_as_gid_);
+  IDEM_ASSIGN_OR_RETURN(directory_, MakeTempDirectory("idem_pg_", run_as));
+  data_directory_ = directory_ + "/data";
+  socket_directory_ = directory_ + "/socket";
+  log_path_ = directory_ + "/server.log";
+  // The socket's path must fit in sockaddr_un::sun_path (108 bytes).
+  if (socket_directory_.size() + sizeof("/.s.PGSQL.65535") > 108) {
+    return Status::InvalidArgument("the socket directory " + socket_directory_ +
+                                   " is too long for a UNIX socket path; set a shorter TMPDIR");
+  }
+  return MakeOwnedDirectory(socket_directory_, run_as);
+}
+
+Status PgServer::LaunchOnFreePort() {
+  Status launched;
+  for (int attempt = 0; attempt < kPortAttempts; ++attempt) {
+    IDEM_ASSIGN_OR_RETURN(port_, FreePort());
+    launched = Launch();
+    if (launched.ok()) break;
+    // Another process took the port between FreePort and the server's bind: try another.
+    if (ReadFile(log_path_).find("could not bind") == std::string::npos) break;
+  }
+  return launched;
+}
+
 Status PgServer::Launch() {
-  std::optional<RunAs> run_as;
-  if (run_as_uid_) run_as = RunAs{*run_as_uid_, *run_as_gid_, "the server's user"};
+  const std::optional<RunAs> run_as = ServerUser(run_as_uid_, run_as_gid_);
   // SIGQUIT on the death of the test: an immediate shutdown, which ends the server's children.
   // fsync=on is the default, said explicitly: what the tests claim about durability needs it.
   IDEM_ASSIGN_OR_RETURN(
@@ -463,8 +536,16 @@ PgServer::~PgServer() {
 std::string PgServer::Uri() const { return UriWithPassword(password_); }
 
 std::string PgServer::UriWithPassword(std::string_view password) const {
-  return "postgresql://" + user_ + (password.empty() ? "" : ":" + std::string(password)) +
-         "@127.0.0.1:" + std::to_string(port_) + "/postgres";
+  return PostgresUri(user_, password, "127.0.0.1:" + std::to_string(port_));
+}
+
+std::string PgServer::MultiHostUri(const std::vector<const PgServer*>& servers) {
+  std::string hosts;
+  for (const PgServer* server : servers) {
+    hosts += (hosts.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(server->port_);
+  }
+  return PostgresUri(servers.at(0)->user_, servers.at(0)->password_, hosts) +
+         "?target_session_attrs=read-write";
 }
 
 std::string PgServer::AdminConninfo() const {
@@ -476,24 +557,13 @@ std::vector<pid_t> PgServer::Processes() const {
   std::vector<pid_t> processes;
   if (pid_ == 0) return processes;
   processes.push_back(pid_);
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator("/proc", error)) {
-    const std::string name = entry.path().filename().string();
-    if (!AllDigits(name)) continue;
-    // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses.
-    const std::string stat = ReadFile(entry.path().string() + "/stat");
-    const auto comm_end = stat.rfind(')');
-    if (comm_end == std::string::npos) continue;
-    std::stringstream fields(stat.substr(comm_end + 1));
-    std::string state;
-    pid_t parent = 0;
-    fields >> state >> parent;
-    if (parent == pid_) processes.push_back(static_cast<pid_t>(std::stol(name)));
-  }
+  for (const auto& [child, stat] : ChildrenOf(pid_)) processes.push_back(child);
   return processes;
 }
 
-Status PgServer::Admin(std::string_view sql) const {
+Status PgServer::Admin(std::string_view sql) const { return AdminValue(sql).status(); }
+
+idem::Result<std::string> PgServer::AdminValue(std::string_view sql) const {
   PGconn* conn = PQconnectdb(AdminConninfo().c_str());
   if (PQstatus(conn) != CONNECTION_OK) {
     const std::string message = PQerrorMessage(conn);
@@ -502,16 +572,118 @@ Status PgServer::Admin(std::string_view sql) const {
   }
   PGresult* result = PQexec(conn, std::string(sql).c_str());
   const ExecStatusType status = PQresultStatus(result);
-  Status outcome;
+  idem::Result<std::string> outcome = std::string();
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     outcome = Status::IOError("'" + std::string(sql) + "' failed: " + PQerrorMessage(conn));
+  } else if (PQntuples(result) > 0 && PQnfields(result) > 0) {
+    outcome = std::string(PQgetvalue(result, 0, 0));
   }
   PQclear(result);
   PQfinish(conn);
   return outcome;
 }
 
+Status PgServer::WaitForAdminValue(std::string_view what, std::string_view sql,
+                                   std::string_view expected, milliseconds timeout) const {
+  const auto deadline = Clock::now() + timeout;
+  for (milliseconds pause{2};; pause = std::min(pause * 2, milliseconds(50))) {
+    const idem::Result<std::string> value = AdminValue(sql);
+    if (value.ok() && *value == expected) return Status::OK();
+    if (Clock::now() >= deadline) {
+      return Status::TimedOut(
+          std::string(what) + ": '" + std::string(sql) + "' did not return '" +
+          std::string(expected) + "' within " + std::to_string(timeout.count()) +
+          " ms (last: " + (value.ok() ? "'" + *value + "'" : value.status().ToString()) +
+          "); the server's log:\n" + LogTail());
+    }
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+idem::Result<std::unique_ptr<PgServer>> PgServer::StartSynchronousStandby() {
+  const auto started = Clock::now();
+  if (pid_ == 0) return Status::InvalidArgument("the primary of a standby must run");
+  const std::string basebackup = bin_directory_ + "/pg_basebackup";
+  if (!IsExecutable(basebackup)) {
+    return Status::NotFound(basebackup + " not found (package " + std::string(kPackage) + ")");
+  }
+  const std::optional<RunAs> run_as = ServerUser(run_as_uid_, run_as_gid_);
+  std::unique_ptr<PgServer> standby(new PgServer());
+  standby->bin_directory_ = bin_directory_;
+  standby->run_as_uid_ = run_as_uid_;
+  standby->run_as_gid_ = run_as_gid_;
+  standby->user_ = user_;  // the copy has the primary's roles
+  standby->password_ = password_;
+  IDEM_RETURN_IF_ERROR(standby->MakeDirectories());
+
+  // As the superuser over this server's socket, where initdb's pg_hba.conf trusts replication
+  // connections too. --write-recovery-conf leaves standby.signal and a primary_conninfo naming
+  // that socket; --wal-method=stream copies the WAL written meanwhile; --checkpoint=fast does
+  // not wait for the next scheduled checkpoint; --no-sync as initdb's (the copy is not what the
+  // tests crash).
+  IDEM_RETURN_IF_ERROR(
+      RunToEnd({basebackup, "--pgdata=" + standby->data_directory_, "--dbname=" + AdminConninfo(),
+                "--write-recovery-conf", "--wal-method=stream", "--checkpoint=fast", "--no-sync"},
+               standby->directory_ + "/basebackup.log", run_as, kInitdbTimeout));
+  // PostgreSQL 15's startup process may take a promote request just before it sleeps
+  // wal_retrieve_retry_interval (default 5 s) waiting for WAL from the primary that is gone, and
+  // promote only after the sleep (seen here: "received promote request", "waiting for WAL to
+  // become available", 5 s of nothing). The tests time the store, not that sleep.
+  IDEM_RETURN_IF_ERROR(AppendToFile(standby->data_directory_ + "/postgresql.auto.conf",
+                                    "wal_retrieve_retry_interval = '100ms'\n"));
+  // After the copy, so that the standby, once promoted, does not wait for a standby of its own.
+  // Before the standby starts, so that this server's processes have had the standby's start to
+  // read the new value (pg_stat_replication, polled below, shows the polling session's view,
+  // not theirs). '*': any standby is the synchronous one.
+  IDEM_RETURN_IF_ERROR(Admin("ALTER SYSTEM SET synchronous_standby_names = '*'"));
+  IDEM_RETURN_IF_ERROR(Admin("SELECT pg_reload_conf()"));
+  IDEM_RETURN_IF_ERROR(standby->LaunchOnFreePort());
+  IDEM_RETURN_IF_ERROR(WaitForAdminValue(
+      "waiting for the standby to stream as the synchronous one",
+      "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state = 'sync'",
+      "1", kReadyTimeout));
+  standby->start_time_ = std::chrono::duration_cast<milliseconds>(Clock::now() - started);
+  return standby;
+}
+
+Status PgServer::Promote() {
+  // --wait: pg_ctl returns once the server has left recovery; it takes writes a moment later.
+  IDEM_RETURN_IF_ERROR(
+      RunToEnd({bin_directory_ + "/pg_ctl", "promote", "--pgdata=" + data_directory_, "--wait"},
+               directory_ + "/promote.log", ServerUser(run_as_uid_, run_as_gid_), kReadyTimeout));
+  return WaitForAdminValue("waiting for the promoted standby to take writes",
+                           "SELECT pg_is_in_recovery()", "f", kReadyTimeout);
+}
+
+Status PgServer::Kill() {
+  if (pid_ == 0) return Status::OK();
+  // Stopped, the postmaster can neither start a process nor reap one: the list of its children
+  // is complete, and none of their pids can be reused until they are killed.
+  if (::kill(pid_, SIGSTOP) != 0) {
+    return Status::IOError("stopping postgres (pid " + std::to_string(pid_) +
+                           "): " + ErrnoText(errno));
+  }
+  const std::vector<std::pair<pid_t, ProcessStat>> children = ChildrenOf(pid_);
+  for (const auto& [child, stat] : children) ::kill(child, SIGKILL);
+  const Status killed = StopChild("postgres", pid_, SIGKILL, log_path_);
+  // The children pass to init: wait until none runs (a zombie has exited).
+  const auto deadline = Clock::now() + kStopTimeout;
+  for (milliseconds pause{1};; pause = std::min(pause * 2, milliseconds(50))) {
+    std::string running;
+    for (const auto& [child, stat] : children) {
+      if (StillRuns(child, stat)) running += " " + std::to_string(child);
+    }
+    if (running.empty()) return killed;
+    if (Clock::now() >= deadline) {
+      return Status::TimedOut("processes of the killed postgres still run after " +
+                              std::to_string(kStopTimeout.count()) + " ms:" + running);
+    }
+    std::this_thread::sleep_for(pause);
+  }
+}
+
 Status PgServer::Stop(Shutdown mode) {
+  if (mode == Shutdown::kKill) return Kill();
   // The signals that `pg_ctl stop -m fast` and `-m immediate` send to the postmaster, which
   // exits after all its children.
   return StopChild("postgres", pid_, mode == Shutdown::kFast ? SIGINT : SIGQUIT, log_path_);

@@ -19,6 +19,18 @@
 //     PGconn* conn = PQconnectdb(server->Uri().c_str());
 //     ...
 //   }
+//
+// For failover tests, StartSynchronousStandby makes a second server, a streaming standby of the
+// first that every commit waits for; Stop(Shutdown::kKill) kills the primary outright, Promote
+// makes the standby the primary, and MultiHostUri names both, so that libpq finds whichever
+// accepts writes:
+//
+//   IDEM_START_PG_OR_SKIP(primary);
+//   auto standby = primary->StartSynchronousStandby();      // a Result<unique_ptr<PgServer>>
+//   const std::string uri = PgServer::MultiHostUri({primary.get(), standby->get()});
+//   ...
+//   primary->Stop(PgServer::Shutdown::kKill);
+//   (*standby)->Promote();
 
 #ifndef IDEM_TESTS_PG_SERVER_H_
 #define IDEM_TESTS_PG_SERVER_H_
@@ -41,9 +53,12 @@ namespace idem_test {
 class PgServer {
  public:
   // How the server is shut down: kFast (SIGINT, `pg_ctl stop -m fast`: ends the sessions, then
-  // a checkpoint) or kImmediate (SIGQUIT, `-m immediate`: no checkpoint, crash recovery at the
-  // next start, as after a crash of the server).
-  enum class Shutdown { kFast, kImmediate };
+  // a checkpoint), kImmediate (SIGQUIT, `-m immediate`: no checkpoint, crash recovery at the
+  // next start, as after a crash of the server) or kKill (SIGKILL to the postmaster and every
+  // one of its processes at once, as `kill -9` or the OOM killer: nothing runs after it, not
+  // even the postmaster's own handling of its children's deaths; sessions end with their
+  // sockets).
+  enum class Shutdown { kFast, kImmediate, kKill };
 
   // Why no server can be started on this machine, naming the package to install; nullopt when
   // one can. Checked by IDEM_START_PG_OR_SKIP before Start.
@@ -52,6 +67,17 @@ class PgServer {
   // Starts a server. Errors name the step that failed and quote its output (initdb's, or the
   // server's log).
   static idem::Result<std::unique_ptr<PgServer>> Start();
+
+  // Starts a streaming standby of this server, in a directory of its own (pg_basebackup -R, as
+  // the same user), on its own port, with the same role and password, and makes it synchronous:
+  // this server's `synchronous_standby_names` becomes '*' (ALTER SYSTEM, so it also holds after
+  // a Restart), and this returns once the standby streams as the synchronous one. From then on
+  // a commit with synchronous_commit = on (idem's kSync) returns only when the standby has
+  // flushed it, and waits while the standby is down. The standby accepts connections but no
+  // writes (hot standby) until Promote.
+  idem::Result<std::unique_ptr<PgServer>> StartSynchronousStandby();
+  // Makes this standby a primary (`pg_ctl promote`) and waits until it accepts writes.
+  idem::Status Promote();
 
   // Stops the server (kFast) if it runs and removes its directory.
   ~PgServer();
@@ -63,6 +89,10 @@ class PgServer {
   std::string Uri() const;
   // The same with `password` in place of the role's (empty: none), for tests of refusals.
   std::string UriWithPassword(std::string_view password) const;
+  // One URI naming every server of `servers` (a primary and its standbys), in order, with the
+  // first one's role and password and `target_session_attrs=read-write`: libpq tries the hosts
+  // in order and keeps the first that accepts writes, so a client finds the promoted standby.
+  static std::string MultiHostUri(const std::vector<const PgServer*>& servers);
   // Keyword/value connection string for the superuser `postgres` over the private UNIX socket
   // (trust authentication), database `postgres`.
   std::string AdminConninfo() const;
@@ -82,7 +112,8 @@ class PgServer {
   idem::Status Admin(std::string_view sql) const;
 
   // Shuts the server down as `mode` says and waits until its postmaster has exited (the
-  // postmaster exits after all its children). Idempotent. The directory stays.
+  // postmaster exits after all its children; after kKill, which they do not outlive either,
+  // until each has). Idempotent. The directory stays.
   idem::Status Stop(Shutdown mode = Shutdown::kFast);
   // Stop(mode), then starts the server again on the same directory and port (crash recovery
   // after kImmediate) and waits until it accepts connections.
@@ -97,8 +128,20 @@ class PgServer {
  private:
   PgServer() = default;
 
+  // Makes directory_ (a new private directory) and names the data, socket and log paths in it.
+  idem::Status MakeDirectories();
+  // Launch on a free port (port_), trying another when one is taken before the server binds it.
+  idem::Status LaunchOnFreePort();
   // Starts the postmaster on port_ and waits until it accepts connections.
   idem::Status Launch();
+  // SIGKILL to the postmaster and all its processes; waits until none runs.
+  idem::Status Kill();
+  // The first column of the first row `sql` returns, run as the superuser.
+  idem::Result<std::string> AdminValue(std::string_view sql) const;
+  // Waits up to `timeout` until AdminValue(sql) returns `expected`; an error names `what`.
+  idem::Status WaitForAdminValue(std::string_view what, std::string_view sql,
+                                 std::string_view expected,
+                                 std::chrono::milliseconds timeout) const;
 
   std::string bin_directory_;
   std::optional<uid_t> run_as_uid_;  // set when running as root

@@ -147,6 +147,62 @@ TEST(PgServerTest, RestartsAfterAnImmediateShutdownWithWhatWasCommitted) {
   EXPECT_EQ(QueryValue(conn.get(), "SELECT k FROM kept"), "42");
 }
 
+// A synchronous standby has every commit acknowledged by its primary; after the primary is
+// killed outright (postmaster and children: nothing of it runs on), the standby, promoted,
+// answers on the multi-host URI with what was committed and takes writes. The killed server's
+// directory still goes with its object.
+TEST(PgServerTest, PromotedSynchronousStandbyHasWhatTheKilledPrimaryCommitted) {
+  IDEM_START_PG_OR_SKIP(primary);
+  auto standby_started = primary->StartSynchronousStandby();
+  ASSERT_TRUE(standby_started.ok()) << standby_started.status().ToString();
+  std::unique_ptr<PgServer> standby = std::move(standby_started).value();
+  std::cout << "synchronous standby started in " << standby->start_time().count() << " ms\n";
+  const std::string uri = PgServer::MultiHostUri({primary.get(), standby.get()});
+  EXPECT_EQ(uri, "postgresql://idem:" + primary->password() +
+                     "@127.0.0.1:" + std::to_string(primary->port()) + ",127.0.0.1:" +
+                     std::to_string(standby->port()) + "/postgres?target_session_attrs=read-write");
+  {
+    Conn conn(PQconnectdb(uri.c_str()));
+    ASSERT_EQ(PQstatus(conn.get()), CONNECTION_OK) << PQerrorMessage(conn.get());
+    EXPECT_EQ(PQport(conn.get()), std::to_string(primary->port()));
+    EXPECT_EQ(QueryValue(conn.get(), "SHOW synchronous_standby_names"), "*");
+    PgResult written(PQexec(conn.get(), "CREATE TABLE kept (k int); INSERT INTO kept VALUES (42)"));
+    ASSERT_EQ(PQresultStatus(written.get()), PGRES_COMMAND_OK) << PQerrorMessage(conn.get());
+  }
+  // A standby takes no writes.
+  {
+    Conn conn(PQconnectdb(standby->Uri().c_str()));
+    ASSERT_EQ(PQstatus(conn.get()), CONNECTION_OK) << PQerrorMessage(conn.get());
+    EXPECT_EQ(QueryValue(conn.get(), "SELECT pg_is_in_recovery()"), "t");
+    PgResult refused(PQexec(conn.get(), "INSERT INTO kept VALUES (1)"));
+    EXPECT_EQ(PQresultStatus(refused.get()), PGRES_FATAL_ERROR);
+  }
+
+  const std::map<pid_t, uint64_t> processes = WithStartTimes(primary->Processes());
+  EXPECT_GE(processes.size(), 5u);  // the walsender among them
+  ASSERT_OK(primary->Stop(PgServer::Shutdown::kKill));
+  EXPECT_EQ(primary->pid(), 0);
+  EXPECT_EQ(StillRunning(processes), std::vector<pid_t>{});
+
+  const auto promoting = Clock::now();
+  ASSERT_OK(standby->Promote());
+  std::cout << "standby promoted in "
+            << std::chrono::duration_cast<milliseconds>(Clock::now() - promoting).count()
+            << " ms\n";
+  Conn conn(PQconnectdb(uri.c_str()));
+  ASSERT_EQ(PQstatus(conn.get()), CONNECTION_OK) << PQerrorMessage(conn.get());
+  EXPECT_EQ(PQport(conn.get()), std::to_string(standby->port()));
+  EXPECT_EQ(QueryValue(conn.get(), "SELECT k FROM kept"), "42");
+  // No standby of its own to wait for: its commits return.
+  EXPECT_EQ(QueryValue(conn.get(), "SHOW synchronous_standby_names"), "");
+  PgResult written(PQexec(conn.get(), "INSERT INTO kept VALUES (43)"));
+  EXPECT_EQ(PQresultStatus(written.get()), PGRES_COMMAND_OK) << PQerrorMessage(conn.get());
+
+  const std::string directory = primary->directory();
+  primary.reset();
+  EXPECT_FALSE(std::filesystem::exists(directory));
+}
+
 // A test process that dies without stopping its server (a crash, SIGKILL, a failed ASSERT in a
 // forked helper) takes the server with it: the server is told by the kernel, not by a
 // destructor that never runs.
