@@ -292,6 +292,17 @@ class CliTest : public ::testing::Test {
 
   // A writer for setting up a test, on clock_; no fsync (the records outlive the process all
   // the same).
+  // Writes `expired` records ("gone-N", retention 1 h) and `kept` ("kept-N", 48 h), done.
+  void WriteExpiredAndKept(int expired, int kept) {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < expired + kept; ++i) {
+      const std::string key = (i < expired ? "gone-" : "kept-") + std::to_string(i);
+      ASSERT_OK_AND_ASSIGN(
+          auto claim, (store->Begin(key, {.lease = 1min, .retention = i < expired ? 1h : 48h})));
+      ASSERT_OK(store->Complete(key, claim.token, "x"));
+    }
+  }
   std::unique_ptr<idem::Store> Open() {
     idem::Options options = idem_test::TestOptions(clock_);
     options.durability = idem::Durability::kBuffered;
@@ -1039,16 +1050,7 @@ TEST_F(CliTest, BinaryPurgeShowsATotalAndAPercentageOnATerminal) {
   constexpr int kExpired = 3200;  // 100 batches of 32: one progress call each
   // Written two hours ago with an hour's retention: expired for the binary's real clock.
   clock_->Advance(-std::chrono::duration_cast<std::chrono::microseconds>(2h));
-  {
-    auto store = Open();
-    ASSERT_NE(store, nullptr);
-    for (int i = 0; i < kExpired + 5; ++i) {
-      const std::string key = (i < kExpired ? "gone-" : "kept-") + std::to_string(i);
-      ASSERT_OK_AND_ASSIGN(
-          auto claim, (store->Begin(key, {.lease = 1min, .retention = i < kExpired ? 1h : 48h})));
-      ASSERT_OK(store->Complete(key, claim.token, "x"));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteExpiredAndKept(kExpired, 5));
   const CliResult dry = RunTool({"purge", path(), "--dry-run"});
   EXPECT_EQ(dry.code, 0) << dry.err;
   EXPECT_EQ(dry.out, "would purge 3200 records\n");
@@ -1079,16 +1081,7 @@ TEST_F(CliTest, BinaryPurgeShowsATotalAndAPercentageOnATerminal) {
 TEST_F(CliTest, BinaryPurgeThroughAnOwnerShowsTheTotalOnATerminal) {
   constexpr int kExpired = 3200;
   clock_->Advance(-std::chrono::duration_cast<std::chrono::microseconds>(2h));
-  {
-    auto store = Open();
-    ASSERT_NE(store, nullptr);
-    for (int i = 0; i < kExpired + 5; ++i) {
-      const std::string key = (i < kExpired ? "gone-" : "kept-") + std::to_string(i);
-      ASSERT_OK_AND_ASSIGN(
-          auto claim, (store->Begin(key, {.lease = 1min, .retention = i < kExpired ? 1h : 48h})));
-      ASSERT_OK(store->Complete(key, claim.token, "x"));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteExpiredAndKept(kExpired, 5));
   // The owner on the real clock, for which those records expired an hour ago.
   clock_->Advance(std::chrono::duration_cast<std::chrono::microseconds>(2h));
   const std::unique_ptr<Child> held = StartHolder();
