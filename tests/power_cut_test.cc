@@ -372,7 +372,14 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
     SCOPED_TRACE("seed " + std::to_string(seed_) + " (IDEM_POWER_CUT_SEED)");
     ASSERT_TRUE(OpenStorage().ok());
     model_.Rebase(ReadAll());
-    for (int cut = 1; cut <= cuts; ++cut) {
+    // Pages kept as zeros need unsynced data across a page boundary at the cut: a few reboots in
+    // 150 have it (3 to 6 measured), none now and then on a busy machine. A buffered run goes on
+    // cutting until one had, up to three times as many cuts, so that every run covers it.
+    const bool needs_zeroed_pages = durability == Durability::kBuffered && cuts >= 100;
+    const auto more_cuts = [&](int cut) {
+      return cut <= cuts || (needs_zeroed_pages && zeroed_pages_ == 0 && cut <= 3 * cuts);
+    };
+    for (int cut = 1; more_cuts(cut); ++cut) {
       const uint64_t changes_before = fs_->changes();
       // Most cuts land in the workload; some early, in the reopen's recovery.
       fs_->CutAfter(1 + random_() % (random_() % 5 == 0 ? 8 : 400));
@@ -398,7 +405,7 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
     CloseStorage();
     // The cuts must have taken something away, or nothing was tested.
     EXPECT_GT(reboots_with_losses_, cuts / 4);
-    if (durability == Durability::kBuffered && cuts >= 100) {
+    if (needs_zeroed_pages) {
       EXPECT_GT(zeroed_pages_, 0);  // the cuts that keep unsynced pages as zeros happen
     }
   }
