@@ -317,6 +317,52 @@ def pg_section(rows, figures, command, run_time):
     add(f"- A full table scan (`SELECT count(*)`, index scans off so that it reads the table, "
         f"not the smaller index on expiry) of the {fig('scanned'):,.0f} rows took "
         f"{fig('scan_seconds') * 1000:.1f} ms")
+    add("- The planner scans the table in parallel (2 workers and the leader on this machine); "
+        "the purge deletes one row at a time")
+    add("")
+    add("### What limits it")
+    add("")
+    add("Profiled on 2026-12-01 with pg_stat_statements (utility statements tracked too) against "
+        "the same kind of server; the next run's figures above may differ by the noise.")
+    add("")
+    add("- **Lifecycle: round trips.** idem sends 5 transactions per lifecycle, the hand-written "
+        "client 2 statements: `Store::Begin` reads the row (1), then its generic `Update` reads "
+        "it again with its version (2) and INSERTs (3); `Store::Complete` reads (4) and "
+        "UPDATEs (5). Each transaction is one round trip (BEGIN, `SET LOCAL statement_timeout`, "
+        "`SET LOCAL synchronous_commit` for writes, the statement and COMMIT in one pipeline), so "
+        "the server executed 5 BEGIN, 5 `SET LOCAL statement_timeout`, 2 `SET LOCAL "
+        "synchronous_commit`, 3 SELECT, 1 INSERT, 1 UPDATE and 5 COMMIT per lifecycle (counted: "
+        "5,792 of each of BEGIN, SET statement_timeout and COMMIT, 3,474 SELECTs, 1,158 INSERTs "
+        "and UPDATEs, for 1,158 lifecycles at 1 thread). Both sides wait for the same two "
+        "synchronous commits (about 0.4 ms each at 1 thread here); idem adds three read round "
+        "trips of about 0.3 ms each and its heavier statements (19 columns; 40 us for its INSERT "
+        "in the server against the hand-written 20-30 us). Above 4 threads idem stays near 850 "
+        "lifecycles/s, which is 4,250 transactions/s through its 8 pooled connections, while "
+        "the hand-written client keeps 64 connections and twice fewer transactions; whether a "
+        "larger `pool_size` helps on 2 cores was not measured. One-round-trip fast paths "
+        "(docs/design/postgresql.md, sec. 3-4: Begin as one `INSERT ... ON CONFLICT DO NOTHING "
+        "RETURNING`, Complete as one fenced UPDATE) would bring idem to the hand-written 2.")
+    add("- **Replay: work per round trip.** Both sides send one statement in one round trip, but "
+        "idem's transaction makes the server run four (BEGIN READ ONLY, `SET LOCAL "
+        "statement_timeout`, the SELECT with the server's time, COMMIT) and idem decodes 19 "
+        "columns into a record; at 1 thread a replay took 290 us against 147 us for the bare "
+        "SELECT, whose server time is 13 us against idem's 19 us, so most of the gap is per-"
+        "message work in the server and the client rather than the statement. Not profiled "
+        "further (perf on the client and the backend is the next step); sending the SELECT "
+        "outside an explicit transaction, with the timeout set once per connection, would "
+        "remove three of the four.")
+    add("- **Purge: deleting rows, not finding them.** The purge finds its rows through the "
+        "index on expiry; its time is the deletes: 11 statements, 200 ms of execution in the "
+        "server (round trips: about 2 ms), touching 100,000 buffers and dirtying 8,089 heap "
+        "pages for 10,000 rows spread over the table (every 100th key: a fifth of its pages). "
+        "PostgreSQL's own floor is of the same order: a plain `DELETE FROM t WHERE expires <= "
+        "now()` of the same 1% of a comparable 1,000,000-row table (342 MB) took 135 ms through "
+        "the same index, against 69-76 ms for its parallel `count(*)`: 180-195%. So no purge "
+        "that deletes rows one by one meets 10% of a `count(*)` scan here; idem's batches (`FOR "
+        "UPDATE SKIP LOCKED`, which writes a row lock before the delete, then `DELETE ... WHERE "
+        "key IN`) cost about 1.6 times that floor. Rows that expire in the order they were "
+        "written (one retention for all) share pages and would cost less per row than this "
+        "spread.")
     add("")
     add(PG_SECTION_END)
     return "\n".join(lines)
@@ -545,13 +591,16 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         add("")
     add("## How to run it")
     add("")
-    add("`scripts/bench.sh` installs what it needs from Debian (SQLite, Redis, hiredis, gnuplot), "
+    add("`scripts/bench.sh` installs what it needs from Debian (SQLite, Redis, hiredis, "
+        "PostgreSQL 15, libpq, gnuplot), "
         "builds `idem_bench` with optimizations in `build-bench/`, starts `redis-server` on a free "
         "loopback port (no persistence) and stops it on exit, runs every workload (one process "
         "each), prints the table and rewrites this page and `docs/benchmarks.png`. Flags: "
         "`--records N` (records stored for scale and purge; default 10,000,000), `--seconds S` "
         "(each measurement; default 3), `--smoke` (tiny sizes, every workload once, writes "
-        "nothing: what CI runs). See `bench/README.md` for what each workload measures.")
+        "nothing: what CI runs), `--postgres-only` (the PostgreSQL workloads alone, against a "
+        "throwaway PostgreSQL 15 the script starts; rewrites only the PostgreSQL section). See "
+        "`bench/README.md` for what each workload measures.")
     add("")
     return "\n".join(lines)
 
