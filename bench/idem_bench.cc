@@ -1,7 +1,7 @@
-// idem_bench: idem against its anchors (raw RocksDB, a SQLite dedup table, a Redis lock), side
-// by side in one run, on the same keys (36-byte UUIDv7-shaped request ids) and ~100-byte results.
-// scripts/bench.sh runs every workload, one process each, and turns the rows into
-// docs/benchmarks.md; see bench/README.md.
+// idem_bench: idem against its anchors (raw RocksDB, a SQLite dedup table, a Redis lock; on
+// PostgreSQL, hand-written SQL), side by side in one run, on the same keys (36-byte UUIDv7-shaped
+// request ids) and ~100-byte results. scripts/bench.sh runs every workload, one process each, and
+// turns the rows into docs/benchmarks.md; see bench/README.md.
 //
 // What it measures (each a closed loop of T threads for --seconds; throughput in operations per
 // second and per-operation latency p50/p99; one "operation" is written next to each):
@@ -23,6 +23,15 @@
 //               process's peak RSS, against Options::memory_budget (--memory-budget) and the RSS
 //               right after opening an empty store
 //   fsync       the latency of a 4 KiB write + fdatasync in the data directory
+//   pg-purge    (needs --postgres) --pg-purge-records rows in idem's table on PostgreSQL, 1% of
+//               them expired, written by SQL from one record idem wrote (a load through idem's
+//               kSync calls would take minutes); after a VACUUM ANALYZE, as autovacuum would
+//               have run on a table that grew over days, Store::Purge is timed against a
+//               sequential scan of the same table (SELECT count(*), index scans off)
+// The PostgreSQL systems (idem-pg, pg-sql, pg-sql-read-first) run in lifecycle and replay when
+// --postgres names a server (scripts/bench.sh starts one); each measurement uses a table of its
+// own, dropped first. Their rows also carry the statements the server ran (pg_stat_statements,
+// when the server loaded it): `statements` and `server_exec_us`, their execution time there.
 // Rows go to --results (tab-separated) and to stdout.
 
 #include <fcntl.h>
@@ -43,6 +52,7 @@
 
 #include "harness.h"
 #include "idem/idem.h"
+#include "pg.h"
 #include "subjects.h"
 
 extern char** environ;
@@ -62,13 +72,32 @@ struct Flags {
   std::string dir = "bench-data";
   std::string results;
   int redis_port = 6379;
+  std::string postgres;  // a libpq URI; empty: the PostgreSQL systems and workloads are skipped
+  uint64_t pg_purge_records = 1'000'000;
   std::size_t memory_budget = Options{}.memory_budget;
   std::string serve;  // internal: be the owner process of this store until stdin closes
 };
 
-SubjectConfig ConfigFor(const Flags& flags, const std::string& directory) {
-  return SubjectConfig{
-      .directory = directory, .redis_port = flags.redis_port, .memory_budget = flags.memory_budget};
+// The configuration of one measurement's subject: `directory` for the stores on disk, a table
+// named after `name` for the PostgreSQL systems.
+SubjectConfig ConfigFor(const Flags& flags, const std::string& directory, std::string_view name) {
+  return SubjectConfig{.directory = directory,
+                       .redis_port = flags.redis_port,
+                       .postgres = flags.postgres,
+                       .table = PgTableName(name),
+                       .memory_budget = flags.memory_budget};
+}
+
+// Runs `measure` and, for a PostgreSQL system, adds to its counts the statements the server ran
+// meanwhile.
+Result<Measurement> MeasureCountingStatements(const Flags& flags, std::string_view system,
+                                              const std::function<Result<Measurement>()>& measure) {
+  if (!IsPostgresSystem(system)) return measure();
+  IDEM_ASSIGN_OR_RETURN(auto admin, PgConnection::Connect(flags.postgres));
+  IDEM_ASSIGN_OR_RETURN(PgStatementCounter counter, PgStatementCounter::Start(*admin));
+  IDEM_ASSIGN_OR_RETURN(Measurement m, measure());
+  IDEM_RETURN_IF_ERROR(counter.AddTo(m));
+  return m;
 }
 
 // A fresh directory under --dir for one measurement.
@@ -115,11 +144,13 @@ Result<Measurement> RunLifecycle(Subject& subject, int threads, double seconds) 
 Status Lifecycle(const Flags& flags, ResultsFile& results) {
   for (const std::string& system : flags.systems) {
     for (int threads : flags.threads) {
-      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "lifecycle-" + system + "-" +
-                                                                       std::to_string(threads)));
+      const std::string name = "lifecycle-" + system + "-" + std::to_string(threads);
+      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
       {
-        IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir)));
-        IDEM_ASSIGN_OR_RETURN(Measurement m, RunLifecycle(*subject, threads, flags.seconds));
+        IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir, name)));
+        IDEM_ASSIGN_OR_RETURN(Measurement m, MeasureCountingStatements(flags, system, [&] {
+                                return RunLifecycle(*subject, threads, flags.seconds);
+                              }));
         results.Add("lifecycle", system, threads, m);
       }
       RemoveDirectory(dir);
@@ -152,9 +183,10 @@ Status Replay(const Flags& flags, ResultsFile& results) {
   KeyGenerator generator;
   for (uint64_t i = 0; i < flags.replay_keys; ++i) keys.emplace_back(generator.Next());
   for (const std::string& system : flags.systems) {
-    IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "replay-" + system));
+    const std::string name = "replay-" + system;
+    IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
     {
-      IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir)));
+      IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir, name)));
       constexpr int kLoaders = 2;
       IDEM_RETURN_IF_ERROR(RunOnThreads(kLoaders, [&](int thread) -> Status {
         IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
@@ -165,13 +197,15 @@ Status Replay(const Flags& flags, ResultsFile& results) {
         return Status::OK();
       }));
       for (int threads : flags.threads) {
-        IDEM_ASSIGN_OR_RETURN(
-            Measurement m,
-            RunClosedLoop(threads, flags.seconds, [&](int) -> Result<std::unique_ptr<Worker>> {
-              IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
-              return std::unique_ptr<Worker>(
-                  std::make_unique<ReplayWorker>(std::move(session), keys));
-            }));
+        IDEM_ASSIGN_OR_RETURN(Measurement m, MeasureCountingStatements(flags, system, [&] {
+                                return RunClosedLoop(
+                                    threads, flags.seconds,
+                                    [&](int) -> Result<std::unique_ptr<Worker>> {
+                                      IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
+                                      return std::unique_ptr<Worker>(
+                                          std::make_unique<ReplayWorker>(std::move(session), keys));
+                                    });
+                              }));
         results.Add("replay", system, threads, m);
       }
     }
@@ -230,10 +264,10 @@ Status Contention(const Flags& flags, ResultsFile& results) {
   std::mt19937_64 random(std::random_device{}());
   for (const std::string& system : flags.systems) {
     for (int threads : flags.threads) {
-      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "contention-" + system + "-" +
-                                                                       std::to_string(threads)));
+      const std::string name = "contention-" + system + "-" + std::to_string(threads);
+      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
       {
-        IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir)));
+        IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir, name)));
         std::atomic<uint64_t> sequence{0};
         const uint64_t run = random();
         IDEM_ASSIGN_OR_RETURN(
@@ -451,6 +485,74 @@ Status Scale(const Flags& flags, ResultsFile& results) {
   return Status::OK();
 }
 
+Status PgPurge(const Flags& flags, ResultsFile& results) {
+  const std::string table = PgTableName("purge");
+  IDEM_ASSIGN_OR_RETURN(auto admin, PgConnection::Connect(flags.postgres));
+  IDEM_RETURN_IF_ERROR(DropPgTables(*admin, table));
+  Options options;
+  options.table = table;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(flags.postgres, options));
+
+  // One record written by idem, the template of every row: only the key and the expiry differ.
+  // jsonb_populate_record copies the template's row with those two columns replaced, so the load
+  // names no other column of idem's schema. Keys are UUIDv7-shaped (36 bytes) and ordered, as
+  // idem::NewRequestId's; every 100th row expired an hour ago, the others keep the template's
+  // expiry (the default 30 days).
+  KeyGenerator keys;
+  const std::string template_key(keys.Next());
+  IDEM_ASSIGN_OR_RETURN(Claim claim, store->Begin(template_key));
+  IDEM_RETURN_IF_ERROR(store->Complete(template_key, claim.token, ResultPayload()));
+  const auto load_start = bench::Clock::now();
+  IDEM_RETURN_IF_ERROR(
+      admin
+          ->Exec("INSERT INTO " + table + " SELECT r.* FROM " + table + " t, generate_series(1, " +
+                     std::to_string(flags.pg_purge_records) +
+                     ") g, "
+                     "LATERAL jsonb_populate_record(t, jsonb_build_object("
+                     "'key', '\\x' || encode(convert_to('0190a5c4-0000-7000-8000-' || "
+                     "lpad(to_hex(g), 12, '0'), 'UTF8'), 'hex'), "
+                     "'expires', CASE WHEN g % 100 = 0 THEN clock_timestamp() - interval '1 hour' "
+                     "ELSE t.expires END)) r WHERE t.key = $1",
+                 {template_key})
+          .status());
+  IDEM_RETURN_IF_ERROR(store->Forget(template_key));
+  IDEM_RETURN_IF_ERROR(admin->Exec("VACUUM ANALYZE " + table).status());
+  results.AddFigure("pg-purge", "idem-pg", "load_seconds", SecondsSince(load_start), "s");
+  results.AddFigure("pg-purge", "idem-pg", "records", static_cast<double>(flags.pg_purge_records),
+                    "records");
+  IDEM_ASSIGN_OR_RETURN(
+      double table_bytes,
+      admin->Number("SELECT pg_total_relation_size($1::text::regclass)", {table}));
+  results.AddFigure("pg-purge", "idem-pg", "table_mib", table_bytes / 1048576.0, "MiB");
+
+  // A sequential scan of the heap: with index scans allowed, count(*) reads the smaller index on
+  // expiry instead (index-only, the visibility map being set by the VACUUM). The planner may
+  // still run it in parallel.
+  for (const char* setting : {"SET enable_indexonlyscan = off", "SET enable_indexscan = off",
+                              "SET enable_bitmapscan = off"}) {
+    IDEM_RETURN_IF_ERROR(admin->Exec(setting).status());
+  }
+  const auto scan_start = bench::Clock::now();
+  IDEM_ASSIGN_OR_RETURN(double scanned, admin->Number("SELECT count(*) FROM " + table));
+  const double scan_seconds = SecondsSince(scan_start);
+  results.AddFigure("pg-purge", "idem-pg", "scanned", scanned, "records");
+  results.AddFigure("pg-purge", "idem-pg", "scan_seconds", scan_seconds, "s");
+
+  const auto purge_start = bench::Clock::now();
+  IDEM_ASSIGN_OR_RETURN(uint64_t purged, store->Purge());
+  const double purge_seconds = SecondsSince(purge_start);
+  const uint64_t expired = flags.pg_purge_records / 100;
+  if (purged != expired) {
+    return Status::Failed("purge removed " + std::to_string(purged) + " records; " +
+                          std::to_string(expired) + " had expired");
+  }
+  results.AddFigure("pg-purge", "idem-pg", "purged", static_cast<double>(purged), "records");
+  results.AddFigure("pg-purge", "idem-pg", "purge_seconds", purge_seconds, "s");
+  store.reset();
+  return DropPgTables(*admin, table);
+}
+
 Status Fsync(const Flags& flags, ResultsFile& results) {
   IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "fsync"));
   const std::string path = dir + "/probe";
@@ -482,8 +584,8 @@ int Main(int argc, char** argv) {
   CLI::App app{
       "idem_bench: idem against raw RocksDB, SQLite and Redis; see bench/README.md.\n"
       "Run it through scripts/bench.sh, which starts Redis and writes docs/benchmarks.md."};
-  const std::vector<std::string> workloads = {"lifecycle", "replay", "contention",
-                                              "client",    "scale",  "fsync"};
+  const std::vector<std::string> workloads = {"lifecycle", "replay", "contention", "client",
+                                              "scale",     "fsync",  "pg-purge"};
   app.add_option("--workload", flags.workload, "What to measure")->check(CLI::IsMember(workloads));
   app.add_option("--systems", flags.systems, "Systems, comma-separated (default: all)")
       ->delimiter(',')
@@ -500,6 +602,11 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--results", flags.results, "Append tab-separated result rows to this file");
   app.add_option("--redis-port", flags.redis_port, "Redis on 127.0.0.1")->capture_default_str();
+  app.add_option("--postgres", flags.postgres,
+                 "PostgreSQL server (libpq URI) for the PostgreSQL systems and pg-purge; the "
+                 "benchmark creates and drops its idem_bench_* tables there");
+  app.add_option("--pg-purge-records", flags.pg_purge_records, "Rows stored before pg-purge")
+      ->capture_default_str();
   app.add_option("--memory-budget", flags.memory_budget, "Options::memory_budget, bytes")
       ->capture_default_str();
   app.add_option("--serve", flags.serve, "Internal: own this store until stdin closes");
@@ -510,7 +617,19 @@ int Main(int argc, char** argv) {
     std::cerr << "idem_bench: --workload is required\n" << app.help();
     return 2;
   }
-  if (flags.systems.empty()) flags.systems = AllSystems();
+  const bool systems_named = !flags.systems.empty();
+  if (!systems_named) flags.systems = AllSystems();
+  // Without a server the PostgreSQL systems are left out, so the binary alone still runs.
+  if (flags.postgres.empty()) {
+    const auto without = std::remove_if(flags.systems.begin(), flags.systems.end(),
+                                        [](const std::string& s) { return IsPostgresSystem(s); });
+    if ((systems_named && without != flags.systems.end()) || flags.workload == "pg-purge") {
+      std::cout << "idem_bench: no --postgres: skipping the PostgreSQL systems and workloads"
+                << std::endl;
+    }
+    flags.systems.erase(without, flags.systems.end());
+    if (flags.workload == "pg-purge") return 0;
+  }
   ResultsFile results(flags.results);
   Status status;
   if (flags.workload == "lifecycle") status = Lifecycle(flags, results);
@@ -519,6 +638,7 @@ int Main(int argc, char** argv) {
   if (flags.workload == "client") status = Client(flags, results);
   if (flags.workload == "scale") status = Scale(flags, results);
   if (flags.workload == "fsync") status = Fsync(flags, results);
+  if (flags.workload == "pg-purge") status = PgPurge(flags, results);
   if (!status.ok()) {
     std::cerr << "idem_bench --workload " << flags.workload << ": " << status.ToString()
               << std::endl;

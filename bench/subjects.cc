@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
+#include "pg.h"
 #include "storage/engine_options.h"
 
 namespace idem::bench {
@@ -71,6 +73,19 @@ Result<std::unique_ptr<Subject>> OpenIdem(const SubjectConfig& config, Durabilit
   options.memory_budget = config.memory_budget;
   options.auto_purge_interval = std::chrono::milliseconds(0);
   IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(config.directory, options));
+  return std::unique_ptr<Subject>(std::make_unique<OwnedStoreSubject>(std::move(store)));
+}
+
+Result<std::unique_ptr<Subject>> OpenIdemOnPostgres(const SubjectConfig& config) {
+  {
+    IDEM_ASSIGN_OR_RETURN(auto admin, PgConnection::Connect(config.postgres));
+    IDEM_RETURN_IF_ERROR(DropPgTables(*admin, config.table));
+  }
+  Options options;
+  options.durability = Durability::kSync;
+  options.table = config.table;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(config.postgres, options));
   return std::unique_ptr<Subject>(std::make_unique<OwnedStoreSubject>(std::move(store)));
 }
 
@@ -301,6 +316,86 @@ class SqliteSubject final : public Subject {
   sqlite3* keeper_;
 };
 
+// ---- PostgreSQL, hand-written SQL -------------------------------------------------------------
+
+class PgSqlSession final : public Session {
+ public:
+  PgSqlSession(std::unique_ptr<PgConnection> connection, const std::string& table, bool read_first)
+      : connection_(std::move(connection)),
+        read_first_(read_first),
+        insert_("INSERT INTO " + table +
+                " (key, state, lease_deadline) VALUES ($1, 0, now() + interval '10 seconds') "
+                "ON CONFLICT (key) DO NOTHING"),
+        update_("UPDATE " + table + " SET state = 1, result = $2 WHERE key = $1"),
+        select_("SELECT state, result FROM " + table + " WHERE key = $1") {}
+
+  Result<BeginAnswer> Begin(std::string_view key) override {
+    if (read_first_) {
+      IDEM_ASSIGN_OR_RETURN(std::optional<Answer> stored, Read(key));
+      if (stored) return BeginAnswer{*stored, 0};
+    }
+    IDEM_ASSIGN_OR_RETURN(PgResultPtr inserted, connection_->Exec(insert_, {key}));
+    if (std::string_view(PQcmdTuples(inserted.get())) == "1") {
+      return BeginAnswer{Answer::kAcquired, 0};
+    }
+    IDEM_ASSIGN_OR_RETURN(std::optional<Answer> stored, Read(key));
+    if (!stored) return Status::Failed("an existing key " + std::string(key) + " was not found");
+    return BeginAnswer{*stored, 0};
+  }
+
+  Status Complete(std::string_view key, uint64_t /*token*/, std::string_view result) override {
+    return connection_->Exec(update_, {key, result}).status();
+  }
+
+ private:
+  // The stored answer for `key` (its result read too, as a replay returns it), or nullopt.
+  Result<std::optional<Answer>> Read(std::string_view key) {
+    IDEM_ASSIGN_OR_RETURN(PgResultPtr row,
+                          connection_->Exec(select_, {key}, /*binary_results=*/true));
+    if (PQntuples(row.get()) == 0) return std::optional<Answer>();
+    // smallint in binary: two bytes, big-endian.
+    const auto* state = reinterpret_cast<const unsigned char*>(PQgetvalue(row.get(), 0, 0));
+    const bool done = ((state[0] << 8) | state[1]) == 1;
+    return std::optional<Answer>(done ? Answer::kReplay : Answer::kInProgress);
+  }
+
+  std::unique_ptr<PgConnection> connection_;
+  const bool read_first_;
+  const std::string insert_, update_, select_;
+};
+
+class PgSqlSubject final : public Subject {
+ public:
+  static Result<std::unique_ptr<Subject>> Open(const SubjectConfig& config, bool read_first) {
+    IDEM_ASSIGN_OR_RETURN(auto admin, PgConnection::Connect(config.postgres));
+    IDEM_RETURN_IF_ERROR(DropPgTables(*admin, config.table));
+    // The table of the SQLite anchor: the key, a state (0 pending, 1 done), the result, and a
+    // lease for a claim whose holder died.
+    IDEM_RETURN_IF_ERROR(admin
+                             ->Exec("CREATE TABLE " + config.table +
+                                    " (key text PRIMARY KEY, state smallint NOT NULL, result "
+                                    "bytea, lease_deadline timestamptz NOT NULL)")
+                             .status());
+    return std::unique_ptr<Subject>(new PgSqlSubject(config, read_first));
+  }
+
+  Result<std::unique_ptr<Session>> Connect() override {
+    IDEM_ASSIGN_OR_RETURN(auto connection, PgConnection::Connect(uri_));
+    // What kSync means on the server: each commit waits for its WAL flush (the default, said
+    // explicitly so that a server configured otherwise does not skew the comparison).
+    IDEM_RETURN_IF_ERROR(connection->Exec("SET synchronous_commit = on").status());
+    return std::unique_ptr<Session>(
+        std::make_unique<PgSqlSession>(std::move(connection), table_, read_first_));
+  }
+
+ private:
+  PgSqlSubject(const SubjectConfig& config, bool read_first)
+      : uri_(config.postgres), table_(config.table), read_first_(read_first) {}
+  const std::string uri_;
+  const std::string table_;
+  const bool read_first_;
+};
+
 // ---- Redis ----------------------------------------------------------------------------------
 
 using ReplyPtr = std::unique_ptr<redisReply, decltype(&freeReplyObject)>;
@@ -380,9 +475,14 @@ class RedisSubject final : public Subject {
 
 const std::vector<std::string>& AllSystems() {
   static const std::vector<std::string> systems = {
-      "idem-buffered", "idem-sync", "rocksdb", "rocksdb-sync", "sqlite-off", "sqlite-full", "redis",
+      "idem-buffered", "idem-sync", "rocksdb", "rocksdb-sync", "sqlite-off",
+      "sqlite-full",   "redis",     "idem-pg", "pg-sql",       "pg-sql-read-first",
   };
   return systems;
+}
+
+bool IsPostgresSystem(std::string_view system) {
+  return system == "idem-pg" || system.starts_with("pg-");
 }
 
 Result<std::unique_ptr<Subject>> OpenSubject(std::string_view system, const SubjectConfig& config) {
@@ -393,6 +493,12 @@ Result<std::unique_ptr<Subject>> OpenSubject(std::string_view system, const Subj
   if (system == "sqlite-off") return SqliteSubject::Open(config, "OFF");
   if (system == "sqlite-full") return SqliteSubject::Open(config, "FULL");
   if (system == "redis") return RedisSubject::Open(config.redis_port);
+  if (IsPostgresSystem(system) && config.postgres.empty()) {
+    return Status::InvalidArgument(std::string(system) + " needs a server: --postgres URI");
+  }
+  if (system == "idem-pg") return OpenIdemOnPostgres(config);
+  if (system == "pg-sql") return PgSqlSubject::Open(config, /*read_first=*/false);
+  if (system == "pg-sql-read-first") return PgSqlSubject::Open(config, /*read_first=*/true);
   return Status::InvalidArgument("unknown system " + std::string(system));
 }
 

@@ -10,6 +10,16 @@
 //                              an existing key is read back with SELECT; synchronous=FULL / OFF
 //   redis                      Redis on loopback: SET key pending NX PX (claimed on OK), then
 //                              SET key result; an existing key is read back with GET
+//   idem-pg                    idem::Store on PostgreSQL (Store::Open of a URI), Durability::kSync
+//                              (synchronous_commit on), the default pool (Options::pool_size)
+//   pg-sql                     hand-written SQL through libpq, one connection per thread, each
+//                              statement its own autocommit transaction, synchronous_commit on:
+//                              INSERT ... ON CONFLICT (key) DO NOTHING (claimed when a row was
+//                              inserted), then UPDATE with the result; an existing key is read
+//                              back with SELECT by primary key
+//   pg-sql-read-first          the same table and statements, but Begin SELECTs the key first and
+//                              INSERTs only when it is absent: a replay is one SELECT by primary
+//                              key (the replay anchor), a fresh key costs a SELECT more
 //
 // A Subject is one open store of one system in a fresh directory (Redis: flushed); a Session is
 // one thread's connection to it.
@@ -49,13 +59,18 @@ class Subject {
 };
 
 struct SubjectConfig {
-  std::string directory;  // fresh, created by the caller; unused by Redis
+  std::string directory;  // fresh, created by the caller; unused by Redis and PostgreSQL
   int redis_port = 6379;
+  std::string postgres;  // PostgreSQL systems: the server's libpq URI
+  std::string table;     // PostgreSQL systems: the subject's own table, dropped first
   std::size_t memory_budget = Options{}.memory_budget;  // idem, and raw RocksDB alike
 };
 
 // Every system name OpenSubject knows, in report order.
 const std::vector<std::string>& AllSystems();
+
+// Whether `system` keeps its data in PostgreSQL (SubjectConfig::postgres).
+bool IsPostgresSystem(std::string_view system);
 
 Result<std::unique_ptr<Subject>> OpenSubject(std::string_view system, const SubjectConfig& config);
 

@@ -1,0 +1,96 @@
+#include "pg.h"
+
+#include <cctype>
+#include <cstdlib>
+
+namespace idem::bench {
+
+Result<std::unique_ptr<PgConnection>> PgConnection::Connect(const std::string& uri) {
+  PGconn* connection = PQconnectdb(uri.c_str());
+  if (connection == nullptr || PQstatus(connection) != CONNECTION_OK) {
+    // libpq's message names the host and the failure, never the password.
+    const std::string error = connection ? PQerrorMessage(connection) : "out of memory";
+    PQfinish(connection);
+    return Status::Unavailable("connecting to PostgreSQL: " + error);
+  }
+  // The server's notices (a DROP ... IF EXISTS of nothing) are not the benchmark's output.
+  PQsetNoticeProcessor(
+      connection, [](void*, const char*) {}, nullptr);
+  return std::unique_ptr<PgConnection>(new PgConnection(connection));
+}
+
+PgConnection::~PgConnection() { PQfinish(connection_); }
+
+Result<PgResultPtr> PgConnection::Exec(std::string_view sql,
+                                       const std::vector<std::string_view>& params,
+                                       bool binary_results) {
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats;
+  for (std::string_view param : params) {
+    values.push_back(param.data());
+    lengths.push_back(static_cast<int>(param.size()));
+    // Binary: the bytes as they are, with their length (text and bytea columns take them so).
+    formats.push_back(1);
+  }
+  const std::string text(sql);
+  PgResultPtr result(
+      PQexecParams(connection_, text.c_str(), static_cast<int>(params.size()), nullptr,
+                   values.data(), lengths.data(), formats.data(), binary_results ? 1 : 0),
+      &PQclear);
+  const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+    return Status::IOError("PostgreSQL: " + text.substr(0, 80) + ": " +
+                           PQerrorMessage(connection_));
+  }
+  return result;
+}
+
+Result<double> PgConnection::Number(std::string_view sql,
+                                    const std::vector<std::string_view>& params) {
+  IDEM_ASSIGN_OR_RETURN(PgResultPtr result, Exec(sql, params));
+  if (PQntuples(result.get()) < 1 || PQgetisnull(result.get(), 0, 0)) return 0.0;
+  return std::strtod(PQgetvalue(result.get(), 0, 0), nullptr);
+}
+
+std::string PgTableName(std::string_view name) {
+  std::string table = "idem_bench_";
+  for (char c : name) {
+    table += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  }
+  return table;
+}
+
+Status DropPgTables(PgConnection& connection, const std::string& table) {
+  // idem's own names beside its table (src/storage/pg_schema.cc): <table>_meta,
+  // <table>_token_seq.
+  IDEM_RETURN_IF_ERROR(
+      connection.Exec("DROP TABLE IF EXISTS " + table + ", " + table + "_meta").status());
+  return connection.Exec("DROP SEQUENCE IF EXISTS " + table + "_token_seq").status();
+}
+
+Result<PgStatementCounter> PgStatementCounter::Start(PgConnection& connection) {
+  constexpr std::string_view kReset = "SELECT pg_stat_statements_reset()";
+  if (connection.Exec(kReset).ok()) return PgStatementCounter(&connection, true);
+  // Not yet created in this database; creating it fails when the server did not load it.
+  if (connection.Exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").ok() &&
+      connection.Exec(kReset).ok()) {
+    return PgStatementCounter(&connection, true);
+  }
+  return PgStatementCounter(&connection, false);
+}
+
+Status PgStatementCounter::AddTo(Measurement& m) const {
+  if (!available_) return Status::OK();
+  IDEM_ASSIGN_OR_RETURN(
+      PgResultPtr result,
+      connection_->Exec("SELECT coalesce(sum(calls), 0)::bigint, "
+                        "coalesce(sum(total_exec_time) * 1000, 0)::bigint FROM pg_stat_statements "
+                        "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = "
+                        "current_database()) AND query NOT LIKE '%pg_stat_statements%'"));
+  m.counts["statements"] += std::strtoull(PQgetvalue(result.get(), 0, 0), nullptr, 10);
+  m.counts["server_exec_us"] += std::strtoull(PQgetvalue(result.get(), 0, 1), nullptr, 10);
+  return Status::OK();
+}
+
+}  // namespace idem::bench
