@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -65,12 +66,10 @@ void Append(int fd, const std::string& line) {
 // A worker: opens the store and runs Execute on every key, starting at its own offset, each
 // until it succeeds (retrying what is retryable for up to a minute). Its log says what it ran
 // ("run KEY MICROS") and what it acknowledged ("ack KEY RESULT").
-char Worker(const std::string& uri, const std::string& table, int worker,
-            const std::string& log_path) {
+char Worker(const std::string& uri, int worker, const std::string& log_path) {
   const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return kWorkerFailed;
   idem::Options options;
-  options.table = table;
   options.execute_wait = 60s;
   auto store = idem::Store::Open(uri, options);
   if (!store.ok()) {
@@ -171,7 +170,7 @@ class Hosts {
     logs_.push_back(dir_.Sub(fmt::format("worker-{}.log", worker)));
     const std::string uri = uri_, log = logs_.back();
     workers_.push_back(std::make_unique<NamespacedProcess>(
-        namespaces_, [uri, worker, log] { return Worker(uri, "idem_records", worker, log); }));
+        namespaces_, [uri, worker, log] { return Worker(uri, worker, log); }));
   }
   // Kills the worker as soon as it is seen running a slow key (its log's last line is the run
   // of one), so that it leaves a claim behind; false if it was not seen so within 20 s.
@@ -222,8 +221,7 @@ class Hosts {
 // once the run before could no longer hold the key: its lease had passed (minus kStartSlack), or
 // (`same_host`) its worker had been killed.
 void CheckStoreAgainstLogs(const PgServer& server, const Hosts& hosts, bool same_host) {
-  idem::Options options;
-  auto store = idem::Store::Open(server.Uri(), options);
+  auto store = idem::Store::Open(server.Uri());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   const Logs logs = hosts.Read();
   for (const std::string& error : logs.errors) ADD_FAILURE() << "worker: " << error;

@@ -61,7 +61,7 @@ constexpr const char* kFormatHelp =
 constexpr const char* kKeyHelp = "Key bytes as given (use -- before a key starting with -)";
 constexpr const char* kHexKeyHelp = "KEY is written in hex (for binary keys)";
 
-// PATH and --table, which every command has.
+// PATH and --table, which every command but backup (store directories only) has.
 void AddStore(CLI::App* command, std::string& path, std::string& table) {
   command->add_option("PATH", path, "Store directory, or a postgresql:// connection URI")
       ->required();

@@ -92,7 +92,8 @@ class PgStorage final : public Storage {
  private:
   PgStorage(const PgConninfo& conninfo, PgStorageConfig config);
 
-  // The parameter that moves the server's time in tests (microseconds; 0 outside them).
+  // The parameter that replaces the server's time in tests (the test clock's time; NULL outside
+  // them: kNow then reads clock_timestamp()).
   PgParam NowParam() const;
   // The rows expired now (through the index on expires).
   Result<uint64_t> CountExpired();
