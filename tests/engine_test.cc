@@ -443,6 +443,69 @@ TEST(Engine, ExtendPushesRetentionPastTheNewLease) {
   EXPECT_EQ(d.write->expires, kNow + seconds(30));
 }
 
+// A storage that writes a fresh claim in one step sends the record made at the epoch and lets its
+// server add its own time to every time in it (storage/pg_storage.cc): that is only the engine's
+// record if each time is `now` plus an offset that does not depend on `now`.
+TEST(Engine, AFreshClaimIsBeginsAnswerOnAnAbsentKeyWithTimesThatAreNowPlusFixedOffsets) {
+  const TimePoint epoch{};
+  using Times = std::pair<milliseconds, milliseconds>;  // lease, retention
+  for (const auto& [lease, retention] :
+       {Times{kLease, kRetention}, Times{kLease, kLease}, Times{seconds(30), seconds(5)}}) {
+    BeginRequest request = Request("fp");
+    request.lease = lease;
+    request.retention = retention;
+    request.holder = {.pid = 7, .process_start = 8, .pid_scope = 9, .request_id = 10};
+    const Record at_epoch = FreshClaim(request, epoch, kFreshToken).record;
+    for (const TimePoint now : {kNow, kNow + std::chrono::microseconds(1), kStart + kRetention}) {
+      const Claim claim = FreshClaim(request, now, kFreshToken);
+      // What DecideBegin answers and writes on an absent key and on a retention-expired one.
+      for (Situation absent : {Situation::kNone, Situation::kRetentionExpired}) {
+        std::optional<Record> stored = Stored(absent, "fp");
+        if (stored) stored->expires = now;
+        const BeginDecision decided = DecideBegin(stored, request, now, Fresh());
+        ASSERT_TRUE(decided.write);
+        EXPECT_EQ(decided.claim.record, claim.record);
+        EXPECT_EQ(decided.claim.outcome, claim.outcome);
+        EXPECT_EQ(decided.claim.token, claim.token);
+        EXPECT_EQ(decided.claim.took_over, claim.took_over);
+      }
+      EXPECT_EQ(claim.outcome, Outcome::kAcquired);
+      EXPECT_EQ(claim.token, kFreshToken);
+      Record shifted = at_epoch;
+      for (TimePoint* time :
+           {&shifted.created, &shifted.updated, &shifted.lease_deadline, &shifted.expires}) {
+        *time = now + (*time - epoch);
+      }
+      EXPECT_EQ(claim.record, shifted);
+    }
+  }
+}
+
+// A storage that writes a transition in one step guards it by TransitionApplies and writes what
+// ApplyTransition does; it must be exactly what DecideTransition writes, in every situation.
+TEST(Engine, DecideTransitionWritesExactlyWhenTransitionAppliesWhatApplyTransitionDoes) {
+  int applied = 0;
+  for (Situation situation : kSituations) {
+    if (situation == Situation::kNone) continue;
+    for (Call call : kCalls) {
+      for (uint64_t token : {kStoredToken, kStoredToken + 1}) {
+        SCOPED_TRACE(Name(situation) + " call " + std::to_string(static_cast<int>(call)) +
+                     " token " + std::to_string(token));
+        const std::optional<Record> stored = Stored(situation, "");
+        const TransitionRequest request = MakeTransition(call, token, "payload");
+        const TransitionDecision decided = DecideTransition(stored, request, kNow);
+        ASSERT_EQ(decided.write.has_value(), TransitionApplies(*stored, request, kNow));
+        if (!decided.write) continue;
+        Record patched = *stored;
+        ApplyTransition(patched, request, kNow);
+        EXPECT_EQ(*decided.write, patched);
+        ++applied;
+      }
+    }
+  }
+  EXPECT_EQ(applied, 2 * static_cast<int>(kCalls.size()));  // the two pending situations
+}
+
 TEST(Engine, VisibleHidesExpiredRecordsAndDerivesTimeout) {
   EXPECT_FALSE(Visible(Stored(Situation::kRetentionExpired, ""), kNow));
   EXPECT_FALSE(Visible(std::nullopt, kNow));

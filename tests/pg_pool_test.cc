@@ -157,6 +157,64 @@ TEST(PgPool, SendsATransactionInOneRoundTrip) {
   EXPECT_EQ(pool.stats().connections_made, 1u);
 }
 
+// A statement sent alone is its own transaction: no BEGIN or COMMIT reach the server, a setting
+// it makes with set_config(..., true) holds until its commit and no later, an error leaves the
+// connection idle for the next call, and a second statement is refused rather than committed
+// apart. Its time bound is the client's: past it the query is cancelled and the connection closed.
+TEST(PgPool, SendsAStatementAloneAsItsOwnTransaction) {
+  IDEM_START_PG_OR_SKIP(server);
+  TcpProxy proxy(server->port());
+  PgPool pool(Conninfo(UriAtPort(*server, proxy.port())), {.size = 1});
+  ASSERT_OK(pool.Run(Transaction({{"CREATE TABLE alone (n bigint)", {}}})).status());
+  const auto alone = [](std::string sql, std::vector<PgParam> params = {}) {
+    return PgTransaction{.statements = {{std::move(sql), std::move(params)}},
+                         .resendable = true,
+                         .timeout = milliseconds(500),
+                         .alone = true};
+  };
+  proxy.ResetTurns();
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<PgRows> rows,
+      pool.Run(alone("WITH s AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', "
+                     "true) AS v) INSERT INTO alone SELECT $1 FROM s RETURNING "
+                     "current_setting('synchronous_commit'), current_setting('statement_timeout')",
+                     {PgParam::Int8(1)})));
+  EXPECT_EQ(proxy.client_turns(), 1u);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].affected(), 1u);
+  EXPECT_EQ(rows[0].Bytes(0, 0), "off");
+  // No SET LOCAL statement_timeout went before it.
+  EXPECT_EQ(rows[0].Bytes(0, 1), "0");
+  // The setting ended with that transaction.
+  ASSERT_OK_AND_ASSIGN(rows, pool.Run(alone("SELECT current_setting('synchronous_commit')")));
+  EXPECT_EQ(rows[0].Bytes(0, 0), "on");
+
+  Result<std::vector<PgRows>> failed = pool.Run(alone("SELECT 1 / $1", {PgParam::Int8(0)}));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("statement 1 of 1 failed (SELECT 1 / $1): division "
+                                           "by zero (SQLSTATE 22012)"),
+            std::string::npos)
+      << failed.status().message();
+  ASSERT_OK_AND_ASSIGN(rows, pool.Run(alone("SELECT count(*) FROM alone")));
+  EXPECT_EQ(rows[0].Int(0, 0).value(), 1);
+  EXPECT_EQ(pool.stats().connections_made, 1u);
+
+  PgTransaction two = alone("INSERT INTO alone VALUES (2)");
+  two.statements.push_back({"INSERT INTO alone VALUES (3)", {}});
+  Result<std::vector<PgRows>> refused = pool.Run(two);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kInvalidArgument);
+
+  const Clock::time_point start = Clock::now();
+  Result<std::vector<PgRows>> slow = pool.Run(alone("SELECT pg_sleep(5)"));
+  ASSERT_FALSE(slow.ok());
+  EXPECT_EQ(slow.status().code(), Status::Code::kTimedOut) << slow.status().ToString();
+  EXPECT_LT(Since(start), seconds(3));
+  EXPECT_EQ(pool.stats().cancels, 1u);
+  ASSERT_OK_AND_ASSIGN(rows, pool.Run(alone("SELECT count(*) FROM alone")));
+  EXPECT_EQ(rows[0].Int(0, 0).value(), 1);
+}
+
 TEST(PgPool, AFullPoolIsTimedOutNamingItsSize) {
   IDEM_START_PG_OR_SKIP(server);
   PgPool pool(Conninfo(server->Uri()), {.size = 1});

@@ -61,6 +61,8 @@ class PgStore {
   }
 
   void Advance(std::chrono::microseconds by) { clock_->Advance(by); }
+  // The store's time now (the server's, as the test hook moves it).
+  Record::TimePoint Now() const { return clock_->Now(); }
 
   idem::Result<Claim> Begin(std::string_view key, std::chrono::milliseconds lease = 10s,
                             uint64_t request_id = 0) {
@@ -233,6 +235,167 @@ TEST(PgStorage, AResentBeginGetsItsOwnClaim) {
   ASSERT_OK_AND_ASSIGN(Claim resent, store->Begin("k", 10s, /*request_id=*/77));
   EXPECT_EQ(resent.outcome, Outcome::kAcquired);
   EXPECT_EQ(resent.token, claim.token);
+}
+
+// What a one-step write left under `key`, read back whole.
+Record ReadBack(PgStore& store, std::string_view key) {
+  auto read = store.storage().Read(key);
+  EXPECT_TRUE(read.ok()) << read.status().ToString();
+  if (!read.ok() || !read->record) {
+    ADD_FAILURE() << "no record under " << key;
+    return Record();
+  }
+  return *read->record;
+}
+
+// Begin on a fresh key writes, in one statement, exactly the engine's fresh claim, with the
+// server's time; on a key with a row (live or retention-expired) it writes nothing and returns
+// the row for the engine to decide on.
+TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimInOneRoundTripOrReadsTheRow) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  idem::engine::BeginRequest request{
+      .key = "fresh",
+      .type = "pay",
+      .fingerprint = "fp",
+      .lease = 10s,
+      .retention = 1h,
+      .holder = {.pid = 7, .process_start = 8, .pid_scope = 9, .request_id = 10}};
+  PgStorage& storage = store->storage();
+  // The process's first token reserves a block from the sequence: a round trip of its own, once
+  // per PgStorage::kTokenBlock tokens.
+  ASSERT_OK(store->Begin("first").status());
+  const uint64_t sent = storage.pool_stats().sent;
+  ASSERT_OK_AND_ASSIGN(auto created,
+                       storage.ReadOrCreate("fresh", request, idem::Durability::kSync));
+  EXPECT_EQ(storage.pool_stats().sent, sent + 1);
+  ASSERT_TRUE(created.created_token.has_value());
+  EXPECT_FALSE(created.read.record.has_value());
+  EXPECT_EQ(created.read.now, store->Now());
+  const Record expected =
+      idem::engine::FreshClaim(request, store->Now(), *created.created_token).record;
+  EXPECT_EQ(ReadBack(*store, "fresh"), expected);
+
+  // Again, and once the retention is over: the row as it is, nothing written.
+  store->Advance(30min);
+  for (int round = 0; round < 2; ++round) {
+    request.holder.request_id = 11;
+    ASSERT_OK_AND_ASSIGN(auto again,
+                         storage.ReadOrCreate("fresh", request, idem::Durability::kBuffered));
+    EXPECT_FALSE(again.created_token.has_value());
+    ASSERT_TRUE(again.read.record.has_value());
+    EXPECT_EQ(*again.read.record, expected);
+    EXPECT_EQ(again.read.now, store->Now());
+    EXPECT_EQ(ReadBack(*store, "fresh"), expected);
+    store->Advance(1h);
+  }
+  // A retention shorter than the lease is made as long as the lease, as the engine does.
+  request.key = "short";
+  request.retention = 1s;
+  ASSERT_OK_AND_ASSIGN(auto short_claim,
+                       storage.ReadOrCreate("short", request, idem::Durability::kBuffered));
+  ASSERT_TRUE(short_claim.created_token.has_value());
+  EXPECT_EQ(ReadBack(*store, "short"),
+            idem::engine::FreshClaim(request, store->Now(), *short_claim.created_token).record);
+}
+
+// The one-statement transition (a guarded UPDATE) applies exactly when the engine's
+// TransitionApplies holds, and writes exactly what DecideTransition would, in every situation a
+// record can be in, for every call, with the current token and a stale one.
+TEST(PgStorage, AOneStepTransitionAppliesExactlyWhenTheEngineWouldAndWritesWhatItWould) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  using idem::State;
+  using idem::engine::TransitionRequest;
+  const Record::TimePoint now = store->Now();
+  const auto stored_at = [&](State state, Record::TimePoint lease_deadline,
+                             Record::TimePoint expires) {
+    Record r;
+    r.type = "pay";
+    r.fingerprint = "fp";
+    r.checkpoint = "step-1";
+    r.result = state == State::kPending ? "" : "earlier";
+    r.state = state;
+    r.retryable = state == State::kFailed;
+    r.token = 5000;
+    r.attempts = 2;
+    r.holder = {.pid = 7, .process_start = 8, .pid_scope = 9, .request_id = 10};
+    r.created = now - 1h;
+    r.updated = now - 1s;
+    r.lease_deadline = lease_deadline;
+    r.expires = expires;
+    return r;
+  };
+  const std::vector<std::pair<std::string, Record>> situations = {
+      {"pending", stored_at(State::kPending, now + 5s, now + 1h)},
+      {"pending-timed-out", stored_at(State::kPending, now, now + 1h)},
+      {"pending-expiring-soon", stored_at(State::kPending, now + 5s, now + 10s)},
+      {"pending-retention-over", stored_at(State::kPending, now - 1s, now)},
+      {"done", stored_at(State::kDone, now - 5s, now + 1h)},
+      {"failed", stored_at(State::kFailed, now - 5s, now + 1h)}};
+  const std::vector<TransitionRequest> requests = {
+      {.kind = TransitionKind::kComplete, .payload = "receipt"},
+      {.kind = TransitionKind::kFail, .payload = "declined", .failure = idem::Failure::kTerminal},
+      {.kind = TransitionKind::kFail, .payload = "timeout", .failure = idem::Failure::kRetryable},
+      {.kind = TransitionKind::kExtend, .lease = 30s},
+      {.kind = TransitionKind::kSaveCheckpoint, .payload = std::string_view("step\0002", 6)}};
+  int applied_count = 0;
+  for (const auto& [name, stored] : situations) {
+    for (std::size_t r = 0; r < requests.size(); ++r) {
+      for (const uint64_t token : {stored.token, stored.token + 1}) {
+        const std::string key = fmt::format("{}-{}-{}", name, r, token);
+        SCOPED_TRACE(key);
+        Record placed = stored;
+        placed.key = key;
+        ASSERT_OK(store->storage().Update(
+            key,
+            [&](std::optional<Record>&, Record::TimePoint, idem::engine::NextToken) {
+              return static_cast<const Record*>(&placed);
+            },
+            idem::Durability::kBuffered, std::nullopt));
+        TransitionRequest request = requests[r];
+        request.token = token;
+        ASSERT_OK_AND_ASSIGN(const bool applied, store->storage().TransitionIfCurrent(
+                                                     key, request, idem::Durability::kSync));
+        EXPECT_EQ(applied, idem::engine::TransitionApplies(placed, request, now));
+        Record expected = placed;
+        if (applied) {
+          idem::engine::ApplyTransition(expected, request, now);
+          ++applied_count;
+        }
+        EXPECT_EQ(ReadBack(*store, key), expected);
+      }
+    }
+  }
+  EXPECT_EQ(applied_count, 3 * static_cast<int>(requests.size()));  // the three live pending
+}
+
+// A fresh key's Begin and Complete are one round trip each, as the hand-written INSERT and
+// UPDATE are; a replay is one; a stale Complete reads the row to say why.
+TEST(PgStorage, ALifecycleIsTwoRoundTripsAndAReplayOne) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  const auto sent = [&] { return store->storage().pool_stats().sent; };
+  ASSERT_OK(store->Begin("first").status());  // reserves this process's block of tokens
+  uint64_t before = sent();
+  ASSERT_OK_AND_ASSIGN(Claim claim, store->Begin("k"));
+  EXPECT_EQ(claim.outcome, Outcome::kAcquired);
+  EXPECT_EQ(sent() - before, 1u);
+  before = sent();
+  ASSERT_OK(store->End("k", claim.token, TransitionKind::kComplete));
+  EXPECT_EQ(sent() - before, 1u);
+  before = sent();
+  ASSERT_OK_AND_ASSIGN(Claim replay, store->Begin("k"));
+  EXPECT_EQ(replay.outcome, Outcome::kReplay);
+  EXPECT_EQ(sent() - before, 1u);
+  EXPECT_EQ(replay.record, ReadBack(*store, "k"));
+  // The same Complete again (its reply lost) is OK; a stale token is refused; both after a read.
+  ASSERT_OK(store->End("k", claim.token, TransitionKind::kComplete));
+  EXPECT_CODE(store->End("k", claim.token + 1, TransitionKind::kComplete), kLeaseLost);
+  EXPECT_CODE(store->End("absent", claim.token, TransitionKind::kComplete), kNotFound);
 }
 
 // The single value of `sql` run with parameter $1 = `param` on `conn`; "" (and a test failure)

@@ -140,11 +140,18 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
                                .holder = holder};
   request.holder.request_id = call.request_id;
   // A replay, a terminal failure and a mismatch write nothing, and only Forget or expiry can
-  // change them: answer them from a plain read, without the key's lock.
-  const uint64_t version = storage_->WriteVersion();
-  IDEM_ASSIGN_OR_RETURN(storage::Storage::ReadResult seen, storage_->Read(call.key));
+  // change them: answer them from a plain read, without the key's lock. (A storage on a server
+  // claims a fresh key in that same step.)
+  IDEM_ASSIGN_OR_RETURN(storage::Storage::ReadOrCreateResult first,
+                        storage_->ReadOrCreate(call.key, request, call.durability));
+  if (first.created_token) {
+    Claim claim = engine::FreshClaim(request, first.read.now, *first.created_token);
+    counters_.Count(claim);
+    return claim;
+  }
+  storage::Storage::ReadResult& seen = first.read;
   const std::optional<uint64_t> absent_since =
-      seen.record ? std::nullopt : std::optional<uint64_t>(version);
+      seen.record ? std::nullopt : std::optional<uint64_t>(seen.write_version);
   if (seen.record) {
     // A decision that would acquire is made again under the lock: it draws no token here.
     engine::BeginDecision final_answer =
@@ -176,6 +183,11 @@ Status LocalBackend::Transition(const TransitionCall& call) {
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
   IDEM_RETURN_IF_ERROR(CheckSize(PayloadName(call.request.kind), call.request.payload.size(),
                                  options_.max_result_size));
+  // The usual case, in one step where the storage can; otherwise, or when the transition does
+  // not apply, the engine decides on the record read and says why.
+  IDEM_ASSIGN_OR_RETURN(const bool applied,
+                        storage_->TransitionIfCurrent(call.key, call.request, call.durability));
+  if (applied) return Status::OK();
   engine::TransitionDecision decision;
   IDEM_RETURN_IF_ERROR(storage_->Update(
       call.key,

@@ -29,7 +29,37 @@ std::string StaleTokenMessage(const Record& record, uint64_t token) {
                      StateName(record.state));
 }
 
+// Makes `next` (its token already set) the pending claim of `request`'s holder at `now`, and
+// `claim` (whose took_over is set) the answer that acquired it.
+void Acquire(Record next, const BeginRequest& request, TimePoint now, Claim& claim) {
+  next.state = State::kPending;
+  next.timed_out = false;
+  next.updated = now;
+  next.lease_deadline = now + request.lease;
+  next.expires = RetentionEnd(now, request);
+
+  next.holder = request.holder;
+  next.holder.took_over = claim.took_over;
+
+  claim.outcome = Outcome::kAcquired;
+  claim.token = next.token;
+  claim.record = std::move(next);
+}
+
 }  // namespace
+
+Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token) {
+  Record next;
+  next.key = std::string(request.key);
+  next.type = std::string(request.type);
+  next.fingerprint = std::string(request.fingerprint);
+  next.token = token;
+  next.attempts = 1;
+  next.created = now;
+  Claim claim;
+  Acquire(std::move(next), request, now, claim);
+  return claim;
+}
 
 void MakeVisible(std::optional<Record>& stored, TimePoint now) {
   if (!stored) return;
@@ -60,96 +90,79 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
   Claim& claim = decision.claim;
   MakeVisible(stored, now);
 
-  Record next;
   if (!stored) {
     Result<uint64_t> token = next_token(0);
     if (!token.ok()) {
       decision.status = token.status();
       return decision;
     }
-    next.key = std::string(request.key);
-    next.type = std::string(request.type);
-    next.fingerprint = std::string(request.fingerprint);
-    next.token = *token;
-    next.attempts = 1;
-    next.created = now;
-  } else {
-    Record& record = *stored;
-    if (!request.fingerprint.empty() && !record.fingerprint.empty() &&
-        request.fingerprint != record.fingerprint) {
-      claim.outcome = Outcome::kMismatch;
+    decision.claim = FreshClaim(request, now, *token);
+    decision.write = true;
+    return decision;
+  }
+  Record& record = *stored;
+  if (!request.fingerprint.empty() && !record.fingerprint.empty() &&
+      request.fingerprint != record.fingerprint) {
+    claim.outcome = Outcome::kMismatch;
+    claim.record = std::move(record);
+    return decision;
+  }
+  switch (record.state) {
+    case State::kDone:
+      claim.outcome = Outcome::kReplay;
       claim.record = std::move(record);
       return decision;
-    }
-    switch (record.state) {
-      case State::kDone:
-        claim.outcome = Outcome::kReplay;
+    case State::kFailed:
+      if (!record.retryable) {
+        claim.outcome = Outcome::kFailed;
         claim.record = std::move(record);
         return decision;
-      case State::kFailed:
-        if (!record.retryable) {
-          claim.outcome = Outcome::kFailed;
+      }
+      break;
+    case State::kPending:
+      if (request.holder.request_id != 0 && request.holder.request_id == record.holder.request_id) {
+        // The same Begin again, its first reply lost (a client resends after a failover).
+        claim.outcome = Outcome::kAcquired;
+        claim.token = record.token;
+        claim.took_over = record.holder.took_over;
+        claim.record = std::move(record);
+        return decision;
+      }
+      if (!holder_is_dead) {
+        if (!record.timed_out) {
+          claim.outcome = Outcome::kInProgress;
+          claim.retry_after = TimeLeft(record.lease_deadline, now);
           claim.record = std::move(record);
           return decision;
         }
-        break;
-      case State::kPending:
-        if (request.holder.request_id != 0 &&
-            request.holder.request_id == record.holder.request_id) {
-          // The same Begin again, its first reply lost (a client resends after a failover).
-          claim.outcome = Outcome::kAcquired;
-          claim.token = record.token;
-          claim.took_over = record.holder.took_over;
+        const milliseconds grace_left = GraceLeft(record, graces);
+        if (grace_left.count() > 0) {
+          claim.outcome = Outcome::kInProgress;
+          claim.retry_after = grace_left;
           claim.record = std::move(record);
           return decision;
         }
-        if (!holder_is_dead) {
-          if (!record.timed_out) {
-            claim.outcome = Outcome::kInProgress;
-            claim.retry_after = TimeLeft(record.lease_deadline, now);
-            claim.record = std::move(record);
-            return decision;
-          }
-          const milliseconds grace_left = GraceLeft(record, graces);
-          if (grace_left.count() > 0) {
-            claim.outcome = Outcome::kInProgress;
-            claim.retry_after = grace_left;
-            claim.record = std::move(record);
-            return decision;
-          }
-        }
-        claim.took_over = true;
-        break;
-    }
-    const uint64_t stored_token = record.token;
-    Result<uint64_t> token = next_token(stored_token);
-    if (!token.ok()) {
-      decision.status = token.status();
-      claim.record = std::move(record);
-      return decision;
-    }
-    next = std::move(record);
-    next.result.clear();
-    next.retryable = false;
-    if (next.fingerprint.empty()) next.fingerprint = std::string(request.fingerprint);
-    if (next.type.empty()) next.type = std::string(request.type);
-    // The fresh token is already above every token handed out; max() keeps the per-key order
-    // even if a store were ever restored from an older counter.
-    next.token = std::max(*token, stored_token + 1);
-    next.attempts += 1;
+      }
+      claim.took_over = true;
+      break;
   }
-  next.state = State::kPending;
-  next.timed_out = false;
-  next.updated = now;
-  next.lease_deadline = now + request.lease;
-  next.expires = RetentionEnd(now, request);
-
-  next.holder = request.holder;
-  next.holder.took_over = claim.took_over;
-
-  claim.outcome = Outcome::kAcquired;
-  claim.token = next.token;
-  claim.record = std::move(next);
+  const uint64_t stored_token = record.token;
+  Result<uint64_t> token = next_token(stored_token);
+  if (!token.ok()) {
+    decision.status = token.status();
+    claim.record = std::move(record);
+    return decision;
+  }
+  Record next = std::move(record);
+  next.result.clear();
+  next.retryable = false;
+  if (next.fingerprint.empty()) next.fingerprint = std::string(request.fingerprint);
+  if (next.type.empty()) next.type = std::string(request.type);
+  // The fresh token is already above every token handed out; max() keeps the per-key order
+  // even if a store were ever restored from an older counter.
+  next.token = std::max(*token, stored_token + 1);
+  next.attempts += 1;
+  Acquire(std::move(next), request, now, claim);
   decision.write = true;
   return decision;
 }
@@ -160,7 +173,7 @@ TransitionDecision DecideTransition(std::optional<Record> stored, const Transiti
   if (!stored) return {Status::NotFound("no record for this key"), std::nullopt};
   Record& record = *stored;
 
-  if (record.state != State::kPending || record.token != request.token) {
+  if (!TransitionApplies(record, request, now)) {
     // A repeat of the call that ended this attempt (its reply was lost) succeeds unchanged.
     const bool same_token = record.token == request.token;
     const bool repeated_complete = request.kind == TransitionKind::kComplete &&
@@ -172,6 +185,16 @@ TransitionDecision DecideTransition(std::optional<Record> stored, const Transiti
     return {Status::LeaseLost(StaleTokenMessage(record, request.token)), std::nullopt};
   }
 
+  ApplyTransition(record, request, now);
+  return {Status::OK(), std::move(record)};
+}
+
+bool TransitionApplies(const Record& stored, const TransitionRequest& request, TimePoint now) {
+  return stored.state == State::kPending && stored.token == request.token &&
+         !IsExpired(stored, now);
+}
+
+void ApplyTransition(Record& record, const TransitionRequest& request, TimePoint now) {
   switch (request.kind) {
     case TransitionKind::kComplete:
       record.state = State::kDone;
@@ -192,7 +215,6 @@ TransitionDecision DecideTransition(std::optional<Record> stored, const Transiti
   }
   record.updated = now;
   record.timed_out = false;
-  return {Status::OK(), std::move(record)};
 }
 
 }  // namespace idem::engine

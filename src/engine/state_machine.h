@@ -76,6 +76,13 @@ struct BeginDecision {
 // token when the key has a record, else 0). It may fail: the storage could not reserve tokens.
 using NextToken = FunctionRef<Result<uint64_t>(uint64_t above)>;
 
+// The claim a Begin makes on a key without a record, at `now`, with `token`: what DecideBegin
+// answers and stores then. Every time in its record is `now` plus an offset that does not depend
+// on `now` (created and updated: none; lease_deadline: the lease; expires: the retention, at least
+// the lease), so a storage whose server keeps the clock may send the record made at the epoch and
+// let the server add its own time to each (storage/pg_storage.cc).
+Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token);
+
 // Decides Begin. `next_token` is called once when the key is acquired, and only then.
 // `holder_is_dead`: the process holding the stored pending claim is proven to have died, so its
 // claim is taken over without waiting for its lease or a grace. `graces`: the renewal graces in
@@ -103,6 +110,14 @@ struct TransitionDecision {
 // record (fencing), else kLeaseLost; kNotFound on an absent or retention-expired record.
 TransitionDecision DecideTransition(std::optional<Record> stored, const TransitionRequest& request,
                                     TimePoint now);
+
+// The two halves of a transition that DecideTransition writes, for a storage that writes in one
+// step (a guarded UPDATE) and asks DecideTransition only when the guard fails:
+// whether `request` changes the stored record at `now` (pending, its token, retention not over)
+// ...
+bool TransitionApplies(const Record& stored, const TransitionRequest& request, TimePoint now);
+// ... and what it then does to it.
+void ApplyTransition(Record& record, const TransitionRequest& request, TimePoint now);
 
 }  // namespace idem::engine
 

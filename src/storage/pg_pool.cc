@@ -183,6 +183,7 @@ PgPool::~PgPool() {
 
 PgPoolStats PgPool::stats() const {
   return {.connections_made = connections_made_.load(),
+          .sent = sent_.load(),
           .resends = resends_.load(),
           .retries = retries_.load(),
           .cancels = cancels_.load()};
@@ -190,6 +191,11 @@ PgPoolStats PgPool::stats() const {
 
 Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction, bool* resent) {
   if (resent != nullptr) *resent = false;
+  if (transaction.alone && transaction.statements.size() != 1) {
+    // Several statements alone would each commit on their own: not a transaction.
+    return Status::InvalidArgument(fmt::format("a transaction sent alone has one statement, not {}",
+                                               transaction.statements.size()));
+  }
   if (util::ForkGeneration() != fork_generation_) {
     return Status::Unavailable(fmt::format(
         "{}: the connection pool was made before fork(); open the store again in this process",
@@ -241,8 +247,11 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
     }
     lease.conn() = *connected;
   }
+  sent_.fetch_add(1, std::memory_order_relaxed);
+  // Alone, a statement has no server-side timeout to come first.
+  const milliseconds answer_wait = transaction.alone ? timeout : timeout + kAnswerGrace;
   PgPipelineOutcome outcome =
-      RunPipeline(lease.conn(), transaction, timeout, Clock::now() + timeout + kAnswerGrace);
+      RunPipeline(lease.conn(), transaction, timeout, Clock::now() + answer_wait);
   if (transaction.read_only && outcome.sqlstate == "25006") {
     outcome.failure = PgFailure::kOther;  // a write in a read-only transaction: the caller's
   }
@@ -255,7 +264,7 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
       lease.CancelAndClose();
       return {.result = Status::TimedOut(fmt::format(
                   "{}: no answer within {} ms; the query was cancelled and its connection closed",
-                  name, (timeout + kAnswerGrace).count()))};
+                  name, answer_wait.count()))};
     case PgFailure::kConnectionLost:
       lease.Close();
       return {.next = Step::Next::kResend,

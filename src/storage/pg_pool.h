@@ -100,6 +100,13 @@ struct PgTransaction {
   // the wait for the answer (this plus a second, so the server's timeout, which keeps the
   // connection, usually comes first). 0: PgPoolOptions::request_timeout.
   std::chrono::milliseconds timeout{0};
+  // Sends the one statement alone, without BEGIN, SET LOCAL statement_timeout and COMMIT: the
+  // server runs it as a transaction of its own, and has a third of the messages to parse and run
+  // (what a replay costs is mostly those). Then neither `read_only` nor a statement_timeout is
+  // set on the server: the answer is awaited for `timeout` only, then the query is cancelled and
+  // its connection closed. A setting its commit needs, the statement makes itself:
+  // set_config('synchronous_commit', 'off', true) lasts until that transaction ends.
+  bool alone = false;
 };
 
 // What one statement returned: its rows (binary format) and how many rows it changed. Values
@@ -145,9 +152,10 @@ struct PgPoolOptions {
 // What a pool has done since it was made, for tests and diagnostics.
 struct PgPoolStats {
   uint64_t connections_made = 0;  // successful connects
-  uint64_t resends = 0;           // transactions sent again after a lost connection
-  uint64_t retries = 0;           // transactions run again after 40001/40P01
-  uint64_t cancels = 0;           // answers not awaited past the timeout (cancelled, closed)
+  uint64_t sent = 0;     // transactions sent, one round trip each (resends and retries count again)
+  uint64_t resends = 0;  // transactions sent again after a lost connection
+  uint64_t retries = 0;  // transactions run again after 40001/40P01
+  uint64_t cancels = 0;  // answers not awaited past the timeout (cancelled, closed)
 };
 
 class PgPool {
@@ -187,6 +195,7 @@ class PgPool {
   const uint64_t fork_generation_;
 
   std::atomic<uint64_t> connections_made_{0};
+  std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> resends_{0};
   std::atomic<uint64_t> retries_{0};
   std::atomic<uint64_t> cancels_{0};

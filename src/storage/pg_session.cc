@@ -89,10 +89,10 @@ PgPipelineOutcome Lost(PGconn* conn, PgPipelineOutcome outcome) {
   return outcome;
 }
 
-// Reads the answers to BEGIN, SET LOCAL, `statements` statements and COMMIT, up to the sync.
-PgPipelineOutcome ReadAnswers(PGconn* conn, int statements, PgDeadline deadline) {
+// Reads the answers up to the sync: to `first` queries of idem's own (BEGIN, SET LOCAL), the
+// caller's `statements` statements, and COMMIT when there was a BEGIN.
+PgPipelineOutcome ReadAnswers(PGconn* conn, int first, int statements, PgDeadline deadline) {
   PgPipelineOutcome outcome;
-  constexpr int kFirst = 2;  // the queries before the caller's: BEGIN, SET LOCAL
   for (int query = 0;;) {
     ResultPtr result;
     const Got got = NextResult(conn, deadline, result);
@@ -107,7 +107,7 @@ PgPipelineOutcome ReadAnswers(PGconn* conn, int statements, PgDeadline deadline)
     }
     const ExecStatusType status = PQresultStatus(result.get());
     if (status == PGRES_PIPELINE_SYNC) return outcome;
-    const bool mine = query >= kFirst && query < kFirst + statements;
+    const bool mine = query >= first && query < first + statements;
     if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
       if (mine) outcome.rows.emplace_back(result.release());
     } else if (status != PGRES_PIPELINE_ABORTED && outcome.failure == PgFailure::kNone) {
@@ -116,7 +116,7 @@ PgPipelineOutcome ReadAnswers(PGconn* conn, int statements, PgDeadline deadline)
       outcome.sqlstate = sqlstate != nullptr ? sqlstate : "";
       outcome.failure = ClassifySqlState(outcome.sqlstate);
       outcome.message = ErrorText(result.get());
-      outcome.statement = mine ? query - kFirst : -1;
+      outcome.statement = mine ? query - first : -1;
     }
   }
 }
@@ -243,20 +243,25 @@ bool SessionReusable(pg_conn* conn) {
 
 PgPipelineOutcome RunPipeline(pg_conn* conn, const PgTransaction& transaction,
                               milliseconds statement_timeout, PgDeadline deadline) {
-  const std::string set_timeout = fmt::format("SET LOCAL statement_timeout = {}",
-                                              std::max<int64_t>(statement_timeout.count(), 1));
-  bool sent = Send(conn, transaction.read_only ? "BEGIN READ ONLY" : "BEGIN", {}) &&
-              Send(conn, set_timeout.c_str(), {});
+  const int first = transaction.alone ? 0 : 2;  // BEGIN, SET LOCAL
+  bool sent = true;
+  if (!transaction.alone) {
+    const std::string set_timeout = fmt::format("SET LOCAL statement_timeout = {}",
+                                                std::max<int64_t>(statement_timeout.count(), 1));
+    sent = Send(conn, transaction.read_only ? "BEGIN READ ONLY" : "BEGIN", {}) &&
+           Send(conn, set_timeout.c_str(), {});
+  }
   for (const PgStatement& statement : transaction.statements) {
     sent = sent && Send(conn, statement.sql.c_str(), statement.params);
   }
-  sent = sent && Send(conn, "COMMIT", {}) && PQpipelineSync(conn) == 1;
+  if (!transaction.alone) sent = sent && Send(conn, "COMMIT", {});
+  sent = sent && PQpipelineSync(conn) == 1;
   if (!sent) {
     // Only a broken connection (or no memory) refuses to queue; either way it is not reused.
     return Lost(conn, {});
   }
   PgPipelineOutcome outcome =
-      ReadAnswers(conn, static_cast<int>(transaction.statements.size()), deadline);
+      ReadAnswers(conn, first, static_cast<int>(transaction.statements.size()), deadline);
   if (outcome.failure != PgFailure::kNone && outcome.failure != PgFailure::kConnectionLost &&
       outcome.failure != PgFailure::kNoAnswer) {
     RollBack(conn, deadline);

@@ -28,7 +28,18 @@ std::string_view SynchronousCommit(Durability durability) {
                                          : "SET LOCAL synchronous_commit = off";
 }
 
+// The same, for a statement sent alone (PgTransaction::alone), as its parameter $2 of this SQL:
+constexpr std::string_view kSetSynchronousCommit = "set_config('synchronous_commit', $2, true)";
+PgParam SynchronousCommitParam(Durability durability) {
+  return PgParam::Text(durability == Durability::kSync ? "on" : "off");
+}
+
 int64_t BitCast(uint64_t value) { return std::bit_cast<int64_t>(value); }
+
+// SQL: the time `micros` microseconds after the time `now` names.
+std::string After(std::string_view now, std::string_view micros) {
+  return fmt::format("{} + {} * interval '1 microsecond'", now, micros);
+}
 
 // The record in row `row` of `rows` (its columns in kColumns' order), or nullopt when its key is
 // NULL (the outer join of a read that found none). `version` receives the row's version.
@@ -137,7 +148,7 @@ PgParam PgStorage::NowParam() const {
 }
 
 Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key) {
-  PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
+  PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
   transaction.statements.push_back(
       {fmt::format("SELECT {}, n.now FROM (SELECT {} AS now) n LEFT JOIN {} ON key = $2", kColumns,
                    kNow, names_.records),
@@ -153,6 +164,94 @@ Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key) 
 Result<Storage::ReadResult> PgStorage::Read(std::string_view key) {
   IDEM_ASSIGN_OR_RETURN(VersionedRead read, ReadVersioned(key));
   return std::move(read.read);
+}
+
+Result<Storage::ReadOrCreateResult> PgStorage::ReadOrCreate(std::string_view key,
+                                                            const engine::BeginRequest& request,
+                                                            Durability durability) {
+  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  IDEM_ASSIGN_OR_RETURN(const uint64_t token, NextToken(0));
+  // The claim made at the epoch: its times are the offsets the server adds to its own now.
+  const Record fresh = engine::FreshClaim(request, TimePoint{}, token).record;
+  std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
+  for (PgParam& param : RowParams(key, fresh)) params.push_back(std::move(param));
+  const Record::TimePoint offsets[] = {fresh.created, fresh.updated, fresh.lease_deadline,
+                                       fresh.expires};
+  for (int i = 0; i < 4; ++i) params[16 + i] = PgParam::Int8(util::ToMicros(offsets[i]));
+  // `found` reads the row; only when there is none does `created` insert (a replay costs a
+  // lookup, not an insert). A row another transaction inserts meanwhile makes the INSERT do
+  // nothing, and `found`, read before it, shows none: neither read nor created.
+  const std::string sql = fmt::format(
+      "WITH n AS MATERIALIZED (SELECT {now} AS now, {durability} AS durability), "
+      "found AS MATERIALIZED (SELECT {columns} FROM {table} WHERE key = $3), "
+      "created AS (INSERT INTO {table} ({columns}) "
+      "SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, {created}, {updated}, "
+      "{lease_deadline}, {expires}, 1 FROM n WHERE NOT EXISTS (SELECT 1 FROM found) "
+      "ON CONFLICT (key) DO NOTHING RETURNING 1) "
+      "SELECT found.*, n.now, (SELECT count(*) FROM created) FROM n LEFT JOIN found ON true",
+      fmt::arg("now", kNow), fmt::arg("durability", kSetSynchronousCommit),
+      fmt::arg("columns", kColumns), fmt::arg("table", names_.records),
+      fmt::arg("created", After("n.now", "$17")), fmt::arg("updated", After("n.now", "$18")),
+      fmt::arg("lease_deadline", After("n.now", "$19")),
+      fmt::arg("expires", After("n.now", "$20")));
+  PgTransaction transaction{.resendable = true, .alone = true};
+  transaction.statements.push_back({sql, std::move(params)});
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+  ReadOrCreateResult result;
+  int64_t version = 0;
+  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &version));
+  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
+  result.read.now = util::FromMicros(now);
+  IDEM_ASSIGN_OR_RETURN(int64_t created, rows[0].Int(0, kColumnCount + 1));
+  // A resent statement whose first send had inserted finds its own claim: Update's `decide` then
+  // answers it as a resent Begin (the same request id).
+  if (created == 1) result.created_token = token;
+  return result;
+}
+
+Result<bool> PgStorage::TransitionIfCurrent(std::string_view key,
+                                            const engine::TransitionRequest& request,
+                                            Durability durability) {
+  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability),
+                                 PgParam::Bytea(key), PgParam::Int8(BitCast(request.token))};
+  // engine::ApplyTransition, as SET clauses with parameters from $5.
+  std::string patch;
+  switch (request.kind) {
+    case engine::TransitionKind::kComplete:
+      patch = fmt::format("state = {}, result = $5", static_cast<int>(State::kDone));
+      params.push_back(PgParam::Bytea(request.payload));
+      break;
+    case engine::TransitionKind::kFail:
+      patch =
+          fmt::format("state = {}, result = $5, retryable = $6", static_cast<int>(State::kFailed));
+      params.push_back(PgParam::Bytea(request.payload));
+      params.push_back(PgParam::Bool(request.failure == Failure::kRetryable));
+      break;
+    case engine::TransitionKind::kExtend:
+      patch = fmt::format("lease_deadline = {0}, expires = GREATEST(expires, {0})",
+                          After("n.now", "$5"));
+      params.push_back(PgParam::Int8(
+          std::chrono::duration_cast<std::chrono::microseconds>(request.lease).count()));
+      break;
+    case engine::TransitionKind::kSaveCheckpoint:
+      patch = "checkpoint = $5";
+      params.push_back(PgParam::Bytea(request.payload));
+      break;
+  }
+  // The WHERE clause is engine::TransitionApplies.
+  const std::string sql = fmt::format(
+      "WITH n AS MATERIALIZED (SELECT {} AS now, {} AS durability) "
+      "UPDATE {} SET {}, updated = n.now, version = version + 1 FROM n "
+      "WHERE key = $3 AND token = $4 AND state = {} AND expires > n.now",
+      kNow, kSetSynchronousCommit, names_.records, patch, static_cast<int>(State::kPending));
+  // Resent after its first send had applied it, it applies to nothing: the caller's Update then
+  // finds the record as this call left it, and the engine answers a repeated Complete or Fail
+  // with OK (an Extend or a checkpoint saved twice is no different).
+  PgTransaction transaction{.resendable = true, .alone = true};
+  transaction.statements.push_back({sql, std::move(params)});
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+  return rows[0].affected() == 1;
 }
 
 Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& next, int64_t version,
@@ -279,7 +378,7 @@ Status PgStorage::Scan(const ScanOptions& options,
   const std::optional<std::string> end = PrefixEnd(options.prefix);
   std::string after(options.start_after);
   for (;;) {
-    PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
+    PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
     std::vector<PgParam> params = {NowParam(), PgParam::Bytea(after),
                                    PgParam::Bytea(options.prefix)};
     if (end) params.push_back(PgParam::Bytea(*end));
@@ -301,7 +400,7 @@ Status PgStorage::Scan(const ScanOptions& options,
 }
 
 Result<uint64_t> PgStorage::CountExpired() {
-  PgTransaction transaction{.read_only = config_.read_only, .resendable = true};
+  PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
   transaction.statements.push_back(
       {fmt::format("SELECT count(*) FROM {} WHERE expires <= {}", names_.records, kNow),
        {NowParam()}});

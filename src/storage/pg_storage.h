@@ -10,6 +10,10 @@
 //     that version (an INSERT when there was none): UPDATE ... SET ..., version = version + 1
 //     WHERE key = $1 AND version = $v. When another writer got there first, it reads again and
 //     `decide` chooses again. So a stale holder, on any host, never overwrites its successor.
+//   - The usual calls in one round trip (docs/design/postgresql.md, sec. 3): Begin's
+//     ReadOrCreate reads the row and, when there is none, inserts the engine's fresh claim in the
+//     same statement; TransitionIfCurrent is one UPDATE guarded by the engine's condition
+//     (pending, the token, retention not over). Reads are sent alone, without BEGIN and COMMIT.
 //   - Remove, Scan (pages in key order), Purge (bounded batches; no table lock).
 // Time: every `now` is the server's clock_timestamp(), so hosts with skewed clocks agree.
 // Tokens: blocks of kTokenBlock reserved from the store's sequence in a synchronously committed
@@ -51,12 +55,20 @@ class PgStorage final : public Storage {
   static Result<std::unique_ptr<PgStorage>> Open(const PgConninfo& conninfo,
                                                  PgStorageConfig config);
 
+  // Other processes write the table too, so a key read absent may have been written since by
+  // one of them: Update ignores `absent_since` and always reads the row again.
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
   Result<ReadResult> Read(std::string_view key) override;
-  // Other processes write the table too, so a key read absent may have been written since by
-  // one of them: Update ignores `absent_since` and always reads the row again.
-  uint64_t WriteVersion() const override { return 0; }
+  // One statement: the row, or the fresh claim inserted when there is none (a token of this
+  // process's block is drawn for it, and is burnt when the row exists). Its times are the
+  // server's now plus engine::FreshClaim's offsets. A key another process inserts meanwhile
+  // comes back with no record and nothing created: Update reads it again.
+  Result<ReadOrCreateResult> ReadOrCreate(std::string_view key, const engine::BeginRequest& request,
+                                          Durability durability) override;
+  // One UPDATE whose WHERE is engine::TransitionApplies and whose SET is engine::ApplyTransition.
+  Result<bool> TransitionIfCurrent(std::string_view key, const engine::TransitionRequest& request,
+                                   Durability durability) override;
   Result<bool> Remove(std::string_view key, Durability durability) override;
   Status Scan(const ScanOptions& options,
               FunctionRef<bool(Record&& record, TimePoint now)> visit) override;
@@ -73,6 +85,7 @@ class PgStorage final : public Storage {
   Status Sync() override;
 
   const PgTableNames& names() const { return names_; }
+  PgPoolStats pool_stats() const { return pool_.stats(); }
 
   // How many tokens one reservation from the sequence covers.
   static constexpr uint64_t kTokenBlock = 1024;

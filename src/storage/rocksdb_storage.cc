@@ -143,8 +143,9 @@ RocksDbStorage::TimePoint RocksDbStorage::Now() const {
 }
 
 Result<Storage::ReadResult> RocksDbStorage::Read(std::string_view key) {
+  const uint64_t write_version = WriteVersion();
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> record, ReadRecord(key));
-  return ReadResult{.record = std::move(record), .now = Now()};
+  return ReadResult{.record = std::move(record), .now = Now(), .write_version = write_version};
 }
 
 Result<std::optional<Record>> RocksDbStorage::ReadRecord(std::string_view key) {

@@ -92,7 +92,6 @@ class RocksDbStorage final : public Storage {
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
   Result<ReadResult> Read(std::string_view key) override;
-  uint64_t WriteVersion() const override;
   Result<bool> Remove(std::string_view key, Durability durability) override;
   Status Scan(const ScanOptions& options,
               FunctionRef<bool(Record&& record, TimePoint now)> visit) override;
@@ -140,6 +139,9 @@ class RocksDbStorage final : public Storage {
   // The clock's time at the precision records keep, so that what a call returns equals what it
   // stored.
   TimePoint Now() const;
+  // The database's latest sequence number: every write takes a new one (ReadResult's
+  // write_version).
+  uint64_t WriteVersion() const;
   // The record under `key`, decoded; nullopt when there is none.
   Result<std::optional<Record>> ReadRecord(std::string_view key);
   // A fencing token never handed out before, even across restarts: from a counter whose ceiling

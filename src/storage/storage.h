@@ -38,6 +38,18 @@ class Storage {
   struct ReadResult {
     std::optional<Record> record;  // retention-expired ones included
     TimePoint now;
+    // For Update's `absent_since` when no record was found: a number that changes whenever
+    // anything is written to the storage (by this process, which is its only writer), taken
+    // before the read. A storage that other processes write gives 0 and ignores it.
+    uint64_t write_version = 0;
+  };
+
+  // What ReadOrCreate did: read the key, or created a claim on it.
+  struct ReadOrCreateResult {
+    // What was read (no record when one was created): the record and the time.
+    ReadResult read;
+    // Set when the storage wrote engine::FreshClaim(request, read.now, *created_token).
+    std::optional<uint64_t> created_token;
   };
 
   virtual ~Storage() = default;
@@ -46,9 +58,9 @@ class Storage {
   // record and the time, calls `decide`, and writes its answer together with its expiry-index
   // entry in one batch, durable as `durability` says before returning. kCorruption without
   // calling `decide` when the stored value cannot be decoded.
-  // `absent_since`: a WriteVersion() taken before a Read that found no record under `key`. When
-  // nothing at all has been written since, Update knows the key is still absent and does not
-  // read it again.
+  // `absent_since`: the write_version of a Read that found no record under `key`. When nothing
+  // at all has been written since, Update knows the key is still absent and does not read it
+  // again.
   //
   // Time: every `now` a storage gives (here, to Read's and Scan's callers) is its own clock's, at
   // the microsecond precision records keep, read after the key is locked. Every decision is made
@@ -57,10 +69,35 @@ class Storage {
                         std::optional<uint64_t> absent_since) = 0;
 
   virtual Result<ReadResult> Read(std::string_view key) = 0;
-  // A number that changes whenever anything is written to the storage (by this process, which
-  // is the only writer). A storage written by several processes returns a different number at
-  // every call, so that `absent_since` never matches.
-  virtual uint64_t WriteVersion() const = 0;
+
+  // Begin's first step, Read's answer. A storage whose every call is a round trip to a server
+  // also writes, in the same step, a claim on a key that has no record at all (a
+  // retention-expired one is left to `decide`): engine::FreshClaim(request, now, token) with a
+  // token it draws and its own time, `durability` as Update's. A fresh key then costs one round
+  // trip instead of two, and a replay still one. This default only reads: a local read costs less
+  // than drawing a token and locking the key at every replay.
+  virtual Result<ReadOrCreateResult> ReadOrCreate(std::string_view key,
+                                                  const engine::BeginRequest& request,
+                                                  Durability durability) {
+    static_cast<void>(request);
+    static_cast<void>(durability);
+    IDEM_ASSIGN_OR_RETURN(ReadResult read, Read(key));
+    return ReadOrCreateResult{.read = std::move(read)};
+  }
+
+  // A transition in one step, where a storage can: applies `request` to the record under `key`
+  // (engine::ApplyTransition at the storage's time) if engine::TransitionApplies holds for it,
+  // `durability` as Update's, and returns true. False when it did not: the caller then decides
+  // with Update, which says why (and answers a repeated final call). This default does nothing
+  // and returns false: Update costs a local storage no more.
+  virtual Result<bool> TransitionIfCurrent(std::string_view key,
+                                           const engine::TransitionRequest& request,
+                                           Durability durability) {
+    static_cast<void>(key);
+    static_cast<void>(request);
+    static_cast<void>(durability);
+    return false;
+  }
 
   // Deletes the record under `key` whatever it holds (even undecodable bytes). Returns whether
   // there was one.
