@@ -248,10 +248,10 @@ Record ReadBack(PgStore& store, std::string_view key) {
   return *read->record;
 }
 
-// Begin on a fresh key writes, in one statement, exactly the engine's fresh claim, with the
-// server's time; on a key with a row (live or retention-expired) it writes nothing and returns
-// the row for the engine to decide on.
-TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimInOneRoundTripOrReadsTheRow) {
+// Begin on a fresh key writes exactly the engine's fresh claim, with the server's time, in two
+// round trips (the read, the insert); on a key with a row (live or retention-expired) it writes
+// nothing and returns the row for the engine to decide on, in one.
+TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimOrReadsTheRow) {
   IDEM_START_PG_OR_SKIP(server);
   auto store = PgStore::Open(server->Uri());
   ASSERT_NE(store, nullptr);
@@ -269,7 +269,7 @@ TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimInOneRoundTripOrReadsTheRo
   const uint64_t sent = storage.pool_stats().sent;
   ASSERT_OK_AND_ASSIGN(auto created,
                        storage.ReadOrCreate("fresh", request, idem::Durability::kSync));
-  EXPECT_EQ(storage.pool_stats().sent, sent + 1);
+  EXPECT_EQ(storage.pool_stats().sent, sent + 2);
   ASSERT_TRUE(created.created_token.has_value());
   EXPECT_FALSE(created.read.record.has_value());
   EXPECT_EQ(created.read.now, store->Now());
@@ -281,8 +281,10 @@ TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimInOneRoundTripOrReadsTheRo
   store->Advance(30min);
   for (int round = 0; round < 2; ++round) {
     request.holder.request_id = 11;
+    const uint64_t sent_before = storage.pool_stats().sent;
     ASSERT_OK_AND_ASSIGN(auto again,
                          storage.ReadOrCreate("fresh", request, idem::Durability::kBuffered));
+    EXPECT_EQ(storage.pool_stats().sent, sent_before + 1);
     EXPECT_FALSE(again.created_token.has_value());
     ASSERT_TRUE(again.read.record.has_value());
     EXPECT_EQ(*again.read.record, expected);
@@ -372,9 +374,9 @@ TEST(PgStorage, AOneStepTransitionAppliesExactlyWhenTheEngineWouldAndWritesWhatI
   EXPECT_EQ(applied_count, 3 * static_cast<int>(requests.size()));  // the three live pending
 }
 
-// A fresh key's Begin and Complete are one round trip each, as the hand-written INSERT and
-// UPDATE are; a replay is one; a stale Complete reads the row to say why.
-TEST(PgStorage, ALifecycleIsTwoRoundTripsAndAReplayOne) {
+// A fresh key's Begin is two round trips (the read, the insert), its Complete one (the fenced
+// UPDATE); a replay is one; a refused Complete reads the row to say why.
+TEST(PgStorage, AFreshBeginIsTwoRoundTripsAndACompleteOrAReplayOne) {
   IDEM_START_PG_OR_SKIP(server);
   auto store = PgStore::Open(server->Uri());
   ASSERT_NE(store, nullptr);
@@ -383,7 +385,7 @@ TEST(PgStorage, ALifecycleIsTwoRoundTripsAndAReplayOne) {
   uint64_t before = sent();
   ASSERT_OK_AND_ASSIGN(Claim claim, store->Begin("k"));
   EXPECT_EQ(claim.outcome, Outcome::kAcquired);
-  EXPECT_EQ(sent() - before, 1u);
+  EXPECT_EQ(sent() - before, 2u);
   before = sent();
   ASSERT_OK(store->End("k", claim.token, TransitionKind::kComplete));
   EXPECT_EQ(sent() - before, 1u);

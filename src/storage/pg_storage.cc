@@ -170,42 +170,56 @@ Result<Storage::ReadOrCreateResult> PgStorage::ReadOrCreate(std::string_view key
                                                             const engine::BeginRequest& request,
                                                             Durability durability) {
   if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  // First the row, by the plainest statement that reads one: a replay costs no more than that.
+  // (One statement that reads and else inserts, with common table expressions, costs the server
+  // four times a plain SELECT to parse and plan, more than the round trip it saves on loopback;
+  // docs/benchmarks.md.)
+  PgTransaction read{.resendable = true, .alone = true};
+  read.statements.push_back(
+      {fmt::format("SELECT {}, {} FROM {} WHERE key = $2", kColumns, kNow, names_.records),
+       {NowParam(), PgParam::Bytea(key)}});
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(read));
+  if (rows[0].size() > 0) {
+    ReadOrCreateResult result;
+    int64_t version = 0;
+    IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &version));
+    IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
+    result.read.now = util::FromMicros(now);
+    return result;
+  }
+  // No row: the engine's decision on an absent key is its fresh claim, inserted at once. The
+  // claim made at the epoch has for times the offsets the server adds to its own now.
   IDEM_ASSIGN_OR_RETURN(const uint64_t token, NextToken(0));
-  // The claim made at the epoch: its times are the offsets the server adds to its own now.
   const Record fresh = engine::FreshClaim(request, TimePoint{}, token).record;
   std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
   for (PgParam& param : RowParams(key, fresh)) params.push_back(std::move(param));
   const Record::TimePoint offsets[] = {fresh.created, fresh.updated, fresh.lease_deadline,
                                        fresh.expires};
   for (int i = 0; i < 4; ++i) params[16 + i] = PgParam::Int8(util::ToMicros(offsets[i]));
-  // `found` reads the row; only when there is none does `created` insert (a replay costs a
-  // lookup, not an insert). A row another transaction inserts meanwhile makes the INSERT do
-  // nothing, and `found`, read before it, shows none: neither read nor created.
-  const std::string sql = fmt::format(
-      "WITH n AS MATERIALIZED (SELECT {now} AS now, {durability} AS durability), "
-      "found AS MATERIALIZED (SELECT {columns} FROM {table} WHERE key = $3), "
-      "created AS (INSERT INTO {table} ({columns}) "
-      "SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, {created}, {updated}, "
-      "{lease_deadline}, {expires}, 1 FROM n WHERE NOT EXISTS (SELECT 1 FROM found) "
-      "ON CONFLICT (key) DO NOTHING RETURNING 1) "
-      "SELECT found.*, n.now, (SELECT count(*) FROM created) FROM n LEFT JOIN found ON true",
-      fmt::arg("now", kNow), fmt::arg("durability", kSetSynchronousCommit),
-      fmt::arg("columns", kColumns), fmt::arg("table", names_.records),
-      fmt::arg("created", After("n.now", "$17")), fmt::arg("updated", After("n.now", "$18")),
-      fmt::arg("lease_deadline", After("n.now", "$19")),
-      fmt::arg("expires", After("n.now", "$20")));
-  PgTransaction transaction{.resendable = true, .alone = true};
-  transaction.statements.push_back({sql, std::move(params)});
-  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+  PgTransaction insert{.resendable = true, .alone = true};
+  insert.statements.push_back(
+      {fmt::format("INSERT INTO {table} ({columns}) SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, "
+                   "$12, $13, $14, $15, $16, {created}, {updated}, {lease_deadline}, {expires}, 1 "
+                   "FROM (SELECT {now} AS now, {durability} AS durability) n "
+                   "ON CONFLICT (key) DO NOTHING RETURNING created",
+                   fmt::arg("table", names_.records), fmt::arg("columns", kColumns),
+                   fmt::arg("created", After("n.now", "$17")),
+                   fmt::arg("updated", After("n.now", "$18")),
+                   fmt::arg("lease_deadline", After("n.now", "$19")),
+                   fmt::arg("expires", After("n.now", "$20")), fmt::arg("now", kNow),
+                   fmt::arg("durability", kSetSynchronousCommit)),
+       std::move(params)});
+  IDEM_ASSIGN_OR_RETURN(rows, pool_.Run(insert));
+  if (rows[0].size() == 0) {
+    // Another process inserted the key since the read (or this insert's first send did, before
+    // its reply was lost: the engine then answers the claim as a resent Begin's). Read what won.
+    IDEM_ASSIGN_OR_RETURN(ReadResult won, Read(key));
+    return ReadOrCreateResult{.read = std::move(won)};
+  }
   ReadOrCreateResult result;
-  int64_t version = 0;
-  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &version));
-  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
-  result.read.now = util::FromMicros(now);
-  IDEM_ASSIGN_OR_RETURN(int64_t created, rows[0].Int(0, kColumnCount + 1));
-  // A resent statement whose first send had inserted finds its own claim: Update's `decide` then
-  // answers it as a resent Begin (the same request id).
-  if (created == 1) result.created_token = token;
+  IDEM_ASSIGN_OR_RETURN(int64_t created, rows[0].Timestamp(0, 0));
+  result.read.now = util::FromMicros(created);
+  result.created_token = token;
   return result;
 }
 

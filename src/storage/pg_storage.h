@@ -10,10 +10,11 @@
 //     that version (an INSERT when there was none): UPDATE ... SET ..., version = version + 1
 //     WHERE key = $1 AND version = $v. When another writer got there first, it reads again and
 //     `decide` chooses again. So a stale holder, on any host, never overwrites its successor.
-//   - The usual calls in one round trip (docs/design/postgresql.md, sec. 3): Begin's
-//     ReadOrCreate reads the row and, when there is none, inserts the engine's fresh claim in the
-//     same statement; TransitionIfCurrent is one UPDATE guarded by the engine's condition
-//     (pending, the token, retention not over). Reads are sent alone, without BEGIN and COMMIT.
+//   - The usual calls as hand-written SQL would make them (docs/design/postgresql.md, sec. 3):
+//     Begin's ReadOrCreate reads the row (a replay: one round trip) and, when there is none,
+//     inserts the engine's fresh claim at once (a second); TransitionIfCurrent is one UPDATE
+//     guarded by the engine's condition (pending, the token, retention not over). These and the
+//     reads are sent alone, without BEGIN, SET LOCAL and COMMIT.
 //   - Remove, Scan (pages in key order), Purge (bounded batches; no table lock).
 // Time: every `now` is the server's clock_timestamp(), so hosts with skewed clocks agree.
 // Tokens: blocks of kTokenBlock reserved from the store's sequence in a synchronously committed
@@ -60,10 +61,9 @@ class PgStorage final : public Storage {
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
   Result<ReadResult> Read(std::string_view key) override;
-  // One statement: the row, or the fresh claim inserted when there is none (a token of this
-  // process's block is drawn for it, and is burnt when the row exists). Its times are the
-  // server's now plus engine::FreshClaim's offsets. A key another process inserts meanwhile
-  // comes back with no record and nothing created: Update reads it again.
+  // The row, by one plain SELECT; when there is none, the fresh claim inserted at once (no second
+  // read), its times the server's now plus engine::FreshClaim's offsets. A key another process
+  // inserted in between is read again and returned.
   Result<ReadOrCreateResult> ReadOrCreate(std::string_view key, const engine::BeginRequest& request,
                                           Durability durability) override;
   // One UPDATE whose WHERE is engine::TransitionApplies and whose SET is engine::ApplyTransition.

@@ -71,11 +71,12 @@ class Storage {
   virtual Result<ReadResult> Read(std::string_view key) = 0;
 
   // Begin's first step, Read's answer. A storage whose every call is a round trip to a server
-  // also writes, in the same step, a claim on a key that has no record at all (a
-  // retention-expired one is left to `decide`): engine::FreshClaim(request, now, token) with a
-  // token it draws and its own time, `durability` as Update's. A fresh key then costs one round
-  // trip instead of two, and a replay still one. This default only reads: a local read costs less
-  // than drawing a token and locking the key at every replay.
+  // also writes, at once, a claim on a key that has no record at all (a retention-expired one is
+  // left to `decide`): engine::FreshClaim(request, now, token) with a token it draws and its own
+  // time, `durability` as Update's, and says so; Begin is then done, without Update reading the
+  // key again. This default only reads: RocksDB's Update knows an absent key is still absent
+  // without reading it (absent_since), and locking the key and drawing a token here would cost
+  // every replay.
   virtual Result<ReadOrCreateResult> ReadOrCreate(std::string_view key,
                                                   const engine::BeginRequest& request,
                                                   Durability durability) {
