@@ -215,6 +215,61 @@ TEST(PgPool, SendsAStatementAloneAsItsOwnTransaction) {
   EXPECT_EQ(rows[0].Int(0, 0).value(), 1);
 }
 
+// Statements are prepared on a connection the first time it sends them and reused after: the
+// server parses and plans each once per session. A transaction that fails after preparing one
+// keeps it (the server skips only what follows the error), so the pool does not prepare it twice
+// and keeps preparing.
+TEST(PgPool, PreparesEachStatementOncePerConnection) {
+  IDEM_START_PG_OR_SKIP(server);
+  PgPool pool(Conninfo(server->Uri()), {.size = 1});
+  const std::string count =
+      "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'idem\\_%' AND $1::int2 = 1";
+  const auto prepared = [&]() -> int64_t {
+    auto rows = pool.Run(Transaction({{count, {PgParam::Int2(1)}}}));
+    EXPECT_TRUE(rows.ok()) << rows.status().ToString();
+    return rows.ok() ? rows->at(0).Int(0, 0).value() : -1;
+  };
+  EXPECT_EQ(prepared(), 1);  // itself, prepared in the same pipeline before it runs
+  EXPECT_EQ(prepared(), 1);
+  const PgStatement square{"SELECT $1::bigint * $1::bigint", {PgParam::Int8(12)}};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::vector<PgRows> rows, pool.Run(Transaction({square})));
+    EXPECT_EQ(rows[0].Int(0, 0).value(), 144);
+  }
+  EXPECT_EQ(prepared(), 2);
+  const PgStatement cube{"SELECT $1::bigint * $1::bigint * $1::bigint", {PgParam::Int8(3)}};
+  ASSERT_FALSE(pool.Run(Transaction({cube, {"SELECT 1 / $1", {PgParam::Int8(0)}}})).ok());
+  ASSERT_OK_AND_ASSIGN(std::vector<PgRows> rows, pool.Run(Transaction({cube})));
+  EXPECT_EQ(rows[0].Int(0, 0).value(), 27);
+  EXPECT_EQ(prepared(), 4);  // the count, the square, the cube and the division
+  EXPECT_TRUE(pool.stats().prepares);
+  EXPECT_EQ(pool.stats().retries, 0u);
+  EXPECT_EQ(pool.stats().connections_made, 1u);
+}
+
+// Behind PgBouncer in transaction pooling, the sessions a pool's transactions run on change:
+// a statement prepared on one is missing on another, or prepared there already by another
+// client. The pool then sends every statement unnamed, and the transaction that found out runs
+// again: every call still gets its answer.
+TEST(PgPool, StopsPreparingBehindAPoolerThatMovesItsTransactions) {
+  if (const std::optional<std::string> unavailable = idem_test::PgBouncer::Unavailable()) {
+    GTEST_SKIP() << *unavailable;
+  }
+  IDEM_START_PG_OR_SKIP(server);
+  IDEM_START_PGBOUNCER_OR_SKIP(bouncer, server, /*pool_size=*/1);
+  // Two client pools on PgBouncer's one server session: the second finds the first's statement
+  // there, prepared under the same name.
+  PgPool first(Conninfo(bouncer->Uri()), {.size = 1});
+  PgPool second(Conninfo(bouncer->Uri()), {.size = 1});
+  const PgStatement square{"SELECT $1::bigint * $1::bigint", {PgParam::Int8(12)}};
+  for (PgPool* pool : {&first, &second, &first, &second}) {
+    ASSERT_OK_AND_ASSIGN(std::vector<PgRows> rows, pool->Run(Transaction({square})));
+    EXPECT_EQ(rows[0].Int(0, 0).value(), 144);
+  }
+  EXPECT_FALSE(second.stats().prepares);
+  EXPECT_EQ(second.stats().retries, 1u);
+}
+
 TEST(PgPool, AFullPoolIsTimedOutNamingItsSize) {
   IDEM_START_PG_OR_SKIP(server);
   PgPool pool(Conninfo(server->Uri()), {.size = 1});

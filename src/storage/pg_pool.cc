@@ -158,8 +158,8 @@ class PgPool::Lease {
   Lease& operator=(const Lease&) = delete;
 
   pg_conn*& conn() { return conn_; }
-  void Close() { CloseSession(std::exchange(conn_, nullptr)); }
-  void CancelAndClose() { CancelAndCloseSession(std::exchange(conn_, nullptr)); }
+  void Close() { pool_->Discard(std::exchange(conn_, nullptr), /*cancel=*/false); }
+  void CancelAndClose() { pool_->Discard(std::exchange(conn_, nullptr), /*cancel=*/true); }
 
  private:
   PgPool* pool_;
@@ -186,7 +186,8 @@ PgPoolStats PgPool::stats() const {
           .sent = sent_.load(),
           .resends = resends_.load(),
           .retries = retries_.load(),
-          .cancels = cancels_.load()};
+          .cancels = cancels_.load(),
+          .prepares = prepares_.load()};
 }
 
 Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction, bool* resent) {
@@ -250,8 +251,13 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
   sent_.fetch_add(1, std::memory_order_relaxed);
   // Alone, a statement has no server-side timeout to come first.
   const milliseconds answer_wait = transaction.alone ? timeout : timeout + kAnswerGrace;
+  PgPreparedNames* prepared = nullptr;
+  if (prepares_.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(mu_);
+    prepared = &prepared_[lease.conn()];
+  }
   PgPipelineOutcome outcome =
-      RunPipeline(lease.conn(), transaction, timeout, Clock::now() + answer_wait);
+      RunPipeline(lease.conn(), prepared, transaction, timeout, Clock::now() + answer_wait);
   if (transaction.read_only && outcome.sqlstate == "25006") {
     outcome.failure = PgFailure::kOther;  // a write in a read-only transaction: the caller's
   }
@@ -270,6 +276,12 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
       return {.next = Step::Next::kResend,
               .result = Failed(outcome.failure, "lost the connection", outcome.message,
                                outcome.sqlstate)};
+    case PgFailure::kNotPrepared:
+      // Nothing ran: the transaction stopped at the statement the session lacked.
+      prepares_.store(false, std::memory_order_relaxed);
+      return {.next = Step::Next::kRetry,
+              .result = Failed(outcome.failure, "a prepared statement was not in the session",
+                               outcome.message, outcome.sqlstate)};
     case PgFailure::kRetry:
       return {.next = Step::Next::kRetry,
               .result = Failed(outcome.failure, "the transaction was rolled back", outcome.message,
@@ -295,6 +307,7 @@ Status PgPool::Failed(PgFailure failure, std::string_view what, std::string_view
   switch (failure) {
     case PgFailure::kConnectionLost:
     case PgFailure::kRetry:
+    case PgFailure::kNotPrepared:
       return Status::Unavailable(std::move(text));
     case PgFailure::kStatementTimeout:
       return Status::TimedOut(std::move(text));
@@ -328,18 +341,30 @@ Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
     }
   }
   // A server that restarted or a pooler that dropped the session while it sat idle.
-  if (conn != nullptr && !SessionReusable(conn)) CloseSession(std::exchange(conn, nullptr));
+  if (conn != nullptr && !SessionReusable(conn)) Discard(std::exchange(conn, nullptr), false);
   return conn;
 }
 
 void PgPool::Return(pg_conn* conn) {
-  if (conn != nullptr && !SessionReusable(conn)) CloseSession(std::exchange(conn, nullptr));
+  if (conn != nullptr && !SessionReusable(conn)) Discard(std::exchange(conn, nullptr), false);
   {
     std::lock_guard lock(mu_);
     --checked_out_;
     if (conn != nullptr) idle_.push_back(conn);
   }
   freed_.notify_one();
+}
+
+void PgPool::Discard(pg_conn* conn, bool cancel) {
+  {
+    std::lock_guard lock(mu_);
+    prepared_.erase(conn);
+  }
+  if (cancel) {
+    CancelAndCloseSession(conn);
+  } else {
+    CloseSession(conn);
+  }
 }
 
 Result<pg_conn*> PgPool::Connect(TimePoint give_up) {

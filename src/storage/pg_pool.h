@@ -46,6 +46,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "idem/status.h"
@@ -56,7 +58,8 @@ struct pg_result;  // libpq's PGresult
 
 namespace idem::storage {
 
-enum class PgFailure;  // pg_session.h
+enum class PgFailure;                                     // pg_session.h
+using PgPreparedNames = std::unordered_set<std::string>;  // pg_session.h
 
 // The OIDs of the types idem uses (pg_type.dat; fixed since PostgreSQL 7).
 inline constexpr uint32_t kPgBoolOid = 16;
@@ -154,8 +157,11 @@ struct PgPoolStats {
   uint64_t connections_made = 0;  // successful connects
   uint64_t sent = 0;     // transactions sent, one round trip each (resends and retries count again)
   uint64_t resends = 0;  // transactions sent again after a lost connection
-  uint64_t retries = 0;  // transactions run again after 40001/40P01
+  uint64_t retries = 0;  // transactions run again after 40001/40P01, or unprepared
   uint64_t cancels = 0;  // answers not awaited past the timeout (cancelled, closed)
+  // Whether statements are still sent prepared: false once the server showed that the pool's
+  // sessions are not its own (a pooler in transaction mode, such as PgBouncer).
+  bool prepares = true;
 };
 
 class PgPool {
@@ -186,6 +192,9 @@ class PgPool {
   Result<pg_conn*> Checkout(std::chrono::milliseconds timeout);
   void Return(pg_conn* conn);
   Result<pg_conn*> Connect(TimePoint give_up);
+  // Closes `conn` (asking the server to cancel what it runs first, when `cancel`) and forgets
+  // what was prepared on it.
+  void Discard(pg_conn* conn, bool cancel);
   Status Failed(PgFailure failure, std::string_view what, std::string_view message,
                 std::string_view sqlstate) const;
 
@@ -199,12 +208,20 @@ class PgPool {
   std::atomic<uint64_t> resends_{0};
   std::atomic<uint64_t> retries_{0};
   std::atomic<uint64_t> cancels_{0};
+  // Statements are prepared on each connection the first time it sends them, so that the server
+  // parses and plans each once per session (RunPipeline); until the server says a statement is
+  // missing or exists already: a pooler in transaction mode (PgBouncer) runs each transaction on
+  // any of its sessions. From then on this pool sends every statement unnamed.
+  std::atomic<bool> prepares_{true};
 
   // Guarded by mu_.
   mutable std::mutex mu_;
   std::condition_variable freed_;
   std::vector<pg_conn*> idle_;  // connected, idle outside a transaction
-  int checked_out_ = 0;         // connections (or places for one) in use by a Run
+  // Per connection, the statements prepared on it. Its entry is only read and changed by the
+  // thread that has the connection checked out (the map's nodes do not move).
+  std::unordered_map<pg_conn*, PgPreparedNames> prepared_;
+  int checked_out_ = 0;  // connections (or places for one) in use by a Run
 };
 
 }  // namespace idem::storage

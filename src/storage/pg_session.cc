@@ -61,18 +61,49 @@ Got NextResult(PGconn* conn, PgDeadline deadline, ResultPtr& result) {
   }
 }
 
-bool Send(PGconn* conn, const char* sql, const std::vector<PgParam>& params) {
+// The parameters of a statement as libpq takes them (pointing into `params`).
+struct WireParams {
+  explicit WireParams(const std::vector<PgParam>& params) : formats(params.size(), 1) {
+    for (const PgParam& param : params) {
+      types.push_back(param.type);
+      values.push_back(param.value ? param.value->data() : nullptr);
+      lengths.push_back(param.value ? static_cast<int>(param.value->size()) : 0);
+    }
+  }
+  int count() const { return static_cast<int>(types.size()); }
   std::vector<Oid> types;
   std::vector<const char*> values;
   std::vector<int> lengths;
-  std::vector<int> formats(params.size(), 1);
-  for (const PgParam& param : params) {
-    types.push_back(param.type);
-    values.push_back(param.value ? param.value->data() : nullptr);
-    lengths.push_back(param.value ? static_cast<int>(param.value->size()) : 0);
+  std::vector<int> formats;
+};
+
+bool Send(PGconn* conn, const char* sql, const std::vector<PgParam>& params) {
+  const WireParams wire(params);
+  return PQsendQueryParams(conn, sql, wire.count(), wire.types.data(), wire.values.data(),
+                           wire.lengths.data(), wire.formats.data(), /*resultFormat=*/1) == 1;
+}
+
+// The name of `statement` when prepared: a digest of its text and parameter types.
+std::string PreparedName(const PgStatement& statement) {
+  std::string key = statement.sql;
+  for (const PgParam& param : statement.params) key += fmt::format(",{}", param.type);
+  return fmt::format("idem_{:016x}_{}", std::hash<std::string>{}(key), key.size());
+}
+
+// Sends `statement` as the named prepared statement `name`, after preparing it when `prepare`.
+// Returns how many queries it queued (each gives its own results), 0 when it could not.
+int SendPrepared(PGconn* conn, const PgStatement& statement, const std::string& name,
+                 bool prepare) {
+  const WireParams wire(statement.params);
+  if (prepare && PQsendPrepare(conn, name.c_str(), statement.sql.c_str(), wire.count(),
+                               wire.types.data()) != 1) {
+    return 0;
   }
-  return PQsendQueryParams(conn, sql, static_cast<int>(params.size()), types.data(), values.data(),
-                           lengths.data(), formats.data(), /*resultFormat=*/1) == 1;
+  if (PQsendQueryPrepared(conn, name.c_str(), wire.count(), wire.values.data(), wire.lengths.data(),
+                          wire.formats.data(), /*resultFormat=*/1) != 1) {
+    return 0;
+  }
+  return prepare ? 2 : 1;
 }
 
 std::string ErrorText(const PGresult* result) {
@@ -89,11 +120,12 @@ PgPipelineOutcome Lost(PGconn* conn, PgPipelineOutcome outcome) {
   return outcome;
 }
 
-// Reads the answers up to the sync: to `first` queries of idem's own (BEGIN, SET LOCAL), the
-// caller's `statements` statements, and COMMIT when there was a BEGIN.
-PgPipelineOutcome ReadAnswers(PGconn* conn, int first, int statements, PgDeadline deadline) {
+// Reads the answers up to the sync. `statement_of[q]`: the caller's statement that query q
+// (in the order sent: BEGIN, SET LOCAL, preparations, the statements, COMMIT) executes, or -1.
+PgPipelineOutcome ReadAnswers(PGconn* conn, const std::vector<int>& statement_of,
+                              PgDeadline deadline) {
   PgPipelineOutcome outcome;
-  for (int query = 0;;) {
+  for (std::size_t query = 0;;) {
     ResultPtr result;
     const Got got = NextResult(conn, deadline, result);
     if (got == Got::kEnd) {
@@ -107,7 +139,8 @@ PgPipelineOutcome ReadAnswers(PGconn* conn, int first, int statements, PgDeadlin
     }
     const ExecStatusType status = PQresultStatus(result.get());
     if (status == PGRES_PIPELINE_SYNC) return outcome;
-    const bool mine = query >= first && query < first + statements;
+    const int statement = query < statement_of.size() ? statement_of[query] : -1;
+    const bool mine = statement >= 0;
     if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
       if (mine) outcome.rows.emplace_back(result.release());
     } else if (status != PGRES_PIPELINE_ABORTED && outcome.failure == PgFailure::kNone) {
@@ -116,7 +149,8 @@ PgPipelineOutcome ReadAnswers(PGconn* conn, int first, int statements, PgDeadlin
       outcome.sqlstate = sqlstate != nullptr ? sqlstate : "";
       outcome.failure = ClassifySqlState(outcome.sqlstate);
       outcome.message = ErrorText(result.get());
-      outcome.statement = mine ? query - first : -1;
+      outcome.statement = statement;
+      outcome.query = static_cast<int>(query);
     }
   }
 }
@@ -241,27 +275,62 @@ bool SessionReusable(pg_conn* conn) {
   return socket.fd >= 0 && ::poll(&socket, 1, 0) == 0;
 }
 
-PgPipelineOutcome RunPipeline(pg_conn* conn, const PgTransaction& transaction,
-                              milliseconds statement_timeout, PgDeadline deadline) {
-  const int first = transaction.alone ? 0 : 2;  // BEGIN, SET LOCAL
+PgPipelineOutcome RunPipeline(pg_conn* conn, PgPreparedNames* prepared,
+                              const PgTransaction& transaction, milliseconds statement_timeout,
+                              PgDeadline deadline) {
+  std::vector<int> statement_of;  // per query queued
+  // The statements prepared by this pipeline, and the query that prepares each.
+  std::vector<std::pair<std::string, int>> preparing;
   bool sent = true;
   if (!transaction.alone) {
     const std::string set_timeout = fmt::format("SET LOCAL statement_timeout = {}",
                                                 std::max<int64_t>(statement_timeout.count(), 1));
     sent = Send(conn, transaction.read_only ? "BEGIN READ ONLY" : "BEGIN", {}) &&
            Send(conn, set_timeout.c_str(), {});
+    statement_of = {-1, -1};
   }
-  for (const PgStatement& statement : transaction.statements) {
-    sent = sent && Send(conn, statement.sql.c_str(), statement.params);
+  for (std::size_t i = 0; i < transaction.statements.size() && sent; ++i) {
+    const PgStatement& statement = transaction.statements[i];
+    if (prepared == nullptr) {
+      sent = Send(conn, statement.sql.c_str(), statement.params);
+    } else {
+      std::string name = PreparedName(statement);
+      // A statement twice in one transaction is prepared once.
+      const bool prepare =
+          !prepared->contains(name) &&
+          std::none_of(preparing.begin(), preparing.end(),
+                       [&name](const auto& queued) { return queued.first == name; });
+      const int queued = SendPrepared(conn, statement, name, prepare);
+      sent = queued > 0;
+      if (prepare) {
+        preparing.emplace_back(std::move(name), static_cast<int>(statement_of.size()));
+        statement_of.push_back(-1);
+      }
+    }
+    statement_of.push_back(static_cast<int>(i));
   }
-  if (!transaction.alone) sent = sent && Send(conn, "COMMIT", {});
+  if (!transaction.alone) {
+    sent = sent && Send(conn, "COMMIT", {});
+    statement_of.push_back(-1);
+  }
   sent = sent && PQpipelineSync(conn) == 1;
   if (!sent) {
     // Only a broken connection (or no memory) refuses to queue; either way it is not reused.
     return Lost(conn, {});
   }
-  PgPipelineOutcome outcome =
-      ReadAnswers(conn, first, static_cast<int>(transaction.statements.size()), deadline);
+  PgPipelineOutcome outcome = ReadAnswers(conn, statement_of, deadline);
+  if (prepared != nullptr) {
+    // A preparation stays when the transaction fails after it: the server skips only what
+    // follows an error.
+    for (auto& [name, query] : preparing) {
+      if (outcome.failure == PgFailure::kNone || (outcome.query >= 0 && query < outcome.query)) {
+        prepared->insert(std::move(name));
+      }
+    }
+    if (outcome.sqlstate == "26000" || outcome.sqlstate == "42P05") {
+      outcome.failure = PgFailure::kNotPrepared;
+    }
+  }
   if (outcome.failure != PgFailure::kNone && outcome.failure != PgFailure::kConnectionLost &&
       outcome.failure != PgFailure::kNoAnswer) {
     RollBack(conn, deadline);
