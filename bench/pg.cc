@@ -34,14 +34,45 @@ Result<PgResultPtr> PgConnection::Exec(std::string_view sql,
     formats.push_back(1);
   }
   const std::string text(sql);
-  PgResultPtr result(
-      PQexecParams(connection_, text.c_str(), static_cast<int>(params.size()), nullptr,
-                   values.data(), lengths.data(), formats.data(), binary_results ? 1 : 0),
-      &PQclear);
+  return Checked(PgResultPtr(PQexecParams(connection_, text.c_str(),
+                                          static_cast<int>(params.size()), nullptr, values.data(),
+                                          lengths.data(), formats.data(), binary_results ? 1 : 0),
+                             &PQclear),
+                 text);
+}
+
+Result<PgResultPtr> PgConnection::ExecPrepared(std::string_view sql,
+                                               const std::vector<std::string_view>& params,
+                                               bool binary_results) {
+  auto found = prepared_.find(sql);
+  if (found == prepared_.end()) {
+    const std::string name = "s" + std::to_string(prepared_.size());
+    const std::string text(sql);
+    IDEM_RETURN_IF_ERROR(Checked(PgResultPtr(PQprepare(connection_, name.c_str(), text.c_str(),
+                                                       static_cast<int>(params.size()), nullptr),
+                                             &PQclear),
+                                 text)
+                             .status());
+    found = prepared_.emplace(text, name).first;
+  }
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats(params.size(), 1);
+  for (std::string_view param : params) {
+    values.push_back(param.data());
+    lengths.push_back(static_cast<int>(param.size()));
+  }
+  return Checked(PgResultPtr(PQexecPrepared(connection_, found->second.c_str(),
+                                            static_cast<int>(params.size()), values.data(),
+                                            lengths.data(), formats.data(), binary_results ? 1 : 0),
+                             &PQclear),
+                 found->first);
+}
+
+Result<PgResultPtr> PgConnection::Checked(PgResultPtr result, const std::string& sql) {
   const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-    return Status::IOError("PostgreSQL: " + text.substr(0, 80) + ": " +
-                           PQerrorMessage(connection_));
+    return Status::IOError("PostgreSQL: " + sql.substr(0, 80) + ": " + PQerrorMessage(connection_));
   }
   return result;
 }

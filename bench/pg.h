@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,12 +33,20 @@ class PgConnection {
   // `binary_results`.
   Result<PgResultPtr> Exec(std::string_view sql, const std::vector<std::string_view>& params = {},
                            bool binary_results = false);
+  // The same as a named prepared statement, prepared on this connection the first time (PQprepare,
+  // then PQexecPrepared: the server parses and plans it once), as idem's pool sends its own.
+  Result<PgResultPtr> ExecPrepared(std::string_view sql,
+                                   const std::vector<std::string_view>& params = {},
+                                   bool binary_results = false);
   // The first column of the first row of a text result, as a number.
   Result<double> Number(std::string_view sql, const std::vector<std::string_view>& params = {});
 
  private:
   explicit PgConnection(PGconn* connection) : connection_(connection) {}
+  // The result `result` of `sql`, or an error naming it when the statement failed.
+  Result<PgResultPtr> Checked(PgResultPtr result, const std::string& sql);
   PGconn* connection_;
+  std::map<std::string, std::string, std::less<>> prepared_;  // SQL -> statement name
 };
 
 // The benchmark's table names for one measurement: "idem_bench_" and `name`, made a valid

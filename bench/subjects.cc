@@ -320,9 +320,11 @@ class SqliteSubject final : public Subject {
 
 class PgSqlSession final : public Session {
  public:
-  PgSqlSession(std::unique_ptr<PgConnection> connection, const std::string& table, bool read_first)
+  PgSqlSession(std::unique_ptr<PgConnection> connection, const std::string& table, bool read_first,
+               bool prepared)
       : connection_(std::move(connection)),
         read_first_(read_first),
+        prepared_(prepared),
         insert_("INSERT INTO " + table +
                 " (key, state, lease_deadline) VALUES ($1, 0, now() + interval '10 seconds') "
                 "ON CONFLICT (key) DO NOTHING"),
@@ -334,7 +336,7 @@ class PgSqlSession final : public Session {
       IDEM_ASSIGN_OR_RETURN(std::optional<Answer> stored, Read(key));
       if (stored) return BeginAnswer{*stored, 0};
     }
-    IDEM_ASSIGN_OR_RETURN(PgResultPtr inserted, connection_->Exec(insert_, {key}));
+    IDEM_ASSIGN_OR_RETURN(PgResultPtr inserted, Exec(insert_, {key}));
     if (std::string_view(PQcmdTuples(inserted.get())) == "1") {
       return BeginAnswer{Answer::kAcquired, 0};
     }
@@ -344,14 +346,19 @@ class PgSqlSession final : public Session {
   }
 
   Status Complete(std::string_view key, uint64_t /*token*/, std::string_view result) override {
-    return connection_->Exec(update_, {key, result}).status();
+    return Exec(update_, {key, result}).status();
   }
 
  private:
+  Result<PgResultPtr> Exec(const std::string& sql, const std::vector<std::string_view>& params,
+                           bool binary_results = false) {
+    return prepared_ ? connection_->ExecPrepared(sql, params, binary_results)
+                     : connection_->Exec(sql, params, binary_results);
+  }
+
   // The stored answer for `key` (its result read too, as a replay returns it), or nullopt.
   Result<std::optional<Answer>> Read(std::string_view key) {
-    IDEM_ASSIGN_OR_RETURN(PgResultPtr row,
-                          connection_->Exec(select_, {key}, /*binary_results=*/true));
+    IDEM_ASSIGN_OR_RETURN(PgResultPtr row, Exec(select_, {key}, /*binary_results=*/true));
     if (PQntuples(row.get()) == 0) return std::optional<Answer>();
     // smallint in binary: two bytes, big-endian.
     const auto* state = reinterpret_cast<const unsigned char*>(PQgetvalue(row.get(), 0, 0));
@@ -361,12 +368,14 @@ class PgSqlSession final : public Session {
 
   std::unique_ptr<PgConnection> connection_;
   const bool read_first_;
+  const bool prepared_;  // named prepared statements instead of unnamed ones
   const std::string insert_, update_, select_;
 };
 
 class PgSqlSubject final : public Subject {
  public:
-  static Result<std::unique_ptr<Subject>> Open(const SubjectConfig& config, bool read_first) {
+  static Result<std::unique_ptr<Subject>> Open(const SubjectConfig& config, bool read_first,
+                                               bool prepared) {
     IDEM_ASSIGN_OR_RETURN(auto admin, PgConnection::Connect(config.postgres));
     IDEM_RETURN_IF_ERROR(DropPgTables(*admin, config.table));
     // The table of the SQLite anchor: the key, a state (0 pending, 1 done), the result, and a
@@ -376,7 +385,7 @@ class PgSqlSubject final : public Subject {
                                     " (key text PRIMARY KEY, state smallint NOT NULL, result "
                                     "bytea, lease_deadline timestamptz NOT NULL)")
                              .status());
-    return std::unique_ptr<Subject>(new PgSqlSubject(config, read_first));
+    return std::unique_ptr<Subject>(new PgSqlSubject(config, read_first, prepared));
   }
 
   Result<std::unique_ptr<Session>> Connect() override {
@@ -385,15 +394,16 @@ class PgSqlSubject final : public Subject {
     // explicitly so that a server configured otherwise does not skew the comparison).
     IDEM_RETURN_IF_ERROR(connection->Exec("SET synchronous_commit = on").status());
     return std::unique_ptr<Session>(
-        std::make_unique<PgSqlSession>(std::move(connection), table_, read_first_));
+        std::make_unique<PgSqlSession>(std::move(connection), table_, read_first_, prepared_));
   }
 
  private:
-  PgSqlSubject(const SubjectConfig& config, bool read_first)
-      : uri_(config.postgres), table_(config.table), read_first_(read_first) {}
+  PgSqlSubject(const SubjectConfig& config, bool read_first, bool prepared)
+      : uri_(config.postgres), table_(config.table), read_first_(read_first), prepared_(prepared) {}
   const std::string uri_;
   const std::string table_;
   const bool read_first_;
+  const bool prepared_;
 };
 
 // ---- Redis ----------------------------------------------------------------------------------
@@ -475,8 +485,9 @@ class RedisSubject final : public Subject {
 
 const std::vector<std::string>& AllSystems() {
   static const std::vector<std::string> systems = {
-      "idem-buffered", "idem-sync", "rocksdb", "rocksdb-sync", "sqlite-off",
-      "sqlite-full",   "redis",     "idem-pg", "pg-sql",       "pg-sql-read-first",
+      "idem-buffered", "idem-sync",         "rocksdb",         "rocksdb-sync",
+      "sqlite-off",    "sqlite-full",       "redis",           "idem-pg",
+      "pg-sql",        "pg-sql-read-first", "pg-sql-prepared", "pg-sql-read-first-prepared",
   };
   return systems;
 }
@@ -497,8 +508,13 @@ Result<std::unique_ptr<Subject>> OpenSubject(std::string_view system, const Subj
     return Status::InvalidArgument(std::string(system) + " needs a server: --postgres URI");
   }
   if (system == "idem-pg") return OpenIdemOnPostgres(config);
-  if (system == "pg-sql") return PgSqlSubject::Open(config, /*read_first=*/false);
-  if (system == "pg-sql-read-first") return PgSqlSubject::Open(config, /*read_first=*/true);
+  for (const bool read_first : {false, true}) {
+    for (const bool prepared : {false, true}) {
+      const std::string name =
+          std::string("pg-sql") + (read_first ? "-read-first" : "") + (prepared ? "-prepared" : "");
+      if (system == name) return PgSqlSubject::Open(config, read_first, prepared);
+    }
+  }
   return Status::InvalidArgument("unknown system " + std::string(system));
 }
 
