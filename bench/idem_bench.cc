@@ -75,6 +75,7 @@ struct Flags {
   int redis_port = 6379;
   std::string postgres;  // a libpq URI; empty: the PostgreSQL systems and workloads are skipped
   uint64_t pg_purge_records = 1'000'000;
+  int pg_pool_size = Options{}.pool_size;
   std::size_t memory_budget = Options{}.memory_budget;
   std::string serve;  // internal: be the owner process of this store until stdin closes
 };
@@ -86,6 +87,7 @@ SubjectConfig ConfigFor(const Flags& flags, const std::string& directory, std::s
                        .redis_port = flags.redis_port,
                        .postgres = flags.postgres,
                        .table = PgTableName(name),
+                       .pg_pool_size = flags.pg_pool_size,
                        .memory_budget = flags.memory_budget};
 }
 
@@ -625,6 +627,9 @@ int Main(int argc, char** argv) {
                  "PostgreSQL server (libpq URI) for the PostgreSQL systems and pg-purge; the "
                  "benchmark creates and drops its idem_bench_* tables there");
   app.add_option("--pg-purge-records", flags.pg_purge_records, "Rows stored before pg-purge")
+      ->capture_default_str();
+  app.add_option("--pg-pool-size", flags.pg_pool_size,
+                 "Options::pool_size of idem on PostgreSQL (connections per process)")
       ->capture_default_str();
   app.add_option("--memory-budget", flags.memory_budget, "Options::memory_budget, bytes")
       ->capture_default_str();

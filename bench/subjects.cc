@@ -84,6 +84,7 @@ Result<std::unique_ptr<Subject>> OpenIdemOnPostgres(const SubjectConfig& config)
   Options options;
   options.durability = Durability::kSync;
   options.table = config.table;
+  options.pool_size = config.pg_pool_size;
   options.auto_purge_interval = std::chrono::milliseconds(0);
   IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(config.postgres, options));
   return std::unique_ptr<Subject>(std::make_unique<OwnedStoreSubject>(std::move(store)));

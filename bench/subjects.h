@@ -63,6 +63,7 @@ struct SubjectConfig {
   int redis_port = 6379;
   std::string postgres;  // PostgreSQL systems: the server's libpq URI
   std::string table;     // PostgreSQL systems: the subject's own table, dropped first
+  int pg_pool_size = Options{}.pool_size;  // idem on PostgreSQL: connections per process
   std::size_t memory_budget = Options{}.memory_budget;  // idem, and raw RocksDB alike
 };
 
