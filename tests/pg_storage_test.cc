@@ -491,4 +491,53 @@ TEST(PgStorage, TokensAfterARestoreOfTheTablesAreAboveThoseHandedOutAfterTheBack
   EXPECT_GT(again.token, later.token) << "a token handed out after the backup came again";
 }
 
+// The rows the meta table keeps of server incarnations.
+std::string IncarnationRows(const idem_test::PgServer& server, const PgStorage& storage) {
+  PGconn* conn = PQconnectdb(server.Uri().c_str());
+  const std::string count =
+      Exec(conn, fmt::format("SELECT count(*) FROM {} WHERE name LIKE 'server started %'",
+                             storage.names().meta));
+  PQfinish(conn);
+  return count;
+}
+
+// OutageGrace notes each incarnation of the server (its postmaster's start) once, when first
+// seen, and measures the grace from then in the server's time (here the test clock's); an open
+// prunes the rows of other incarnations first seen over kIncarnationsKept ago.
+TEST(PgStorage, EachServerIncarnationIsNotedOnceAndTheGraceRunsFromThen) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  const auto opened = store->Now();  // the open noted the incarnation
+  ASSERT_OK_AND_ASSIGN(auto grace, store->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.written_before, opened);
+  EXPECT_EQ(grace.left, 5s);
+  store->Advance(3s);
+  ASSERT_OK_AND_ASSIGN(grace, store->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.written_before, opened);
+  EXPECT_EQ(grace.left, 2s);
+  store->Advance(3s);
+  ASSERT_OK_AND_ASSIGN(grace, store->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.left, 0s);
+
+  ASSERT_OK(server->Restart(idem_test::PgServer::Shutdown::kImmediate));
+  store->Advance(1s);
+  const auto restarted = store->Now();
+  ASSERT_OK_AND_ASSIGN(grace, store->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.written_before, restarted);
+  EXPECT_EQ(grace.left, 5s);
+  EXPECT_EQ(IncarnationRows(*server, store->storage()), "2");
+
+  // A month later, an open forgets the incarnation before the restart, and keeps the current one
+  // however old.
+  auto later = PgStore::Open(
+      server->Uri(), "idem_records", /*create=*/true,
+      std::chrono::duration_cast<std::chrono::microseconds>(PgStorage::kIncarnationsKept + 1h));
+  ASSERT_NE(later, nullptr);
+  EXPECT_EQ(IncarnationRows(*server, later->storage()), "1");
+  ASSERT_OK_AND_ASSIGN(grace, later->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.written_before, restarted);
+  EXPECT_EQ(grace.left, 0s);
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "core/store_directory.h"
@@ -114,12 +115,19 @@ engine::BeginDecision LocalBackend::DecideBeginLocked(std::optional<Record> stor
   const bool pending =
       stored && stored->state == State::kPending && !engine::IsExpired(*stored, now);
   // A lease that ran out is reserved for its holder during a renewal grace (the owner stalled,
-  // or has just taken over); a live lease, until it ends. Either way a holder proven dead gives
-  // it up at once.
-  std::array<engine::RenewalGrace, 2> graces;
+  // or has just taken over; the database server restarted or failed over); a live lease, until
+  // it ends. Either way a holder proven dead gives it up at once.
+  std::array<engine::RenewalGrace, 3> graces;
   bool reserved = pending && stored->lease_deadline > now;
-  if (pending && !reserved && stall_watch_) {
-    graces = stall_watch_->Graces();
+  if (pending && !reserved && options_.renewal_grace.count() > 0) {
+    if (stall_watch_) std::ranges::copy(stall_watch_->Graces(), graces.begin());
+    Result<engine::RenewalGrace> outage = storage_->OutageGrace(options_.renewal_grace);
+    if (!outage.ok()) {
+      engine::BeginDecision failed;
+      failed.status = outage.status();
+      return failed;
+    }
+    graces.back() = *outage;
     reserved = engine::GraceLeft(*stored, graces).count() > 0;
   }
   const bool holder_is_dead =

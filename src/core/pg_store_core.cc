@@ -41,8 +41,9 @@ Result<std::shared_ptr<PgStoreCore>> PgStoreCore::Open(std::string_view uri,
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<storage::PgStorage> storage,
                         storage::PgStorage::Open(conninfo, std::move(config)));
   std::shared_ptr<PgStoreCore> core(new PgStoreCore(options, conninfo.display_name()));
-  // No renewal graces: they measure this process's stalls against record times, which are the
-  // server's (docs/design/postgresql.md, Q1).
+  // No StallWatch: it measures this process's stalls against record times, which are the
+  // server's, and no process owns the store. The grace that holders are owed here is after the
+  // server's own outages (a restart, a failover): PgStorage::OutageGrace.
   core->backend_ = std::make_unique<LocalBackend>(std::move(storage), options, nullptr);
   return core;
 }

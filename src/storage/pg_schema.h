@@ -6,7 +6,10 @@
 // A store named `T` (Options::table) in the connection's current schema `S` is:
 //   "S"."T"            the records, one row per key (bytea primary key), an index on expiry,
 //                      and a version raised by every write
-//   "S"."T_meta"       name -> value: format = "idem records", schema_version = kPgSchemaVersion
+//   "S"."T_meta"       name -> value: format = "idem records", schema_version = kPgSchemaVersion,
+//                      and "server started <microseconds>" = when idem first saw that server
+//                      incarnation (PgStorage::OutageGrace; rows added without a new version,
+//                      since versions that do not know them read only the two above)
 //   "S"."T_token_seq"  the sequence fencing tokens are reserved from, in blocks (CACHE 1)
 
 #ifndef IDEM_STORAGE_PG_SCHEMA_H_

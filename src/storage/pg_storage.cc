@@ -138,6 +138,7 @@ Result<std::unique_ptr<PgStorage>> PgStorage::Open(const PgConninfo& conninfo,
     IDEM_RETURN_IF_ERROR(storage->RaiseTokenSequence(
         "(extract(epoch FROM COALESCE($2::timestamptz, clock_timestamp())) * 1000000)::bigint",
         storage->NowParam()));
+    IDEM_RETURN_IF_ERROR(storage->NoteServerIncarnation(/*prune=*/true).status());
   }
   return storage;
 }
@@ -372,6 +373,69 @@ Status PgStorage::Sync() {
       {"SET LOCAL synchronous_commit = on", {}},
       {fmt::format("UPDATE {} SET value = value WHERE name = 'format'", names_.meta), {}}};
   return pool_.Run(transaction).status();
+}
+
+Result<PgStorage::ServerWritable> PgStorage::NoteServerIncarnation(bool prune) {
+  // The server's incarnation is its postmaster's start time: a restart changes it, and so does
+  // a failover, since the promoted standby is another postmaster (promotion does not restart
+  // one, and when it happened is not shown to ordinary roles: pg_control_checkpoint is not
+  // granted to them). The meta table keeps, per incarnation, when idem first saw it, in the
+  // server's time: never before the server took writes again, so waiting one grace from then is
+  // never too short. A row per incarnation, not one row for the latest: servers that answer the
+  // same store at once (the nodes of a distributed engine) would otherwise take turns resetting
+  // it, and the grace would never end.
+  constexpr std::string_view kIncarnationRow =
+      "'server started ' || (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+  const std::string note = fmt::format(
+      "WITH n AS MATERIALIZED (SELECT {now} AS now, {row} AS name), "
+      "noted AS (INSERT INTO {meta} (name, value) "
+      "SELECT name, (extract(epoch FROM now) * 1000000)::bigint FROM n "
+      "ON CONFLICT (name) DO NOTHING RETURNING value) "
+      "SELECT n.now, timestamptz 'epoch' + COALESCE((SELECT value FROM noted), "
+      "(SELECT value FROM {meta} m WHERE m.name = n.name))::bigint * interval '1 microsecond' "
+      "FROM n",
+      fmt::arg("now", kNow), fmt::arg("row", kIncarnationRow), fmt::arg("meta", names_.meta));
+  // Resent after its first send committed, it finds the incarnation noted and reads it.
+  PgTransaction transaction{.resendable = true, .alone = !prune};
+  transaction.statements.push_back({note, {NowParam()}});
+  if (prune) {
+    // Other incarnations first seen over kIncarnationsKept ago: their servers restarted since,
+    // or are seen again and noted anew (a grace that starts late, once).
+    transaction.statements.push_back(
+        {fmt::format("DELETE FROM {} WHERE CASE WHEN name LIKE 'server started %' AND name <> {} "
+                     "THEN value::bigint < (extract(epoch FROM {}) * 1000000)::bigint - $2 "
+                     "ELSE false END",
+                     names_.meta, kIncarnationRow, kNow),
+         {NowParam(),
+          PgParam::Int8(
+              std::chrono::duration_cast<std::chrono::microseconds>(kIncarnationsKept).count())}});
+  }
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+  const PgRows& seen = rows.front();
+  ServerWritable result;
+  IDEM_ASSIGN_OR_RETURN(const int64_t now, seen.Timestamp(0, 0));
+  result.now = util::FromMicros(now);
+  // NULL: another process noted this incarnation after this statement's snapshot was taken, so
+  // only just: now is a moment late enough.
+  result.since = result.now;
+  if (!seen.IsNull(0, 1)) {
+    IDEM_ASSIGN_OR_RETURN(const int64_t since, seen.Timestamp(0, 1));
+    result.since = util::FromMicros(since);
+  }
+  return result;
+}
+
+Result<engine::RenewalGrace> PgStorage::OutageGrace(std::chrono::milliseconds grace) {
+  if (config_.read_only) return engine::RenewalGrace{};
+  IDEM_ASSIGN_OR_RETURN(const ServerWritable writable, NoteServerIncarnation(/*prune=*/false));
+  // Like the grace of a store directory's new owner (core/stall_watch.h): every claim written
+  // before the server took writes again may have lost renewals.
+  engine::RenewalGrace outage;
+  outage.written_before = writable.since;
+  outage.left =
+      std::max(std::chrono::ceil<std::chrono::milliseconds>(writable.since + grace - writable.now),
+               std::chrono::milliseconds(0));
+  return outage;
 }
 
 Result<bool> PgStorage::Remove(std::string_view key, Durability durability) {

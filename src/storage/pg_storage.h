@@ -76,6 +76,12 @@ class PgStorage final : public Storage {
   // autovacuum gives the space back to the table (VACUUM needs the table's owner).
   Result<uint64_t> Purge(const PurgeOptions& options) override;
 
+  // After a restart or a failover of the server, claims written before it took writes again keep
+  // their holders for `grace` from then. One statement, on the rare path only: it notes the
+  // server's incarnation in the meta table the first time any process sees it
+  // (NoteServerIncarnation).
+  Result<engine::RenewalGrace> OutageGrace(std::chrono::milliseconds grace) override;
+
   // Raises the store's sequence so that every block reserved after it, by any process, is above
   // `token`; never lowers it (an advisory lock orders it against every reservation). Tokens that
   // other processes draw from blocks they reserved before may still equal imported ones of other
@@ -97,6 +103,8 @@ class PgStorage final : public Storage {
   // SQL; parameter $1 is the sequence's name.
   static constexpr std::string_view kTokenLockKey =
       "(1768187245::bigint << 32) | $1::regclass::oid::bigint";
+  // How long the meta table keeps the row of a server incarnation (NoteServerIncarnation).
+  static constexpr std::chrono::hours kIncarnationsKept{24 * 30};
   // How many records one purge transaction deletes at most.
   static constexpr int kPurgeBatch = 1000;
   // How many rows a scan reads per statement.
@@ -120,6 +128,15 @@ class PgStorage final : public Storage {
   // another writer changed it first.
   Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, int64_t version,
                                 Durability durability);
+  // The server's time, and when idem first saw the server's current incarnation (its
+  // postmaster's start) take writes, noting it in the meta table (a row 'server started <its
+  // start in microseconds>') if no process had. `prune`: also deletes the rows of incarnations
+  // first seen more than kIncarnationsKept ago (Open).
+  struct ServerWritable {
+    TimePoint now;
+    TimePoint since;
+  };
+  Result<ServerWritable> NoteServerIncarnation(bool prune);
   // Raises the sequence (never lowers it) so that every block reserved after is above the token
   // that the SQL expression `token` gives, with parameter $2 = `param`; under the advisory lock.
   Status RaiseTokenSequence(std::string_view token, PgParam param);

@@ -100,6 +100,17 @@ class Storage {
     return false;
   }
 
+  // The renewal grace an outage of the storage itself owes holders: while a database server
+  // restarts or fails over, nobody can renew a lease, and leases run out meanwhile. So pending
+  // claims written before the storage became writable again keep their holders for `grace`
+  // after that moment (engine::RenewalGrace; `left` 0 when it is over). Asked only when a Begin
+  // finds a claim whose lease ran out, the path that takes claims over. This default owes none:
+  // a store directory has no server, and its owner's stalls are core's StallWatch's business.
+  virtual Result<engine::RenewalGrace> OutageGrace(std::chrono::milliseconds grace) {
+    static_cast<void>(grace);
+    return engine::RenewalGrace{};
+  }
+
   // Deletes the record under `key` whatever it holds (even undecodable bytes). Returns whether
   // there was one.
   virtual Result<bool> Remove(std::string_view key, Durability durability) = 0;
