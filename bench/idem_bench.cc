@@ -75,19 +75,22 @@ struct Flags {
   int redis_port = 6379;
   std::string postgres;  // a libpq URI; empty: the PostgreSQL systems and workloads are skipped
   uint64_t pg_purge_records = 1'000'000;
-  int pg_pool_size = Options{}.pool_size;
+  // idem's Options::pool_size on PostgreSQL; 0: as many connections as the run has threads,
+  // as many as the hand-written anchors hold (one per thread).
+  int pg_pool_size = 0;
   std::size_t memory_budget = Options{}.memory_budget;
   std::string serve;  // internal: be the owner process of this store until stdin closes
 };
 
 // The configuration of one measurement's subject: `directory` for the stores on disk, a table
 // named after `name` for the PostgreSQL systems.
-SubjectConfig ConfigFor(const Flags& flags, const std::string& directory, std::string_view name) {
+SubjectConfig ConfigFor(const Flags& flags, const std::string& directory, std::string_view name,
+                        int threads) {
   return SubjectConfig{.directory = directory,
                        .redis_port = flags.redis_port,
                        .postgres = flags.postgres,
                        .table = PgTableName(name),
-                       .pg_pool_size = flags.pg_pool_size,
+                       .pg_pool_size = flags.pg_pool_size > 0 ? flags.pg_pool_size : threads,
                        .memory_budget = flags.memory_budget};
 }
 
@@ -150,7 +153,8 @@ Status Lifecycle(const Flags& flags, ResultsFile& results) {
       const std::string name = "lifecycle-" + system + "-" + std::to_string(threads);
       IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
       {
-        IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir, name)));
+        IDEM_ASSIGN_OR_RETURN(auto subject,
+                              OpenSubject(system, ConfigFor(flags, dir, name, threads)));
         IDEM_ASSIGN_OR_RETURN(Measurement m, MeasureCountingStatements(flags, system, [&] {
                                 return RunLifecycle(*subject, threads, flags.seconds);
                               }));
@@ -189,7 +193,9 @@ Status Replay(const Flags& flags, ResultsFile& results) {
     const std::string name = "replay-" + system;
     IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
     {
-      IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir, name)));
+      const int most_threads = *std::max_element(flags.threads.begin(), flags.threads.end());
+      IDEM_ASSIGN_OR_RETURN(auto subject,
+                            OpenSubject(system, ConfigFor(flags, dir, name, most_threads)));
       constexpr int kLoaders = 2;
       IDEM_RETURN_IF_ERROR(RunOnThreads(kLoaders, [&](int thread) -> Status {
         IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
@@ -270,7 +276,8 @@ Status Contention(const Flags& flags, ResultsFile& results) {
       const std::string name = "contention-" + system + "-" + std::to_string(threads);
       IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
       {
-        IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir, name)));
+        IDEM_ASSIGN_OR_RETURN(auto subject,
+                              OpenSubject(system, ConfigFor(flags, dir, name, threads)));
         std::atomic<uint64_t> sequence{0};
         const uint64_t run = random();
         IDEM_ASSIGN_OR_RETURN(
@@ -629,7 +636,8 @@ int Main(int argc, char** argv) {
   app.add_option("--pg-purge-records", flags.pg_purge_records, "Rows stored before pg-purge")
       ->capture_default_str();
   app.add_option("--pg-pool-size", flags.pg_pool_size,
-                 "Options::pool_size of idem on PostgreSQL (connections per process)")
+                 "Options::pool_size of idem on PostgreSQL (connections per process); 0: one per "
+                 "thread of the run, as the hand-written anchors hold")
       ->capture_default_str();
   app.add_option("--memory-budget", flags.memory_budget, "Options::memory_budget, bytes")
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "idem/c.h"
 #include "idem/idem.h"
 #include "pg_server.h"
 #include "test_util.h"
@@ -107,6 +108,48 @@ TEST(PgStore, TheServersClockJudgesNotTheHosts) {
     ASSERT_OK_AND_ASSIGN(auto busy, store->Begin("k"));
     EXPECT_EQ(busy.outcome, Outcome::kInProgress);
   }
+}
+
+// The C API opens a store in PostgreSQL from a URI too, with its table and pool size, and its
+// errors never show the password.
+TEST(PgStore, TheCApiOpensAStoreInPostgres) {
+  IDEM_START_PG_OR_SKIP(server);
+  idem_options_t* options = idem_options_create();
+  idem_options_set_table(options, "from_c");
+  idem_options_set_pool_size(options, 2);
+  idem_options_set_auto_purge_interval_ms(options, 0);
+  char* err = nullptr;
+  idem_store_t* store = idem_open(server->Uri().c_str(), options, &err);
+  ASSERT_NE(store, nullptr) << err;
+  idem_claim_t* claim = idem_begin(store, "pay-1", 5, "pay", nullptr, 0, 0, &err);
+  ASSERT_NE(claim, nullptr) << err;
+  EXPECT_EQ(idem_claim_outcome(claim), IDEM_ACQUIRED);
+  EXPECT_EQ(idem_complete(store, "pay-1", 5, idem_claim_token(claim), "ok", 2, &err), IDEM_OK);
+  idem_claim_destroy(claim);
+  idem_close(store);
+
+  // The table was the one asked for.
+  idem::Options in_table;
+  in_table.table = "from_c";
+  auto reader = Open(server->Uri(), in_table);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto record, reader->Get("pay-1"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->result, "ok");
+
+  idem_options_set_pool_size(options, 0);
+  EXPECT_EQ(idem_open(server->Uri().c_str(), options, &err), nullptr);
+  EXPECT_EQ(idem_last_error_code(), IDEM_INVALID_ARGUMENT);
+  ASSERT_NE(err, nullptr);
+  EXPECT_NE(std::string(err).find("pool_size"), std::string::npos) << err;
+  idem_free(err);
+  err = nullptr;
+  const std::string wrong = server->UriWithPassword("not-the-password-42");
+  EXPECT_EQ(idem_open(wrong.c_str(), nullptr, &err), nullptr);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(std::string(err).find("not-the-password-42"), std::string::npos) << err;
+  idem_free(err);
+  idem_options_destroy(options);
 }
 
 TEST(PgStore, OpenErrorsNameTheStoreAndNeverThePassword) {

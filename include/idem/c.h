@@ -138,11 +138,18 @@ IDEM_EXPORT void idem_options_set_read_only(idem_options_t* options, unsigned ch
 IDEM_EXPORT void idem_options_set_max_key_size(idem_options_t* options, size_t bytes);
 /* Longest result, error text or checkpoint, in bytes. Default: 1 MiB. */
 IDEM_EXPORT void idem_options_set_max_result_size(idem_options_t* options, size_t bytes);
+/* A store in PostgreSQL: the table, in the connection's current schema (copied; NULL restores
+ * the default "idem_records"). Ignored for a store directory. */
+IDEM_EXPORT void idem_options_set_table(idem_options_t* options, const char* table);
+/* A store in PostgreSQL: how many connections this process keeps at most. Default: 8. */
+IDEM_EXPORT void idem_options_set_pool_size(idem_options_t* options, int size);
 
 /* ---- Store -------------------------------------------------------------------------------- */
 
-/* Opens the store in directory `path`; `options` may be NULL for the defaults and may be
- * destroyed after the call. Returns NULL and sets *errptr on error. */
+/* Opens the store in directory `path`, or the store in PostgreSQL that `path` names when it is
+ * a libpq connection URI (postgresql://... or postgres://...); `options` may be NULL for the
+ * defaults and may be destroyed after the call. Returns NULL and sets *errptr on error (which
+ * never shows a password of the URI). */
 IDEM_EXPORT idem_store_t* idem_open(const char* path, const idem_options_t* options, char** errptr);
 
 /* Closes the handle. NULL is allowed. */

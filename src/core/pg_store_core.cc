@@ -27,7 +27,6 @@ Result<std::string> PgStoreCore::Key(std::string_view uri, const Options& option
 
 Result<std::shared_ptr<PgStoreCore>> PgStoreCore::Open(std::string_view uri,
                                                        const Options& options) {
-  if (options.pool_size <= 0) return Status::InvalidArgument("pool_size must be positive");
   IDEM_ASSIGN_OR_RETURN(storage::PgConninfo conninfo,
                         storage::PgConninfo::Parse(uri, ConnDefaults(options)));
   storage::PgStorageConfig config;

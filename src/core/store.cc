@@ -245,6 +245,9 @@ Status CheckOptions(const Options& options) {
   if (options.request_timeout <= milliseconds(0)) {
     return Status::InvalidArgument("request_timeout must be positive");
   }
+  // Checked for every store, as the rest, though only a store in PostgreSQL has a pool: an
+  // option that cannot be right is refused wherever it is given.
+  if (options.pool_size <= 0) return Status::InvalidArgument("pool_size must be positive");
   return CheckDuration("auto_purge_interval", options.auto_purge_interval);
 }
 

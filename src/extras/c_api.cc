@@ -227,6 +227,12 @@ void idem_options_set_max_key_size(idem_options_t* options, size_t bytes) {
 void idem_options_set_max_result_size(idem_options_t* options, size_t bytes) {
   options->options.max_result_size = bytes;
 }
+void idem_options_set_table(idem_options_t* options, const char* table) {
+  options->options.table = table != nullptr ? table : idem::Options{}.table;
+}
+void idem_options_set_pool_size(idem_options_t* options, int size) {
+  options->options.pool_size = size;
+}
 
 // ---- Store ----
 
