@@ -374,10 +374,10 @@ def pg_section(rows, figures, command, run_time):
         "1.16x / 0.92x / 0.94x and 1.03x / 0.73x / 0.76x / 1.18x; with as many connections as "
         "the anchor (this page's run), 0.98x / 0.90x / 0.80x / 0.79x. Against the same SQL "
         "prepared (the \"prepared\" row) idem is 0.5-0.75x: the read before the insert and "
-        "wider rows (19 columns against 4). The one-statement Begin (insert, else read the row) "
-        "was dropped when statements were sent unnamed, for its parse and plan (0.47 ms); "
-        "prepared, that cost is paid once per connection (once the server settles on a generic plan), so it may now give a fresh Begin one "
-        "round trip and keep a replay at one: to measure next (docs/design/postgresql.md).")
+        "wider rows (19 columns against 4). A one-statement Begin (insert, else read the row), "
+        "prepared, was built and measured on 2026-12-01: a replay fell to 0.45-0.55x of the "
+        "SELECT (27 us of server execution per replay against 7-10 us) and the lifecycle gained "
+        "nothing measurable, so Begin reads first (docs/design/postgresql.md, increment 8).")
     add("- **Replay: one prepared SELECT.** As the anchor's, but of 19 columns decoded into a "
         "record, against the anchor's two; prepared, where the anchor is not.")
     add("- **Purge: deleting rows, not finding them.** The purge finds its rows through the "

@@ -18,12 +18,6 @@ constexpr std::string_view kColumns =
     "holder_start, holder_scope, holder_request, holder_took_over, created, updated, "
     "lease_deadline, expires, version";
 constexpr int kColumnCount = 19;
-// The same, of a table aliased `t` (where a common table expression has columns of the same
-// names).
-constexpr std::string_view kStoredColumns =
-    "t.key, t.type, t.fingerprint, t.result, t.checkpoint, t.state, t.retryable, t.token, "
-    "t.attempts, t.holder_pid, t.holder_start, t.holder_scope, t.holder_request, "
-    "t.holder_took_over, t.created, t.updated, t.lease_deadline, t.expires, t.version";
 constexpr int kVersionColumn = 18;
 
 // The server's time, or parameter $1 (a test clock's time) when it is not null.
@@ -177,64 +171,60 @@ Result<Storage::ReadOrCreateResult> PgStorage::ReadOrCreate(std::string_view key
                                                             const engine::BeginRequest& request,
                                                             Durability durability) {
   if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
-  // One statement inserts the engine's fresh claim, or else reads the row there is: a fresh
-  // Begin and a replay are one round trip each. Prepared, it costs the server little more than a
-  // plain SELECT (docs/benchmarks.md); sent unnamed (behind a pooler in transaction mode), its
-  // parse and plan cost more, which a pooler's users pay for every statement anyway.
-  // The token is drawn first, from this process's block, and given back when no claim was
-  // written with it.
+  // First the row, by the plainest statement that reads one: a replay costs no more than that.
+  // (One statement that reads and else inserts, with common table expressions, costs the server
+  // four times a plain SELECT to parse and plan, more than the round trip it saves on loopback;
+  // docs/benchmarks.md.)
+  PgTransaction read{.resendable = true, .alone = true};
+  read.statements.push_back(
+      {fmt::format("SELECT {}, {} FROM {} WHERE key = $2", kColumns, kNow, names_.records),
+       {NowParam(), PgParam::Bytea(key)}});
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(read));
+  if (rows[0].size() > 0) {
+    ReadOrCreateResult result;
+    int64_t version = 0;
+    IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &version));
+    IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
+    result.read.now = util::FromMicros(now);
+    return result;
+  }
+  // No row: the engine's decision on an absent key is its fresh claim, inserted at once. The
+  // claim made at the epoch has for times the offsets the server adds to its own now.
   IDEM_ASSIGN_OR_RETURN(const uint64_t token, NextToken(0));
-  // The claim made at the epoch has for times the offsets the server adds to its own now.
   const Record fresh = engine::FreshClaim(request, TimePoint{}, token).record;
   std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
   for (PgParam& param : RowParams(key, fresh)) params.push_back(std::move(param));
   const Record::TimePoint offsets[] = {fresh.created, fresh.updated, fresh.lease_deadline,
                                        fresh.expires};
   for (int i = 0; i < 4; ++i) params[16 + i] = PgParam::Int8(util::ToMicros(offsets[i]));
-  PgTransaction transaction{.resendable = true, .alone = true};
-  transaction.statements.push_back(
-      {fmt::format("WITH n AS MATERIALIZED (SELECT {now} AS now, {durability} AS durability), "
-                   "claimed AS (INSERT INTO {table} ({columns}) SELECT $3, $4, $5, $6, $7, $8, "
-                   "$9, $10, $11, $12, $13, $14, $15, $16, {created}, {updated}, "
-                   "{lease_deadline}, {expires}, 1 FROM n ON CONFLICT (key) DO NOTHING "
-                   "RETURNING {columns}) "
-                   "SELECT {columns}, n.now, true FROM claimed, n UNION ALL "
-                   "SELECT {stored}, n.now, false FROM {table} t, n "
-                   "WHERE t.key = $3 AND NOT EXISTS (SELECT 1 FROM claimed)",
+  PgTransaction insert{.resendable = true, .alone = true};
+  insert.statements.push_back(
+      {fmt::format("INSERT INTO {table} ({columns}) SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, "
+                   "$12, $13, $14, $15, $16, {created}, {updated}, {lease_deadline}, {expires}, 1 "
+                   "FROM (SELECT {now} AS now, {durability} AS durability) n "
+                   "ON CONFLICT (key) DO NOTHING RETURNING created",
                    fmt::arg("table", names_.records), fmt::arg("columns", kColumns),
-                   fmt::arg("stored", kStoredColumns), fmt::arg("created", After("n.now", "$17")),
+                   fmt::arg("created", After("n.now", "$17")),
                    fmt::arg("updated", After("n.now", "$18")),
                    fmt::arg("lease_deadline", After("n.now", "$19")),
                    fmt::arg("expires", After("n.now", "$20")), fmt::arg("now", kNow),
                    fmt::arg("durability", kSetSynchronousCommit)),
        std::move(params)});
   bool resent = false;
-  Result<std::vector<PgRows>> rows = pool_.Run(transaction, &resent);
-  bool created = false;
-  if (rows.ok() && rows->front().size() > 0) {
-    IDEM_ASSIGN_OR_RETURN(created, rows->front().Bool(0, kColumnCount + 1));
-  }
+  Result<std::vector<PgRows>> inserted = pool_.Run(insert, &resent);
   // A statement sent twice may have written the claim the first time: its token stays spent.
-  if (!created && !resent) GiveBackToken(token);
-  if (!rows.ok()) return rows.status();
-  const PgRows& row = rows->front();
-  if (row.size() == 0) {
-    // Another process inserted the key while this insert waited on it, after this statement's
-    // snapshot was taken: the row is read by a statement of its own.
+  if ((!inserted.ok() || inserted->front().size() == 0) && !resent) GiveBackToken(token);
+  IDEM_ASSIGN_OR_RETURN(rows, std::move(inserted));
+  if (rows[0].size() == 0) {
+    // Another process inserted the key since the read (or this insert's first send did, before
+    // its reply was lost: the engine then answers the claim as a resent Begin's). Read what won.
     IDEM_ASSIGN_OR_RETURN(ReadResult won, Read(key));
     return ReadOrCreateResult{.read = std::move(won)};
   }
   ReadOrCreateResult result;
-  IDEM_ASSIGN_OR_RETURN(int64_t now, row.Timestamp(0, kColumnCount));
-  result.read.now = util::FromMicros(now);
-  if (created) {
-    result.created_token = token;
-    return result;
-  }
-  // A row that was there, or the claim this call's first send wrote (its reply lost): the
-  // engine answers the latter as a resent Begin's, with the same claim.
-  int64_t version = 0;
-  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(row, 0, &version));
+  IDEM_ASSIGN_OR_RETURN(int64_t created, rows[0].Timestamp(0, 0));
+  result.read.now = util::FromMicros(created);
+  result.created_token = token;
   return result;
 }
 

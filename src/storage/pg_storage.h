@@ -11,10 +11,10 @@
 //     WHERE key = $1 AND version = $v. When another writer got there first, it reads again and
 //     `decide` chooses again. So a stale holder, on any host, never overwrites its successor.
 //   - The usual calls as hand-written SQL would make them (docs/design/postgresql.md, sec. 3):
-//     Begin's ReadOrCreate inserts the engine's fresh claim or else reads the row, in one
-//     statement (a fresh Begin and a replay: one round trip each); TransitionIfCurrent is one
-//     UPDATE guarded by the engine's condition (pending, the token, retention not over). These and
-//     the reads are sent alone, without BEGIN, SET LOCAL and COMMIT.
+//     Begin's ReadOrCreate reads the row (a replay: one round trip) and, when there is none,
+//     inserts the engine's fresh claim at once (a second); TransitionIfCurrent is one UPDATE
+//     guarded by the engine's condition (pending, the token, retention not over). These and the
+//     reads are sent alone, without BEGIN, SET LOCAL and COMMIT.
 //   - Remove, Scan (pages in key order), Purge (bounded batches; no table lock).
 // Time: every `now` is the server's clock_timestamp(), so hosts with skewed clocks agree.
 // Tokens: blocks of kTokenBlock reserved from the store's sequence in a synchronously committed
@@ -61,9 +61,9 @@ class PgStorage final : public Storage {
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
   Result<ReadResult> Read(std::string_view key) override;
-  // One statement: the fresh claim inserted when the key has no row, its times the server's now
-  // plus engine::FreshClaim's offsets; else the row read. A key another process inserted while
-  // this one waited on it is read by a second statement.
+  // The row, by one plain SELECT; when there is none, the fresh claim inserted at once (no second
+  // read), its times the server's now plus engine::FreshClaim's offsets. A key another process
+  // inserted in between is read again and returned, and the token drawn for it given back.
   Result<ReadOrCreateResult> ReadOrCreate(std::string_view key, const engine::BeginRequest& request,
                                           Durability durability) override;
   // One UPDATE whose WHERE is engine::TransitionApplies and whose SET is engine::ApplyTransition.
