@@ -159,8 +159,8 @@ TEST(PgPool, SendsATransactionInOneRoundTrip) {
 
 // A statement sent alone is its own transaction: no BEGIN or COMMIT reach the server, a setting
 // it makes with set_config(..., true) holds until its commit and no later, an error leaves the
-// connection idle for the next call, and a second statement is refused rather than committed
-// apart. Its time bound is the client's: past it the query is cancelled and the connection closed.
+// connection idle for the next call, and several statements are one transaction. Its time bound
+// is the client's: past it the query is cancelled and the connection closed.
 TEST(PgPool, SendsAStatementAloneAsItsOwnTransaction) {
   IDEM_START_PG_OR_SKIP(server);
   TcpProxy proxy(server->port());
@@ -199,11 +199,23 @@ TEST(PgPool, SendsAStatementAloneAsItsOwnTransaction) {
   EXPECT_EQ(rows[0].Int(0, 0).value(), 1);
   EXPECT_EQ(pool.stats().connections_made, 1u);
 
+  // Several statements alone are one transaction, in one round trip: a failure in the second
+  // takes back the first, and a setting the first makes holds for the second.
   PgTransaction two = alone("INSERT INTO alone VALUES (2)");
-  two.statements.push_back({"INSERT INTO alone VALUES (3)", {}});
-  Result<std::vector<PgRows>> refused = pool.Run(two);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), Status::Code::kInvalidArgument);
+  two.statements.push_back({"INSERT INTO alone VALUES (3 / $1)", {PgParam::Int8(0)}});
+  Result<std::vector<PgRows>> second_failed = pool.Run(two);
+  ASSERT_FALSE(second_failed.ok());
+  EXPECT_NE(second_failed.status().message().find("statement 2 of 2 failed"), std::string::npos)
+      << second_failed.status().message();
+  ASSERT_OK_AND_ASSIGN(rows, pool.Run(alone("SELECT count(*) FROM alone")));
+  EXPECT_EQ(rows[0].Int(0, 0).value(), 1);
+  PgTransaction pair = alone("SELECT set_config('synchronous_commit', 'off', true)");
+  pair.statements.push_back({"SELECT current_setting('synchronous_commit')", {}});
+  proxy.ResetTurns();
+  ASSERT_OK_AND_ASSIGN(rows, pool.Run(pair));
+  EXPECT_EQ(proxy.client_turns(), 1u);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].Bytes(0, 0), "off");
 
   const Clock::time_point start = Clock::now();
   Result<std::vector<PgRows>> slow = pool.Run(alone("SELECT pg_sleep(5)"));

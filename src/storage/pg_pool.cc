@@ -192,11 +192,6 @@ PgPoolStats PgPool::stats() const {
 
 Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction, bool* resent) {
   if (resent != nullptr) *resent = false;
-  if (transaction.alone && transaction.statements.size() != 1) {
-    // Several statements alone would each commit on their own: not a transaction.
-    return Status::InvalidArgument(fmt::format("a transaction sent alone has one statement, not {}",
-                                               transaction.statements.size()));
-  }
   if (util::ForkGeneration() != fork_generation_) {
     return Status::Unavailable(fmt::format(
         "{}: the connection pool was made before fork(); open the store again in this process",

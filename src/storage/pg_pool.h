@@ -103,12 +103,13 @@ struct PgTransaction {
   // the wait for the answer (this plus a second, so the server's timeout, which keeps the
   // connection, usually comes first). 0: PgPoolOptions::request_timeout.
   std::chrono::milliseconds timeout{0};
-  // Sends the one statement alone, without BEGIN, SET LOCAL statement_timeout and COMMIT: the
-  // server runs it as a transaction of its own, and has a third of the messages to parse and run
-  // (what a replay costs is mostly those). Then neither `read_only` nor a statement_timeout is
-  // set on the server: the answer is awaited for `timeout` only, then the query is cancelled and
-  // its connection closed. A setting its commit needs, the statement makes itself:
-  // set_config('synchronous_commit', 'off', true) lasts until that transaction ends.
+  // Sends the statements alone, without BEGIN, SET LOCAL statement_timeout and COMMIT: the
+  // server runs them as one implicit transaction, committed at the pipeline's sync (the extended
+  // protocol's rule), with fewer messages to parse and run (what a replay costs is mostly
+  // those). Then neither `read_only` nor a statement_timeout is set on the server: the answer is
+  // awaited for `timeout` only, then the query is cancelled and its connection closed. A setting
+  // the commit needs, a statement makes itself: set_config('synchronous_commit', 'off', true)
+  // lasts until the transaction ends.
   bool alone = false;
 };
 

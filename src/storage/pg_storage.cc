@@ -171,25 +171,13 @@ Result<Storage::ReadOrCreateResult> PgStorage::ReadOrCreate(std::string_view key
                                                             const engine::BeginRequest& request,
                                                             Durability durability) {
   if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
-  // First the row, by the plainest statement that reads one: a replay costs no more than that.
-  // (One statement that reads and else inserts, with common table expressions, costs the server
-  // four times a plain SELECT to parse and plan, more than the round trip it saves on loopback;
-  // docs/benchmarks.md.)
-  PgTransaction read{.resendable = true, .alone = true};
-  read.statements.push_back(
-      {fmt::format("SELECT {}, {} FROM {} WHERE key = $2", kColumns, kNow, names_.records),
-       {NowParam(), PgParam::Bytea(key)}});
-  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(read));
-  if (rows[0].size() > 0) {
-    ReadOrCreateResult result;
-    int64_t version = 0;
-    IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &version));
-    IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
-    result.read.now = util::FromMicros(now);
-    return result;
-  }
-  // No row: the engine's decision on an absent key is its fresh claim, inserted at once. The
-  // claim made at the epoch has for times the offsets the server adds to its own now.
+  // One round trip, for a replay and a fresh key alike: the plainest statement that reads the
+  // row, then the engine's fresh claim inserted only when there is no row, both sent alone (one
+  // implicit transaction). On a key that exists the insert stops at its NOT EXISTS, before any
+  // speculative insertion, and costs the server about one more SELECT. (One statement that
+  // reads and else inserts, with common table expressions, costs the server several times a
+  // plain SELECT, more than the round trip it saves on loopback; docs/benchmarks.md.)
+  // The claim made at the epoch has for times the offsets the server adds to its own now.
   IDEM_ASSIGN_OR_RETURN(const uint64_t token, NextToken(0));
   const Record fresh = engine::FreshClaim(request, TimePoint{}, token).record;
   std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
@@ -197,11 +185,15 @@ Result<Storage::ReadOrCreateResult> PgStorage::ReadOrCreate(std::string_view key
   const Record::TimePoint offsets[] = {fresh.created, fresh.updated, fresh.lease_deadline,
                                        fresh.expires};
   for (int i = 0; i < 4; ++i) params[16 + i] = PgParam::Int8(util::ToMicros(offsets[i]));
-  PgTransaction insert{.resendable = true, .alone = true};
-  insert.statements.push_back(
+  PgTransaction read_or_insert{.resendable = true, .alone = true};
+  read_or_insert.statements.push_back(
+      {fmt::format("SELECT {}, {} FROM {} WHERE key = $2", kColumns, kNow, names_.records),
+       {NowParam(), PgParam::Bytea(key)}});
+  read_or_insert.statements.push_back(
       {fmt::format("INSERT INTO {table} ({columns}) SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, "
                    "$12, $13, $14, $15, $16, {created}, {updated}, {lease_deadline}, {expires}, 1 "
                    "FROM (SELECT {now} AS now, {durability} AS durability) n "
+                   "WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = $3) "
                    "ON CONFLICT (key) DO NOTHING RETURNING created",
                    fmt::arg("table", names_.records), fmt::arg("columns", kColumns),
                    fmt::arg("created", After("n.now", "$17")),
@@ -211,20 +203,31 @@ Result<Storage::ReadOrCreateResult> PgStorage::ReadOrCreate(std::string_view key
                    fmt::arg("durability", kSetSynchronousCommit)),
        std::move(params)});
   bool resent = false;
-  Result<std::vector<PgRows>> inserted = pool_.Run(insert, &resent);
-  // A statement sent twice may have written the claim the first time: its token stays spent.
-  if ((!inserted.ok() || inserted->front().size() == 0) && !resent) GiveBackToken(token);
-  IDEM_ASSIGN_OR_RETURN(rows, std::move(inserted));
+  Result<std::vector<PgRows>> answered = pool_.Run(read_or_insert, &resent);
+  const bool inserted = answered.ok() && answered->back().size() > 0;
+  // A pair sent twice may have written the claim the first time: its token stays spent.
+  if (!inserted && !resent) GiveBackToken(token);
+  IDEM_ASSIGN_OR_RETURN(const std::vector<PgRows> rows, std::move(answered));
+  ReadOrCreateResult result;
+  if (inserted) {
+    // Inserted, even when the read found a row: it was removed in between (Forget, purge), and
+    // the claim now in the table is this one.
+    IDEM_ASSIGN_OR_RETURN(int64_t created, rows[1].Timestamp(0, 0));
+    result.read.now = util::FromMicros(created);
+    result.created_token = token;
+    return result;
+  }
   if (rows[0].size() == 0) {
-    // Another process inserted the key since the read (or this insert's first send did, before
-    // its reply was lost: the engine then answers the claim as a resent Begin's). Read what won.
+    // Another process inserted the key between the read and the insert (or this pair's first
+    // send did, before its reply was lost: the engine then answers the claim as a resent
+    // Begin's). Read what won.
     IDEM_ASSIGN_OR_RETURN(ReadResult won, Read(key));
     return ReadOrCreateResult{.read = std::move(won)};
   }
-  ReadOrCreateResult result;
-  IDEM_ASSIGN_OR_RETURN(int64_t created, rows[0].Timestamp(0, 0));
-  result.read.now = util::FromMicros(created);
-  result.created_token = token;
+  int64_t version = 0;
+  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &version));
+  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
+  result.read.now = util::FromMicros(now);
   return result;
 }
 

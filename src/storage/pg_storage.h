@@ -11,10 +11,11 @@
 //     WHERE key = $1 AND version = $v. When another writer got there first, it reads again and
 //     `decide` chooses again. So a stale holder, on any host, never overwrites its successor.
 //   - The usual calls as hand-written SQL would make them (docs/design/postgresql.md, sec. 3):
-//     Begin's ReadOrCreate reads the row (a replay: one round trip) and, when there is none,
-//     inserts the engine's fresh claim at once (a second); TransitionIfCurrent is one UPDATE
-//     guarded by the engine's condition (pending, the token, retention not over). These and the
-//     reads are sent alone, without BEGIN, SET LOCAL and COMMIT.
+//     Begin's ReadOrCreate reads the row and, in the same round trip, inserts the engine's fresh
+//     claim when there is none (a replay and a fresh key: one round trip each);
+//     TransitionIfCurrent is one UPDATE guarded by the engine's condition (pending, the token,
+//     retention not over). These and the reads are sent alone, without BEGIN, SET LOCAL and
+//     COMMIT.
 //   - Remove, Scan (pages in key order), Purge (bounded batches; no table lock).
 // Time: every `now` is the server's clock_timestamp(), so hosts with skewed clocks agree.
 // Tokens: blocks of kTokenBlock reserved from the store's sequence in a synchronously committed
