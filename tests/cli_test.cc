@@ -1385,7 +1385,7 @@ TEST_F(CliTest, AStoreOfANewerReleaseAsksForAnUpgradeWithItsOwnExitCode) {
   }
   {
     std::ofstream format(store + "/db/IDEM-FORMAT", std::ios::trunc);
-    format << "2\n";
+    format << "3\n";
   }
   const auto before = idem_test::TreeSnapshot(store);
   const auto check = [&](const std::vector<std::string>& args, const CliResult& result) {
@@ -1423,7 +1423,7 @@ TEST_F(CliTest, AStoreOfANewerReleaseAsksForAnUpgradeWithItsOwnExitCode) {
 TEST_F(CliTest, ANewerStoreWithoutItsFormatFileIsStillRefused) {
   const std::string store = dir_.Sub("newer");
   { ASSERT_TRUE(idem::Store::Open(store, idem::Options{}).ok()); }
-  idem_test::PutRaw(store, "meta", "format_version", std::string("\x02\0\0\0", 4));
+  idem_test::PutRaw(store, "meta", "format_version", std::string("\x03\0\0\0", 4));
   ASSERT_TRUE(std::filesystem::remove(store + "/db/IDEM-FORMAT"));
   const auto before = idem_test::TreeSnapshot(store);
   for (const std::vector<std::string>& args :

@@ -97,11 +97,11 @@ TEST(Corruption, AnUnknownRecordVersionIsNotMisread) {
 TEST(Corruption, AStoreOfANewerFormatIsRefusedAtOpen) {
   TempDir dir;
   { IDEM_ASSERT_OPEN(store, dir.StorePath()); }
-  PutRaw(dir.StorePath(), "meta", "format_version", std::string("\x02\0\0\0", 4));
+  PutRaw(dir.StorePath(), "meta", "format_version", std::string("\x03\0\0\0", 4));
   auto opened = idem::Store::Open(dir.StorePath(), TestOptions());
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.status().code(), Status::Code::kNewerVersion);
-  EXPECT_NE(opened.status().message().find("format version 2, written by a newer release"),
+  EXPECT_NE(opened.status().message().find("format version 3, written by a newer release"),
             std::string::npos)
       << opened.status().message();
   // Read-only too (idem dump, get, stats).
@@ -132,7 +132,7 @@ TEST(Corruption, AStoreOfANewerFormatIsRefusedBeforeAnythingIsWritten) {
     std::string text((std::istreambuf_iterator<char>(in)), {});
     EXPECT_EQ(text, "1\n");
   }
-  { std::ofstream(format_file, std::ios::trunc) << "2\n"; }
+  { std::ofstream(format_file, std::ios::trunc) << "3\n"; }
   const auto before = idem_test::TreeSnapshot(dir.StorePath());
   for (const bool read_only : {false, true}) {
     idem::Options options = TestOptions();
@@ -140,7 +140,7 @@ TEST(Corruption, AStoreOfANewerFormatIsRefusedBeforeAnythingIsWritten) {
     auto opened = idem::Store::Open(dir.StorePath(), options);
     ASSERT_FALSE(opened.ok());
     EXPECT_EQ(opened.status().code(), Status::Code::kNewerVersion) << opened.status().ToString();
-    EXPECT_NE(opened.status().message().find("format version 2 (" + format_file +
+    EXPECT_NE(opened.status().message().find("format version 3 (" + format_file +
                                              "), written by a newer release"),
               std::string::npos)
         << opened.status().message();

@@ -53,6 +53,7 @@ extern "C" {
 #define IDEM_CORRUPTION 10
 #define IDEM_UNAVAILABLE 11
 #define IDEM_NEWER_VERSION 12
+#define IDEM_CONFLICT 13
 /* Not a code of idem::Status: idem_error_code's answer for text that is not an idem error. */
 #define IDEM_UNKNOWN_ERROR (-1)
 

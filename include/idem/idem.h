@@ -10,5 +10,6 @@
 #include "idem/retry.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "idem/tables.h"
 
 #endif  // IDEM_IDEM_H_

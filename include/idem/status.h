@@ -45,6 +45,7 @@ class [[nodiscard]] Status {
     kCorruption,       // stored bytes cannot be decoded, or are of an unknown format version
     kUnavailable,      // the store is closing, or its owner cannot be reached
     kNewerVersion,     // the store or a record was written by a newer idem: upgrade to read it
+    kConflict,         // a conditional table write found its key changed (idem/tables.h): retry
   };
 
   // An OK status.
@@ -81,6 +82,9 @@ class [[nodiscard]] Status {
   }
   static Status NewerVersion(std::string message) {
     return Status(Code::kNewerVersion, std::move(message));
+  }
+  static Status Conflict(std::string message) {
+    return Status(Code::kConflict, std::move(message));
   }
 
   bool ok() const { return code_ == Code::kOk; }

@@ -30,6 +30,7 @@
 #include "idem/options.h"
 #include "idem/record.h"
 #include "idem/status.h"
+#include "idem/tables.h"
 
 namespace idem {
 
@@ -156,6 +157,17 @@ class IDEM_EXPORT Store {
   // Stores `result` and marks the record done. Repeating it with the same token and result
   // is OK (a retried call after a lost reply). kInvalidArgument if result is oversized.
   virtual Status Complete(std::string_view key, uint64_t token, std::string_view result) = 0;
+  // Complete, and `writes` to application tables (idem/tables.h) in the same atomic write, with
+  // the same durability, applied only if the Complete applies (so never by a holder whose lease
+  // was taken over: kLeaseLost, nothing written). kConflict when a conditional write's key is no
+  // longer at the version given: nothing is written, the record stays pending with this token,
+  // and the caller may read again and Complete again. Repeated after a lost reply, it is OK and
+  // applies the writes no second time. kInvalidArgument for a bad table name (1 to 64 letters,
+  // digits, '_', '-', '.'), an empty or oversized key, or a value above max_result_size; and on a
+  // store in PostgreSQL, and in a process that does not own the store directory (this release).
+  // An empty `writes` is the plain Complete.
+  virtual Status Complete(std::string_view key, uint64_t token, std::string_view result,
+                          const WriteSet& writes);
   // Records a failure: kRetryable lets the next Begin acquire again, kTerminal is final.
   // Repeating it with the same token, error and kind is OK.
   virtual Status Fail(std::string_view key, uint64_t token, std::string_view error,
@@ -170,6 +182,15 @@ class IDEM_EXPORT Store {
 
   // Removes a record whatever its state (an operator's tool). kNotFound if there is none.
   virtual Status Forget(std::string_view key) = 0;
+
+  // The value of `key` in application table `table` and its version (absent, version 0, when
+  // never written). Read without a lock: a commit that depends on it names the version in its
+  // WriteSet. Errors as Complete's with writes.
+  virtual Result<TableValue> GetValue(std::string_view table, std::string_view key);
+  // Calls `visit` with each present key of `table` (deleted ones left out) and its value, in key
+  // order, until it returns false; read in pages, like Scan.
+  virtual Status ScanTable(std::string_view table, const ScanOptions& options,
+                           FunctionRef<bool(std::string_view key, const TableValue& value)> visit);
 
   // Calls `visit` with each live record in key order until it returns false. Safe while other
   // threads write; each record is read consistently, but the scan is not one snapshot: it reads

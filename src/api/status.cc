@@ -32,6 +32,8 @@ std::string_view CodeName(Status::Code code) {
       return "Unavailable";
     case Status::Code::kNewerVersion:
       return "NewerVersion";
+    case Status::Code::kConflict:
+      return "Conflict";
   }
   return "Unknown";
 }

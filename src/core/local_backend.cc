@@ -37,6 +37,20 @@ std::string_view PayloadName(engine::TransitionKind kind) {
 // records stays a reasonable frame on the socket.
 constexpr std::size_t kScanPageBytes = 1 << 20;
 
+// An application table's name: what a column family's name and a command-line argument carry
+// without quoting.
+constexpr std::size_t kMaxTableNameSize = 64;
+Status CheckTableName(std::string_view table) {
+  const bool allowed = std::all_of(table.begin(), table.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+  });
+  if (!table.empty() && table.size() <= kMaxTableNameSize && allowed) return Status::OK();
+  return Status::InvalidArgument(fmt::format(
+      "table name {} is not one: it must be 1 to {} letters, digits, '_', '-' or '.'",
+      storage::EscapeKey(table), kMaxTableNameSize));
+}
+
 }  // namespace
 
 void LocalBackend::AtomicCounters::Count(const Claim& claim) {
@@ -186,11 +200,47 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
   counters_.Count(decision.claim);
   return std::move(decision.claim);
 }
+Status LocalBackend::CheckWrites(const TransitionCall& call) const {
+  if (call.request.kind != engine::TransitionKind::kComplete) {
+    return Status::InvalidArgument("table writes are applied only with a Complete");
+  }
+  for (const WriteSet::Write& write : call.writes->writes()) {
+    IDEM_RETURN_IF_ERROR(CheckTableName(write.table));
+    if (write.key.empty()) {
+      return Status::InvalidArgument(
+          fmt::format("a write to table {} has an empty key", write.table));
+    }
+    IDEM_RETURN_IF_ERROR(CheckSize(fmt::format("key of a write to table {}", write.table),
+                                   write.key.size(), options_.max_key_size));
+    if (write.value) {
+      IDEM_RETURN_IF_ERROR(CheckSize(fmt::format("value for table {}", write.table),
+                                     write.value->size(), options_.max_result_size));
+    }
+  }
+  return Status::OK();
+}
+
 Status LocalBackend::Transition(const TransitionCall& call) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
   IDEM_RETURN_IF_ERROR(CheckSize(PayloadName(call.request.kind), call.request.payload.size(),
                                  options_.max_result_size));
+  if (call.writes != nullptr && !call.writes->empty()) {
+    IDEM_RETURN_IF_ERROR(CheckWrites(call));
+    // The writes ride on the record's write: the engine decides, and they apply only with it.
+    engine::TransitionDecision decision;
+    IDEM_RETURN_IF_ERROR(storage_->UpdateWithWrites(
+        call.key,
+        [&](std::optional<Record>& stored, TimePoint now, engine::NextToken) -> const Record* {
+          decision = engine::DecideTransition(std::move(stored), call.request, now);
+          return decision.write ? &*decision.write : nullptr;
+        },
+        *call.writes, call.durability));
+    if (decision.status.code() == Status::Code::kLeaseLost) {
+      counters_.Add<&Counters::lease_lost>(1);
+    }
+    return decision.status;
+  }
   // The usual case, in one step where the storage can; otherwise, or when the transition does
   // not apply, the engine decides on the record read and says why.
   IDEM_ASSIGN_OR_RETURN(const bool applied,
@@ -235,6 +285,30 @@ Status LocalBackend::Forget(std::string_view key, Durability durability) {
     return Status::NotFound(fmt::format("no record for key {}", storage::EscapeKey(key)));
   }
   return Status::OK();
+}
+
+Result<TableValue> LocalBackend::GetValue(std::string_view table, std::string_view key) {
+  IDEM_RETURN_IF_ERROR(CheckTableName(table));
+  IDEM_RETURN_IF_ERROR(CheckKey(key));
+  return storage_->ReadValue(table, key);
+}
+
+Result<TablePage> LocalBackend::ScanTable(std::string_view table, const ScanOptions& options,
+                                          std::size_t limit) {
+  IDEM_RETURN_IF_ERROR(CheckTableName(table));
+  TablePage page;
+  std::size_t bytes = 0;
+  IDEM_RETURN_IF_ERROR(
+      storage_->ScanValues(table, options, [&](std::string_view key, TableValue&& value) {
+        if (page.values.size() >= limit || bytes >= kScanPageBytes) {
+          page.more = true;
+          return false;
+        }
+        bytes += key.size() + value.value->size();
+        page.values.emplace_back(std::string(key), std::move(value));
+        return true;
+      }));
+  return page;
 }
 
 Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limit) {

@@ -33,6 +33,9 @@ class LocalBackend final : public Backend {
   Result<std::optional<Record>> Get(std::string_view key) override;
   Status Forget(std::string_view key, Durability durability) override;
   Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) override;
+  Result<TableValue> GetValue(std::string_view table, std::string_view key) override;
+  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
+                              std::size_t limit) override;
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
   // RocksDB's checkpoint into `destination`, made here (store_directory.h, WriteBackup).
@@ -68,6 +71,8 @@ class LocalBackend final : public Backend {
 
   Status CheckWritable() const;
   Status CheckKey(std::string_view key) const;
+  // kInvalidArgument naming the first bad write of a transition's table writes.
+  Status CheckWrites(const TransitionCall& call) const;
   // kInvalidArgument naming the record when Import may not write it as it is.
   Status CheckImported(const Record& record) const;
   // Begin's decision under the key's lock: whether a pending claim is reserved for its holder (a

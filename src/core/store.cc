@@ -64,6 +64,21 @@ Result<std::vector<ImportOutcome>> Store::Import(std::span<const Record> /*recor
   return Status::InvalidArgument("this Store implementation cannot import records");
 }
 
+Status Store::Complete(std::string_view key, uint64_t token, std::string_view result,
+                       const WriteSet& writes) {
+  if (writes.empty()) return Complete(key, token, result);
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
+Result<TableValue> Store::GetValue(std::string_view /*table*/, std::string_view /*key*/) {
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
+Status Store::ScanTable(std::string_view /*table*/, const ScanOptions& /*options*/,
+                        FunctionRef<bool(std::string_view, const TableValue&)> /*visit*/) {
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
 namespace {
 
 // Whether a core keeps its store in PostgreSQL, which has its own tools to copy and load it.
@@ -103,6 +118,34 @@ class StoreHandle final : public Store {
   Status Complete(std::string_view key, uint64_t token, std::string_view result) override {
     return Transition(
         key, {.kind = engine::TransitionKind::kComplete, .token = token, .payload = result});
+  }
+
+  Status Complete(std::string_view key, uint64_t token, std::string_view result,
+                  const WriteSet& writes) override {
+    return Transition(
+        key, {.kind = engine::TransitionKind::kComplete, .token = token, .payload = result},
+        &writes);
+  }
+
+  Result<TableValue> GetValue(std::string_view table, std::string_view key) override {
+    return core_->Run([&](Backend& backend, bool) { return backend.GetValue(table, key); });
+  }
+
+  Status ScanTable(std::string_view table, const ScanOptions& options,
+                   FunctionRef<bool(std::string_view, const TableValue&)> visit) override {
+    ScanOptions page_options = options;
+    std::string cursor(options.start_after);
+    for (;;) {
+      page_options.start_after = cursor;
+      IDEM_ASSIGN_OR_RETURN(TablePage page, core_->Run([&](Backend& backend, bool) {
+        return backend.ScanTable(table, page_options, kScanPageSize);
+      }));
+      for (const auto& [key, value] : page.values) {
+        if (!visit(key, value)) return Status::OK();
+      }
+      if (!page.more) return Status::OK();
+      if (!page.values.empty()) cursor = page.values.back().first;
+    }
   }
 
   Status Fail(std::string_view key, uint64_t token, std::string_view error, Failure kind) override {
@@ -215,9 +258,11 @@ class StoreHandle final : public Store {
     return Status::OK();
   }
 
-  Status Transition(std::string_view key, const engine::TransitionRequest& request) {
+  Status Transition(std::string_view key, const engine::TransitionRequest& request,
+                    const WriteSet* writes = nullptr) {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    const TransitionCall call{.key = key, .request = request, .durability = options_.durability};
+    const TransitionCall call{
+        .key = key, .request = request, .durability = options_.durability, .writes = writes};
     return core_->Run([&](Backend& backend, bool) { return backend.Transition(call); });
   }
 

@@ -21,6 +21,7 @@
 #include "idem/record.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "idem/tables.h"
 
 namespace idem {
 
@@ -40,6 +41,15 @@ struct TransitionCall {
   std::string_view key;
   engine::TransitionRequest request;
   Durability durability = Durability::kSync;
+  // A Complete's application-table writes (idem/tables.h), applied with it or not at all. Null:
+  // none.
+  const WriteSet* writes = nullptr;
+};
+
+// One page of an application table's scan: its keys with their values, in key order.
+struct TablePage {
+  std::vector<std::pair<std::string, TableValue>> values;
+  bool more = false;  // true: continue after the last key
 };
 
 // One page of a scan.
@@ -63,6 +73,21 @@ class Backend {
   virtual Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) = 0;
   virtual Result<uint64_t> Purge(const PurgeOptions& options) = 0;
   virtual Result<Counters> GetCounters() = 0;
+
+  // Store::GetValue and a page of Store::ScanTable (up to `limit` values, fewer when they are
+  // large). The default: a backend that does not hold the tables itself.
+  virtual Result<TableValue> GetValue(std::string_view table, std::string_view key) {
+    static_cast<void>(table);
+    static_cast<void>(key);
+    return TablesOnlyInTheOwner();
+  }
+  virtual Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
+                                      std::size_t limit) {
+    static_cast<void>(table);
+    static_cast<void>(options);
+    static_cast<void>(limit);
+    return TablesOnlyInTheOwner();
+  }
   // The counters and whose they are (idem/counters.h). The default is a backend that owns
   // nothing (a reader of the files): GetCounters' zeros, not live.
   virtual Result<OwnerCounters> GetOwnerCounters() {
@@ -86,6 +111,15 @@ class Backend {
   // True once this backend can no longer reach the store (the owner it talked to is gone):
   // the caller must fail over to a new backend and resend.
   virtual bool lost() const { return false; }
+
+ protected:
+  // Application tables are read and written, in this release, by the process that owns the
+  // store directory only: other processes get this (docs/semantics.md, "Exactly-once effects").
+  static Status TablesOnlyInTheOwner() {
+    return Status::InvalidArgument(
+        "application tables are read and written only by the process that owns the store "
+        "directory in this release; this process sends its calls to another one");
+  }
 };
 
 }  // namespace idem

@@ -56,6 +56,7 @@ static_assert(IDEM_IO_ERROR == static_cast<int>(Status::Code::kIOError));
 static_assert(IDEM_CORRUPTION == static_cast<int>(Status::Code::kCorruption));
 static_assert(IDEM_UNAVAILABLE == static_cast<int>(Status::Code::kUnavailable));
 static_assert(IDEM_NEWER_VERSION == static_cast<int>(Status::Code::kNewerVersion));
+static_assert(IDEM_CONFLICT == static_cast<int>(Status::Code::kConflict));
 
 namespace {
 
@@ -159,7 +160,7 @@ idem::BeginOptions MakeBeginOptions(const char* type, const char* fingerprint, i
                             .retention = milliseconds(retention_ms)};
 }
 
-constexpr Status::Code kLastCode = Status::Code::kNewerVersion;
+constexpr Status::Code kLastCode = Status::Code::kConflict;
 
 }  // namespace
 

@@ -31,6 +31,7 @@ bool IsRetryable(const Status& status) {
     case Status::Code::kBusy:
     case Status::Code::kLeaseLost:
     case Status::Code::kInProgress:
+    case Status::Code::kConflict:
       return true;
     case Status::Code::kOk:
     case Status::Code::kInvalidArgument:

@@ -119,6 +119,7 @@ Result<Claim> RemoteBackend::Begin(const BeginCall& call, const Holder& /*holder
 }
 
 Status RemoteBackend::Transition(const TransitionCall& call) {
+  if (call.writes != nullptr && !call.writes->empty()) return TablesOnlyInTheOwner();
   return RoundTrip(TransitionMessage{call}).status();
 }
 

@@ -49,10 +49,10 @@ Result<bool> CheckFormatFile(rocksdb::FileSystem& fs, const std::string& db_path
                     "nothing was changed; see docs/operations.md, \"Upgrades and downgrades\")",
                     EscapeControls(db_path), *version, EscapeControls(path), supported));
   }
-  if (*version != supported) {
+  if (*version < 1) {
     return Status::Corruption(
         fmt::format("store {} has format version {} ({}); this library reads "
-                    "version {}",
+                    "versions 1 to {}",
                     EscapeControls(db_path), *version, EscapeControls(path), supported));
   }
   return true;

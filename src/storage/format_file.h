@@ -30,7 +30,7 @@ inline constexpr char kFormatFile[] = "IDEM-FORMAT";
 
 // Reads the format file of the database in `db_path`. Returns false when there is none;
 // kNewerVersion when it names a version above `supported`; kCorruption when it is unreadable
-// as a version, or names a version below 1 or other than `supported` (no release wrote it).
+// as a version, or names version 0 (no release wrote it).
 // Reads only.
 Result<bool> CheckFormatFile(rocksdb::FileSystem& fs, const std::string& db_path,
                              uint32_t supported);

@@ -20,6 +20,8 @@ namespace idem::storage {
 // The records are in RocksDB's default column family; beside them:
 inline constexpr char kByExpiryFamily[] = "by_expiry";
 inline constexpr char kMetaFamily[] = "meta";
+// Each application table (idem/tables.h) is a column family named this and the table's name.
+inline constexpr char kTableFamilyPrefix[] = "app.";
 // Keys of the meta column family.
 inline constexpr char kFormatVersionKey[] = "format_version";
 inline constexpr char kTokenCeilingKey[] = "token_ceiling";

@@ -81,9 +81,22 @@ uint64_t RocksDbStorage::WriteVersion() const { return db_->GetLatestSequenceNum
 
 Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability durability,
                               std::optional<uint64_t> absent_since) {
+  return Commit(key, decide, nullptr, durability, absent_since);
+}
+
+Status RocksDbStorage::UpdateWithWrites(std::string_view key, Decide decide,
+                                        const WriteSet& writes, Durability durability) {
+  return Commit(key, decide, writes.empty() ? nullptr : &writes, durability, std::nullopt);
+}
+
+Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSet* writes,
+                              Durability durability, std::optional<uint64_t> absent_since) {
   const ScopedPerfCountersOff counters_off;
   const std::size_t stripe = StripeIndex(key);
   std::lock_guard lock(stripes_[stripe]);
+  // The table keys' locks come after the record's (the one lock order: see TableLocks).
+  std::optional<TableLocks> table_locks;
+  if (writes != nullptr) table_locks.emplace(*this, *writes);
   LastWrite& last = last_writes_[stripe];
   std::optional<Record> stored;
   // Every write takes a new sequence number, and a write of `key` holds this stripe's lock
@@ -102,6 +115,11 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   // The counter is above every token stored, so `above` needs no check.
   const Record* next = decide(stored, Now(), [this](uint64_t /*above*/) { return NextToken(); });
   if (next == nullptr) return Status::OK();
+  // The writes' versions are checked, and their tables made, once the record is to be written.
+  std::vector<TableWrite> table_writes;
+  if (writes != nullptr) {
+    IDEM_ASSIGN_OR_RETURN(table_writes, PrepareTableWrites(*writes));
+  }
 
   // The record is encoded straight into the stripe's copy of the last write (reusing its
   // buffer), which stops naming a key until the write succeeds. The batch and the index key
@@ -112,6 +130,9 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   thread_local std::string index_key;
   batch.Clear();
   rocksdb::Status s = batch.Put(records_, AsSlice(key), last.value);
+  for (const TableWrite& write : table_writes) {
+    if (s.ok()) s = batch.Put(write.family, AsSlice(write.key), write.encoded);
+  }
   const int64_t expires = ToMicros(next->expires);
   if (!had_record || stored_expires != expires) {
     if (had_record && s.ok()) {

@@ -15,8 +15,10 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +34,7 @@ class Iterator;
 class Status;
 class WriteBatch;
 struct ColumnFamilyDescriptor;
+struct ColumnFamilyOptions;
 struct DBOptions;
 struct WriteOptions;
 }  // namespace rocksdb
@@ -92,6 +95,14 @@ class RocksDbStorage final : public Storage {
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
   Result<ReadResult> Read(std::string_view key) override;
+  // Application tables: a column family each, "app.<name>" (docs/format.md), made by the first
+  // commit that writes to it. Values are read without locks; a commit locks its keys (after
+  // the record's) and checks their versions under the locks.
+  Status UpdateWithWrites(std::string_view key, Decide decide, const WriteSet& writes,
+                          Durability durability) override;
+  Result<TableValue> ReadValue(std::string_view table, std::string_view key) override;
+  Status ScanValues(std::string_view table, const ScanOptions& options,
+                    FunctionRef<bool(std::string_view key, TableValue&& value)> visit) override;
   Result<bool> Remove(std::string_view key, Durability durability) override;
   Status Scan(const ScanOptions& options,
               FunctionRef<bool(Record&& record, TimePoint now)> visit) override;
@@ -112,8 +123,15 @@ class RocksDbStorage final : public Storage {
   // Opening the store and every purge call it.
   Status AdvanceFilterHorizon(TimePoint now);
 
-  // Persisted in the meta column family; never change these values.
-  static constexpr uint32_t kStoreFormatVersion = 1;
+  // Persisted in the meta column family and the format file; never change these values. A store
+  // is made at version 1 and stays there until its first application table is made, which
+  // raises it to 2 (the table column families, docs/format.md): so a release before tables,
+  // which reads only version 1, refuses such a store with kNewerVersion instead of failing on
+  // column families it does not know, and still opens every store without tables.
+  static constexpr uint32_t kFirstFormatVersion = 1;
+  static constexpr uint32_t kTablesFormatVersion = 2;
+  // The newest version this release reads and writes.
+  static constexpr uint32_t kStoreFormatVersion = kTablesFormatVersion;
   // Tokens are reserved in blocks: the ceiling is persisted (fsynced) once per block, and a
   // reopened store starts at the last persisted ceiling (or the time in microseconds, when that
   // is higher), so a token is never handed out twice.
@@ -136,6 +154,32 @@ class RocksDbStorage final : public Storage {
                       const std::vector<rocksdb::ColumnFamilyDescriptor>& families, bool read_only,
                       const InfoLog& info_log);
   Status CheckFormatVersion(bool read_only);
+  // Update, with `writes` (null: none) applied in the record's batch (UpdateWithWrites).
+  Status Commit(std::string_view key, Decide decide, const WriteSet* writes, Durability durability,
+                std::optional<uint64_t> absent_since);
+  // One table write as it goes into a commit's batch.
+  struct TableWrite {
+    rocksdb::ColumnFamilyHandle* family;
+    std::string key;
+    std::string encoded;  // the value with its new version (EncodeTableValue)
+  };
+  // The locks of a commit's table keys (rocksdb_storage_tables.cc).
+  class TableLocks;
+  // Under the keys' locks: kConflict when a conditional write's key is no longer at its
+  // version; otherwise the writes to batch (one per key, the last value given, the version one
+  // above the stored one), their tables made first where new.
+  Result<std::vector<TableWrite>> PrepareTableWrites(const WriteSet& writes);
+  // The column family of `table`; null when it does not exist and `create` is false. Making one
+  // raises the store's format version first (kTablesFormatVersion).
+  Result<rocksdb::ColumnFamilyHandle*> TableFamily(std::string_view table, bool create);
+  Result<TableValue> ReadTableValue(rocksdb::ColumnFamilyHandle* family, std::string_view table,
+                                    std::string_view key);
+  // Raises the store's format version to kTablesFormatVersion: the format file, then the meta
+  // value, both synced. tables_mu_ held.
+  Status RaiseFormatForTablesLocked();
+  // The column families Initialize opens beside the three of the records: those of the tables,
+  // listed from the MANIFEST (none for a new store).
+  std::vector<std::string> ListTableFamilies(const rocksdb::DBOptions& options) const;
   // The clock's time at the precision records keep, so that what a call returns equals what it
   // stored.
   TimePoint Now() const;
@@ -285,6 +329,21 @@ class RocksDbStorage final : public Storage {
   std::mutex horizon_mu_;  // one writer of the horizon at a time
 
   std::mutex purge_mu_;  // one purge at a time
+
+  // The store's format version, read at open; raised when the first table is made.
+  std::atomic<uint32_t> format_version_{kFirstFormatVersion};
+
+  // Application tables, by name, and the options a new table's column family gets. The handles
+  // live as long as the database (destroyed with it). Guarded by tables_mu_ (shared to look up).
+  std::shared_mutex tables_mu_;
+  std::map<std::string, rocksdb::ColumnFamilyHandle*, std::less<>> tables_;
+  std::unique_ptr<rocksdb::ColumnFamilyOptions> table_options_;
+  // A commit's table keys are locked by stripe, like records, in ascending order, after the
+  // record's stripe and while holding wide_commit_mu_ shared. A commit of more keys than
+  // kMostTableLocks takes wide_commit_mu_ alone instead (ThreadSanitizer tracks 64 locks).
+  std::array<std::mutex, kStripes> table_stripes_;
+  std::shared_mutex wide_commit_mu_;
+  static constexpr std::size_t kMostTableLocks = 32;
 
   uint64_t token_block_ = kTokenBlock;  // RocksDbConfig::token_block
   std::atomic<uint64_t> next_token_{1};

@@ -32,7 +32,7 @@ Status RocksDbStorage::Checkpoint(const std::string& destination) {
   // A checkpoint copies RocksDB's files only: the format file goes in too, so that a newer
   // release's backup is refused before anything in it changes (format_file.h).
   rocksdb::FileSystem* const file_system = db_->GetFileSystem();
-  IDEM_RETURN_IF_ERROR(WriteFormatFile(*file_system, destination, kStoreFormatVersion));
+  IDEM_RETURN_IF_ERROR(WriteFormatFile(*file_system, destination, format_version_.load()));
   // RocksDB syncs the files it copies or creates; the names it linked, and the rename, are
   // durable once their directories are synced.
   for (const std::string& directory :

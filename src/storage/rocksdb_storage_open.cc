@@ -214,16 +214,24 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, info_log, "idem: %s", line.c_str());
     Report(fmt::format("store {}: {}", EscapeControls(path_), line));
   }
-  IDEM_RETURN_IF_ERROR(OpenDatabase(
-      db_options,
-      MakeColumnFamilies(*engine, NewExpiredRecordFilterFactory(config.clock, filter_horizon_)),
-      config.read_only, *info_log));
+  std::vector<rocksdb::ColumnFamilyDescriptor> families =
+      MakeColumnFamilies(*engine, NewExpiredRecordFilterFactory(config.clock, filter_horizon_));
+  // The tables' values are read by key, as records are: the records' table options (Bloom
+  // filters, the shared block cache), and a smaller memtable each.
+  table_options_ = std::make_unique<rocksdb::ColumnFamilyOptions>(engine->records);
+  table_options_->memtable_insert_with_hint_prefix_extractor.reset();
+  table_options_->write_buffer_size =
+      std::max<std::size_t>(engine->records.write_buffer_size / 4, 1 << 20);
+  for (std::string& table : ListTableFamilies(db_options)) {
+    families.emplace_back(std::move(table), *table_options_);
+  }
+  IDEM_RETURN_IF_ERROR(OpenDatabase(db_options, families, config.read_only, *info_log));
   IDEM_RETURN_IF_ERROR(CheckFormatVersion(config.read_only));
   if (config.read_only) return Status::OK();
   // A new store, or one made before the format file existed: its version is the meta's, now
   // checked.
   if (!has_format_file) {
-    IDEM_RETURN_IF_ERROR(WriteFormatFile(*file_system, path_, kStoreFormatVersion));
+    IDEM_RETURN_IF_ERROR(WriteFormatFile(*file_system, path_, format_version_.load()));
   }
   const TimePoint now = config.clock->Now();
   IDEM_RETURN_IF_ERROR(ReserveTokens(now));
@@ -289,6 +297,11 @@ Status RocksDbStorage::OpenDatabase(const rocksdb::DBOptions& options,
   records_ = handles_[0];
   by_expiry_ = handles_[1];
   meta_ = handles_[2];
+  // The rest are the tables' (ListTableFamilies), kept by table name.
+  for (std::size_t i = 3; i < handles_.size(); ++i) {
+    tables_.emplace(handles_[i]->GetName().substr(std::strlen(kTableFamilyPrefix)), handles_[i]);
+  }
+  handles_.resize(3);
   return Status::OK();
 }
 
@@ -315,7 +328,7 @@ Status RocksDbStorage::CheckFormatVersion(bool read_only) {
   if (version.ok() && !version->has_value()) {
     if (read_only) return Status::OK();
     std::string encoded;
-    PutFixed32(encoded, kStoreFormatVersion);
+    PutFixed32(encoded, kFirstFormatVersion);
     return FromRocksDb(
         db_->Put(WriteOptionsFor(Durability::kSync), meta_, kFormatVersionKey, encoded),
         fmt::format("writing the format version of {}", path_));
@@ -328,11 +341,12 @@ Status RocksDbStorage::CheckFormatVersion(bool read_only) {
                     "docs/operations.md, \"Upgrades and downgrades\")",
                     path_, found, kStoreFormatVersion));
   }
-  if (found != kStoreFormatVersion) {
+  if (found < kFirstFormatVersion) {
     return Status::Corruption(
-        fmt::format("store {} has format version {}; this library reads version {}", path_, found,
-                    kStoreFormatVersion));
+        fmt::format("store {} has format version {}; this library reads versions {} to {}", path_,
+                    found, kFirstFormatVersion, kStoreFormatVersion));
   }
+  format_version_ = static_cast<uint32_t>(found);
   return Status::OK();
 }
 
@@ -384,6 +398,7 @@ Status RocksDbStorage::AdvanceFilterHorizon(TimePoint now) {
 RocksDbStorage::~RocksDbStorage() {
   if (db_) {
     for (auto* handle : handles_) db_->DestroyColumnFamilyHandle(handle);
+    for (auto& [name, handle] : tables_) db_->DestroyColumnFamilyHandle(handle);
     db_->Close().PermitUncheckedError();
     db_.reset();
   }

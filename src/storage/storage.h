@@ -18,6 +18,7 @@
 #include "idem/record.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "idem/tables.h"
 
 namespace idem::storage {
 
@@ -69,6 +70,36 @@ class Storage {
                         std::optional<uint64_t> absent_since) = 0;
 
   virtual Result<ReadResult> Read(std::string_view key) = 0;
+
+  // Update, and with the record `decide` writes, `writes` to application tables (idem/tables.h)
+  // in the same atomic batch, provided every conditional write's key is still at its version:
+  // otherwise nothing is written and kConflict names the first key that changed. When `decide`
+  // writes nothing, neither are `writes` applied. A key written twice in `writes` gets the last
+  // value; its version rises by one. The default: a storage that keeps no tables.
+  virtual Status UpdateWithWrites(std::string_view key, Decide decide, const WriteSet& writes,
+                                  Durability durability) {
+    static_cast<void>(key);
+    static_cast<void>(decide);
+    static_cast<void>(writes);
+    static_cast<void>(durability);
+    return NoTables();
+  }
+  // The value of `key` in application table `table`; absent, version 0, when the table or the
+  // key was never written.
+  virtual Result<TableValue> ReadValue(std::string_view table, std::string_view key) {
+    static_cast<void>(table);
+    static_cast<void>(key);
+    return NoTables();
+  }
+  // Visits the present values of `table` in key order (deleted keys left out) until `visit`
+  // returns false.
+  virtual Status ScanValues(std::string_view table, const ScanOptions& options,
+                            FunctionRef<bool(std::string_view key, TableValue&& value)> visit) {
+    static_cast<void>(table);
+    static_cast<void>(options);
+    static_cast<void>(visit);
+    return NoTables();
+  }
 
   // Begin's first step, Read's answer. A storage whose every call is a round trip to a server
   // also writes, at once, a claim on a key that has no record at all (a retention-expired one is
@@ -143,6 +174,13 @@ class Storage {
   // import writes its records buffered, then syncs once per batch).
   virtual Status Sync() {
     return Status::InvalidArgument("this storage cannot sync buffered writes on demand");
+  }
+
+ private:
+  static Status NoTables() {
+    return Status::InvalidArgument(
+        "application tables are kept in store directories only: a store in PostgreSQL leaves the "
+        "application's state to the application's own tables");
   }
 };
 

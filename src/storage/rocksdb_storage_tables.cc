@@ -1,0 +1,229 @@
+// Application tables (idem/tables.h) in RocksDB: a column family per table, values with their
+// versions, and the checks and locks of a commit that writes them with a record.
+
+#include <fmt/format.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "storage/format_file.h"
+#include "storage/layout.h"
+#include "storage/record_codec.h"
+#include "storage/rocksdb_status.h"
+#include "storage/rocksdb_storage.h"
+#include "util/escape.h"
+
+namespace idem::storage {
+namespace {
+
+// A value's first byte: whether the key holds a value or was deleted. A delete keeps the key
+// (a tombstone) so that its version goes on rising: a reader that saw the key absent at version
+// v must not find it "unchanged" after a delete and a new write.
+constexpr char kPresent = 1;
+constexpr char kDeleted = 2;
+constexpr std::size_t kTableValueHeader = 1 + 8;  // kind, version (fixed64)
+
+std::string EncodeTableValue(const std::optional<std::string>& value, uint64_t version) {
+  std::string encoded;
+  encoded.reserve(kTableValueHeader + (value ? value->size() : 0));
+  encoded.push_back(value ? kPresent : kDeleted);
+  util::PutFixed64(encoded, version);
+  if (value) encoded += *value;
+  return encoded;
+}
+
+Result<TableValue> DecodeTableValue(std::string_view encoded, std::string_view table,
+                                    std::string_view key) {
+  const bool kind_known = !encoded.empty() && (encoded[0] == kPresent || encoded[0] == kDeleted);
+  if (encoded.size() < kTableValueHeader || !kind_known ||
+      (encoded[0] == kDeleted && encoded.size() != kTableValueHeader)) {
+    return Status::Corruption(fmt::format("the value of {} in table {} cannot be decoded ({} bytes)",
+                                          EscapeKey(key), EscapeControls(table), encoded.size()));
+  }
+  TableValue value;
+  value.version = util::GetFixed64(encoded.data() + 1);
+  if (encoded[0] == kPresent) value.value = std::string(encoded.substr(kTableValueHeader));
+  return value;
+}
+
+std::string FamilyName(std::string_view table) { return fmt::format("{}{}", kTableFamilyPrefix, table); }
+
+std::size_t TableStripe(std::string_view table, std::string_view key, std::size_t stripes) {
+  const std::size_t hash = std::hash<std::string_view>{}(table) * 31 + std::hash<std::string_view>{}(key);
+  return hash % stripes;
+}
+
+}  // namespace
+
+// The locks of one commit's table keys: wide_commit_mu_ shared and each key's stripe in
+// ascending order, or, for a commit of many keys, wide_commit_mu_ alone. Taken after the record's
+// stripe, and nothing takes a record's stripe while holding these: no cycle.
+class RocksDbStorage::TableLocks {
+ public:
+  TableLocks(RocksDbStorage& storage, const WriteSet& writes) : storage_(storage) {
+    for (const WriteSet::Write& write : writes.writes()) {
+      stripes_.push_back(TableStripe(write.table, write.key, kStripes));
+    }
+    std::sort(stripes_.begin(), stripes_.end());
+    stripes_.erase(std::unique(stripes_.begin(), stripes_.end()), stripes_.end());
+    if (stripes_.size() > kMostTableLocks) {
+      stripes_.clear();
+      storage_.wide_commit_mu_.lock();
+      wide_ = true;
+      return;
+    }
+    storage_.wide_commit_mu_.lock_shared();
+    for (std::size_t stripe : stripes_) storage_.table_stripes_[stripe].lock();
+  }
+  ~TableLocks() {
+    for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
+      storage_.table_stripes_[*it].unlock();
+    }
+    if (wide_) {
+      storage_.wide_commit_mu_.unlock();
+    } else {
+      storage_.wide_commit_mu_.unlock_shared();
+    }
+  }
+  TableLocks(const TableLocks&) = delete;
+  TableLocks& operator=(const TableLocks&) = delete;
+
+ private:
+  RocksDbStorage& storage_;
+  std::vector<std::size_t> stripes_;
+  bool wide_ = false;
+};
+
+Result<std::vector<RocksDbStorage::TableWrite>> RocksDbStorage::PrepareTableWrites(
+    const WriteSet& writes) {
+  // Per key, the last value given, and the version every condition on it was checked against.
+  struct Staged {
+    rocksdb::ColumnFamilyHandle* family = nullptr;
+    uint64_t stored_version = 0;
+    const std::optional<std::string>* value = nullptr;
+  };
+  std::map<std::pair<std::string_view, std::string_view>, Staged> staged;
+  for (const WriteSet::Write& write : writes.writes()) {
+    auto [it, first] = staged.try_emplace({write.table, write.key});
+    Staged& entry = it->second;
+    if (first) {
+      IDEM_ASSIGN_OR_RETURN(entry.family, TableFamily(write.table, /*create=*/false));
+      if (entry.family != nullptr) {
+        IDEM_ASSIGN_OR_RETURN(const TableValue stored,
+                              ReadTableValue(entry.family, write.table, write.key));
+        entry.stored_version = stored.version;
+      }
+    }
+    if (write.if_version && *write.if_version != entry.stored_version) {
+      return Status::Conflict(fmt::format(
+          "key {} of table {} is at version {}, not {} as read: another commit changed it; "
+          "nothing was written, and the claim is still held: read again and complete again",
+          EscapeKey(write.key), EscapeControls(write.table), entry.stored_version,
+          *write.if_version));
+    }
+    entry.value = &write.value;
+  }
+  std::vector<TableWrite> batch;
+  batch.reserve(staged.size());
+  for (auto& [name, entry] : staged) {
+    if (entry.family == nullptr) {
+      IDEM_ASSIGN_OR_RETURN(entry.family, TableFamily(name.first, /*create=*/true));
+    }
+    batch.push_back({.family = entry.family,
+                     .key = std::string(name.second),
+                     .encoded = EncodeTableValue(*entry.value, entry.stored_version + 1)});
+  }
+  return batch;
+}
+
+Result<rocksdb::ColumnFamilyHandle*> RocksDbStorage::TableFamily(std::string_view table,
+                                                                 bool create) {
+  {
+    std::shared_lock lock(tables_mu_);
+    if (auto it = tables_.find(table); it != tables_.end()) return it->second;
+  }
+  if (!create) return static_cast<rocksdb::ColumnFamilyHandle*>(nullptr);
+  std::unique_lock lock(tables_mu_);
+  if (auto it = tables_.find(table); it != tables_.end()) return it->second;
+  IDEM_RETURN_IF_ERROR(RaiseFormatForTablesLocked());
+  rocksdb::ColumnFamilyHandle* family = nullptr;
+  IDEM_RETURN_IF_ERROR(FromRocksDb(
+      db_->CreateColumnFamily(*table_options_, FamilyName(table), &family),
+      fmt::format("making table {} in store {}", EscapeControls(table), path_)));
+  tables_.emplace(std::string(table), family);
+  return family;
+}
+
+Status RocksDbStorage::RaiseFormatForTablesLocked() {
+  if (format_version_.load() >= kTablesFormatVersion) return Status::OK();
+  // The file first: a release that reads only version 1 checks it before it opens the database,
+  // and must refuse the store before it meets a table's column family it does not know.
+  IDEM_RETURN_IF_ERROR(WriteFormatFile(*db_->GetFileSystem(), path_, kTablesFormatVersion));
+  std::string encoded;
+  util::PutFixed32(encoded, kTablesFormatVersion);
+  rocksdb::WriteBatch batch;
+  IDEM_RETURN_IF_ERROR(FromRocksDb(batch.Put(meta_, kFormatVersionKey, encoded),
+                                   "raising the format version"));
+  IDEM_RETURN_IF_ERROR(Write(Durability::kSync, &batch, "raising the format version"));
+  format_version_ = kTablesFormatVersion;
+  return Status::OK();
+}
+
+Result<TableValue> RocksDbStorage::ReadTableValue(rocksdb::ColumnFamilyHandle* family,
+                                                  std::string_view table, std::string_view key) {
+  std::string encoded;
+  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), family, AsSlice(key), &encoded);
+  if (s.IsNotFound()) return TableValue{};
+  if (!s.ok()) {
+    return FromRocksDb(s, fmt::format("reading {} of table {}", EscapeKey(key),
+                                      EscapeControls(table)));
+  }
+  return DecodeTableValue(encoded, table, key);
+}
+
+Result<TableValue> RocksDbStorage::ReadValue(std::string_view table, std::string_view key) {
+  IDEM_ASSIGN_OR_RETURN(rocksdb::ColumnFamilyHandle* const family,
+                        TableFamily(table, /*create=*/false));
+  if (family == nullptr) return TableValue{};
+  return ReadTableValue(family, table, key);
+}
+
+Status RocksDbStorage::ScanValues(
+    std::string_view table, const ScanOptions& options,
+    FunctionRef<bool(std::string_view key, TableValue&& value)> visit) {
+  IDEM_ASSIGN_OR_RETURN(rocksdb::ColumnFamilyHandle* const family,
+                        TableFamily(table, /*create=*/false));
+  if (family == nullptr) return Status::OK();
+  rocksdb::ReadOptions read_options;
+  read_options.fill_cache = false;  // as Scan: a scan must not evict what requests use
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, family));
+  const std::string_view start = options.start_after.empty() || options.start_after < options.prefix
+                                     ? options.prefix
+                                     : options.start_after;
+  for (it->Seek(AsSlice(start)); it->Valid(); it->Next()) {
+    const std::string_view key = it->key().ToStringView();
+    if (key.substr(0, options.prefix.size()) != options.prefix) break;
+    if (!options.start_after.empty() && key == options.start_after) continue;
+    IDEM_ASSIGN_OR_RETURN(TableValue value,
+                          DecodeTableValue(it->value().ToStringView(), table, key));
+    if (!value.value) continue;  // deleted
+    if (!visit(key, std::move(value))) return Status::OK();
+  }
+  return FromRocksDb(it->status(), fmt::format("scanning table {}", EscapeControls(table)));
+}
+
+std::vector<std::string> RocksDbStorage::ListTableFamilies(
+    const rocksdb::DBOptions& options) const {
+  std::vector<std::string> families;
+  // A new store has no MANIFEST to list: no tables.
+  if (!rocksdb::DB::ListColumnFamilies(options, path_, &families).ok()) return {};
+  std::erase_if(families, [](const std::string& family) {
+    return !std::string_view(family).starts_with(kTableFamilyPrefix);
+  });
+  return families;
+}
+
+}  // namespace idem::storage

@@ -1,0 +1,323 @@
+// Application tables (idem/tables.h): writes committed with a record's Complete, in one atomic
+// write and behind the same fence; versions and conflicts; tables made on first write, found
+// again at reopen, and the store's format version raised for them.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idem/idem.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using idem::Outcome;
+using idem::Status;
+using idem::TableValue;
+using idem::WriteSet;
+using idem_test::TempDir;
+using idem_test::TestOptions;
+
+// The value of `key` in `table`, or a test failure.
+TableValue ValueOf(idem::Store& store, std::string_view table, std::string_view key) {
+  auto value = store.GetValue(table, key);
+  EXPECT_TRUE(value.ok()) << value.status().ToString();
+  return value.ok() ? *value : TableValue{};
+}
+
+std::string FormatFile(const TempDir& dir) {
+  std::ifstream in(dir.StorePath() + "/db/IDEM-FORMAT");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(Tables, AWriteAppliesWithTheCompleteAndRaisesTheVersion) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  // Never written: absent at version 0, the table too.
+  EXPECT_EQ(ValueOf(*store, "balances", "alice"), TableValue{});
+
+  ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("m1"));
+  WriteSet writes;
+  writes.Put("balances", "alice", "10", /*if_version=*/0);
+  writes.Put("balances", "bob", "5");  // blind
+  writes.Put("log", "m1", "alice+10");
+  ASSERT_OK(store->Complete("m1", claim.token, "ok", writes));
+  EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"10", 1}));
+  EXPECT_EQ(ValueOf(*store, "balances", "bob"), (TableValue{"5", 1}));
+  EXPECT_EQ(ValueOf(*store, "log", "m1"), (TableValue{"alice+10", 1}));
+  ASSERT_OK_AND_ASSIGN(auto record, store->Get("m1"));
+  EXPECT_EQ(record->state, idem::State::kDone);
+
+  // The same Complete again (a lost reply): OK, and nothing applied a second time.
+  ASSERT_OK(store->Complete("m1", claim.token, "ok", writes));
+  EXPECT_EQ(ValueOf(*store, "balances", "alice").version, 1u);
+
+  // A delete keeps the version rising: absent at version 2, then written at 3.
+  ASSERT_OK_AND_ASSIGN(auto second, store->Begin("m2"));
+  WriteSet remove;
+  remove.Delete("balances", "alice", 1);
+  remove.Put("balances", "bob", "6", 1);
+  remove.Put("balances", "bob", "7", 1);  // twice: the last value, one version up
+  ASSERT_OK(store->Complete("m2", second.token, "ok", remove));
+  EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{std::nullopt, 2}));
+  EXPECT_EQ(ValueOf(*store, "balances", "bob"), (TableValue{"7", 2}));
+  ASSERT_OK_AND_ASSIGN(auto third, store->Begin("m3"));
+  WriteSet again;
+  again.Put("balances", "alice", "1", 2);
+  ASSERT_OK(store->Complete("m3", third.token, "ok", again));
+  EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"1", 3}));
+
+  // ScanTable: present keys in order, deleted ones left out; prefix and start_after as Scan's.
+  ASSERT_OK_AND_ASSIGN(auto fourth, store->Begin("m4"));
+  WriteSet more;
+  more.Put("balances", "carol", "3");
+  more.Delete("balances", "bob");
+  ASSERT_OK(store->Complete("m4", fourth.token, "ok", more));
+  std::vector<std::pair<std::string, TableValue>> seen;
+  ASSERT_OK(store->ScanTable("balances", {}, [&](std::string_view key, const TableValue& value) {
+    seen.emplace_back(std::string(key), value);
+    return true;
+  }));
+  EXPECT_EQ(seen, (std::vector<std::pair<std::string, TableValue>>{{"alice", {"1", 3}},
+                                                                   {"carol", {"3", 1}}}));
+  seen.clear();
+  ASSERT_OK(store->ScanTable("balances", {.start_after = "alice"},
+                             [&](std::string_view key, const TableValue& value) {
+                               seen.emplace_back(std::string(key), value);
+                               return true;
+                             }));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].first, "carol");
+  ASSERT_OK(store->ScanTable("never-written", {}, [](std::string_view, const TableValue&) {
+    ADD_FAILURE() << "a table never written has no keys";
+    return true;
+  }));
+}
+
+// A conditional write whose key moved on applies nothing, the record's Complete included: the
+// claim stays pending with its token, and a Complete on fresh reads then succeeds.
+TEST(Tables, AConflictWritesNothingAndLeavesTheClaimToCompleteAgain) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  ASSERT_OK_AND_ASSIGN(auto first, store->Begin("m1"));
+  WriteSet opening;
+  opening.Put("balances", "alice", "10");
+  ASSERT_OK(store->Complete("m1", first.token, "ok", opening));
+
+  ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("m2"));
+  const TableValue read = ValueOf(*store, "balances", "alice");
+  // Another request commits in between.
+  ASSERT_OK_AND_ASSIGN(auto other, store->Begin("m3"));
+  WriteSet others;
+  others.Put("balances", "alice", "15", read.version);
+  ASSERT_OK(store->Complete("m3", other.token, "ok", others));
+
+  WriteSet stale;
+  stale.Put("balances", "alice", "30", read.version);
+  stale.Put("log", "m2", "alice+20");
+  const Status conflict = store->Complete("m2", claim.token, "ok", stale);
+  EXPECT_CODE(conflict, kConflict);
+  EXPECT_NE(conflict.message().find("key alice of table balances is at version 2, not 1"),
+            std::string::npos)
+      << conflict.message();
+  EXPECT_TRUE(idem::IsRetryable(conflict));
+  EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"15", 2}));
+  EXPECT_EQ(ValueOf(*store, "log", "m2"), TableValue{});
+  ASSERT_OK_AND_ASSIGN(auto pending, store->Get("m2"));
+  EXPECT_EQ(pending->state, idem::State::kPending);
+  EXPECT_EQ(pending->token, claim.token);
+
+  const TableValue fresh = ValueOf(*store, "balances", "alice");
+  WriteSet retried;
+  retried.Put("balances", "alice", "35", fresh.version);
+  ASSERT_OK(store->Complete("m2", claim.token, "ok", retried));
+  EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"35", 3}));
+}
+
+// The fence: a holder whose lease was taken over writes nothing, and neither do Fail, nor a
+// Complete on a key with no record.
+TEST(Tables, AStaleHolderWritesNothing) {
+  idem_test::ClockedStore s;
+  ASSERT_NE(s.store, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto stale, s.store->Begin("m1", {.lease = 1s}));
+  s.clock->Advance(2s);
+  ASSERT_OK_AND_ASSIGN(auto successor, s.store->Begin("m1", {.lease = 10s}));
+  ASSERT_EQ(successor.outcome, Outcome::kAcquired);
+  WriteSet writes;
+  writes.Put("balances", "alice", "10");
+  EXPECT_CODE(s.store->Complete("m1", stale.token, "ok", writes), kLeaseLost);
+  EXPECT_EQ(ValueOf(*s.store, "balances", "alice"), TableValue{});
+  EXPECT_CODE(s.store->Complete("absent", successor.token, "ok", writes), kNotFound);
+  EXPECT_EQ(ValueOf(*s.store, "balances", "alice"), TableValue{});
+  // Writes ride only on a Complete; the successor's own Complete applies them.
+  ASSERT_OK(s.store->Complete("m1", successor.token, "ok", writes));
+  EXPECT_EQ(ValueOf(*s.store, "balances", "alice"), (TableValue{"10", 1}));
+}
+
+TEST(Tables, BadTableNamesKeysAndValuesAreRefusedAndNothingIsWritten) {
+  TempDir dir;
+  idem::Options options = TestOptions();
+  options.max_key_size = 16;
+  options.max_result_size = 32;
+  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("m1"));
+  const auto refused = [&](WriteSet writes, std::string_view expected) {
+    writes.Put("balances", "fine", "1");  // a good write beside the bad one: not applied either
+    const Status status = store->Complete("m1", claim.token, "ok", writes);
+    EXPECT_CODE(status, kInvalidArgument);
+    EXPECT_NE(status.message().find(expected), std::string::npos) << status.message();
+  };
+  for (const std::string table : {std::string(), std::string("has space"), std::string("a/b"),
+                                  std::string(65, 't'), std::string("nul\0", 4)}) {
+    WriteSet writes;
+    writes.Put(table, "k", "v");
+    refused(writes, "must be 1 to 64 letters, digits");
+  }
+  WriteSet empty_key;
+  empty_key.Put("balances", "", "v");
+  refused(empty_key, "a write to table balances has an empty key");
+  WriteSet long_key;
+  long_key.Put("balances", std::string(17, 'k'), "v");
+  refused(long_key, "key of a write to table balances is 17 bytes; the limit is 16");
+  WriteSet large;
+  large.Put("balances", "k", std::string(33, 'v'));
+  refused(large, "value for table balances is 33 bytes; the limit is 32");
+  EXPECT_EQ(ValueOf(*store, "balances", "fine"), TableValue{});
+  ASSERT_OK_AND_ASSIGN(auto record, store->Get("m1"));
+  EXPECT_EQ(record->state, idem::State::kPending);
+  EXPECT_CODE(store->GetValue("bad name", "k").status(), kInvalidArgument);
+  EXPECT_CODE(store->GetValue("balances", "").status(), kInvalidArgument);
+  // Binary keys and values are kept as they are.
+  WriteSet binary;
+  binary.Put("balances", std::string("\0\xff", 2), std::string("\0\x01", 2));
+  ASSERT_OK(store->Complete("m1", claim.token, "ok", binary));
+  EXPECT_EQ(ValueOf(*store, "balances", std::string("\0\xff", 2)),
+            (TableValue{std::string("\0\x01", 2), 1}));
+}
+
+// A store is made at format version 1, which releases before tables read; its first table
+// raises it to 2 (the format file and the meta value), and a reopen finds every table again.
+TEST(Tables, TablesSurviveAReopenAndRaiseTheFormatVersion) {
+  TempDir dir;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("m0"));
+    ASSERT_OK(store->Complete("m0", claim.token, "ok"));
+    // Reading a table makes none.
+    EXPECT_EQ(ValueOf(*store, "balances", "alice"), TableValue{});
+  }
+  EXPECT_EQ(FormatFile(dir), "1\n");
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("m1"));
+    WriteSet writes;
+    writes.Put("balances", "alice", "10");
+    writes.Put("inventory", "widget", "3");
+    ASSERT_OK(store->Complete("m1", claim.token, "ok", writes));
+    EXPECT_EQ(FormatFile(dir), "2\n");
+  }
+  for (const bool read_only : {false, true}) {
+    idem::Options options = TestOptions();
+    options.read_only = read_only;
+    IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+    EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"10", 1}));
+    EXPECT_EQ(ValueOf(*store, "inventory", "widget"), (TableValue{"3", 1}));
+  }
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("m2"));
+  WriteSet writes;
+  writes.Put("balances", "alice", "11", 1);
+  ASSERT_OK(store->Complete("m2", claim.token, "ok", writes));
+  EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"11", 2}));
+}
+
+// Threads add to shared balances with conditional writes, each message once: every conflict is
+// retried on fresh reads, and no update is lost.
+TEST(Tables, RacingCommitsOnSharedBalancesLoseNoUpdate) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  constexpr int kThreads = 8;
+  constexpr int kMessages = 100;  // per thread
+  constexpr int kAccounts = 3;
+  std::atomic<int> conflicts{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int m = 0; m < kMessages; ++m) {
+        const std::string message = "t" + std::to_string(t) + "-m" + std::to_string(m);
+        auto claim = store->Begin(message);
+        ASSERT_TRUE(claim.ok()) << claim.status().ToString();
+        for (;;) {
+          // Each message adds 1 to one account and 1 to the total.
+          const std::string account = "acct" + std::to_string((t + m) % kAccounts);
+          const TableValue balance = ValueOf(*store, "balances", account);
+          const TableValue total = ValueOf(*store, "totals", "all");
+          WriteSet writes;
+          writes.Put("balances", account,
+                     std::to_string(std::stoi(balance.value.value_or("0")) + 1), balance.version);
+          writes.Put("totals", "all", std::to_string(std::stoi(total.value.value_or("0")) + 1),
+                     total.version);
+          const Status done = store->Complete(message, claim->token, "ok", writes);
+          if (done.code() == Status::Code::kConflict) {
+            ++conflicts;
+            continue;
+          }
+          ASSERT_TRUE(done.ok()) << done.ToString();
+          break;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  int sum = 0;
+  for (int a = 0; a < kAccounts; ++a) {
+    sum += std::stoi(ValueOf(*store, "balances", "acct" + std::to_string(a)).value.value_or("0"));
+  }
+  EXPECT_EQ(sum, kThreads * kMessages);
+  const TableValue total = ValueOf(*store, "totals", "all");
+  EXPECT_EQ(total.value, std::to_string(kThreads * kMessages));
+  EXPECT_EQ(total.version, static_cast<uint64_t>(kThreads * kMessages));
+  std::cout << conflicts.load() << " conflicts retried\n";
+}
+
+// In this release tables are the owning process's: a process that sends its calls to another
+// process's owner is told so, and nothing is written.
+TEST(Tables, AProcessThatDoesNotOwnTheStoreIsRefused) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(owner, dir.StorePath());
+  ASSERT_OK_AND_ASSIGN(auto claim, owner->Begin("m1"));
+  const pid_t child = fork();
+  if (child == 0) {
+    auto store = idem::Store::Open(dir.StorePath(), TestOptions());
+    if (!store.ok()) _exit(10);
+    WriteSet writes;
+    writes.Put("balances", "alice", "10");
+    const Status status = (*store)->Complete("m1", claim.token, "ok", writes);
+    if (status.code() != Status::Code::kInvalidArgument) _exit(11);
+    if (status.message().find("only by the process that owns the store") == std::string::npos) {
+      _exit(12);
+    }
+    if ((*store)->GetValue("balances", "alice").status().code() !=
+        Status::Code::kInvalidArgument) {
+      _exit(13);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(ValueOf(*owner, "balances", "alice"), TableValue{});
+  ASSERT_OK_AND_ASSIGN(auto record, owner->Get("m1"));
+  EXPECT_EQ(record->state, idem::State::kPending);
+}
+
+}  // namespace
