@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <fstream>
+#include <iostream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -125,7 +127,7 @@ TEST(Tables, AConflictWritesNothingAndLeavesTheClaimToCompleteAgain) {
   stale.Put("log", "m2", "alice+20");
   const Status conflict = store->Complete("m2", claim.token, "ok", stale);
   EXPECT_CODE(conflict, kConflict);
-  EXPECT_NE(conflict.message().find("key alice of table balances is at version 2, not 1"),
+  EXPECT_NE(conflict.message().find("key \"alice\" of table balances is at version 2, not 1"),
             std::string::npos)
       << conflict.message();
   EXPECT_TRUE(idem::IsRetryable(conflict));
@@ -175,8 +177,8 @@ TEST(Tables, BadTableNamesKeysAndValuesAreRefusedAndNothingIsWritten) {
     EXPECT_CODE(status, kInvalidArgument);
     EXPECT_NE(status.message().find(expected), std::string::npos) << status.message();
   };
-  for (const std::string table : {std::string(), std::string("has space"), std::string("a/b"),
-                                  std::string(65, 't'), std::string("nul\0", 4)}) {
+  for (const std::string& table : {std::string(), std::string("has space"), std::string("a/b"),
+                                   std::string(65, 't'), std::string("nul\0", 4)}) {
     WriteSet writes;
     writes.Put(table, "k", "v");
     refused(writes, "must be 1 to 64 letters, digits");
@@ -288,6 +290,147 @@ TEST(Tables, RacingCommitsOnSharedBalancesLoseNoUpdate) {
   std::cout << conflicts.load() << " conflicts retried\n";
 }
 
+// Execute: fn stages its writes through its Attempt; they apply with the Complete, once. A
+// replay runs nothing and writes nothing; an error or an exception from fn writes nothing.
+TEST(Tables, ExecuteAppliesTheStagedWritesOnceWithTheResult) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  const auto add = [&](std::string_view message, int amount) {
+    return store->Execute(message, [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+      IDEM_ASSIGN_OR_RETURN(TableValue balance, attempt.Read("balances", "alice"));
+      const int next = std::stoi(balance.value.value_or("0")) + amount;
+      IDEM_RETURN_IF_ERROR(attempt.Put("balances", "alice", std::to_string(next)));
+      IDEM_RETURN_IF_ERROR(attempt.Put("log", message, std::to_string(amount)));
+      // Read after Put: what this attempt put, at the version it read.
+      IDEM_ASSIGN_OR_RETURN(TableValue staged, attempt.Read("balances", "alice"));
+      if (staged.value != std::to_string(next) || staged.version != balance.version) {
+        return idem::Terminal("a read after a put does not see the put");
+      }
+      return std::to_string(next);
+    });
+  };
+  ASSERT_OK_AND_ASSIGN(auto first, add("m1", 10));
+  EXPECT_EQ(first.result, "10");
+  ASSERT_OK_AND_ASSIGN(auto replay, add("m1", 10));
+  EXPECT_TRUE(replay.replayed);
+  EXPECT_EQ(replay.result, "10");
+  ASSERT_OK_AND_ASSIGN(auto second, add("m2", 5));
+  EXPECT_EQ(second.result, "15");
+  EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"15", 2}));
+  EXPECT_EQ(ValueOf(*store, "log", "m2"), (TableValue{"5", 1}));
+
+  auto failed = store->Execute("m3", [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+    IDEM_RETURN_IF_ERROR(attempt.Put("balances", "alice", "0"));
+    return Status::Unavailable("the downstream system is down");
+  });
+  EXPECT_CODE(failed.status(), kUnavailable);
+  EXPECT_THROW(
+      static_cast<void>(store->Execute("m4",
+                                       [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+                                         static_cast<void>(attempt.Put("balances", "alice", "0"));
+                                         throw std::runtime_error("boom");
+                                       })),
+      std::runtime_error);
+  EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"15", 2}));
+
+  // Outside Execute there is nothing to stage into.
+  idem::Attempt loose;
+  EXPECT_CODE(loose.Read("balances", "alice").status(), kInvalidArgument);
+  EXPECT_CODE(loose.Put("balances", "alice", "1"), kInvalidArgument);
+}
+
+// A conflict runs fn again on fresh reads, in the same claim; past conflict_retries, Execute
+// records a retryable failure and returns kConflict, and the next Execute runs it again.
+TEST(Tables, ExecuteRunsFnAgainOnAConflictAndGivesUpAfterConflictRetries) {
+  TempDir dir;
+  for (const int retries : {8, 0}) {
+    idem::Options options = TestOptions();
+    options.conflict_retries = retries;
+    IDEM_ASSERT_OPEN(store, dir.StorePath() + std::to_string(retries), options);
+    int runs = 0;
+    const std::string message = "m";
+    auto execution =
+        store->Execute(message, [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+          ++runs;
+          IDEM_ASSIGN_OR_RETURN(TableValue balance, attempt.Read("balances", "alice"));
+          if (runs == 1) {
+            // Another request commits to the same balance while this one runs.
+            IDEM_ASSIGN_OR_RETURN(auto other, store->Begin("other"));
+            WriteSet writes;
+            writes.Put("balances", "alice", "100");
+            IDEM_RETURN_IF_ERROR(store->Complete("other", other.token, "ok", writes));
+          }
+          const int next = std::stoi(balance.value.value_or("0")) + 1;
+          IDEM_RETURN_IF_ERROR(attempt.Put("balances", "alice", std::to_string(next)));
+          return std::to_string(next);
+        });
+    if (retries == 0) {
+      EXPECT_CODE(execution.status(), kConflict);
+      EXPECT_NE(execution.status().message().find("fn ran 1 times"), std::string::npos)
+          << execution.status().message();
+      EXPECT_EQ(runs, 1);
+      EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"100", 1}));
+      ASSERT_OK_AND_ASSIGN(auto record, store->Get(message));
+      EXPECT_EQ(record->state, idem::State::kFailed);
+      EXPECT_TRUE(idem::IsRetryable(execution.status()));
+      // The next Execute acquires it again and, unopposed, commits.
+      runs = 1;  // no other request this time
+      ASSERT_OK_AND_ASSIGN(
+          auto again,
+          store->Execute(message, [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+            IDEM_ASSIGN_OR_RETURN(TableValue balance, attempt.Read("balances", "alice"));
+            const int next = std::stoi(balance.value.value_or("0")) + 1;
+            IDEM_RETURN_IF_ERROR(attempt.Put("balances", "alice", std::to_string(next)));
+            return std::to_string(next);
+          }));
+      EXPECT_EQ(again.result, "101");
+    } else {
+      ASSERT_OK(execution.status());
+      EXPECT_EQ(runs, 2);
+      EXPECT_EQ(execution->result, "101");
+      EXPECT_EQ(execution->attempts, 1u);  // the same attempt, run again
+      EXPECT_EQ(ValueOf(*store, "balances", "alice"), (TableValue{"101", 2}));
+    }
+  }
+}
+
+// 8 threads Execute distinct messages that each add 1 to one of 3 shared balances: conflicts
+// are run again, and every message is counted exactly once.
+TEST(Tables, RacingExecutesOnSharedBalancesCountEveryMessageOnce) {
+  TempDir dir;
+  idem::Options options = TestOptions();
+  options.conflict_retries = 1000;  // 8 threads on 3 keys: conflicts are the point here
+  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  constexpr int kThreads = 8;
+  constexpr int kMessages = 50;
+  std::atomic<int> runs{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int m = 0; m < kMessages; ++m) {
+        const std::string account = "acct" + std::to_string((t + m) % 3);
+        auto execution = store->Execute(
+            "t" + std::to_string(t) + "-m" + std::to_string(m),
+            [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+              ++runs;
+              IDEM_ASSIGN_OR_RETURN(TableValue balance, attempt.Read("balances", account));
+              IDEM_RETURN_IF_ERROR(attempt.Put(
+                  "balances", account, std::to_string(std::stoi(balance.value.value_or("0")) + 1)));
+              return std::string("ok");
+            });
+        ASSERT_TRUE(execution.ok()) << execution.status().ToString();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  int sum = 0;
+  for (int a = 0; a < 3; ++a) {
+    sum += std::stoi(ValueOf(*store, "balances", "acct" + std::to_string(a)).value.value_or("0"));
+  }
+  EXPECT_EQ(sum, kThreads * kMessages);
+  std::cout << runs.load() - kThreads * kMessages << " runs again after conflicts\n";
+}
+
 // In this release tables are the owning process's: a process that sends its calls to another
 // process's owner is told so, and nothing is written.
 TEST(Tables, AProcessThatDoesNotOwnTheStoreIsRefused) {
@@ -305,8 +448,7 @@ TEST(Tables, AProcessThatDoesNotOwnTheStoreIsRefused) {
     if (status.message().find("only by the process that owns the store") == std::string::npos) {
       _exit(12);
     }
-    if ((*store)->GetValue("balances", "alice").status().code() !=
-        Status::Code::kInvalidArgument) {
+    if ((*store)->GetValue("balances", "alice").status().code() != Status::Code::kInvalidArgument) {
       _exit(13);
     }
     _exit(0);

@@ -40,11 +40,12 @@ class IDEM_EXPORT Clock {
 // The system clock.
 IDEM_EXPORT std::shared_ptr<const Clock> SystemClock();
 
-// Each Store::Open's handle has its own default_lease, default_retention, durability, read_only
-// and execute_wait. The rest are the store's in this process: a later Open of a store already
-// open here gets the first Open's values, and its log is told which of its own were not applied
-// (docs/semantics.md, "Options of a store opened twice"). When another process owns the store,
-// the owner's size limits, clock, take_over_dead_holders and renewal_grace judge every request.
+// Each Store::Open's handle has its own default_lease, default_retention, durability, read_only,
+// execute_wait and conflict_retries. The rest are the store's in this process: a later Open of a
+// store already open here gets the first Open's values, and its log is told which of its own were
+// not applied (docs/semantics.md, "Options of a store opened twice"). When another process owns the
+// store, the owner's size limits, clock, take_over_dead_holders and renewal_grace judge every
+// request.
 struct Options {
   // How long a Begin's claim stays live when BeginOptions::lease is 0. A pending record whose
   // lease has passed may be taken over by the next Begin. Execute renews the lease while its
@@ -91,6 +92,12 @@ struct Options {
   // How long Execute waits for another owner's in-progress attempt before giving up with
   // kInProgress. Default: 30 s.
   std::chrono::milliseconds execute_wait{std::chrono::seconds(30)};
+
+  // How many times Execute runs fn again, in the same claim, when its application-table writes
+  // conflict with another commit (kConflict: a key it read changed before its Complete), on
+  // fresh reads, with a short jittered pause between runs. After that it records a retryable
+  // failure and returns kConflict. 0: fn runs once. Default: 8.
+  int conflict_retries = 8;
 
   // How often a background thread purges retention-expired records, so that an idle store is
   // cleaned too (RocksDB's periodic compaction does not fire on an idle store). Each run costs

@@ -67,7 +67,8 @@ IDEM_EXPORT std::string_view OutcomeName(Outcome outcome);
 IDEM_EXPORT std::string DisplayStoreName(std::string_view path);
 
 class Store;
-class LeaseStatus;  // internal: what Execute's lease renewal knows of an attempt's lease
+class LeaseStatus;   // internal: what Execute's lease renewal knows of an attempt's lease
+class StagedWrites;  // internal: an attempt's table reads and writes
 
 // Handed to the function that Execute runs: who this attempt is, and a way to save progress.
 struct IDEM_EXPORT Attempt {
@@ -88,9 +89,22 @@ struct IDEM_EXPORT Attempt {
   // the owner's wall clock stepping forward, which ends leases early (docs/semantics.md).
   bool LeaseHeld() const;
 
+  // Application tables (idem/tables.h): fn's local state, committed with this attempt's Complete
+  // or not at all (docs/semantics.md, "Exactly-once effects"). Read returns a key's committed
+  // value and version (or what this attempt put there already) and remembers the version: a
+  // later Put or Delete of that key applies only if the key is still at it. If another commit
+  // changed it meanwhile, Execute runs fn again in the same claim, on fresh reads, up to
+  // Options::conflict_retries times; so fn must not count on running once for anything but its
+  // staged writes. A key put without being read is written blind. A Fail, an error or an
+  // exception from fn applies none of them. kInvalidArgument outside Execute.
+  Result<TableValue> Read(std::string_view table, std::string_view key);
+  Status Put(std::string_view table, std::string_view key, std::string_view value);
+  Status Delete(std::string_view table, std::string_view key);
+
   Store* store = nullptr;
   std::string_view key;
   const LeaseStatus* lease = nullptr;  // set by Execute
+  StagedWrites* staged = nullptr;      // set by Execute
 };
 
 struct Execution {

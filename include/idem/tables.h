@@ -50,8 +50,8 @@ class IDEM_EXPORT WriteSet {
   struct Write {
     std::string table;
     std::string key;
-    std::optional<std::string> value;             // nullopt: delete the key
-    std::optional<uint64_t> if_version;           // nullopt: unconditional
+    std::optional<std::string> value;    // nullopt: delete the key
+    std::optional<uint64_t> if_version;  // nullopt: unconditional
   };
 
   // Sets `key` of `table` to `value`; when `if_version` is given, only if the key is still at

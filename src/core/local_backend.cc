@@ -46,9 +46,9 @@ Status CheckTableName(std::string_view table) {
            c == '-' || c == '.';
   });
   if (!table.empty() && table.size() <= kMaxTableNameSize && allowed) return Status::OK();
-  return Status::InvalidArgument(fmt::format(
-      "table name {} is not one: it must be 1 to {} letters, digits, '_', '-' or '.'",
-      storage::EscapeKey(table), kMaxTableNameSize));
+  return Status::InvalidArgument(
+      fmt::format("table name {} is not one: it must be 1 to {} letters, digits, '_', '-' or '.'",
+                  storage::EscapeKey(table), kMaxTableNameSize));
 }
 
 }  // namespace

@@ -84,8 +84,8 @@ Status RocksDbStorage::Update(std::string_view key, Decide decide, Durability du
   return Commit(key, decide, nullptr, durability, absent_since);
 }
 
-Status RocksDbStorage::UpdateWithWrites(std::string_view key, Decide decide,
-                                        const WriteSet& writes, Durability durability) {
+Status RocksDbStorage::UpdateWithWrites(std::string_view key, Decide decide, const WriteSet& writes,
+                                        Durability durability) {
   return Commit(key, decide, writes.empty() ? nullptr : &writes, durability, std::nullopt);
 }
 

@@ -14,8 +14,8 @@
 #include <chrono>
 #include <functional>
 #include <limits>
-#include <memory>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -163,8 +163,22 @@ class RocksDbStorage final : public Storage {
     std::string key;
     std::string encoded;  // the value with its new version (EncodeTableValue)
   };
-  // The locks of a commit's table keys (rocksdb_storage_tables.cc).
-  class TableLocks;
+  // The locks of one commit's table keys: wide_commit_mu_ shared and each key's stripe in
+  // ascending order, or, for a commit of more than kMostTableLocks keys, wide_commit_mu_ alone.
+  // Taken after the record's stripe, and nothing takes a record's stripe while holding these:
+  // no cycle.
+  class TableLocks {
+   public:
+    TableLocks(RocksDbStorage& storage, const WriteSet& writes);
+    ~TableLocks();
+    TableLocks(const TableLocks&) = delete;
+    TableLocks& operator=(const TableLocks&) = delete;
+
+   private:
+    RocksDbStorage& storage_;
+    std::vector<std::size_t> stripes_;
+    bool wide_ = false;
+  };
   // Under the keys' locks: kConflict when a conditional write's key is no longer at its
   // version; otherwise the writes to batch (one per key, the last value given, the version one
   // above the stored one), their tables made first where new.

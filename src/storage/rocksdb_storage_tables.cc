@@ -40,8 +40,9 @@ Result<TableValue> DecodeTableValue(std::string_view encoded, std::string_view t
   const bool kind_known = !encoded.empty() && (encoded[0] == kPresent || encoded[0] == kDeleted);
   if (encoded.size() < kTableValueHeader || !kind_known ||
       (encoded[0] == kDeleted && encoded.size() != kTableValueHeader)) {
-    return Status::Corruption(fmt::format("the value of {} in table {} cannot be decoded ({} bytes)",
-                                          EscapeKey(key), EscapeControls(table), encoded.size()));
+    return Status::Corruption(
+        fmt::format("the value of {} in table {} cannot be decoded ({} bytes)", EscapeKey(key),
+                    EscapeControls(table), encoded.size()));
   }
   TableValue value;
   value.version = util::GetFixed64(encoded.data() + 1);
@@ -49,53 +50,45 @@ Result<TableValue> DecodeTableValue(std::string_view encoded, std::string_view t
   return value;
 }
 
-std::string FamilyName(std::string_view table) { return fmt::format("{}{}", kTableFamilyPrefix, table); }
+std::string FamilyName(std::string_view table) {
+  return fmt::format("{}{}", kTableFamilyPrefix, table);
+}
 
 std::size_t TableStripe(std::string_view table, std::string_view key, std::size_t stripes) {
-  const std::size_t hash = std::hash<std::string_view>{}(table) * 31 + std::hash<std::string_view>{}(key);
+  const std::size_t hash =
+      std::hash<std::string_view>{}(table)*31 + std::hash<std::string_view>{}(key);
   return hash % stripes;
 }
 
 }  // namespace
 
-// The locks of one commit's table keys: wide_commit_mu_ shared and each key's stripe in
-// ascending order, or, for a commit of many keys, wide_commit_mu_ alone. Taken after the record's
-// stripe, and nothing takes a record's stripe while holding these: no cycle.
-class RocksDbStorage::TableLocks {
- public:
-  TableLocks(RocksDbStorage& storage, const WriteSet& writes) : storage_(storage) {
-    for (const WriteSet::Write& write : writes.writes()) {
-      stripes_.push_back(TableStripe(write.table, write.key, kStripes));
-    }
-    std::sort(stripes_.begin(), stripes_.end());
-    stripes_.erase(std::unique(stripes_.begin(), stripes_.end()), stripes_.end());
-    if (stripes_.size() > kMostTableLocks) {
-      stripes_.clear();
-      storage_.wide_commit_mu_.lock();
-      wide_ = true;
-      return;
-    }
-    storage_.wide_commit_mu_.lock_shared();
-    for (std::size_t stripe : stripes_) storage_.table_stripes_[stripe].lock();
+RocksDbStorage::TableLocks::TableLocks(RocksDbStorage& storage, const WriteSet& writes)
+    : storage_(storage) {
+  for (const WriteSet::Write& write : writes.writes()) {
+    stripes_.push_back(TableStripe(write.table, write.key, kStripes));
   }
-  ~TableLocks() {
-    for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
-      storage_.table_stripes_[*it].unlock();
-    }
-    if (wide_) {
-      storage_.wide_commit_mu_.unlock();
-    } else {
-      storage_.wide_commit_mu_.unlock_shared();
-    }
+  std::sort(stripes_.begin(), stripes_.end());
+  stripes_.erase(std::unique(stripes_.begin(), stripes_.end()), stripes_.end());
+  if (stripes_.size() > kMostTableLocks) {
+    stripes_.clear();
+    storage_.wide_commit_mu_.lock();
+    wide_ = true;
+    return;
   }
-  TableLocks(const TableLocks&) = delete;
-  TableLocks& operator=(const TableLocks&) = delete;
+  storage_.wide_commit_mu_.lock_shared();
+  for (std::size_t stripe : stripes_) storage_.table_stripes_[stripe].lock();
+}
 
- private:
-  RocksDbStorage& storage_;
-  std::vector<std::size_t> stripes_;
-  bool wide_ = false;
-};
+RocksDbStorage::TableLocks::~TableLocks() {
+  for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
+    storage_.table_stripes_[*it].unlock();
+  }
+  if (wide_) {
+    storage_.wide_commit_mu_.unlock();
+  } else {
+    storage_.wide_commit_mu_.unlock_shared();
+  }
+}
 
 Result<std::vector<RocksDbStorage::TableWrite>> RocksDbStorage::PrepareTableWrites(
     const WriteSet& writes) {
@@ -150,9 +143,9 @@ Result<rocksdb::ColumnFamilyHandle*> RocksDbStorage::TableFamily(std::string_vie
   if (auto it = tables_.find(table); it != tables_.end()) return it->second;
   IDEM_RETURN_IF_ERROR(RaiseFormatForTablesLocked());
   rocksdb::ColumnFamilyHandle* family = nullptr;
-  IDEM_RETURN_IF_ERROR(FromRocksDb(
-      db_->CreateColumnFamily(*table_options_, FamilyName(table), &family),
-      fmt::format("making table {} in store {}", EscapeControls(table), path_)));
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(db_->CreateColumnFamily(*table_options_, FamilyName(table), &family),
+                  fmt::format("making table {} in store {}", EscapeControls(table), path_)));
   tables_.emplace(std::string(table), family);
   return family;
 }
@@ -165,8 +158,8 @@ Status RocksDbStorage::RaiseFormatForTablesLocked() {
   std::string encoded;
   util::PutFixed32(encoded, kTablesFormatVersion);
   rocksdb::WriteBatch batch;
-  IDEM_RETURN_IF_ERROR(FromRocksDb(batch.Put(meta_, kFormatVersionKey, encoded),
-                                   "raising the format version"));
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(batch.Put(meta_, kFormatVersionKey, encoded), "raising the format version"));
   IDEM_RETURN_IF_ERROR(Write(Durability::kSync, &batch, "raising the format version"));
   format_version_ = kTablesFormatVersion;
   return Status::OK();
@@ -178,8 +171,8 @@ Result<TableValue> RocksDbStorage::ReadTableValue(rocksdb::ColumnFamilyHandle* f
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), family, AsSlice(key), &encoded);
   if (s.IsNotFound()) return TableValue{};
   if (!s.ok()) {
-    return FromRocksDb(s, fmt::format("reading {} of table {}", EscapeKey(key),
-                                      EscapeControls(table)));
+    return FromRocksDb(
+        s, fmt::format("reading {} of table {}", EscapeKey(key), EscapeControls(table)));
   }
   return DecodeTableValue(encoded, table, key);
 }
