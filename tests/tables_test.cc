@@ -3,6 +3,7 @@
 // again at reopen, and the store's format version raised for them.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -429,6 +431,86 @@ TEST(Tables, RacingExecutesOnSharedBalancesCountEveryMessageOnce) {
   }
   EXPECT_EQ(sum, kThreads * kMessages);
   std::cout << runs.load() - kThreads * kMessages << " runs again after conflicts\n";
+}
+
+// SIGKILL at random moments while a child adds messages to a balance through Execute: after
+// each kill the balance is exactly the sum of the messages whose records are done, each of which
+// is in the log table, every acknowledged one among them; the child then resends from its last
+// acknowledged message (the unacknowledged one included), and nothing is counted twice.
+TEST(Tables, StateAndRecordSurviveSigkillTogether) {
+  TempDir dir;
+  std::mt19937 random(std::random_device{}());
+  int next = 1;  // the first message the next child sends
+  for (int round = 0; round < 6; ++round) {
+    int pipe_fds[2];
+    ASSERT_EQ(pipe(pipe_fds), 0);
+    const pid_t child = fork();
+    if (child == 0) {
+      close(pipe_fds[0]);
+      auto store = idem::Store::Open(dir.StorePath(), TestOptions());
+      if (!store.ok()) _exit(10);
+      for (int m = next;; ++m) {
+        auto execution = (*store)->Execute(
+            "m" + std::to_string(m), [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+              IDEM_ASSIGN_OR_RETURN(TableValue balance, attempt.Read("balances", "alice"));
+              IDEM_RETURN_IF_ERROR(attempt.Put(
+                  "balances", "alice",
+                  std::to_string(std::stoll(balance.value.value_or("0")) + m)));
+              IDEM_RETURN_IF_ERROR(attempt.Put("log", "m" + std::to_string(m), "added"));
+              return std::string("ok");
+            });
+        if (!execution.ok()) _exit(11);
+        if (write(pipe_fds[1], &m, sizeof m) != sizeof m) _exit(12);
+      }
+    }
+    close(pipe_fds[1]);
+    const int acks_before_kill = std::uniform_int_distribution<int>(3, 40)(random);
+    int acked = next - 1;
+    for (int i = 0; i < acks_before_kill; ++i) {
+      int m = 0;
+      ASSERT_EQ(read(pipe_fds[0], &m, sizeof m), static_cast<ssize_t>(sizeof m));
+      acked = m;
+    }
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    close(pipe_fds[0]);
+
+    // Checked in a child too: this process never opens the store, so that each child forks
+    // from a process without a store's threads.
+    const pid_t checker = fork();
+    if (checker == 0) {
+      auto store = idem::Store::Open(dir.StorePath(), TestOptions());
+      if (!store.ok()) _exit(20);
+      long long done_sum = 0;
+      int done_count = 0;
+      int bad = 0;
+      const Status scanned = (*store)->Scan({}, [&](const idem::Record& record) {
+        auto logged = (*store)->GetValue("log", record.key);
+        if (!logged.ok()) bad = 21;
+        if (record.state == idem::State::kDone) {
+          done_sum += std::stoll(record.key.substr(1));
+          ++done_count;
+          if (logged.ok() && *logged != TableValue{"added", 1}) bad = 22;
+        } else if (logged.ok() && *logged != TableValue{}) {
+          bad = 23;  // killed between Begin and Complete, yet a write applied
+        }
+        return true;
+      });
+      if (!scanned.ok()) _exit(24);
+      if (bad != 0) _exit(bad);
+      auto balance = (*store)->GetValue("balances", "alice");
+      if (!balance.ok()) _exit(25);
+      if (std::stoll(balance->value.value_or("0")) != done_sum) _exit(26);
+      if (balance->version != static_cast<uint64_t>(done_count)) _exit(27);
+      if (done_count < acked) _exit(28);  // every acknowledged message, perhaps one more
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(checker, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0) << "round " << round << ", acknowledged up to m" << acked;
+    next = acked + 1;
+  }
 }
 
 // In this release tables are the owning process's: a process that sends its calls to another
