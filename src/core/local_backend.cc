@@ -225,35 +225,27 @@ Status LocalBackend::Transition(const TransitionCall& call) {
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
   IDEM_RETURN_IF_ERROR(CheckSize(PayloadName(call.request.kind), call.request.payload.size(),
                                  options_.max_result_size));
-  if (call.writes != nullptr && !call.writes->empty()) {
+  const bool with_writes = call.writes != nullptr && !call.writes->empty();
+  if (with_writes) {
     IDEM_RETURN_IF_ERROR(CheckWrites(call));
-    // The writes ride on the record's write: the engine decides, and they apply only with it.
-    engine::TransitionDecision decision;
-    IDEM_RETURN_IF_ERROR(storage_->UpdateWithWrites(
-        call.key,
-        [&](std::optional<Record>& stored, TimePoint now, engine::NextToken) -> const Record* {
-          decision = engine::DecideTransition(std::move(stored), call.request, now);
-          return decision.write ? &*decision.write : nullptr;
-        },
-        *call.writes, call.durability));
-    if (decision.status.code() == Status::Code::kLeaseLost) {
-      counters_.Add<&Counters::lease_lost>(1);
-    }
-    return decision.status;
+  } else {
+    // The usual case, in one step where the storage can; otherwise, or when the transition does
+    // not apply, the engine decides on the record read and says why.
+    IDEM_ASSIGN_OR_RETURN(const bool applied,
+                          storage_->TransitionIfCurrent(call.key, call.request, call.durability));
+    if (applied) return Status::OK();
   }
-  // The usual case, in one step where the storage can; otherwise, or when the transition does
-  // not apply, the engine decides on the record read and says why.
-  IDEM_ASSIGN_OR_RETURN(const bool applied,
-                        storage_->TransitionIfCurrent(call.key, call.request, call.durability));
-  if (applied) return Status::OK();
   engine::TransitionDecision decision;
-  IDEM_RETURN_IF_ERROR(storage_->Update(
-      call.key,
-      [&](std::optional<Record>& stored, TimePoint now, engine::NextToken) -> const Record* {
-        decision = engine::DecideTransition(std::move(stored), call.request, now);
-        return decision.write ? &*decision.write : nullptr;
-      },
-      call.durability, /*absent_since=*/std::nullopt));
+  const auto decide = [&](std::optional<Record>& stored, TimePoint now,
+                          engine::NextToken) -> const Record* {
+    decision = engine::DecideTransition(std::move(stored), call.request, now);
+    return decision.write ? &*decision.write : nullptr;
+  };
+  // Table writes ride on the record's write: the engine decides, and they apply only with it.
+  IDEM_RETURN_IF_ERROR(
+      with_writes ? storage_->UpdateWithWrites(call.key, decide, *call.writes, call.durability)
+                  : storage_->Update(call.key, decide, call.durability,
+                                     /*absent_since=*/std::nullopt));
   if (decision.status.code() == Status::Code::kLeaseLost) {
     counters_.Add<&Counters::lease_lost>(1);
   }

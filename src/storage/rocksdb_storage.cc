@@ -224,13 +224,23 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
 Status RocksDbStorage::Scan(const ScanOptions& options,
                             FunctionRef<bool(Record&& record, TimePoint now)> visit) {
   const ScopedPerfCountersOff counters_off;
+  // One time for the whole scan: it reads one snapshot.
+  const TimePoint now = Now();
+  return ScanFamily(records_, options, "scanning records",
+                    [&](std::string_view key, std::string_view value) -> Result<bool> {
+                      IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, value));
+                      return visit(std::move(record), now);
+                    });
+}
+
+Status RocksDbStorage::ScanFamily(
+    rocksdb::ColumnFamilyHandle* family, const ScanOptions& options, std::string_view what,
+    FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit) {
   rocksdb::ReadOptions read_options;
   // A scan (idem dump, Scan) reads every block once: keeping them would evict what the
   // requests use, and would grow the memory a scan needs.
   read_options.fill_cache = false;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, records_));
-  // One time for the whole scan: it reads one snapshot.
-  const TimePoint now = Now();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, family));
   const std::string_view start = options.start_after.empty() || options.start_after < options.prefix
                                      ? options.prefix
                                      : options.start_after;
@@ -238,10 +248,10 @@ Status RocksDbStorage::Scan(const ScanOptions& options,
     const std::string_view key = it->key().ToStringView();
     if (key.substr(0, options.prefix.size()) != options.prefix) break;
     if (!options.start_after.empty() && key == options.start_after) continue;
-    IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, it->value().ToStringView()));
-    if (!visit(std::move(record), now)) return Status::OK();
+    IDEM_ASSIGN_OR_RETURN(const bool go_on, visit(key, it->value().ToStringView()));
+    if (!go_on) return Status::OK();
   }
-  return FromRocksDb(it->status(), "scanning records");
+  return FromRocksDb(it->status(), std::string(what));
 }
 
 Result<uint64_t> RocksDbStorage::Purge(const PurgeOptions& options) {

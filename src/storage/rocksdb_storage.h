@@ -154,6 +154,11 @@ class RocksDbStorage final : public Storage {
                       const std::vector<rocksdb::ColumnFamilyDescriptor>& families, bool read_only,
                       const InfoLog& info_log);
   Status CheckFormatVersion(bool read_only);
+  // Visits the keys of `family` in `options`' range with their values, in key order, until
+  // `visit` returns false or an error; `what` names the scan in an error message.
+  Status ScanFamily(rocksdb::ColumnFamilyHandle* family, const ScanOptions& options,
+                    std::string_view what,
+                    FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit);
   // Update, with `writes` (null: none) applied in the record's batch (UpdateWithWrites).
   Status Commit(std::string_view key, Decide decide, const WriteSet* writes, Durability durability,
                 std::optional<uint64_t> absent_since);

@@ -190,22 +190,13 @@ Status RocksDbStorage::ScanValues(
   IDEM_ASSIGN_OR_RETURN(rocksdb::ColumnFamilyHandle* const family,
                         TableFamily(table, /*create=*/false));
   if (family == nullptr) return Status::OK();
-  rocksdb::ReadOptions read_options;
-  read_options.fill_cache = false;  // as Scan: a scan must not evict what requests use
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, family));
-  const std::string_view start = options.start_after.empty() || options.start_after < options.prefix
-                                     ? options.prefix
-                                     : options.start_after;
-  for (it->Seek(AsSlice(start)); it->Valid(); it->Next()) {
-    const std::string_view key = it->key().ToStringView();
-    if (key.substr(0, options.prefix.size()) != options.prefix) break;
-    if (!options.start_after.empty() && key == options.start_after) continue;
-    IDEM_ASSIGN_OR_RETURN(TableValue value,
-                          DecodeTableValue(it->value().ToStringView(), table, key));
-    if (!value.value) continue;  // deleted
-    if (!visit(key, std::move(value))) return Status::OK();
-  }
-  return FromRocksDb(it->status(), fmt::format("scanning table {}", EscapeControls(table)));
+  return ScanFamily(family, options, fmt::format("scanning table {}", EscapeControls(table)),
+                    [&](std::string_view key, std::string_view encoded) -> Result<bool> {
+                      IDEM_ASSIGN_OR_RETURN(TableValue value,
+                                            DecodeTableValue(encoded, table, key));
+                      if (!value.value) return true;  // deleted
+                      return visit(key, std::move(value));
+                    });
 }
 
 std::vector<std::string> RocksDbStorage::ListTableFamilies(
