@@ -131,10 +131,24 @@ inline std::vector<Seed> MakeSeeds() {
                         .payload = "declined",
                         .failure = idem::Failure::kTerminal};
   add(frames, "request_transition",
-      request_prefix + sharing::EncodeRequest(sharing::TransitionMessage{transition}));
+      request_prefix + sharing::EncodeRequest(sharing::TransitionMessage{transition, {}}));
   transition.request = {.kind = idem::engine::TransitionKind::kExtend, .token = 7, .lease = 5s};
   add(frames, "request_extend",
-      request_prefix + sharing::EncodeRequest(sharing::TransitionMessage{transition}));
+      request_prefix + sharing::EncodeRequest(sharing::TransitionMessage{transition, {}}));
+  idem::WriteSet writes;
+  writes.Put("balances", "alice", "10", 3);
+  writes.Delete("balances", "bob");
+  transition.request = {
+      .kind = idem::engine::TransitionKind::kComplete, .token = 7, .payload = "charged"};
+  transition.writes = &writes;
+  add(frames, "request_complete_with_writes",
+      request_prefix + sharing::EncodeRequest(sharing::TransitionMessage{transition, {}}));
+  transition.writes = nullptr;
+  add(frames, "request_get_value",
+      request_prefix + sharing::EncodeRequest(sharing::GetValueMessage{"balances", "alice"}));
+  add(frames, "request_scan_table",
+      request_prefix + sharing::EncodeRequest(sharing::ScanTableMessage{
+                           "balances", {.prefix = "a", .start_after = ""}, 100}));
   add(frames, "request_get",
       request_prefix + sharing::EncodeRequest(sharing::GetMessage{"order-1"}));
   add(frames, "request_forget",

@@ -87,7 +87,7 @@ TEST(ProtocolOverSocket, EveryRequestRoundTripsWhole) {
   purge.wait = 250ms;
   const std::vector<Request> requests = {
       BeginMessage{SampleBegin()},
-      TransitionMessage{complete},
+      TransitionMessage{complete, {}},
       GetMessage{"k"},
       ForgetMessage{"k", Durability::kSync},
       ScanMessage{ScanOptions{.prefix = "p", .start_after = "p1"}, 100},

@@ -58,6 +58,13 @@ class ControlledBackend final : public idem::Backend {
   Result<idem::ScanPage> Scan(const idem::ScanOptions&, std::size_t) override {
     return idem::ScanPage{};
   }
+  Result<idem::TableValue> GetValue(std::string_view, std::string_view) override {
+    return Status::InvalidArgument("not used");
+  }
+  Result<idem::TablePage> ScanTable(std::string_view, const idem::ScanOptions&,
+                                    std::size_t) override {
+    return Status::InvalidArgument("not used");
+  }
   // Purges 15 records, one every 100 ms: longer than the tests' request deadline. Asked for the
   // total, first counts them for 300 ms: longer than a poll of the tests' clients.
   Result<uint64_t> Purge(const idem::PurgeOptions& options) override {

@@ -453,9 +453,9 @@ TEST(Tables, StateAndRecordSurviveSigkillTogether) {
         auto execution = (*store)->Execute(
             "m" + std::to_string(m), [&](idem::Attempt& attempt) -> idem::Result<std::string> {
               IDEM_ASSIGN_OR_RETURN(TableValue balance, attempt.Read("balances", "alice"));
-              IDEM_RETURN_IF_ERROR(attempt.Put(
-                  "balances", "alice",
-                  std::to_string(std::stoll(balance.value.value_or("0")) + m)));
+              IDEM_RETURN_IF_ERROR(
+                  attempt.Put("balances", "alice",
+                              std::to_string(std::stoll(balance.value.value_or("0")) + m)));
               IDEM_RETURN_IF_ERROR(attempt.Put("log", "m" + std::to_string(m), "added"));
               return std::string("ok");
             });
@@ -513,25 +513,52 @@ TEST(Tables, StateAndRecordSurviveSigkillTogether) {
   }
 }
 
-// In this release tables are the owning process's: a process that sends its calls to another
-// process's owner is told so, and nothing is written.
-TEST(Tables, AProcessThatDoesNotOwnTheStoreIsRefused) {
+// A process that shares the store with its owner reads and writes tables through it: its
+// Complete's writes travel with the Complete, conflicts come back as kConflict, and Execute
+// stages and reruns as in the owner.
+TEST(Tables, AProcessThatDoesNotOwnTheStoreWritesThroughTheOwner) {
   TempDir dir;
   IDEM_ASSERT_OPEN(owner, dir.StorePath());
   ASSERT_OK_AND_ASSIGN(auto claim, owner->Begin("m1"));
+  WriteSet opening;
+  opening.Put("balances", "alice", "10");
+  ASSERT_OK_AND_ASSIGN(auto first, owner->Begin("m0"));
+  ASSERT_OK(owner->Complete("m0", first.token, "ok", opening));
   const pid_t child = fork();
   if (child == 0) {
     auto store = idem::Store::Open(dir.StorePath(), TestOptions());
     if (!store.ok()) _exit(10);
-    WriteSet writes;
-    writes.Put("balances", "alice", "10");
-    const Status status = (*store)->Complete("m1", claim.token, "ok", writes);
-    if (status.code() != Status::Code::kInvalidArgument) _exit(11);
-    if (status.message().find("only by the process that owns the store") == std::string::npos) {
-      _exit(12);
-    }
-    if ((*store)->GetValue("balances", "alice").status().code() != Status::Code::kInvalidArgument) {
+    auto counters = (*store)->GetOwnerCounters();
+    if (!counters.ok() || counters->pid != getppid()) _exit(11);  // a client of the parent
+    auto balance = (*store)->GetValue("balances", "alice");
+    if (!balance.ok() || *balance != TableValue{"10", 1}) _exit(12);
+    WriteSet stale;
+    stale.Put("balances", "alice", "30", 0);
+    if ((*store)->Complete("m1", claim.token, "ok", stale).code() != Status::Code::kConflict) {
       _exit(13);
+    }
+    WriteSet writes;
+    writes.Put("balances", "alice", "30", balance->version);
+    writes.Delete("balances", "nobody");
+    writes.Put("log", std::string("\0m1", 3), std::string("\xff", 1));
+    if (!(*store)->Complete("m1", claim.token, "ok", writes).ok()) _exit(14);
+    auto execution =
+        (*store)->Execute("m2", [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+          IDEM_ASSIGN_OR_RETURN(TableValue now, attempt.Read("balances", "alice"));
+          IDEM_RETURN_IF_ERROR(attempt.Put("balances", "alice",
+                                           std::to_string(std::stoi(now.value.value_or("0")) + 1)));
+          return std::string("ok");
+        });
+    if (!execution.ok()) _exit(15);
+    int seen = 0;
+    const Status scanned =
+        (*store)->ScanTable("balances", {}, [&](std::string_view key, const TableValue& value) {
+          seen += key == "alice" && value == TableValue{"31", 3};
+          return true;
+        });
+    if (!scanned.ok() || seen != 1) _exit(16);
+    if ((*store)->GetValue("bad name", "k").status().code() != Status::Code::kInvalidArgument) {
+      _exit(17);
     }
     _exit(0);
   }
@@ -539,9 +566,12 @@ TEST(Tables, AProcessThatDoesNotOwnTheStoreIsRefused) {
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_EQ(ValueOf(*owner, "balances", "alice"), TableValue{});
+  EXPECT_EQ(ValueOf(*owner, "balances", "alice"), (TableValue{"31", 3}));
+  EXPECT_EQ(ValueOf(*owner, "balances", "nobody"), (TableValue{std::nullopt, 1}));
+  EXPECT_EQ(ValueOf(*owner, "log", std::string("\0m1", 3)),
+            (TableValue{std::string("\xff", 1), 1}));
   ASSERT_OK_AND_ASSIGN(auto record, owner->Get("m1"));
-  EXPECT_EQ(record->state, idem::State::kPending);
+  EXPECT_EQ(record->state, idem::State::kDone);
 }
 
 }  // namespace

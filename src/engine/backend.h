@@ -75,19 +75,10 @@ class Backend {
   virtual Result<Counters> GetCounters() = 0;
 
   // Store::GetValue and a page of Store::ScanTable (up to `limit` values, fewer when they are
-  // large). The default: a backend that does not hold the tables itself.
-  virtual Result<TableValue> GetValue(std::string_view table, std::string_view key) {
-    static_cast<void>(table);
-    static_cast<void>(key);
-    return TablesOnlyInTheOwner();
-  }
+  // large).
+  virtual Result<TableValue> GetValue(std::string_view table, std::string_view key) = 0;
   virtual Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
-                                      std::size_t limit) {
-    static_cast<void>(table);
-    static_cast<void>(options);
-    static_cast<void>(limit);
-    return TablesOnlyInTheOwner();
-  }
+                                      std::size_t limit) = 0;
   // The counters and whose they are (idem/counters.h). The default is a backend that owns
   // nothing (a reader of the files): GetCounters' zeros, not live.
   virtual Result<OwnerCounters> GetOwnerCounters() {
@@ -111,15 +102,6 @@ class Backend {
   // True once this backend can no longer reach the store (the owner it talked to is gone):
   // the caller must fail over to a new backend and resend.
   virtual bool lost() const { return false; }
-
- protected:
-  // Application tables are read and written, in this release, by the process that owns the
-  // store directory only: other processes get this (docs/semantics.md, "Exactly-once effects").
-  static Status TablesOnlyInTheOwner() {
-    return Status::InvalidArgument(
-        "application tables are read and written only by the process that owns the store "
-        "directory in this release; this process sends its calls to another one");
-  }
 };
 
 }  // namespace idem

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <optional>
+#include <span>
 
 namespace idem::sharing {
 namespace {
@@ -46,7 +47,33 @@ TransitionMessage ReadTransition(Reader& r, bool& bad) {
   if (c.request.kind == engine::TransitionKind::kExtend && c.request.lease.count() <= 0) {
     bad = true;
   }
-  return TransitionMessage{c};
+  TransitionMessage message{c, {}};
+  const uint32_t count = r.U32();
+  for (uint32_t i = 0; i < count && !r.failed(); ++i) {
+    const std::string_view table = r.Bytes();
+    const std::string_view key = r.Bytes();
+    const uint8_t has_value = r.U8();
+    const std::string_view value = has_value == 1 ? r.Bytes() : std::string_view();
+    const uint8_t has_if_version = r.U8();
+    const std::optional<uint64_t> if_version =
+        has_if_version == 1 ? std::optional(r.U64()) : std::nullopt;
+    if (has_value > 1 || has_if_version > 1) bad = true;
+    if (has_value == 1) {
+      message.writes.Put(table, key, value, if_version);
+    } else {
+      message.writes.Delete(table, key, if_version);
+    }
+  }
+  return message;
+}
+
+ScanTableMessage ReadScanTable(Reader& r) {
+  ScanTableMessage m;
+  m.table = r.Bytes();
+  m.options.prefix = r.Bytes();
+  m.options.start_after = r.Bytes();
+  m.limit = r.U32();
+  return m;
 }
 
 ForgetMessage ReadForget(Reader& r, bool& bad) {
@@ -106,6 +133,12 @@ std::optional<Request> ReadBody(Op op, Reader& r, bool& bad) {
       return CountersMessage{};
     case Op::kBackup:
       return ReadBackup(r, bad);
+    case Op::kGetValue: {
+      const std::string_view table = r.Bytes();
+      return GetValueMessage{table, r.Bytes()};
+    }
+    case Op::kScanTable:
+      return ReadScanTable(r);
   }
   return std::nullopt;
 }
@@ -138,6 +171,28 @@ std::string EncodeRequest(const Request& request) {
           w.U8(static_cast<uint8_t>(c.request.failure));
           w.Millis(c.request.lease);
           w.U8(static_cast<uint8_t>(c.durability));
+          // The call's writes, or a decoded message's own.
+          const std::span<const WriteSet::Write> writes =
+              c.writes != nullptr ? c.writes->writes() : message.writes.writes();
+          w.U32(static_cast<uint32_t>(writes.size()));
+          for (const WriteSet::Write& write : writes) {
+            w.Bytes(write.table);
+            w.Bytes(write.key);
+            w.U8(write.value ? 1 : 0);
+            if (write.value) w.Bytes(*write.value);
+            w.U8(write.if_version ? 1 : 0);
+            if (write.if_version) w.U64(*write.if_version);
+          }
+        } else if constexpr (std::is_same_v<T, GetValueMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kGetValue));
+          w.Bytes(message.table);
+          w.Bytes(message.key);
+        } else if constexpr (std::is_same_v<T, ScanTableMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kScanTable));
+          w.Bytes(message.table);
+          w.Bytes(message.options.prefix);
+          w.Bytes(message.options.start_after);
+          w.U32(message.limit);
         } else if constexpr (std::is_same_v<T, GetMessage>) {
           w.U8(static_cast<uint8_t>(Op::kGet));
           w.Bytes(message.key);
@@ -227,7 +282,7 @@ Result<std::string_view> DecodeResponse(std::string_view frame, Status& status,
     return std::string_view();
   }
   const uint8_t kind_byte = r.U8();
-  if (r.failed() || code > static_cast<uint8_t>(Status::Code::kNewerVersion) ||
+  if (r.failed() || code > static_cast<uint8_t>(Status::Code::kConflict) ||
       kind_byte > static_cast<uint8_t>(ResponseKind::kGoodbye) || (kind_byte != 0 && code == 0) ||
       (code != 0 && !r.done())) {
     return Status::Unavailable("the store's owner sent a malformed response");
@@ -300,6 +355,59 @@ Result<ScanPage> DecodeScanPage(std::string_view body) {
   for (uint32_t i = 0; i < count && !r.failed(); ++i) page.records.push_back(r.RecordFields());
   const uint8_t more = r.U8();
   if (!r.done() || more > 1) return Status::Unavailable("malformed scan page from owner");
+  page.more = more == 1;
+  return page;
+}
+
+std::string EncodeTableValue(const TableValue& value) {
+  Writer w;
+  w.U8(value.value ? 1 : 0);
+  if (value.value) w.Bytes(*value.value);
+  w.U64(value.version);
+  return std::move(w.buffer());
+}
+
+namespace {
+TableValue ReadTableValue(Reader& r, bool& bad) {
+  TableValue value;
+  const uint8_t present = r.U8();
+  if (present == 1) value.value = std::string(r.Bytes());
+  value.version = r.U64();
+  if (present > 1) bad = true;
+  return value;
+}
+}  // namespace
+
+Result<TableValue> DecodeTableValue(std::string_view body) {
+  Reader r(body);
+  bool bad = false;
+  TableValue value = ReadTableValue(r, bad);
+  if (!r.done() || bad) return Status::Unavailable("malformed table value from owner");
+  return value;
+}
+
+std::string EncodeTablePage(const TablePage& page) {
+  Writer w;
+  w.U32(static_cast<uint32_t>(page.values.size()));
+  for (const auto& [key, value] : page.values) {
+    w.Bytes(key);
+    w.buffer() += EncodeTableValue(value);
+  }
+  w.U8(page.more ? 1 : 0);
+  return std::move(w.buffer());
+}
+
+Result<TablePage> DecodeTablePage(std::string_view body) {
+  Reader r(body);
+  bool bad = false;
+  TablePage page;
+  const uint32_t count = r.U32();
+  for (uint32_t i = 0; i < count && !r.failed(); ++i) {
+    std::string key(r.Bytes());
+    page.values.emplace_back(std::move(key), ReadTableValue(r, bad));
+  }
+  const uint8_t more = r.U8();
+  if (!r.done() || bad || more > 1) return Status::Unavailable("malformed table page from owner");
   page.more = more == 1;
   return page;
 }

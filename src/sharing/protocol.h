@@ -40,7 +40,9 @@ namespace idem::sharing {
 // Version 6: op 8, Backup, a job polled as Purge is.
 // Version 7: a Purge request says whether its client wants the total (PurgeOptions::
 // progress_total), and the job's answers carry it once the owner has counted it.
-inline constexpr uint8_t kProtocolVersion = 7;
+// Version 8: application tables: a Transition carries its table writes; ops 9, GetValue, and 10,
+// ScanTable; status code 13, Conflict.
+inline constexpr uint8_t kProtocolVersion = 8;
 enum class Op : uint8_t {
   kBegin = 1,
   kTransition = 2,
@@ -50,6 +52,8 @@ enum class Op : uint8_t {
   kPurge = 6,
   kCounters = 7,
   kBackup = 8,
+  kGetValue = 9,
+  kScanTable = 10,
 };
 
 // What a response is. Never change these values: they are on the wire.
@@ -63,8 +67,11 @@ enum class ResponseKind : uint8_t {
 struct BeginMessage {
   BeginCall call;
 };
+// call.writes is null in a decoded message: the writes are `writes` (the server points the call
+// at them; a pointer would not survive the message being moved).
 struct TransitionMessage {
   TransitionCall call;
+  WriteSet writes;
 };
 struct GetMessage {
   std::string_view key;
@@ -97,6 +104,15 @@ struct PurgeProgress {
   std::optional<uint64_t> total;
 };
 struct CountersMessage {};
+struct GetValueMessage {
+  std::string_view table;
+  std::string_view key;
+};
+struct ScanTableMessage {
+  std::string_view table;
+  ScanOptions options;
+  uint32_t limit;
+};
 // Starts the backup job `ticket` (one per Store::Backup call) into `destination` (an absolute
 // path, on the owner's file systems) or asks how it is going; answered as a purge poll is, with
 // a PurgeProgress whose count is 0, without a total.
@@ -106,8 +122,9 @@ struct BackupMessage {
   std::string_view destination;
 };
 
-using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
-                             ScanMessage, PurgeMessage, CountersMessage, BackupMessage>;
+using Request =
+    std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage, ScanMessage,
+                 PurgeMessage, CountersMessage, BackupMessage, GetValueMessage, ScanTableMessage>;
 
 std::string EncodeRequest(const Request& request);
 // kInvalidArgument naming the problem for a frame that is not a valid request of this version.
@@ -134,6 +151,10 @@ std::string EncodeOptionalRecord(const std::optional<Record>& record);
 Result<std::optional<Record>> DecodeOptionalRecord(std::string_view body);
 std::string EncodeScanPage(const ScanPage& page);
 Result<ScanPage> DecodeScanPage(std::string_view body);
+std::string EncodeTableValue(const TableValue& value);
+Result<TableValue> DecodeTableValue(std::string_view body);
+std::string EncodeTablePage(const TablePage& page);
+Result<TablePage> DecodeTablePage(std::string_view body);
 // The owner's counters and since when it has owned the store (OwnerCounters::since; live and
 // pid are the client's to fill in).
 std::string EncodeCounters(const OwnerCounters& counters);

@@ -119,8 +119,19 @@ Result<Claim> RemoteBackend::Begin(const BeginCall& call, const Holder& /*holder
 }
 
 Status RemoteBackend::Transition(const TransitionCall& call) {
-  if (call.writes != nullptr && !call.writes->empty()) return TablesOnlyInTheOwner();
-  return RoundTrip(TransitionMessage{call}).status();
+  return RoundTrip(TransitionMessage{call, {}}).status();
+}
+
+Result<TableValue> RemoteBackend::GetValue(std::string_view table, std::string_view key) {
+  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(GetValueMessage{table, key}));
+  return DecodeTableValue(body);
+}
+
+Result<TablePage> RemoteBackend::ScanTable(std::string_view table, const ScanOptions& options,
+                                           std::size_t limit) {
+  IDEM_ASSIGN_OR_RETURN(std::string body,
+                        RoundTrip(ScanTableMessage{table, options, static_cast<uint32_t>(limit)}));
+  return DecodeTablePage(body);
 }
 
 Result<std::optional<Record>> RemoteBackend::Get(std::string_view key) {

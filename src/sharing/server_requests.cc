@@ -155,7 +155,18 @@ std::string Server::Handle(const Request& request, const Holder& peer) {
           return claim.ok() ? EncodeResponse(Status::OK(), EncodeClaim(*claim))
                             : EncodeResponse(claim.status());
         } else if constexpr (std::is_same_v<T, TransitionMessage>) {
-          return EncodeResponse(backend_.Transition(message.call));
+          TransitionCall call = message.call;
+          call.writes = &message.writes;
+          return EncodeResponse(backend_.Transition(call));
+        } else if constexpr (std::is_same_v<T, GetValueMessage>) {
+          Result<TableValue> value = backend_.GetValue(message.table, message.key);
+          return value.ok() ? EncodeResponse(Status::OK(), EncodeTableValue(*value))
+                            : EncodeResponse(value.status());
+        } else if constexpr (std::is_same_v<T, ScanTableMessage>) {
+          Result<TablePage> page = backend_.ScanTable(
+              message.table, message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage));
+          return page.ok() ? EncodeResponse(Status::OK(), EncodeTablePage(*page))
+                           : EncodeResponse(page.status());
         } else if constexpr (std::is_same_v<T, GetMessage>) {
           Result<std::optional<Record>> record = backend_.Get(message.key);
           return record.ok() ? EncodeResponse(Status::OK(), EncodeOptionalRecord(*record))
