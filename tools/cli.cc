@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "commands.h"
 #include "text.h"
@@ -66,7 +67,8 @@ void AddStore(CLI::App* command, std::string& path, std::string& table) {
   command->add_option("PATH", path, "Store directory, or a postgresql:// connection URI")
       ->required();
   command->add_option("--table", table,
-                      "The store's table, for a postgresql:// PATH (default idem_records)");
+                      "The store's table, for a postgresql:// PATH (default idem_records); for "
+                      "dump and get of a store directory, an application table to show");
 }
 
 // The arguments of every subcommand; Parse fills the one given.
@@ -250,10 +252,19 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
 int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::ostream& err,
              const std::shared_ptr<const Clock>& clock) {
   const auto& [dump, get, stats, purge, forget, backup, export_, import] = commands;
+  // With a store directory, --table names an application table for dump and get: their
+  // context has no PostgreSQL table.
+  if (dump->parsed() && !util::IsPostgresUri(args.dump.path)) {
+    args.dump.app_table = std::exchange(args.table, {});
+  }
+  if (get->parsed() && !util::IsPostgresUri(args.get.path)) {
+    args.get.app_table = std::exchange(args.table, {});
+  }
   const auto context = [&](std::string command) {
     return Context{std::move(command), out, err, clock, args.table};
   };
-  // --table names a table of a PostgreSQL store: with a directory it would be ignored.
+  // For the other commands --table names a table of a PostgreSQL store: with a directory it
+  // would be ignored.
   const std::array<std::pair<CLI::App*, const std::string*>, 7> paths = {
       {{dump, &args.dump.path},
        {get, &args.get.path},
@@ -265,7 +276,9 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
   for (const auto& [command, path] : paths) {
     if (command->parsed() && !args.table.empty() && !util::IsPostgresUri(*path)) {
       return context(command->get_name())
-          .Usage("--table applies to a postgresql:// store; PATH is a directory");
+          .Usage(
+              "--table applies to a postgresql:// store, or to dump and get of an application "
+              "table; PATH is a directory");
     }
   }
   try {

@@ -15,6 +15,27 @@ int Get(const Context& ctx, const GetArgs& args) {
   if (!key) return kExitUsage;
   auto store = ctx.OpenStore(path, /*read_only=*/true);
   if (!store.ok()) return ctx.StoreError(path, store.status());
+  if (!args.app_table.empty()) {
+    // `idem get PATH --table NAME KEY`: a key of an application table.
+    auto value = (*store)->GetValue(args.app_table, *key);
+    if (!value.ok()) {
+      if (value.status().code() == Status::Code::kInvalidArgument) {
+        return ctx.Usage(value.status().message());
+      }
+      return ctx.StoreError(path, value.status());
+    }
+    if (!value->value) {
+      return ctx.Fail(kExitNotFound, fmt::format("no value for key '{}' in table {}",
+                                                 DisplayEscape(*key), args.app_table));
+    }
+    if (ResolveFormat(ctx, args.format) == "table") {
+      fmt::print(ctx.out, "key      {}\nversion  {}\nvalue    {}\n", DisplayEscape(*key),
+                 value->version, DisplayEscape(*value->value));
+    } else {
+      fmt::print(ctx.out, "{}\n", TableValueToJson(*key, *value));
+    }
+    return ctx.FinishOutput(kExitOk);
+  }
   auto record = (*store)->Get(*key);
   if (!record.ok()) {
     if (record.status().code() == Status::Code::kInvalidArgument) {

@@ -13,7 +13,8 @@ namespace idem::cli {
 
 struct DumpArgs {
   std::string path;
-  std::string state;  // empty: any
+  std::string app_table;  // --table with a store directory: list this application table
+  std::string state;      // empty: any
   std::string type;
   bool has_type = false;
   std::string prefix;
@@ -23,6 +24,7 @@ struct DumpArgs {
 
 struct GetArgs {
   std::string path;
+  std::string app_table;  // --table with a store directory: a key of this application table
   std::string key;
   bool hex_key = false;
   std::string format;

@@ -132,6 +132,25 @@ void WriteRecordFields(std::ostream& out, const Record& record) {
   out << text_out;
 }
 
+std::string TableValueToJson(std::string_view key, const TableValue& value) {
+  std::string out;
+  JsonWriter json(out);
+  json.BeginObject();
+  json.Key("key");
+  json.String(key);
+  json.Key("value");
+  json.String(value.value.value_or(""));
+  json.Key("version");
+  json.Number(value.version);
+  json.EndObject();
+  return out;
+}
+
+std::string TableValueLine(std::string_view key, const TableValue& value) {
+  return fmt::format("{}  {}  {}", DisplayEscape(key), value.version,
+                     DisplayEscape(value.value.value_or("")));
+}
+
 std::string RecordToJson(const Record& record) {
   std::string out;
   out.reserve(192 + record.key.size() + record.result.size() + record.checkpoint.size());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "idem/record.h"
+#include "idem/tables.h"
 #include "json_writer.h"
 
 namespace idem::cli {
@@ -42,6 +43,12 @@ class RecordTable {
   std::array<std::size_t, kCount> widths_{};
   bool sized_ = false;
 };
+
+// An application table's key and value as one JSON object: {"key", "value", "version"}, the
+// bytes as in records (JsonEscape).
+std::string TableValueToJson(std::string_view key, const TableValue& value);
+// The same as `idem dump --format table` shows it: key, version and value, escaped for display.
+std::string TableValueLine(std::string_view key, const TableValue& value);
 
 // `idem get --format table`: one field a line.
 void WriteRecordFields(std::ostream& out, const Record& record);
