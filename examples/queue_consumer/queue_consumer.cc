@@ -3,11 +3,12 @@
 // idem store path that they share.
 //
 //   queue_consumer run DIR [--consumers N] [--messages M] [--seed S] [--work-ms W]
-//                          [--timeout-s T]
+//                          [--timeout-s T] [--kill-every-ms K]
 //
 // `run` is the broker. It starts N consumer processes (this binary again, `queue_consumer
 // consume ...`; each opens the store DIR/store after its exec) and feeds them M messages
-// ("credit <amount> cents", each with a unique message id) over one socket per consumer. Like
+// ("credit <amount> cents" to one of 8 accounts, each with a unique message id) over one socket
+// per consumer. Like
 // any at-least-once queue it delivers some messages more than once:
 //
 //   - random duplicates: about 10% of messages are delivered twice, usually to two consumers at
@@ -17,17 +18,24 @@
 //   - a consumer crash: consumer c1 kills itself (SIGKILL) right after applying an effect and
 //     before recording it in the store, the worst moment; and when half the messages are acked,
 //     the broker SIGKILLs the consumer with the most unacked deliveries. Their unacked messages
-//     are redelivered to the others, and a new consumer process replaces each dead one.
+//     are redelivered to the others, and a new consumer process replaces each dead one;
+//   - with --kill-every-ms K, a kill storm besides: every K ms or so (between K/2 and 3K/2) the
+//     broker SIGKILLs a consumer picked at random, whatever it is doing, and replaces it.
 //
-// Each consumer handles a delivery with store->Execute(message_id, ...), whose function applies
-// the effect: one line appended (O_APPEND, one write) to DIR/effects.log. Then it acks. A
+// Each consumer handles a delivery with store->Execute(message_id, ...), whose function has two
+// effects. The local one: the account's balance, a row of the store's application table
+// "balances", read and written through the Attempt, so that it commits with the message's record
+// or not at all (and, when two consumers credit one account at once, the later commit conflicts
+// and Execute runs the function again on the fresh balance). The external one: one line appended
+// (O_APPEND, one write) to DIR/effects.log, which no transaction covers. Then it acks. A
 // duplicate finds the record done (a replay) or in progress (Execute waits for the owner), and
 // only acks. A delivery whose earlier attempt died is taken over at once (the store sees that
 // the holder's process is gone); the checkpoint saved before the effect tells the new owner to
 // look in the effects file before applying it again.
 //
 // At the end the broker counts the lines of DIR/effects.log per message id and checks, for
-// every message, exactly one effect line and a done store record holding that line. It prints
+// every message, exactly one effect line and a done store record holding that line, and for
+// every account a balance equal to the sum of its messages, written once per message. It prints
 // deliveries against effects and exits 0 when every message took effect exactly once, 1
 // otherwise (2: usage, 3: setup error).
 
@@ -72,6 +80,8 @@ constexpr std::size_t kWindow = 4;
 // How long the broker waits for an ack before delivering the message again.
 constexpr auto kAckTimeout = 500ms;
 constexpr int kDuplicatePercent = 10;
+// The accounts the messages credit: few, so that consumers credit one account at once often.
+constexpr int kAccounts = 8;
 constexpr int kLostAckPercent = 3;
 // A bound on replacement consumers, so that a consumer that dies at once cannot loop forever.
 constexpr int kMaxReplacements = 8;
@@ -194,20 +204,31 @@ int RunConsumer(const ConsumerConfig& config) {
   int effects_applied = 0;
 
   while (std::optional<std::string> packet = ReceivePacket(config.fd)) {
-    const std::vector<std::string_view> words = SplitWords(*packet, 4);
-    if (words.size() != 4 || words[0] != "D") {
+    const std::vector<std::string_view> words = SplitWords(*packet, 5);
+    if (words.size() != 5 || words[0] != "D") {
       std::fprintf(stderr, "%s: malformed delivery \"%s\"\n", config.name.c_str(), packet->c_str());
       return 1;
     }
     const std::string_view delivery = words[1];
     const std::string message_id(words[2]);
     const std::string_view amount = words[3];
-    const std::string payload = "credit " + std::string(amount);
+    const std::string account(words[4]);
+    const std::string payload = "credit " + std::string(amount) + " to " + account;
 
     std::string_view how = "applied";
+    // The external effect, once appended in this call: a run of the function again after a
+    // conflict on the balance must not append it twice.
+    std::optional<std::string> appended;
     auto execution = store.Execute(
         message_id, {.type = "credit", .fingerprint = idem::Fingerprint(payload)},
         [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+          // The local effect, staged: it commits with this message's record or not at all, so it
+          // needs no reconciliation after a crash.
+          IDEM_ASSIGN_OR_RETURN(idem::TableValue balance, attempt.Read("balances", account));
+          const long credited =
+              std::stol(balance.value.value_or("0")) + std::stol(std::string(amount));
+          IDEM_RETURN_IF_ERROR(attempt.Put("balances", account, std::to_string(credited)));
+          if (appended) return *appended;
           if (!attempt.checkpoint.empty()) {
             // An earlier attempt died after it began applying the effect: it may be in the file.
             if (std::optional<std::string> effect = FindEffect(config.effects_path, message_id)) {
@@ -226,6 +247,7 @@ int RunConsumer(const ConsumerConfig& config) {
             return idem::Status::IOError("cannot append to " + config.effects_path + ": " +
                                          std::strerror(errno));
           }
+          appended = effect;
           if (++effects_applied == config.crash_after_effects) {
             const std::string last_words = "          " + config.name + " (pid " + pid +
                                            "): crashing after applying the effect of " +
@@ -258,6 +280,7 @@ constexpr int kReasons = 5;
 struct Message {
   std::string id;
   long amount = 0;
+  std::string account;
   bool acked = false;
   int deliveries = 0;
 };
@@ -287,6 +310,7 @@ struct BrokerConfig {
   uint32_t seed = 0;
   std::chrono::milliseconds work{2};
   std::chrono::seconds timeout{60};
+  std::chrono::milliseconds kill_every{0};  // 0: no kill storm
 };
 
 class Broker {
@@ -311,8 +335,11 @@ class Broker {
       return 3;
     }
     std::uniform_int_distribution<long> amount(1, 999);
+    // Accounts named for this run, so that a store reused from an earlier run starts them at 0.
+    const std::string run = idem::NewRequestId();
     for (int i = 0; i < config_.messages; ++i) {
-      messages_.push_back({idem::NewRequestId(), amount(random_), false, 0});
+      messages_.push_back({idem::NewRequestId(), amount(random_),
+                           "acct" + std::to_string(i % kAccounts) + "-" + run, false, 0});
       queue_.push_back({static_cast<std::size_t>(i), Reason::kFirst});
     }
     std::printf(
@@ -398,7 +425,7 @@ class Broker {
         Message& message = messages_[next.message];
         const uint64_t delivery = ++deliveries_;
         const std::string packet = "D " + std::to_string(delivery) + " " + message.id + " " +
-                                   std::to_string(message.amount);
+                                   std::to_string(message.amount) + " " + message.account;
         if (!SendPacket(consumer.fd, packet)) {
           queue_.push_front(next);  // the consumer died; its end of stream says so soon
           continue;
@@ -469,7 +496,7 @@ class Broker {
       queue_.push_front({delivery.message, Reason::kCrash});
     }
     consumer.in_flight.clear();
-    if (replacements_ < kMaxReplacements) {
+    if (replacements_ < kMaxReplacements + storm_kills_) {
       ++replacements_;
       Spawn(0);
     }
@@ -507,11 +534,36 @@ class Broker {
     ::kill(victim->pid, SIGKILL);
   }
 
+  // The kill storm's next victim: a live consumer picked at random.
+  void KillRandomConsumer() {
+    std::vector<Consumer*> live;
+    for (Consumer& consumer : consumers_) {
+      if (consumer.fd >= 0) live.push_back(&consumer);
+    }
+    if (live.empty()) return;
+    Consumer& victim = *live[random_() % live.size()];
+    ++storm_kills_;
+    Say("broker: kill storm: killing consumer %s (pid %d), which holds %zu unacked deliveries",
+        victim.name.c_str(), static_cast<int>(victim.pid), victim.in_flight.size());
+    ::kill(victim.pid, SIGKILL);
+  }
+
+  Clock::time_point NextStormKill() {
+    const auto k = config_.kill_every.count();
+    return Clock::now() + std::chrono::milliseconds(
+                              std::uniform_int_distribution<long>(k / 2, k + k / 2)(random_));
+  }
+
   // Runs the queue until every message is acked; false on the time limit.
   bool DeliverAll() {
     const auto give_up_at = Clock::now() + config_.timeout;
     bool killed = false;
+    Clock::time_point storm_kill_at = NextStormKill();
     while (acked_ < config_.messages) {
+      if (config_.kill_every.count() > 0 && Clock::now() >= storm_kill_at) {
+        KillRandomConsumer();
+        storm_kill_at = NextStormKill();
+      }
       if (Clock::now() > give_up_at) {
         Say("broker: FAILED: only %d of %d messages acked after %lld s", acked_, config_.messages,
             static_cast<long long>(config_.timeout.count()));
@@ -658,6 +710,35 @@ class Broker {
     std::printf("credited %ld cents; the messages add up to %ld cents\n", credited_total,
                 expected_total);
     if (credited_total != expected_total) ok = false;
+
+    // The local effect: each account's balance in the store is the sum of its messages, each
+    // written once (a key's version rises by one a write).
+    std::map<std::string, std::pair<long, uint64_t>> accounts;  // account -> sum, messages
+    for (const Message& message : messages_) {
+      auto& [sum, count] = accounts[message.account];
+      sum += message.amount;
+      ++count;
+    }
+    int balances_exact = 0;
+    for (const auto& [account, expected] : accounts) {
+      auto balance = store.GetValue("balances", account);
+      if (balance.ok() && balance->value == std::to_string(expected.first) &&
+          balance->version == expected.second) {
+        ++balances_exact;
+      } else {
+        std::printf(
+            "FAILED: account %s should hold %ld cents from %llu messages; the store has "
+            "%s\n",
+            account.c_str(), expected.first, static_cast<unsigned long long>(expected.second),
+            balance.ok() ? (balance->value.value_or("nothing") + " at version " +
+                            std::to_string(balance->version))
+                               .c_str()
+                         : balance.status().ToString().c_str());
+        ok = false;
+      }
+    }
+    std::printf("accounts whose balance is exactly the sum of their messages %d of %zu\n",
+                balances_exact, accounts.size());
     if (ok && delivered_more_than_once == 0) {
       std::printf("(no message was delivered twice in this run: it proves little)\n");
     }
@@ -676,6 +757,7 @@ class Broker {
   std::deque<Queued> queue_;
   std::vector<Consumer> consumers_;
   uint64_t deliveries_ = 0;
+  int storm_kills_ = 0;  // consumers killed by the kill storm: each may be replaced
   int by_reason_[kReasons] = {};
   std::map<std::string, int> answers_;
   int acked_ = 0;
@@ -691,11 +773,14 @@ int Usage(FILE* out) {
   std::fprintf(
       out,
       "usage: queue_consumer run DIR [--consumers N] [--messages M] [--seed S] [--work-ms W]\n"
-      "                              [--timeout-s T]\n"
+      "                              [--timeout-s T] [--kill-every-ms K]\n"
       "Runs a redelivering message queue and N consumer processes (default 3) that share the\n"
       "idem store DIR/store, over M messages (default 500), and checks that every message took\n"
       "effect exactly once (one line per message in DIR/effects.log). W: milliseconds of work\n"
-      "per message (default 2). T: time limit in seconds (default 60). Exit 0: exactly once;\n"
+      "per message (default 2). T: time limit in seconds (default 60). K: SIGKILL a random\n"
+      "consumer about every K ms and replace it (default 0: only the two planned crashes).\n"
+      "Each message also credits one of 8 accounts in the store's table \"balances\"; every\n"
+      "balance must be the sum of its messages. Exit 0: exactly once;\n"
       "1: not; 2: usage; 3: setup error.\n");
   return out == stdout ? 0 : 2;
 }
@@ -739,23 +824,24 @@ int ConsumeMain(int argc, char** argv) {
 
 int RunMain(int argc, char** argv) {
   if (argc < 3 || std::string_view(argv[2]).starts_with("-")) return Usage(stderr);
-  std::map<std::string, std::string> flags = {{"--consumers", "3"},
-                                              {"--messages", "500"},
-                                              {"--work-ms", "2"},
-                                              {"--timeout-s", "60"},
-                                              {"--seed", std::to_string(std::random_device()())}};
+  std::map<std::string, std::string> flags = {
+      {"--consumers", "3"},     {"--messages", "500"},
+      {"--work-ms", "2"},       {"--timeout-s", "60"},
+      {"--kill-every-ms", "0"}, {"--seed", std::to_string(std::random_device()())}};
   BrokerConfig config;
   config.dir = argv[2];
-  int work_ms = 0, timeout_s = 0;
+  int work_ms = 0, timeout_s = 0, kill_every_ms = 0;
   if (!ParseFlags(argc, argv, 3, flags) || !ParseInt(flags["--consumers"], config.consumers) ||
       !ParseInt(flags["--messages"], config.messages) || !ParseInt(flags["--seed"], config.seed) ||
       !ParseInt(flags["--work-ms"], work_ms) || !ParseInt(flags["--timeout-s"], timeout_s) ||
-      config.consumers < 1 || config.consumers > 32 || config.messages < 1 || work_ms < 0 ||
-      timeout_s < 1) {
+      !ParseInt(flags["--kill-every-ms"], kill_every_ms) || config.consumers < 1 ||
+      config.consumers > 32 || config.messages < 1 || work_ms < 0 || timeout_s < 1 ||
+      kill_every_ms < 0) {
     return Usage(stderr);
   }
   config.work = std::chrono::milliseconds(work_ms);
   config.timeout = std::chrono::seconds(timeout_s);
+  config.kill_every = std::chrono::milliseconds(kill_every_ms);
   return Broker(config).Run();
 }
 
