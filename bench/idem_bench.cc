@@ -22,6 +22,9 @@
 //               against a Store::Scan of everything; then lifecycle on that full store; and the
 //               process's peak RSS, against Options::memory_budget (--memory-budget) and the RSS
 //               right after opening an empty store
+//   effects     lifecycle whose Complete also adds 1 to a balance, read first, in the same atomic
+//               write (idem: an application table; raw RocksDB: a key beside the records); one
+//               balance per thread, so no conflicts: the cost of the table write itself
 //   fsync       the latency of a 4 KiB write + fdatasync in the data directory
 //   pg-purge    (needs --postgres) --pg-purge-records rows in idem's table on PostgreSQL, 1% of
 //               them expired, written by SQL from one record idem wrote (a load through idem's
@@ -159,6 +162,49 @@ Status Lifecycle(const Flags& flags, ResultsFile& results) {
                                 return RunLifecycle(*subject, threads, flags.seconds);
                               }));
         results.Add("lifecycle", system, threads, m);
+      }
+      RemoveDirectory(dir);
+    }
+  }
+  return Status::OK();
+}
+
+class EffectsWorker final : public Worker {
+ public:
+  EffectsWorker(std::unique_ptr<Session> session, int thread)
+      : session_(std::move(session)), account_("acct-" + std::to_string(thread)) {}
+  Status Op() override {
+    const std::string_view key = keys_.Next();
+    IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, session_->Begin(key));
+    if (answer.answer != Answer::kAcquired) {
+      return Status::Failed("a fresh key " + std::string(key) + " was not acquired");
+    }
+    return session_->CompleteAdding(key, answer.token, ResultPayload(), account_);
+  }
+
+ private:
+  std::unique_ptr<Session> session_;
+  const std::string account_;
+  KeyGenerator keys_;
+};
+
+Status Effects(const Flags& flags, ResultsFile& results) {
+  for (const std::string& system : flags.systems) {
+    for (int threads : flags.threads) {
+      const std::string name = "effects-" + system + "-" + std::to_string(threads);
+      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
+      {
+        IDEM_ASSIGN_OR_RETURN(auto subject,
+                              OpenSubject(system, ConfigFor(flags, dir, name, threads)));
+        IDEM_ASSIGN_OR_RETURN(
+            Measurement m,
+            RunClosedLoop(threads, flags.seconds,
+                          [&](int thread) -> Result<std::unique_ptr<Worker>> {
+                            IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
+                            return std::unique_ptr<Worker>(
+                                std::make_unique<EffectsWorker>(std::move(session), thread));
+                          }));
+        results.Add("effects", system, threads, m);
       }
       RemoveDirectory(dir);
     }
@@ -618,7 +664,7 @@ int Main(int argc, char** argv) {
       "idem_bench: idem against raw RocksDB, SQLite and Redis; see bench/README.md.\n"
       "Run it through scripts/bench.sh, which starts Redis and writes docs/benchmarks.md."};
   const std::vector<std::string> workloads = {"lifecycle", "replay", "contention", "client",
-                                              "scale",     "fsync",  "pg-purge"};
+                                              "scale",     "fsync",  "pg-purge",   "effects"};
   app.add_option("--workload", flags.workload, "What to measure")->check(CLI::IsMember(workloads));
   app.add_option("--systems", flags.systems, "Systems, comma-separated (default: all)")
       ->delimiter(',')
@@ -670,6 +716,7 @@ int Main(int argc, char** argv) {
   ResultsFile results(flags.results);
   Status status;
   if (flags.workload == "lifecycle") status = Lifecycle(flags, results);
+  if (flags.workload == "effects") status = Effects(flags, results);
   if (flags.workload == "replay") status = Replay(flags, results);
   if (flags.workload == "contention") status = Contention(flags, results);
   if (flags.workload == "client") status = Client(flags, results);

@@ -2,6 +2,7 @@
 
 #include <hiredis/hiredis.h>
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -40,9 +41,21 @@ class StoreSession final : public Session {
   Status Complete(std::string_view key, uint64_t token, std::string_view result) override {
     return store_.Complete(key, token, result);
   }
+  Status CompleteAdding(std::string_view key, uint64_t token, std::string_view result,
+                        std::string_view account) override {
+    IDEM_ASSIGN_OR_RETURN(TableValue balance, store_.GetValue("balances", account));
+    writes_.Clear();
+    writes_.Put("balances", account, std::to_string(Balance(balance.value) + 1), balance.version);
+    return store_.Complete(key, token, result, writes_);
+  }
 
  private:
+  static long long Balance(const std::optional<std::string>& value) {
+    return value ? std::stoll(*value) : 0;
+  }
+
   Store& store_;
+  WriteSet writes_;
 };
 
 class BorrowedStoreSubject final : public Subject {
@@ -163,6 +176,24 @@ class RocksDbSession final : public Session {
     rocksdb::Status s = subject_.db().Put(subject_.write_options(),
                                           rocksdb::Slice(key.data(), key.size()), scratch_);
     if (!s.ok()) return FromRocks(s, "RocksDB Put");
+    return Status::OK();
+  }
+
+  Status CompleteAdding(std::string_view key, uint64_t /*token*/, std::string_view result,
+                        std::string_view account) override {
+    const storage::ScopedPerfCountersOff counters_off;
+    const std::string balance_key = "balance/" + std::string(account);
+    rocksdb::Status s = subject_.db().Get(
+        rocksdb::ReadOptions(), subject_.db().DefaultColumnFamily(), balance_key, &value_);
+    if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "RocksDB Get");
+    const long long balance = s.ok() ? std::stoll(value_.ToString()) : 0;
+    scratch_.assign(1, kDoneState);
+    scratch_.append(result);
+    rocksdb::WriteBatch batch;
+    s = batch.Put(rocksdb::Slice(key.data(), key.size()), scratch_);
+    if (s.ok()) s = batch.Put(balance_key, std::to_string(balance + 1));
+    if (s.ok()) s = subject_.db().Write(subject_.write_options(), &batch);
+    if (!s.ok()) return FromRocks(s, "RocksDB Write");
     return Status::OK();
   }
 

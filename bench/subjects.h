@@ -49,6 +49,18 @@ class Session {
   virtual ~Session() = default;
   virtual Result<BeginAnswer> Begin(std::string_view key) = 0;
   virtual Status Complete(std::string_view key, uint64_t token, std::string_view result) = 0;
+  // Complete, and in the same atomic write one more: `account`'s balance, read first and written
+  // one higher, as an application adds to a balance (idem: an application table, the write
+  // conditional on the version read; raw RocksDB: a key beside the records). The effects
+  // workload; other systems do not have it.
+  virtual Status CompleteAdding(std::string_view key, uint64_t token, std::string_view result,
+                                std::string_view account) {
+    static_cast<void>(key);
+    static_cast<void>(token);
+    static_cast<void>(result);
+    static_cast<void>(account);
+    return Status::InvalidArgument("this system has no table writes");
+  }
 };
 
 class Subject {

@@ -159,6 +159,7 @@ workload() {
 workload fsync
 if [[ $postgres_only -eq 0 ]]; then
   workload lifecycle
+  workload effects --systems idem-buffered,idem-sync,rocksdb,rocksdb-sync
   workload replay --systems idem-buffered,rocksdb,sqlite-off,redis --replay-keys "$replay_keys"
   workload contention --systems idem-buffered,rocksdb,sqlite-off,redis
   workload client
