@@ -574,4 +574,63 @@ TEST(Tables, AProcessThatDoesNotOwnTheStoreWritesThroughTheOwner) {
   EXPECT_EQ(record->state, idem::State::kDone);
 }
 
+// 8 threads in each of 2 processes (the owner and a process sharing the store through it) add 1
+// to 10 shared balances through Execute, 50 messages a thread: conflicts are run again, across
+// the processes too, and no update is lost.
+TEST(Tables, EightThreadsInEachOfTwoProcessesLoseNoUpdate) {
+  if (idem_test::UnderTsan()) {
+    GTEST_SKIP() << "fork of a multi-threaded process is not supported under TSan";
+  }
+  TempDir dir;
+  constexpr int kThreads = 8;
+  constexpr int kMessages = 50;
+  constexpr int kBalances = 10;
+  const auto add_all = [&](idem::Store& store, const std::string& process) {
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 random(static_cast<unsigned>(t) * 7919u + process.size());
+        for (int m = 0; m < kMessages; ++m) {
+          const std::string balance = "b" + std::to_string(random() % kBalances);
+          auto execution = store.Execute(
+              process + "-t" + std::to_string(t) + "-m" + std::to_string(m),
+              [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+                IDEM_ASSIGN_OR_RETURN(TableValue now, attempt.Read("balances", balance));
+                IDEM_RETURN_IF_ERROR(attempt.Put(
+                    "balances", balance, std::to_string(std::stoi(now.value.value_or("0")) + 1)));
+                return std::string("ok");
+              });
+          if (!execution.ok()) ++failures;
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    return failures.load();
+  };
+  idem::Options options = TestOptions();
+  options.conflict_retries = 1000;  // 16 threads on 10 keys: conflicts are the point here
+  IDEM_ASSERT_OPEN(owner, dir.StorePath(), options);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto store = idem::Store::Open(dir.StorePath(), options);
+    if (!store.ok()) _exit(10);
+    _exit(add_all(**store, "client") == 0 ? 0 : 11);
+  }
+  EXPECT_EQ(add_all(*owner, "owner"), 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  int sum = 0;
+  uint64_t versions = 0;
+  for (int b = 0; b < kBalances; ++b) {
+    const TableValue value = ValueOf(*owner, "balances", "b" + std::to_string(b));
+    sum += std::stoi(value.value.value_or("0"));
+    versions += value.version;
+  }
+  EXPECT_EQ(sum, 2 * kThreads * kMessages);
+  EXPECT_EQ(versions, static_cast<uint64_t>(2 * kThreads * kMessages));  // one write a message
+}
+
 }  // namespace
