@@ -253,6 +253,27 @@ TEST(Backup, TakenByTheCommandWhenNoProcessOwnsTheStore) {
   EXPECT_EQ((*record)->result, "v");
 }
 
+// A store with application tables is copied with them, at its format version (2).
+TEST(Backup, CopiesTheApplicationTables) {
+  TempDir dir;
+  {
+    auto store = OpenStore(dir.StorePath());
+    ASSERT_NE(store, nullptr);
+    auto claim = store->Begin("k");
+    ASSERT_TRUE(claim.ok());
+    idem::WriteSet writes;
+    writes.Put("balances", "alice", "10");
+    ASSERT_TRUE(store->Complete("k", claim->token, "v", writes).ok());
+    ASSERT_TRUE(store->Backup(dir.Sub("copy")).ok());
+  }
+  EXPECT_EQ(ReadFile(dir.Sub("copy/db/IDEM-FORMAT")), "2\n");
+  auto copy = OpenStore(dir.Sub("copy"));
+  ASSERT_NE(copy, nullptr);
+  auto value = copy->GetValue("balances", "alice");
+  ASSERT_TRUE(value.ok()) << value.status().ToString();
+  EXPECT_EQ(*value, (idem::TableValue{"10", 1}));
+}
+
 // On the store's file system the backup's table files are hard links to the store's; on another
 // one (tmpfs under /dev/shm here) they are copies, as private as the store's.
 TEST(Backup, LinksTableFilesOnTheSameFileSystemAndCopiesThemOnAnother) {
