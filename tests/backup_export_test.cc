@@ -480,6 +480,91 @@ TEST_P(ImportInto, ANewStoreThatExportsTheSameBytes) {
   EXPECT_TRUE(takeover->took_over);
 }
 
+// The application tables go with the records: export writes their values (after the records,
+// table by table, versions kept; deleted keys left out), import writes them into the new store,
+// and refuses a key written there already (or leaves it, with --skip-existing) or named twice.
+TEST(ExportImport, ApplicationTablesGoWithTheRecords) {
+  TempDir dir;
+  const std::string source = dir.Sub("source");
+  const std::string binary_key("k\0\xff", 3);
+  const std::string binary_value("\xfe\x01", 2);
+  {
+    auto store = OpenStore(source);
+    ASSERT_NE(store, nullptr);
+    auto first = store->Begin("m1");
+    ASSERT_TRUE(first.ok());
+    idem::WriteSet writes;
+    writes.Put("balances", "alice", "10");
+    writes.Put("balances", "bob", "5");
+    writes.Put("log", binary_key, binary_value);
+    ASSERT_TRUE(store->Complete("m1", first->token, "ok", writes).ok());
+    auto second = store->Begin("m2");
+    ASSERT_TRUE(second.ok());
+    idem::WriteSet more;
+    more.Put("balances", "alice", "11", 1);
+    more.Delete("balances", "bob");
+    ASSERT_TRUE(store->Complete("m2", second->token, "ok", more).ok());
+  }
+  const std::string exported = dir.Sub("export.jsonl");
+  CliResult result = RunCli({"export", source, "--output", exported});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "exported 2 records and 2 table values to " + exported + "\n");
+  EXPECT_NE(
+      ReadFile(exported).find(R"({"table":"balances","key":"alice","value":"11","version":2})"),
+      std::string::npos)
+      << ReadFile(exported);
+
+  const std::string target = dir.Sub("target");
+  result = RunCli({"import", target, exported, "--create"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "imported 2 records; 2 table values\n");
+  {
+    auto store = OpenStore(target);
+    ASSERT_NE(store, nullptr);
+    auto tables = store->ListTables();
+    ASSERT_TRUE(tables.ok()) << tables.status().ToString();
+    EXPECT_EQ(*tables, (std::vector<std::string>{"balances", "log"}));
+    EXPECT_EQ(store->GetValue("balances", "alice").value(), (idem::TableValue{"11", 2}));
+    EXPECT_EQ(store->GetValue("balances", "bob").value(), idem::TableValue{});
+    EXPECT_EQ(store->GetValue("log", binary_key).value(), (idem::TableValue{binary_value, 1}));
+    // A conditional write on the imported version applies, as it would have in the source.
+    auto claim = store->Begin("m3");
+    ASSERT_TRUE(claim.ok());
+    idem::WriteSet next;
+    next.Put("balances", "alice", "12", 2);
+    EXPECT_TRUE(store->Complete("m3", claim->token, "ok", next).ok());
+  }
+  // Again: the values are in the target now.
+  const std::string values_only = dir.Sub("values.jsonl");
+  WriteFile(values_only, R"({"table":"balances","key":"alice","value":"1","version":1})"
+                         "\n");
+  result = RunCli({"import", target, values_only});
+  EXPECT_EQ(result.code, idem::cli::kExitInputRefused) << result.err;
+  EXPECT_NE(result.err.find("line 1: key 'alice' of table balances was written in the store"),
+            std::string::npos)
+      << result.err;
+  result = RunCli({"import", target, values_only, "--skip-existing"});
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out,
+            "imported 0 records; 1 table values left as they were (written in the "
+            "store)\n");
+  for (const auto& [input, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"table":"t","key":"k","value":"v","version":1})"
+            "\n"
+            R"({"table":"t","key":"k","value":"w","version":2})",
+            "line 2: key 'k' of table t is also on line 1"},
+           {R"({"table":"t","key":"k","value":"v"})", "line 1: version: missing"},
+           {R"({"table":"t","key":"k","value":"v","version":0})", "version: must be at least 1"},
+           {R"({"table":"bad name","key":"k","value":"v","version":1})", "table name"},
+           {R"({"table":"t","key":"k","value":"v","version":1,"colour":"red"})",
+            "colour: is not a field of a table value"}}) {
+    WriteFile(values_only, input);
+    result = RunCli({"import", target, values_only});
+    EXPECT_EQ(result.code, idem::cli::kExitInputRefused) << message << "\n" << result.err;
+    EXPECT_NE(result.err.find(message), std::string::npos) << result.err;
+  }
+}
+
 TEST(ExportImport, ImportRefusesABadLineOrAKeyTheStoreHoldsAndWritesNothing) {
   TempDir dir;
   const std::string store = dir.StorePath();

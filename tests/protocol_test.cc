@@ -418,6 +418,14 @@ TEST(Protocol, TableWritesTravelWithTheTransitionAndTablesAreReadByTwoOps) {
   EXPECT_EQ(round->values, page.values);
   EXPECT_TRUE(round->more);
 
+  decoded = DecodeRequest(EncodeRequest(ListTablesMessage{}));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(std::holds_alternative<ListTablesMessage>(*decoded));
+  const std::vector<std::string> names = {"balances", "log"};
+  EXPECT_EQ(EncodeTableNames(names), Bytes("\x02\0\0\0\x08\0\0\0balances\x03\0\0\0log", 23));
+  EXPECT_EQ(DecodeTableNames(EncodeTableNames(names)).value(), names);
+  EXPECT_EQ(DecodeTableNames(Bytes("\x02\0\0\0", 4)).status().code(), Status::Code::kUnavailable);
+
   Status status;
   ResponseKind kind;
   ASSERT_TRUE(DecodeResponse(EncodeResponse(Status::Conflict("changed")), status, kind).ok());

@@ -65,6 +65,9 @@ class ControlledBackend final : public idem::Backend {
                                     std::size_t) override {
     return Status::InvalidArgument("not used");
   }
+  Result<std::vector<std::string>> ListTables() override {
+    return Status::InvalidArgument("not used");
+  }
   // Purges 15 records, one every 100 ms: longer than the tests' request deadline. Asked for the
   // total, first counts them for 300 ms: longer than a poll of the tests' clients.
   Result<uint64_t> Purge(const idem::PurgeOptions& options) override {

@@ -560,6 +560,8 @@ TEST(Tables, AProcessThatDoesNotOwnTheStoreWritesThroughTheOwner) {
     if ((*store)->GetValue("bad name", "k").status().code() != Status::Code::kInvalidArgument) {
       _exit(17);
     }
+    auto tables = (*store)->ListTables();
+    if (!tables.ok() || *tables != std::vector<std::string>{"balances", "log"}) _exit(18);
     _exit(0);
   }
   int status = 0;

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "export_format.h"
 #include "text.h"
 
 namespace idem::cli {
@@ -21,26 +22,47 @@ int Export(const Context& ctx, const ExportArgs& args) {
     file.emplace(ctx, args.output, 0600);
     if (const int opened = file->Open(); opened != kExitOk) return opened;
   }
-  uint64_t exported = 0;
+  uint64_t exported = 0, values = 0;
   std::string line;
-  const Status scanned = (*store)->Scan({}, [&](const Record& record) {
-    line = RecordToExportJson(record);
+  const auto emit = [&]() {
     line += '\n';
-    ++exported;
     if (file) {
       file->Write(line);
       return true;
     }
     ctx.out << line;
     return ctx.out.good();  // the reader went away (| head)
+  };
+  Status scanned = (*store)->Scan({}, [&](const Record& record) {
+    line = RecordToExportJson(record);
+    ++exported;
+    return emit();
   });
+  // Then the application tables' values, table by table, in key order (deleted keys, which keep
+  // only a version, are left out).
+  Result<std::vector<std::string>> tables =
+      scanned.ok() ? (*store)->ListTables() : Result<std::vector<std::string>>(scanned);
+  if (!tables.ok() && tables.status().code() == Status::Code::kInvalidArgument) {
+    tables = std::vector<std::string>();  // a store that keeps none (PostgreSQL)
+  }
+  if (!tables.ok()) scanned = tables.status();
+  for (std::size_t i = 0; scanned.ok() && i < tables->size(); ++i) {
+    const std::string& table = (*tables)[i];
+    scanned = (*store)->ScanTable(table, {}, [&](std::string_view key, const TableValue& value) {
+      line = TableValueToExportJson(table, key, value);
+      ++values;
+      return emit();
+    });
+  }
   if (!scanned.ok()) {
     ctx.out.flush();
     return ctx.StoreError(args.path, scanned);
   }
   if (!file) return ctx.FinishOutput(kExitOk);
   if (const int committed = file->Commit(); committed != kExitOk) return committed;
-  fmt::print(ctx.out, "exported {} records to {}\n", exported, DisplayEscape(args.output));
+  fmt::print(ctx.out, "exported {} records{} to {}\n", exported,
+             values > 0 ? fmt::format(" and {} table values", values) : "",
+             DisplayEscape(args.output));
   return ctx.FinishOutput(kExitOk);
 }
 

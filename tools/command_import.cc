@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <unordered_map>
@@ -127,9 +128,41 @@ int Import(const Context& ctx, const ImportArgs& args) {
   // --skip-existing) a key the store does not hold.
   if (!input.Rewind()) return unreadable();
   std::unordered_map<std::string, uint64_t> first_line;  // key -> the line that names it
+  // Per table, its keys and the line that names each.
+  std::map<std::string, std::unordered_map<std::string, uint64_t>> first_value_line;
   std::string line;
   uint64_t number = 0;
   while (input.Next(line, number)) {
+    Result<std::optional<ExportedTableValue>> value = ParseTableValueLine(line);
+    if (!value.ok()) return refuse(number, value.status().message());
+    if (*value) {
+      const ExportedTableValue& v = **value;
+      if (v.key.size() > limits.max_key_size || v.value.size() > limits.max_result_size) {
+        return refuse(number, fmt::format("key or value of table {} above the store's limits "
+                                          "(max_key_size {}, max_result_size {})",
+                                          v.table, limits.max_key_size, limits.max_result_size));
+      }
+      const auto [seen, added] = first_value_line[v.table].emplace(v.key, number);
+      if (!added) {
+        return refuse(number, fmt::format("key '{}' of table {} is also on line {}",
+                                          DisplayEscape(v.key), v.table, seen->second));
+      }
+      // Read even with --skip-existing: a bad table name or key is refused here, before
+      // anything is written.
+      Result<TableValue> stored = (*store)->GetValue(v.table, v.key);
+      if (!stored.ok()) {
+        if (stored.status().code() == Status::Code::kInvalidArgument) {
+          return refuse(number, stored.status().message());
+        }
+        return ctx.StoreError(path, stored.status());
+      }
+      if (!args.skip_existing && stored->version != 0) {
+        return refuse(number, fmt::format("key '{}' of table {} was written in the store already "
+                                          "(--skip-existing leaves such values as they are)",
+                                          DisplayEscape(v.key), v.table));
+      }
+      continue;
+    }
     Result<Record> record = ParseExportLine(line, now);
     if (!record.ok()) return refuse(number, record.status().message());
     if (Status fits = CheckLimits(*record, limits); !fits.ok()) {
@@ -152,12 +185,29 @@ int Import(const Context& ctx, const ImportArgs& args) {
   }
   if (!input.AtEnd()) return unreadable();
   first_line = {};
+  first_value_line = {};
 
   // Pass 2: the same lines, written in batches.
   if (!input.Rewind()) return unreadable();
-  uint64_t imported = 0, present = 0, expired = 0;
+  uint64_t imported = 0, present = 0, expired = 0, values_imported = 0, values_present = 0;
   std::vector<Record> batch;
   std::size_t batch_bytes = 0;
+  // Table values, batched per table the same way.
+  std::map<std::string, std::vector<std::pair<std::string, TableValue>>> value_batches;
+  std::size_t values_batched = 0;
+  const auto write_values = [&]() -> Status {
+    for (auto& [table, values] : value_batches) {
+      IDEM_ASSIGN_OR_RETURN(std::vector<ImportOutcome> outcomes,
+                            (*store)->ImportValues(table, values));
+      for (const ImportOutcome outcome : outcomes) {
+        values_imported += outcome == ImportOutcome::kImported ? 1 : 0;
+        values_present += outcome == ImportOutcome::kPresent ? 1 : 0;
+      }
+    }
+    value_batches.clear();
+    values_batched = 0;
+    return Status::OK();
+  };
   const auto write = [&]() -> Status {
     IDEM_ASSIGN_OR_RETURN(std::vector<ImportOutcome> outcomes, (*store)->Import(batch));
     for (const ImportOutcome outcome : outcomes) {
@@ -177,6 +227,17 @@ int Import(const Context& ctx, const ImportArgs& args) {
                                 input.Shown(), at, imported));
   };
   while (input.Next(line, number)) {
+    Result<std::optional<ExportedTableValue>> value = ParseTableValueLine(line);
+    if (!value.ok()) return changed(number);
+    if (*value) {
+      ExportedTableValue& v = **value;
+      value_batches[v.table].emplace_back(std::move(v.key),
+                                          TableValue{std::move(v.value), v.version});
+      if (++values_batched >= kBatchRecords) {
+        if (Status written = write_values(); !written.ok()) return ctx.StoreError(path, written);
+      }
+      continue;
+    }
     Result<Record> record = ParseExportLine(line, now);
     if (!record.ok()) return changed(number);
     batch_bytes += line.size();
@@ -189,10 +250,18 @@ int Import(const Context& ctx, const ImportArgs& args) {
   if (!batch.empty()) {
     if (Status written = write(); !written.ok()) return ctx.StoreError(path, written);
   }
+  if (values_batched > 0) {
+    if (Status written = write_values(); !written.ok()) return ctx.StoreError(path, written);
+  }
   store->reset();
   std::string summary = fmt::format("imported {} records", imported);
   if (present > 0) summary += fmt::format("; {} left as they were (key in the store)", present);
   if (expired > 0) summary += fmt::format("; {} not imported (retention passed)", expired);
+  if (values_imported > 0) summary += fmt::format("; {} table values", values_imported);
+  if (values_present > 0) {
+    summary +=
+        fmt::format("; {} table values left as they were (written in the store)", values_present);
+  }
   fmt::print(ctx.out, "{}\n", summary);
   return ctx.FinishOutput(kExitOk);
 }

@@ -145,6 +145,58 @@ std::string RecordToExportJson(const Record& record) {
   return out;
 }
 
+std::string TableValueToExportJson(std::string_view table, std::string_view key,
+                                   const TableValue& value) {
+  std::string out;
+  JsonWriter json(out);
+  json.BeginObject();
+  json.Key("table");
+  json.String(table);  // a table name is ASCII
+  json.Key("key");
+  WriteBytes(json, key);
+  json.Key("value");
+  WriteBytes(json, value.value.value_or(""));
+  json.Key("version");
+  json.Number(value.version);
+  json.EndObject();
+  return out;
+}
+
+Result<std::optional<ExportedTableValue>> ParseTableValueLine(std::string_view line) {
+  Json object;
+  try {
+    object = Json::parse(line);
+  } catch (const Json::exception&) {
+    return std::optional<ExportedTableValue>();  // ParseExportLine says what is wrong
+  }
+  if (!object.is_object() || !object.contains("table")) return std::optional<ExportedTableValue>();
+  ExportedTableValue parsed;
+  bool has_key = false, has_value = false;
+  for (const auto& [name, value] : object.items()) {
+    if (name == "table") {
+      if (!value.is_string()) return Bad(name, "must be a string, the table's name");
+      parsed.table = value.get<std::string>();
+    } else if (name == "key") {
+      IDEM_ASSIGN_OR_RETURN(parsed.key, ReadBytes(value, name));
+      has_key = true;
+    } else if (name == "value") {
+      IDEM_ASSIGN_OR_RETURN(parsed.value, ReadBytes(value, name));
+      has_value = true;
+    } else if (name == "version") {
+      IDEM_ASSIGN_OR_RETURN(parsed.version,
+                            ReadWhole(value, name, std::numeric_limits<uint64_t>::max()));
+      if (parsed.version == 0) return Bad(name, "must be at least 1 (the value was written)");
+    } else {
+      return Bad(name, "is not a field of a table value (see docs/format.md, \"Export format\")");
+    }
+  }
+  if (!has_key) return Status::InvalidArgument("key: missing");
+  if (parsed.key.empty()) return Bad("key", "is empty");
+  if (!has_value) return Status::InvalidArgument("value: missing");
+  if (parsed.version == 0) return Status::InvalidArgument("version: missing");
+  return std::optional<ExportedTableValue>(std::move(parsed));
+}
+
 Result<Record> ParseExportLine(std::string_view line, TimePoint now) {
   Json object;
   try {

@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "idem/counters.h"
@@ -205,6 +206,15 @@ class IDEM_EXPORT Store {
   // order, until it returns false; read in pages, like Scan.
   virtual Status ScanTable(std::string_view table, const ScanOptions& options,
                            FunctionRef<bool(std::string_view key, const TableValue& value)> visit);
+  // The names of the store's application tables, in order (each made by a first write).
+  virtual Result<std::vector<std::string>> ListTables();
+  // Writes `values` into `table` as they are given, versions included (from `idem export`): a
+  // key of the table that holds a value or was ever written (a deleted key keeps its version)
+  // is left as it is (kPresent); an absent value (nullopt) is refused. Durable when this
+  // returns OK. As Import: only the process that owns the store directory (kBusy otherwise);
+  // kInvalidArgument for a bad table name, key or value, checked before anything is written.
+  virtual Result<std::vector<ImportOutcome>> ImportValues(
+      std::string_view table, std::span<const std::pair<std::string, TableValue>> values);
 
   // Calls `visit` with each live record in key order until it returns false. Safe while other
   // threads write; each record is read consistently, but the scan is not one snapshot: it reads

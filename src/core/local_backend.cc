@@ -285,6 +285,29 @@ Result<TableValue> LocalBackend::GetValue(std::string_view table, std::string_vi
   return storage_->ReadValue(table, key);
 }
 
+Result<std::vector<std::string>> LocalBackend::ListTables() { return storage_->ListTables(); }
+
+Result<std::vector<ImportOutcome>> LocalBackend::ImportValues(
+    std::string_view table, std::span<const std::pair<std::string, TableValue>> values) {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  IDEM_RETURN_IF_ERROR(CheckTableName(table));
+  for (const auto& [key, value] : values) {
+    IDEM_RETURN_IF_ERROR(CheckKey(key));
+    if (!value.value || value.version == 0) {
+      return Status::InvalidArgument(fmt::format(
+          "value {} of table {} is absent or at version 0: only written values are imported",
+          storage::EscapeKey(key), table));
+    }
+    IDEM_RETURN_IF_ERROR(CheckSize(fmt::format("value for table {}", table), value.value->size(),
+                                   options_.max_result_size));
+  }
+  IDEM_ASSIGN_OR_RETURN(std::vector<ImportOutcome> outcomes, storage_->ImportValues(table, values));
+  if (std::find(outcomes.begin(), outcomes.end(), ImportOutcome::kImported) != outcomes.end()) {
+    IDEM_RETURN_IF_ERROR(storage_->Sync());
+  }
+  return outcomes;
+}
+
 Result<TablePage> LocalBackend::ScanTable(std::string_view table, const ScanOptions& options,
                                           std::size_t limit) {
   IDEM_RETURN_IF_ERROR(CheckTableName(table));

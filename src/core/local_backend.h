@@ -36,6 +36,10 @@ class LocalBackend final : public Backend {
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;
   Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
                               std::size_t limit) override;
+  Result<std::vector<std::string>> ListTables() override;
+  // Checks every value first, writes those whose key was never written, buffered, and syncs once.
+  Result<std::vector<ImportOutcome>> ImportValues(
+      std::string_view table, std::span<const std::pair<std::string, TableValue>> values) override;
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
   // RocksDB's checkpoint into `destination`, made here (store_directory.h, WriteBackup).

@@ -79,6 +79,15 @@ Status Store::ScanTable(std::string_view /*table*/, const ScanOptions& /*options
   return Status::InvalidArgument("this Store implementation keeps no application tables");
 }
 
+Result<std::vector<std::string>> Store::ListTables() {
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
+Result<std::vector<ImportOutcome>> Store::ImportValues(
+    std::string_view /*table*/, std::span<const std::pair<std::string, TableValue>> /*values*/) {
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
 namespace {
 
 // Whether a core keeps its store in PostgreSQL, which has its own tools to copy and load it.
@@ -125,6 +134,16 @@ class StoreHandle final : public Store {
     return Transition(
         key, {.kind = engine::TransitionKind::kComplete, .token = token, .payload = result},
         &writes);
+  }
+
+  Result<std::vector<std::string>> ListTables() override {
+    return core_->Run([&](Backend& backend, bool) { return backend.ListTables(); });
+  }
+
+  Result<std::vector<ImportOutcome>> ImportValues(
+      std::string_view table, std::span<const std::pair<std::string, TableValue>> values) override {
+    IDEM_RETURN_IF_ERROR(CheckWritable());
+    return core_->Run([&](Backend& backend, bool) { return backend.ImportValues(table, values); });
   }
 
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override {

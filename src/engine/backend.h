@@ -79,6 +79,14 @@ class Backend {
   virtual Result<TableValue> GetValue(std::string_view table, std::string_view key) = 0;
   virtual Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
                                       std::size_t limit) = 0;
+  virtual Result<std::vector<std::string>> ListTables() = 0;
+  // Store::ImportValues. The default: a backend that does not hold the store itself.
+  virtual Result<std::vector<ImportOutcome>> ImportValues(
+      std::string_view table, std::span<const std::pair<std::string, TableValue>> values) {
+    static_cast<void>(table);
+    static_cast<void>(values);
+    return Status::Busy("values are imported only by the process that owns the store");
+  }
   // The counters and whose they are (idem/counters.h). The default is a backend that owns
   // nothing (a reader of the files): GetCounters' zeros, not live.
   virtual Result<OwnerCounters> GetOwnerCounters() {

@@ -139,6 +139,8 @@ std::optional<Request> ReadBody(Op op, Reader& r, bool& bad) {
     }
     case Op::kScanTable:
       return ReadScanTable(r);
+    case Op::kListTables:
+      return ListTablesMessage{};
   }
   return std::nullopt;
 }
@@ -193,6 +195,8 @@ std::string EncodeRequest(const Request& request) {
           w.Bytes(message.options.prefix);
           w.Bytes(message.options.start_after);
           w.U32(message.limit);
+        } else if constexpr (std::is_same_v<T, ListTablesMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kListTables));
         } else if constexpr (std::is_same_v<T, GetMessage>) {
           w.U8(static_cast<uint8_t>(Op::kGet));
           w.Bytes(message.key);
@@ -410,6 +414,22 @@ Result<TablePage> DecodeTablePage(std::string_view body) {
   if (!r.done() || bad || more > 1) return Status::Unavailable("malformed table page from owner");
   page.more = more == 1;
   return page;
+}
+
+std::string EncodeTableNames(const std::vector<std::string>& names) {
+  Writer w;
+  w.U32(static_cast<uint32_t>(names.size()));
+  for (const std::string& name : names) w.Bytes(name);
+  return std::move(w.buffer());
+}
+
+Result<std::vector<std::string>> DecodeTableNames(std::string_view body) {
+  Reader r(body);
+  std::vector<std::string> names;
+  const uint32_t count = r.U32();
+  for (uint32_t i = 0; i < count && !r.failed(); ++i) names.emplace_back(r.Bytes());
+  if (!r.done()) return Status::Unavailable("malformed table names from owner");
+  return names;
 }
 
 std::string EncodeCounters(const OwnerCounters& c) {

@@ -40,8 +40,8 @@ namespace idem::sharing {
 // Version 6: op 8, Backup, a job polled as Purge is.
 // Version 7: a Purge request says whether its client wants the total (PurgeOptions::
 // progress_total), and the job's answers carry it once the owner has counted it.
-// Version 8: application tables: a Transition carries its table writes; ops 9, GetValue, and 10,
-// ScanTable; status code 13, Conflict.
+// Version 8: application tables: a Transition carries its table writes; ops 9, GetValue, 10,
+// ScanTable, and 11, ListTables; status code 13, Conflict.
 inline constexpr uint8_t kProtocolVersion = 8;
 enum class Op : uint8_t {
   kBegin = 1,
@@ -54,6 +54,7 @@ enum class Op : uint8_t {
   kBackup = 8,
   kGetValue = 9,
   kScanTable = 10,
+  kListTables = 11,
 };
 
 // What a response is. Never change these values: they are on the wire.
@@ -108,6 +109,7 @@ struct GetValueMessage {
   std::string_view table;
   std::string_view key;
 };
+struct ListTablesMessage {};
 struct ScanTableMessage {
   std::string_view table;
   ScanOptions options;
@@ -122,9 +124,9 @@ struct BackupMessage {
   std::string_view destination;
 };
 
-using Request =
-    std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage, ScanMessage,
-                 PurgeMessage, CountersMessage, BackupMessage, GetValueMessage, ScanTableMessage>;
+using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
+                             ScanMessage, PurgeMessage, CountersMessage, BackupMessage,
+                             GetValueMessage, ScanTableMessage, ListTablesMessage>;
 
 std::string EncodeRequest(const Request& request);
 // kInvalidArgument naming the problem for a frame that is not a valid request of this version.
@@ -155,6 +157,8 @@ std::string EncodeTableValue(const TableValue& value);
 Result<TableValue> DecodeTableValue(std::string_view body);
 std::string EncodeTablePage(const TablePage& page);
 Result<TablePage> DecodeTablePage(std::string_view body);
+std::string EncodeTableNames(const std::vector<std::string>& names);
+Result<std::vector<std::string>> DecodeTableNames(std::string_view body);
 // The owner's counters and since when it has owned the store (OwnerCounters::since; live and
 // pid are the client's to fill in).
 std::string EncodeCounters(const OwnerCounters& counters);

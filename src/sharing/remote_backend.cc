@@ -127,6 +127,11 @@ Result<TableValue> RemoteBackend::GetValue(std::string_view table, std::string_v
   return DecodeTableValue(body);
 }
 
+Result<std::vector<std::string>> RemoteBackend::ListTables() {
+  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(ListTablesMessage{}));
+  return DecodeTableNames(body);
+}
+
 Result<TablePage> RemoteBackend::ScanTable(std::string_view table, const ScanOptions& options,
                                            std::size_t limit) {
   IDEM_ASSIGN_OR_RETURN(std::string body,

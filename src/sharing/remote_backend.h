@@ -48,6 +48,7 @@ class RemoteBackend final : public Backend {
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;
   Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
                               std::size_t limit) override;
+  Result<std::vector<std::string>> ListTables() override;
   // A purge job on the owner, polled by requests that each end within request_timeout;
   // options.progress is called after each, and options.progress_total, when set, once with the
   // total the owner counted, before the first progress.

@@ -162,6 +162,10 @@ std::string Server::Handle(const Request& request, const Holder& peer) {
           Result<TableValue> value = backend_.GetValue(message.table, message.key);
           return value.ok() ? EncodeResponse(Status::OK(), EncodeTableValue(*value))
                             : EncodeResponse(value.status());
+        } else if constexpr (std::is_same_v<T, ListTablesMessage>) {
+          Result<std::vector<std::string>> names = backend_.ListTables();
+          return names.ok() ? EncodeResponse(Status::OK(), EncodeTableNames(*names))
+                            : EncodeResponse(names.status());
         } else if constexpr (std::is_same_v<T, ScanTableMessage>) {
           Result<TablePage> page = backend_.ScanTable(
               message.table, message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage));

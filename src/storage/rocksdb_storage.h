@@ -101,6 +101,10 @@ class RocksDbStorage final : public Storage {
   Status UpdateWithWrites(std::string_view key, Decide decide, const WriteSet& writes,
                           Durability durability) override;
   Result<TableValue> ReadValue(std::string_view table, std::string_view key) override;
+  Result<std::vector<std::string>> ListTables() override;
+  // Excludes every commit with table writes meanwhile (wide_commit_mu_): imports are rare.
+  Result<std::vector<ImportOutcome>> ImportValues(
+      std::string_view table, std::span<const std::pair<std::string, TableValue>> values) override;
   Status ScanValues(std::string_view table, const ScanOptions& options,
                     FunctionRef<bool(std::string_view key, TableValue&& value)> visit) override;
   Result<bool> Remove(std::string_view key, Durability durability) override;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
 
 #include <algorithm>
 #include <functional>
@@ -175,6 +176,39 @@ Result<TableValue> RocksDbStorage::ReadTableValue(rocksdb::ColumnFamilyHandle* f
         s, fmt::format("reading {} of table {}", EscapeKey(key), EscapeControls(table)));
   }
   return DecodeTableValue(encoded, table, key);
+}
+
+Result<std::vector<std::string>> RocksDbStorage::ListTables() {
+  std::shared_lock lock(tables_mu_);
+  std::vector<std::string> names;
+  names.reserve(tables_.size());
+  for (const auto& [name, family] : tables_) names.push_back(name);
+  return names;
+}
+
+Result<std::vector<ImportOutcome>> RocksDbStorage::ImportValues(
+    std::string_view table, std::span<const std::pair<std::string, TableValue>> values) {
+  std::unique_lock wide(wide_commit_mu_);
+  IDEM_ASSIGN_OR_RETURN(rocksdb::ColumnFamilyHandle* const family,
+                        TableFamily(table, /*create=*/true));
+  std::vector<ImportOutcome> outcomes;
+  outcomes.reserve(values.size());
+  rocksdb::WriteBatch batch;
+  for (const auto& [key, value] : values) {
+    IDEM_ASSIGN_OR_RETURN(const TableValue stored, ReadTableValue(family, table, key));
+    if (stored.version != 0) {
+      outcomes.push_back(ImportOutcome::kPresent);
+      continue;
+    }
+    IDEM_RETURN_IF_ERROR(
+        FromRocksDb(batch.Put(family, AsSlice(key), EncodeTableValue(value.value, value.version)),
+                    "importing a table value"));
+    outcomes.push_back(ImportOutcome::kImported);
+  }
+  if (batch.Count() > 0) {
+    IDEM_RETURN_IF_ERROR(Write(Durability::kBuffered, &batch, "importing table values"));
+  }
+  return outcomes;
 }
 
 Result<TableValue> RocksDbStorage::ReadValue(std::string_view table, std::string_view key) {

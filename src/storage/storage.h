@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/state_machine.h"
 #include "idem/function_ref.h"
@@ -89,6 +91,16 @@ class Storage {
   virtual Result<TableValue> ReadValue(std::string_view table, std::string_view key) {
     static_cast<void>(table);
     static_cast<void>(key);
+    return NoTables();
+  }
+  // The tables' names, in order; none for a storage that keeps no tables.
+  virtual Result<std::vector<std::string>> ListTables() { return std::vector<std::string>(); }
+  // Writes each of `values` (present, with its version) into `table` unless the key was ever
+  // written there (kPresent), buffered: Sync makes them durable. For Store::ImportValues.
+  virtual Result<std::vector<ImportOutcome>> ImportValues(
+      std::string_view table, std::span<const std::pair<std::string, TableValue>> values) {
+    static_cast<void>(table);
+    static_cast<void>(values);
     return NoTables();
   }
   // Visits the present values of `table` in key order (deleted keys left out) until `visit`
