@@ -146,6 +146,8 @@ inline std::vector<Seed> MakeSeeds() {
   transition.writes = nullptr;
   add(frames, "request_get_value",
       request_prefix + sharing::EncodeRequest(sharing::GetValueMessage{"balances", "alice"}));
+  add(frames, "request_list_tables",
+      request_prefix + sharing::EncodeRequest(sharing::ListTablesMessage{}));
   add(frames, "request_scan_table",
       request_prefix + sharing::EncodeRequest(sharing::ScanTableMessage{
                            "balances", {.prefix = "a", .start_after = ""}, 100}));
