@@ -466,6 +466,54 @@ int main(void) {
     CHECK(values[1] == 12345);
   }
 
+  /* Application tables: writes committed with a Complete, versions, a conflict. */
+  {
+    idem_writeset_t* writes = idem_writeset_create();
+    idem_value_t* value;
+    claim = idem_begin(store, "table-1", 7, NULL, NULL, 0, 0, &err);
+    CHECK_NO_ERROR(err);
+    token = claim != NULL ? idem_claim_token(claim) : 0;
+    idem_claim_destroy(claim);
+    idem_writeset_put(writes, "balances", "alice", 5, "10", 2, 1, 0);
+    idem_writeset_put(writes, "balances", "bob", 3, "5", 1, 0, 0);
+    CHECK(idem_complete_with_writes(store, "table-1", 7, token, "ok", 2, writes, &err) == IDEM_OK);
+    CHECK_NO_ERROR(err);
+    idem_writeset_destroy(writes);
+    value = idem_get_value(store, "balances", "alice", 5, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(value != NULL && idem_value_present(value) && idem_value_version(value) == 1);
+    text = value != NULL ? idem_value_bytes(value, &len) : NULL;
+    CHECK(text != NULL && len == 2 && memcmp(text, "10", 2) == 0);
+    idem_value_destroy(value);
+    value = idem_get_value(store, "balances", "nobody", 6, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(value != NULL && !idem_value_present(value) && idem_value_version(value) == 0);
+    idem_value_destroy(value);
+    /* A write on a version that moved on: IDEM_CONFLICT, nothing written; then a deletion. */
+    claim = idem_begin(store, "table-2", 7, NULL, NULL, 0, 0, &err);
+    CHECK_NO_ERROR(err);
+    token = claim != NULL ? idem_claim_token(claim) : 0;
+    idem_claim_destroy(claim);
+    writes = idem_writeset_create();
+    idem_writeset_put(writes, "balances", "alice", 5, "99", 2, 1, 0);
+    CHECK(idem_complete_with_writes(store, "table-2", 7, token, "ok", 2, writes, &err) ==
+          IDEM_CONFLICT);
+    CHECK_ERROR(err, IDEM_CONFLICT, "Conflict: ");
+    idem_writeset_destroy(writes);
+    writes = idem_writeset_create();
+    idem_writeset_delete(writes, "balances", "alice", 5, 1, 1);
+    CHECK(idem_complete_with_writes(store, "table-2", 7, token, "ok", 2, writes, &err) == IDEM_OK);
+    CHECK_NO_ERROR(err);
+    idem_writeset_destroy(writes);
+    value = idem_get_value(store, "balances", "alice", 5, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(value != NULL && !idem_value_present(value) && idem_value_version(value) == 2);
+    idem_value_destroy(value);
+    CHECK(idem_get_value(store, "bad name", "k", 1, &err) == NULL);
+    CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: table name");
+    CHECK(strcmp(idem_code_name(IDEM_CONFLICT), "Conflict") == 0);
+  }
+
   idem_close(store);
   idem_close(NULL);
   idem_options_destroy(NULL);

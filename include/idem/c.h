@@ -88,6 +88,8 @@ typedef struct idem_options_t idem_options_t;
 typedef struct idem_claim_t idem_claim_t;
 typedef struct idem_record_t idem_record_t;
 typedef struct idem_attempt_t idem_attempt_t;
+typedef struct idem_writeset_t idem_writeset_t;
+typedef struct idem_value_t idem_value_t;
 
 /* ---- Version, errors and memory ------------------------------------------------------------ */
 
@@ -247,6 +249,38 @@ IDEM_EXPORT int64_t idem_record_created_us(const idem_record_t* record);
 IDEM_EXPORT int64_t idem_record_updated_us(const idem_record_t* record);
 IDEM_EXPORT int64_t idem_record_lease_deadline_us(const idem_record_t* record);
 IDEM_EXPORT int64_t idem_record_expires_us(const idem_record_t* record);
+
+/* ---- Application tables (idem/tables.h, docs/semantics.md "Exactly-once effects") --------- */
+
+/* Writes to stage for idem_complete_with_writes; release with idem_writeset_destroy. */
+IDEM_EXPORT idem_writeset_t* idem_writeset_create(void);
+IDEM_EXPORT void idem_writeset_destroy(idem_writeset_t* writes);
+/* Stages key := value in `table` (a NUL-terminated name: 1 to 64 letters, digits, '_', '-',
+ * '.'); when has_version is 1, only if the key is still at if_version (0: never written) when
+ * the Complete applies; 0: unconditional. */
+IDEM_EXPORT void idem_writeset_put(idem_writeset_t* writes, const char* table, const char* key,
+                                   size_t keylen, const char* value, size_t valuelen,
+                                   unsigned char has_version, uint64_t if_version);
+/* Stages the deletion of key in `table` (its version still rises), under the same condition. */
+IDEM_EXPORT void idem_writeset_delete(idem_writeset_t* writes, const char* table, const char* key,
+                                      size_t keylen, unsigned char has_version,
+                                      uint64_t if_version);
+/* idem_complete, and the staged writes in the same atomic write, applied only if the Complete
+ * applies. IDEM_CONFLICT: a conditional write's key changed since it was read; nothing was
+ * written and the claim is still the caller's: read again and complete again. */
+IDEM_EXPORT int idem_complete_with_writes(idem_store_t* store, const char* key, size_t keylen,
+                                          uint64_t token, const char* result, size_t resultlen,
+                                          const idem_writeset_t* writes, char** errptr);
+/* The value of key in `table` and its version, to release with idem_value_destroy; NULL on
+ * error (*errptr set). A key never written (or deleted) is a value that is not present. */
+IDEM_EXPORT idem_value_t* idem_get_value(idem_store_t* store, const char* table, const char* key,
+                                         size_t keylen, char** errptr);
+IDEM_EXPORT void idem_value_destroy(idem_value_t* value);
+IDEM_EXPORT unsigned char idem_value_present(const idem_value_t* value);
+/* The value's bytes (empty when not present); owned by the value. */
+IDEM_EXPORT const char* idem_value_bytes(const idem_value_t* value, size_t* len);
+/* 0 while never written; one more at every write of the key, a deletion included. */
+IDEM_EXPORT uint64_t idem_value_version(const idem_value_t* value);
 
 /* ---- Execute ------------------------------------------------------------------------------ */
 

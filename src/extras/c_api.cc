@@ -33,6 +33,14 @@ struct idem_record_t {
   idem::Record record;
 };
 
+struct idem_writeset_t {
+  idem::WriteSet writes;
+};
+
+struct idem_value_t {
+  idem::TableValue value;
+};
+
 struct idem_claim_t {
   idem::Claim claim;
   idem_record_t record;  // claim.record, as idem_claim_record hands it out
@@ -286,6 +294,50 @@ int idem_complete(idem_store_t* store, const char* key, size_t keylen, uint64_t 
     return store->store->Complete(Bytes(key, keylen), token, Bytes(result, resultlen));
   });
 }
+
+idem_writeset_t* idem_writeset_create(void) { return new idem_writeset_t; }
+void idem_writeset_destroy(idem_writeset_t* writes) { delete writes; }
+
+void idem_writeset_put(idem_writeset_t* writes, const char* table, const char* key, size_t keylen,
+                       const char* value, size_t valuelen, unsigned char has_version,
+                       uint64_t if_version) {
+  writes->writes.Put(Text(table), Bytes(key, keylen), Bytes(value, valuelen),
+                     has_version ? std::optional(if_version) : std::nullopt);
+}
+
+void idem_writeset_delete(idem_writeset_t* writes, const char* table, const char* key,
+                          size_t keylen, unsigned char has_version, uint64_t if_version) {
+  writes->writes.Delete(Text(table), Bytes(key, keylen),
+                        has_version ? std::optional(if_version) : std::nullopt);
+}
+
+int idem_complete_with_writes(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
+                              const char* result, size_t resultlen, const idem_writeset_t* writes,
+                              char** errptr) {
+  return GuardStatus(errptr, [&] {
+    return store->store->Complete(Bytes(key, keylen), token, Bytes(result, resultlen),
+                                  writes != nullptr ? writes->writes : idem::WriteSet());
+  });
+}
+
+idem_value_t* idem_get_value(idem_store_t* store, const char* table, const char* key, size_t keylen,
+                             char** errptr) {
+  return Guard(errptr, static_cast<idem_value_t*>(nullptr), [&]() -> idem_value_t* {
+    auto value = store->store->GetValue(Text(table), Bytes(key, keylen));
+    if (SaveError(errptr, value.status())) return nullptr;
+    return new idem_value_t{std::move(*value)};
+  });
+}
+
+void idem_value_destroy(idem_value_t* value) { delete value; }
+unsigned char idem_value_present(const idem_value_t* value) {
+  return value->value.value.has_value() ? 1 : 0;
+}
+const char* idem_value_bytes(const idem_value_t* value, size_t* len) {
+  static const std::string kEmpty;
+  return Out(value->value.value ? *value->value.value : kEmpty, len);
+}
+uint64_t idem_value_version(const idem_value_t* value) { return value->value.version; }
 
 int idem_fail(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
               const char* error, size_t errorlen, int kind, char** errptr) {
