@@ -50,6 +50,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -150,23 +151,33 @@ Result<Measurement> RunLifecycle(Subject& subject, int threads, double seconds) 
   });
 }
 
-Status Lifecycle(const Flags& flags, ResultsFile& results) {
+// Each of flags.systems at each of flags.threads, on a store of its own made fresh: `run`
+// measures the subject (`threads` threads), recorded as `workload`.
+Status MeasureOnFreshStores(
+    const Flags& flags, ResultsFile& results, const std::string& workload,
+    const std::function<Result<Measurement>(Subject& subject, int threads)>& run) {
   for (const std::string& system : flags.systems) {
     for (int threads : flags.threads) {
-      const std::string name = "lifecycle-" + system + "-" + std::to_string(threads);
+      const std::string name = workload + "-" + system + "-" + std::to_string(threads);
       IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
       {
         IDEM_ASSIGN_OR_RETURN(auto subject,
                               OpenSubject(system, ConfigFor(flags, dir, name, threads)));
         IDEM_ASSIGN_OR_RETURN(Measurement m, MeasureCountingStatements(flags, system, [&] {
-                                return RunLifecycle(*subject, threads, flags.seconds);
+                                return run(*subject, threads);
                               }));
-        results.Add("lifecycle", system, threads, m);
+        results.Add(workload, system, threads, m);
       }
       RemoveDirectory(dir);
     }
   }
   return Status::OK();
+}
+
+Status Lifecycle(const Flags& flags, ResultsFile& results) {
+  return MeasureOnFreshStores(flags, results, "lifecycle", [&](Subject& subject, int threads) {
+    return RunLifecycle(subject, threads, flags.seconds);
+  });
 }
 
 class EffectsWorker final : public Worker {
@@ -189,27 +200,14 @@ class EffectsWorker final : public Worker {
 };
 
 Status Effects(const Flags& flags, ResultsFile& results) {
-  for (const std::string& system : flags.systems) {
-    for (int threads : flags.threads) {
-      const std::string name = "effects-" + system + "-" + std::to_string(threads);
-      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
-      {
-        IDEM_ASSIGN_OR_RETURN(auto subject,
-                              OpenSubject(system, ConfigFor(flags, dir, name, threads)));
-        IDEM_ASSIGN_OR_RETURN(
-            Measurement m,
-            RunClosedLoop(threads, flags.seconds,
-                          [&](int thread) -> Result<std::unique_ptr<Worker>> {
-                            IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
-                            return std::unique_ptr<Worker>(
-                                std::make_unique<EffectsWorker>(std::move(session), thread));
-                          }));
-        results.Add("effects", system, threads, m);
-      }
-      RemoveDirectory(dir);
-    }
-  }
-  return Status::OK();
+  return MeasureOnFreshStores(flags, results, "effects", [&](Subject& subject, int threads) {
+    return RunClosedLoop(threads, flags.seconds,
+                         [&](int thread) -> Result<std::unique_ptr<Worker>> {
+                           IDEM_ASSIGN_OR_RETURN(auto session, subject.Connect());
+                           return std::unique_ptr<Worker>(
+                               std::make_unique<EffectsWorker>(std::move(session), thread));
+                         });
+  });
 }
 
 class ReplayWorker final : public Worker {
