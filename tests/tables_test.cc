@@ -517,6 +517,9 @@ TEST(Tables, StateAndRecordSurviveSigkillTogether) {
 // Complete's writes travel with the Complete, conflicts come back as kConflict, and Execute
 // stages and reruns as in the owner.
 TEST(Tables, AProcessThatDoesNotOwnTheStoreWritesThroughTheOwner) {
+  if (idem_test::UnderTsan()) {
+    GTEST_SKIP() << "fork of a multi-threaded process is not supported under TSan";
+  }
   TempDir dir;
   IDEM_ASSERT_OPEN(owner, dir.StorePath());
   ASSERT_OK_AND_ASSIGN(auto claim, owner->Begin("m1"));
