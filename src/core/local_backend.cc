@@ -205,19 +205,22 @@ Status LocalBackend::CheckWrites(const TransitionCall& call) const {
     return Status::InvalidArgument("table writes are applied only with a Complete");
   }
   for (const WriteSet::Write& write : call.writes->writes()) {
-    IDEM_RETURN_IF_ERROR(CheckTableName(write.table));
-    if (write.key.empty()) {
-      return Status::InvalidArgument(
-          fmt::format("a write to table {} has an empty key", write.table));
-    }
-    IDEM_RETURN_IF_ERROR(CheckSize(fmt::format("key of a write to table {}", write.table),
-                                   write.key.size(), options_.max_key_size));
-    if (write.value) {
-      IDEM_RETURN_IF_ERROR(CheckSize(fmt::format("value for table {}", write.table),
-                                     write.value->size(), options_.max_result_size));
-    }
+    IDEM_RETURN_IF_ERROR(CheckTableWrite(write.table, write.key, write.value));
   }
   return Status::OK();
+}
+
+Status LocalBackend::CheckTableWrite(std::string_view table, std::string_view key,
+                                     const std::optional<std::string>& value) const {
+  IDEM_RETURN_IF_ERROR(CheckTableName(table));
+  if (key.empty()) {
+    return Status::InvalidArgument(fmt::format("a write to table {} has an empty key", table));
+  }
+  IDEM_RETURN_IF_ERROR(CheckSize(fmt::format("key of a write to table {}", table), key.size(),
+                                 options_.max_key_size));
+  if (!value) return Status::OK();
+  return CheckSize(fmt::format("value for table {}", table), value->size(),
+                   options_.max_result_size);
 }
 
 Status LocalBackend::Transition(const TransitionCall& call) {
@@ -290,16 +293,14 @@ Result<std::vector<std::string>> LocalBackend::ListTables() { return storage_->L
 Result<std::vector<ImportOutcome>> LocalBackend::ImportValues(
     std::string_view table, std::span<const std::pair<std::string, TableValue>> values) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
-  IDEM_RETURN_IF_ERROR(CheckTableName(table));
+  IDEM_RETURN_IF_ERROR(CheckTableName(table));  // also when there are no values
   for (const auto& [key, value] : values) {
-    IDEM_RETURN_IF_ERROR(CheckKey(key));
+    IDEM_RETURN_IF_ERROR(CheckTableWrite(table, key, value.value));
     if (!value.value || value.version == 0) {
       return Status::InvalidArgument(fmt::format(
           "value {} of table {} is absent or at version 0: only written values are imported",
           storage::EscapeKey(key), table));
     }
-    IDEM_RETURN_IF_ERROR(CheckSize(fmt::format("value for table {}", table), value.value->size(),
-                                   options_.max_result_size));
   }
   IDEM_ASSIGN_OR_RETURN(std::vector<ImportOutcome> outcomes, storage_->ImportValues(table, values));
   if (std::find(outcomes.begin(), outcomes.end(), ImportOutcome::kImported) != outcomes.end()) {

@@ -77,6 +77,10 @@ class LocalBackend final : public Backend {
   Status CheckKey(std::string_view key) const;
   // kInvalidArgument naming the first bad write of a transition's table writes.
   Status CheckWrites(const TransitionCall& call) const;
+  // kInvalidArgument for a bad table name, an empty or oversized key or an oversized value
+  // (nullopt: a deletion), for a Complete's writes and an import alike.
+  Status CheckTableWrite(std::string_view table, std::string_view key,
+                         const std::optional<std::string>& value) const;
   // kInvalidArgument naming the record when Import may not write it as it is.
   Status CheckImported(const Record& record) const;
   // Begin's decision under the key's lock: whether a pending claim is reserved for its holder (a

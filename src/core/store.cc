@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,32 @@ constexpr std::size_t kScanPageSize = 1024;
 std::map<DirectoryId, std::weak_ptr<StoreCore>>& Registry() {
   static std::map<DirectoryId, std::weak_ptr<StoreCore>> registry;
   return registry;
+}
+
+// The entries of a page of a scan, and the key each is listed under (ScanPages).
+std::span<const Record> Entries(const ScanPage& page) { return page.records; }
+const std::string& KeyOf(const Record& record) { return record.key; }
+std::span<const std::pair<std::string, TableValue>> Entries(const TablePage& page) {
+  return page.values;
+}
+const std::string& KeyOf(const std::pair<std::string, TableValue>& entry) { return entry.first; }
+
+// Visits the entries of the pages `fetch` returns for `options`, each page asked for after the
+// last key of the one before, until `visit` returns false or a page says there is no more.
+template <class Fetch, class Visit>
+Status ScanPages(const ScanOptions& options, Fetch&& fetch, Visit&& visit) {
+  ScanOptions page_options = options;
+  std::string cursor(options.start_after);
+  for (;;) {
+    page_options.start_after = cursor;
+    auto page = fetch(page_options);
+    if (!page.ok()) return page.status();
+    for (const auto& entry : Entries(*page)) {
+      if (!visit(entry)) return Status::OK();
+    }
+    if (!page->more) return Status::OK();
+    if (!Entries(*page).empty()) cursor = KeyOf(Entries(*page).back());
+  }
 }
 
 Status CheckDuration(std::string_view what, milliseconds duration) {
@@ -152,19 +179,16 @@ class StoreHandle final : public Store {
 
   Status ScanTable(std::string_view table, const ScanOptions& options,
                    FunctionRef<bool(std::string_view, const TableValue&)> visit) override {
-    ScanOptions page_options = options;
-    std::string cursor(options.start_after);
-    for (;;) {
-      page_options.start_after = cursor;
-      IDEM_ASSIGN_OR_RETURN(TablePage page, core_->Run([&](Backend& backend, bool) {
-        return backend.ScanTable(table, page_options, kScanPageSize);
-      }));
-      for (const auto& [key, value] : page.values) {
-        if (!visit(key, value)) return Status::OK();
-      }
-      if (!page.more) return Status::OK();
-      if (!page.values.empty()) cursor = page.values.back().first;
-    }
+    return ScanPages(
+        options,
+        [&](const ScanOptions& page_options) {
+          return core_->Run([&](Backend& backend, bool) {
+            return backend.ScanTable(table, page_options, kScanPageSize);
+          });
+        },
+        [&](const std::pair<std::string, TableValue>& entry) {
+          return visit(entry.first, entry.second);
+        });
   }
 
   Status Fail(std::string_view key, uint64_t token, std::string_view error, Failure kind) override {
@@ -202,19 +226,13 @@ class StoreHandle final : public Store {
   }
 
   Status Scan(const ScanOptions& options, FunctionRef<bool(const Record&)> visit) override {
-    ScanOptions page_options = options;
-    std::string cursor(options.start_after);
-    for (;;) {
-      page_options.start_after = cursor;
-      IDEM_ASSIGN_OR_RETURN(ScanPage page, core_->Run([&](Backend& backend, bool) {
-        return backend.Scan(page_options, kScanPageSize);
-      }));
-      for (const Record& record : page.records) {
-        if (!visit(record)) return Status::OK();
-      }
-      if (!page.more) return Status::OK();
-      if (!page.records.empty()) cursor = page.records.back().key;
-    }
+    return ScanPages(
+        options,
+        [&](const ScanOptions& page_options) {
+          return core_->Run(
+              [&](Backend& backend, bool) { return backend.Scan(page_options, kScanPageSize); });
+        },
+        [&](const Record& record) { return visit(record); });
   }
 
   Result<uint64_t> Purge(const PurgeOptions& options) override {
