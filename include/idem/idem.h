@@ -8,6 +8,7 @@
 #include "idem/options.h"
 #include "idem/record.h"
 #include "idem/retry.h"
+#include "idem/sql.h"
 #include "idem/status.h"
 #include "idem/store.h"
 #include "idem/tables.h"

@@ -30,6 +30,7 @@
 #include "idem/function_ref.h"
 #include "idem/options.h"
 #include "idem/record.h"
+#include "idem/sql.h"
 #include "idem/status.h"
 #include "idem/tables.h"
 
@@ -292,6 +293,31 @@ class IDEM_EXPORT Store {
     return Execute(key, BeginOptions{}, std::forward<Fn>(fn));
   }
 
+  // Execute for a store kept in PostgreSQL whose effect is the application's own rows in the
+  // same database: fn(Attempt&, SqlTransaction&) runs its SQL in a transaction (idem/sql.h) in
+  // which idem then completes the record, fenced by the claim's token, and commits; so the
+  // application's writes and the record commit together or not at all. A stale attempt (its
+  // claim taken over) gets kLeaseLost and none of its writes apply; so does an error or an
+  // exception from fn (recorded as Execute records them). kConflict from fn (a deadlock or a
+  // serialization failure, or fn's own) rolls back and runs fn again in a new transaction, on
+  // fresh reads, up to Options::conflict_retries times, then is recorded as a retryable failure.
+  // A connection lost at COMMIT is resolved by reading the record: done with this claim's token
+  // (committed: its result is returned), or still pending (fn runs again). The transaction holds
+  // a connection of the pool while fn runs: Options::pool_size must leave one for the lease's
+  // renewals. On a store directory: kInvalidArgument (use Execute's Attempt::Read/Put there).
+  template <class Fn>
+  Result<Execution> ExecuteInTransaction(std::string_view key, const BeginOptions& options,
+                                         Fn&& fn) {
+    return ExecuteInTransactionAttempts(
+        key, options, [&fn](Attempt& attempt, SqlTransaction& transaction) -> Result<std::string> {
+          return fn(attempt, transaction);
+        });
+  }
+  template <class Fn>
+  Result<Execution> ExecuteInTransaction(std::string_view key, Fn&& fn) {
+    return ExecuteInTransaction(key, BeginOptions{}, std::forward<Fn>(fn));
+  }
+
   // One-time tokens against double submission (a form rendered once, submitted once). Each is
   // an ordinary record of type "idem.token" whose key is the token text, so tokens work across
   // the threads and processes that share the store, and `idem dump --type idem.token` lists
@@ -316,9 +342,20 @@ class IDEM_EXPORT Store {
   // The options this handle was opened with.
   virtual const Options& options() const = 0;
 
+ protected:
+  // For ExecuteInTransaction: a transaction on the store's database whose commit completes
+  // `key`'s claim `token`. The default: a store not kept in a database (kInvalidArgument).
+  virtual Result<std::unique_ptr<ClaimTransaction>> BeginClaimTransaction(std::string_view key,
+                                                                          uint64_t token);
+  // True when BeginClaimTransaction can succeed.
+  virtual bool KeptInDatabase() const { return false; }
+
  private:
   Result<Execution> ExecuteAttempts(std::string_view key, const BeginOptions& options,
                                     FunctionRef<Result<std::string>(Attempt&)> fn);
+  Result<Execution> ExecuteInTransactionAttempts(
+      std::string_view key, const BeginOptions& options,
+      FunctionRef<Result<std::string>(Attempt&, SqlTransaction&)> fn);
 };
 
 }  // namespace idem

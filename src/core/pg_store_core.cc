@@ -1,6 +1,10 @@
 #include "core/pg_store_core.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
+#include <optional>
+#include <vector>
 
 #include "storage/pg_conninfo.h"
 #include "storage/pg_storage.h"
@@ -43,8 +47,86 @@ Result<std::shared_ptr<PgStoreCore>> PgStoreCore::Open(std::string_view uri,
   // No StallWatch: it measures this process's stalls against record times, which are the
   // server's, and no process owns the store. The grace that holders are owed here is after the
   // server's own outages (a restart, a failover): PgStorage::OutageGrace.
+  core->storage_ = storage.get();
   core->backend_ = std::make_unique<LocalBackend>(std::move(storage), options, nullptr);
   return core;
+}
+
+namespace {
+
+// ExecuteInTransaction's transaction: the application's statements in their text form, then the
+// record's fenced Complete and COMMIT.
+class PgClaimTransaction final : public ClaimTransaction {
+ public:
+  PgClaimTransaction(storage::PgStorage& storage, std::unique_ptr<storage::PgOpenTransaction> open,
+                     std::string_view key, uint64_t token, Durability durability,
+                     std::size_t max_result_size)
+      : storage_(storage),
+        open_(std::move(open)),
+        key_(key),
+        token_(token),
+        durability_(durability),
+        max_result_size_(max_result_size) {}
+
+  Result<SqlRows> Exec(std::string_view sql,
+                       const std::vector<std::optional<std::string>>& params) override {
+    storage::PgStatement statement{.sql = std::string(sql), .text_results = true};
+    for (const std::optional<std::string>& param : params) {
+      statement.params.push_back(storage::PgParam::Untyped(
+          param ? std::optional<std::string_view>(*param) : std::nullopt));
+    }
+    IDEM_ASSIGN_OR_RETURN(std::vector<storage::PgRows> answered, open_->Run({std::move(statement)}));
+    const storage::PgRows& rows = answered[0];
+    std::vector<std::string> names;
+    for (int column = 0; column < rows.columns(); ++column) {
+      names.emplace_back(rows.ColumnName(column));
+    }
+    std::vector<std::optional<std::string>> values;
+    values.reserve(static_cast<std::size_t>(rows.size()) * names.size());
+    for (int row = 0; row < rows.size(); ++row) {
+      for (int column = 0; column < rows.columns(); ++column) {
+        values.push_back(rows.IsNull(row, column)
+                             ? std::nullopt
+                             : std::optional<std::string>(rows.Bytes(row, column)));
+      }
+    }
+    return SqlRows(std::move(names), std::move(values), rows.affected());
+  }
+
+  Status CompleteAndCommit(std::string_view result) override {
+    if (result.size() > max_result_size_) {
+      open_->RollBack();
+      return Status::InvalidArgument(fmt::format("result is {} bytes; the limit is {}",
+                                                 result.size(), max_result_size_));
+    }
+    IDEM_ASSIGN_OR_RETURN(const bool applied,
+                          storage_.CompleteIn(*open_, key_, token_, result, durability_));
+    if (applied) return Status::OK();
+    return Status::LeaseLost(fmt::format(
+        "the claim of token {} is no longer this attempt's (taken over, forgotten or expired); "
+        "its transaction was rolled back",
+        token_));
+  }
+
+  void RollBack() override { open_->RollBack(); }
+
+ private:
+  storage::PgStorage& storage_;
+  const std::unique_ptr<storage::PgOpenTransaction> open_;
+  const std::string key_;
+  const uint64_t token_;
+  const Durability durability_;
+  const std::size_t max_result_size_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ClaimTransaction>> PgStoreCore::BeginClaimTransaction(
+    std::string_view key, uint64_t token, Durability durability) {
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<storage::PgOpenTransaction> open,
+                        storage_->OpenTransaction());
+  return std::unique_ptr<ClaimTransaction>(new PgClaimTransaction(
+      *storage_, std::move(open), key, token, durability, options_.max_result_size));
 }
 
 }  // namespace idem

@@ -15,6 +15,9 @@
 #include "util/process.h"
 
 namespace idem {
+namespace storage {
+class PgStorage;
+}  // namespace storage
 
 class PgStoreCore {
  public:
@@ -40,6 +43,12 @@ class PgStoreCore {
   // No process owns a store in PostgreSQL: the counts a handle reads are its own process's.
   Status CheckNoOwnerUnasked() const { return Status::OK(); }
 
+  // Store::ExecuteInTransaction's transaction: the application's statements, then the fenced
+  // Complete of `key`'s claim `token` and COMMIT (PgStorage::CompleteIn).
+  Result<std::unique_ptr<ClaimTransaction>> BeginClaimTransaction(std::string_view key,
+                                                                  uint64_t token,
+                                                                  Durability durability);
+
   // Runs `call(backend, resent)`: the pool resends what a lost connection interrupted itself, so
   // `resent` is always false here.
   template <class Call>
@@ -55,6 +64,7 @@ class PgStoreCore {
   const std::string display_name_;
   const uint64_t creator_generation_ = util::ForkGeneration();
   std::unique_ptr<LocalBackend> backend_;
+  storage::PgStorage* storage_ = nullptr;  // backend_'s
 };
 
 }  // namespace idem

@@ -115,6 +115,14 @@ Result<std::vector<ImportOutcome>> Store::ImportValues(
   return Status::InvalidArgument("this Store implementation keeps no application tables");
 }
 
+Result<std::unique_ptr<ClaimTransaction>> Store::BeginClaimTransaction(std::string_view /*key*/,
+                                                                       uint64_t /*token*/) {
+  return Status::InvalidArgument(
+      "ExecuteInTransaction runs the application's SQL in the database that keeps the store, "
+      "and this store is not kept in PostgreSQL (a store directory keeps local state in "
+      "application tables: Execute with Attempt::Read and Put)");
+}
+
 namespace {
 
 // Whether a core keeps its store in PostgreSQL, which has its own tools to copy and load it.
@@ -150,6 +158,18 @@ class StoreHandle final : public Store {
     const Holder holder = util::ThisProcessHolder();
     return core_->Run([&](Backend& backend, bool) { return backend.Begin(call, holder); });
   }
+
+  Result<std::unique_ptr<ClaimTransaction>> BeginClaimTransaction(std::string_view key,
+                                                                  uint64_t token) override {
+    if constexpr (kKeptInPostgres<Core>) {
+      IDEM_RETURN_IF_ERROR(CheckWritable());
+      return core_->BeginClaimTransaction(key, token, options_.durability);
+    } else {
+      return Store::BeginClaimTransaction(key, token);
+    }
+  }
+
+  bool KeptInDatabase() const override { return kKeptInPostgres<Core>; }
 
   Status Complete(std::string_view key, uint64_t token, std::string_view result) override {
     return Transition(

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <exception>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <thread>
@@ -114,63 +115,189 @@ std::string ExceptionText(std::exception_ptr error) {
   }
 }
 
-// Runs fn for an acquired claim, whose Begin was sent at `sent`, and records its outcome: its
-// result with its staged table writes, run again on fresh reads while they conflict.
+// How Execute and ExecuteInTransaction run fn and commit what it returned.
+class AttemptRunner {
+ public:
+  virtual ~AttemptRunner() = default;
+  // Before each run of fn. An error ends the attempt (recorded as a retryable failure).
+  virtual Status Start() = 0;
+  virtual Result<std::string> Run(Attempt& attempt) = 0;
+  // After fn returned an error or threw: nothing of this run may apply.
+  virtual void Abandon() = 0;
+  // Records `result` with this run's effects. kConflict: nothing applied, run fn again.
+  virtual Status Commit(std::string_view result) = 0;
+};
+
+// Execute's: fn stages table writes (Attempt::Read, Put, Delete); Complete applies them.
+class StagedRunner final : public AttemptRunner {
+ public:
+  StagedRunner(Store& store, std::string_view key, uint64_t token,
+               FunctionRef<Result<std::string>(Attempt&)> fn)
+      : store_(store), key_(key), token_(token), staged_(store), fn_(fn) {}
+
+  Status Start() override {
+    staged_.Clear();
+    return Status::OK();
+  }
+  Result<std::string> Run(Attempt& attempt) override {
+    attempt.staged = &staged_;
+    return fn_(attempt);
+  }
+  void Abandon() override {}
+  Status Commit(std::string_view result) override {
+    return store_.Complete(key_, token_, result, staged_.writes());
+  }
+
+ private:
+  Store& store_;
+  const std::string_view key_;
+  const uint64_t token_;
+  StagedWrites staged_;
+  FunctionRef<Result<std::string>(Attempt&)> fn_;
+};
+
+// ExecuteInTransaction's: fn runs its SQL in a transaction that completes the record.
+class TransactionRunner final : public AttemptRunner {
+ public:
+  TransactionRunner(Store& store, std::string_view key, uint64_t token,
+                    FunctionRef<Result<std::unique_ptr<ClaimTransaction>>()> begin,
+                    FunctionRef<Result<std::string>(Attempt&, SqlTransaction&)> fn)
+      : store_(store), key_(key), token_(token), begin_(begin), fn_(fn) {}
+
+  Status Start() override {
+    IDEM_ASSIGN_OR_RETURN(transaction_, begin_());
+    return Status::OK();
+  }
+  Result<std::string> Run(Attempt& attempt) override { return fn_(attempt, *transaction_); }
+  void Abandon() override { transaction_->RollBack(); }
+  Status Commit(std::string_view result) override {
+    const Status committed = transaction_->CompleteAndCommit(result);
+    transaction_.reset();
+    if (committed.code() != Status::Code::kUnavailable) return committed;
+    // The connection was lost, perhaps after COMMIT was sent: the record says whether it was.
+    IDEM_ASSIGN_OR_RETURN(const std::optional<Record> record, store_.Get(key_));
+    if (record && record->token == token_) {
+      if (record->state == State::kDone) return Status::OK();
+      if (record->state == State::kPending) {
+        return Status::Conflict(fmt::format("{}; it was not committed", committed.message()));
+      }
+    }
+    return committed;
+  }
+
+ private:
+  Store& store_;
+  const std::string_view key_;
+  const uint64_t token_;
+  FunctionRef<Result<std::unique_ptr<ClaimTransaction>>()> begin_;
+  FunctionRef<Result<std::string>(Attempt&, SqlTransaction&)> fn_;
+  std::unique_ptr<ClaimTransaction> transaction_;
+};
+
+// Runs fn for an acquired claim, whose Begin was sent at `sent`, and records its outcome with
+// its effects, run again while they conflict.
 Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOptions& options,
                              const Claim& claim, std::chrono::steady_clock::time_point sent,
-                             FunctionRef<Result<std::string>(Attempt&)> fn) {
+                             AttemptRunner& runner) {
   const milliseconds lease = store.options().LeaseOrDefault(options.lease);
   LeaseStatus lease_status(sent + lease);
-  StagedWrites staged(store);
   Attempt attempt{.token = claim.token,
                   .took_over = claim.took_over,
                   .checkpoint = claim.record.checkpoint,
                   .attempts = claim.record.attempts,
                   .store = &store,
                   .key = key,
-                  .lease = &lease_status,
-                  .staged = &staged};
+                  .lease = &lease_status};
   util::Backoff conflict_pause(kFirstConflictPause, kLongestConflictPause);
   for (int reruns = 0;; ++reruns) {
-    staged.Clear();
+    if (const Status started = runner.Start(); !started.ok()) {
+      // Recorded, so that the next caller runs it again at once.
+      static_cast<void>(store.Fail(key, claim.token, started.message(), Failure::kRetryable));
+      return started;
+    }
     std::optional<Result<std::string>> outcome;
     std::exception_ptr error;
     {
       LeaseKeeper::Guard renewal =
           LeaseKeeper::Instance().Keep(&store, key, claim.token, lease, &lease_status);
       try {
-        outcome.emplace(fn(attempt));
+        outcome.emplace(runner.Run(attempt));
       } catch (...) {
         error = std::current_exception();
       }
     }
     if (error) {
+      runner.Abandon();
       // Recorded so that the next caller retries at once instead of waiting for the lease; the
       // caller's exception matters more than a failure to record it.
       static_cast<void>(store.Fail(key, claim.token, ExceptionText(error), Failure::kRetryable));
       std::rethrow_exception(error);
     }
+    Status conflict;
     if (!outcome->ok()) {
+      runner.Abandon();
       const Status& status = outcome->status();
-      const Failure kind =
-          status.code() == Status::Code::kFailed ? Failure::kTerminal : Failure::kRetryable;
-      IDEM_RETURN_IF_ERROR(store.Fail(key, claim.token, status.message(), kind));
-      return status;
-    }
-    const Status completed = store.Complete(key, claim.token, outcome->value(), staged.writes());
-    if (completed.code() == Status::Code::kConflict) {
-      if (reruns < store.options().conflict_retries) {
-        std::this_thread::sleep_for(Jittered(conflict_pause.Next()));
-        continue;
+      if (status.code() != Status::Code::kConflict) {
+        const Failure kind =
+            status.code() == Status::Code::kFailed ? Failure::kTerminal : Failure::kRetryable;
+        IDEM_RETURN_IF_ERROR(store.Fail(key, claim.token, status.message(), kind));
+        return status;
       }
-      // Recorded, so that the next caller runs it again at once.
-      IDEM_RETURN_IF_ERROR(store.Fail(key, claim.token, completed.message(), Failure::kRetryable));
-      return Status::Conflict(fmt::format("{} (fn ran {} times)", completed.message(), reruns + 1));
+      conflict = status;
+    } else {
+      conflict = runner.Commit(outcome->value());
+      if (conflict.ok()) {
+        return Execution{.result = std::move(outcome->value()),
+                         .replayed = false,
+                         .attempts = claim.record.attempts};
+      }
+      if (conflict.code() != Status::Code::kConflict) return conflict;
     }
-    IDEM_RETURN_IF_ERROR(completed);
-    return Execution{.result = std::move(outcome->value()),
-                     .replayed = false,
-                     .attempts = claim.record.attempts};
+    if (reruns < store.options().conflict_retries) {
+      std::this_thread::sleep_for(Jittered(conflict_pause.Next()));
+      continue;
+    }
+    // Recorded, so that the next caller runs it again at once.
+    IDEM_RETURN_IF_ERROR(store.Fail(key, claim.token, conflict.message(), Failure::kRetryable));
+    return Status::Conflict(fmt::format("{} (fn ran {} times)", conflict.message(), reruns + 1));
+  }
+}
+
+// Execute's loop: Begin, and on kAcquired `run_acquired(claim, sent)`; other outcomes as
+// Store::Execute says.
+Result<Execution> ExecuteClaimed(
+    Store& store, std::string_view key, const BeginOptions& options,
+    FunctionRef<Result<Execution>(const Claim&, std::chrono::steady_clock::time_point)>
+        run_acquired) {
+  const milliseconds wait = store.options().execute_wait;
+  const auto give_up_at = std::chrono::steady_clock::now() + wait;
+  util::Backoff poll(kFirstPoll, kLongestPoll);
+  for (;;) {
+    // An acquired lease runs from the owner's answer, which comes after this.
+    const auto sent = std::chrono::steady_clock::now();
+    IDEM_ASSIGN_OR_RETURN(Claim claim, store.Begin(key, options));
+    switch (claim.outcome) {
+      case Outcome::kAcquired:
+        return run_acquired(claim, sent);
+      case Outcome::kReplay:
+        return Execution{.result = std::move(claim.record.result),
+                         .replayed = true,
+                         .attempts = claim.record.attempts};
+      case Outcome::kFailed:
+        return Status::Failed(std::move(claim.record.result));
+      case Outcome::kMismatch:
+        return Status::Mismatch(
+            "the key was used before for a request with a different fingerprint");
+      case Outcome::kInProgress:
+        break;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= give_up_at) {
+      return Status::InProgress(fmt::format(
+          "another attempt still holds the key after waiting {} ms", wait.count()));
+    }
+    const auto left = std::chrono::ceil<milliseconds>(give_up_at - now);
+    std::this_thread::sleep_for(std::min({poll.Next(), claim.retry_after, left}));
   }
 }
 
@@ -197,36 +324,22 @@ Status Attempt::Delete(std::string_view table, std::string_view key) {
 
 Result<Execution> Store::ExecuteAttempts(std::string_view key, const BeginOptions& options,
                                          FunctionRef<Result<std::string>(Attempt&)> fn) {
-  const auto give_up_at = std::chrono::steady_clock::now() + this->options().execute_wait;
-  util::Backoff poll(kFirstPoll, kLongestPoll);
-  for (;;) {
-    // An acquired lease runs from the owner's answer, which comes after this.
-    const auto sent = std::chrono::steady_clock::now();
-    IDEM_ASSIGN_OR_RETURN(Claim claim, Begin(key, options));
-    switch (claim.outcome) {
-      case Outcome::kAcquired:
-        return RunAttempt(*this, key, options, claim, sent, fn);
-      case Outcome::kReplay:
-        return Execution{.result = std::move(claim.record.result),
-                         .replayed = true,
-                         .attempts = claim.record.attempts};
-      case Outcome::kFailed:
-        return Status::Failed(std::move(claim.record.result));
-      case Outcome::kMismatch:
-        return Status::Mismatch(
-            "the key was used before for a request with a different fingerprint");
-      case Outcome::kInProgress:
-        break;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= give_up_at) {
-      return Status::InProgress(
-          fmt::format("another attempt still holds the key after waiting {} ms",
-                      this->options().execute_wait.count()));
-    }
-    const auto left = std::chrono::ceil<milliseconds>(give_up_at - now);
-    std::this_thread::sleep_for(std::min({poll.Next(), claim.retry_after, left}));
-  }
+  return ExecuteClaimed(*this, key, options, [&](const Claim& claim, auto sent) {
+    StagedRunner runner(*this, key, claim.token, fn);
+    return RunAttempt(*this, key, options, claim, sent, runner);
+  });
+}
+
+Result<Execution> Store::ExecuteInTransactionAttempts(
+    std::string_view key, const BeginOptions& options,
+    FunctionRef<Result<std::string>(Attempt&, SqlTransaction&)> fn) {
+  // Refused before a claim is taken, on a store that cannot run it.
+  if (!KeptInDatabase()) return Store::BeginClaimTransaction(key, 0).status();
+  return ExecuteClaimed(*this, key, options, [&](const Claim& claim, auto sent) {
+    const auto begin = [&] { return BeginClaimTransaction(key, claim.token); };
+    TransactionRunner runner(*this, key, claim.token, begin, fn);
+    return RunAttempt(*this, key, options, claim, sent, runner);
+  });
 }
 
 }  // namespace idem

@@ -73,6 +73,9 @@ PgParam PgParam::Timestamp(int64_t unix_micros) {
   return {kPgTimestamptzOid, BigEndian(static_cast<uint64_t>(unix_micros - kPgEpochMicros))};
 }
 PgParam PgParam::Null(uint32_t type) { return {type, std::nullopt}; }
+PgParam PgParam::Untyped(std::optional<std::string_view> text) {
+  return {.type = 0, .value = text ? std::optional<std::string>(*text) : std::nullopt, .text = true};
+}
 
 void PgRows::Clear::operator()(pg_result* result) const { PQclear(result); }
 
@@ -84,6 +87,11 @@ uint64_t PgRows::affected() const {
   uint64_t count = 0;
   std::from_chars(text.data(), text.data() + text.size(), count);
   return count;
+}
+
+std::string_view PgRows::ColumnName(int column) const {
+  if (column < 0 || column >= columns()) return {};
+  return PQfname(result_.get(), column);
 }
 
 bool PgRows::IsNull(int row, int column) const {
@@ -147,19 +155,25 @@ struct PgPool::Step {
   enum class Next { kReturn, kReconnect, kResend, kRetry };
   Next next = Next::kReturn;
   Result<std::vector<PgRows>> result = Status::Unavailable("not run");
+  pg_conn* kept = nullptr;  // a transaction's connection left open (keep_open), checked out
 };
 
 // A checked-out connection (or a place for one), returned to the pool when it goes.
 class PgPool::Lease {
  public:
   Lease(PgPool* pool, pg_conn* conn) : pool_(pool), conn_(conn) {}
-  ~Lease() { pool_->Return(conn_); }
+  ~Lease() {
+    if (pool_ != nullptr) pool_->Return(conn_);
+  }
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
 
   pg_conn*& conn() { return conn_; }
-  void Close() { pool_->Discard(std::exchange(conn_, nullptr), /*cancel=*/false); }
-  void CancelAndClose() { pool_->Discard(std::exchange(conn_, nullptr), /*cancel=*/true); }
+  // Hands the connection over, still checked out: the new holder returns it (PgPool::Return).
+  pg_conn* Release() {
+    pool_ = nullptr;
+    return conn_;
+  }
 
  private:
   PgPool* pool_;
@@ -191,11 +205,28 @@ PgPoolStats PgPool::stats() const {
 }
 
 Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction, bool* resent) {
+  return std::move(Drive(transaction, resent).result);
+}
+
+Result<std::unique_ptr<PgOpenTransaction>> PgPool::Begin(const PgTransaction& opening) {
+  PgTransaction transaction = opening;
+  transaction.alone = false;
+  transaction.keep_open = true;
+  transaction.resendable = true;  // nothing commits: a lost connection rolls it back
+  Step step = Drive(transaction, nullptr);
+  IDEM_RETURN_IF_ERROR(step.result.status());
+  const milliseconds timeout =
+      opening.timeout > milliseconds(0) ? opening.timeout : options_.request_timeout;
+  return std::unique_ptr<PgOpenTransaction>(new PgOpenTransaction(this, step.kept, timeout));
+}
+
+PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
   if (resent != nullptr) *resent = false;
   if (util::ForkGeneration() != fork_generation_) {
-    return Status::Unavailable(fmt::format(
-        "{}: the connection pool was made before fork(); open the store again in this process",
-        conninfo_.display_name()));
+    return {.result = Status::Unavailable(fmt::format(
+                "{}: the connection pool was made before fork(); open the store again in this "
+                "process",
+                conninfo_.display_name()))};
   }
   const milliseconds timeout =
       transaction.timeout > milliseconds(0) ? transaction.timeout : options_.request_timeout;
@@ -204,21 +235,21 @@ Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction, bool* 
   util::Backoff backoff(milliseconds(10), milliseconds(500));
   for (int attempts = 1;; ++attempts) {
     Step step = Attempt(transaction, timeout, give_up);
-    if (step.next == Step::Next::kReturn) return std::move(step.result);
-    const Status& why = step.result.status();
+    if (step.next == Step::Next::kReturn) return step;
+    const Status why = step.result.status();
     if (step.next == Step::Next::kResend && !transaction.resendable) {
-      return Status::Unavailable(fmt::format(
-          "{}; the transaction may or may not have been committed, and was not sent again",
-          why.message()));
+      return {.result = Status::Unavailable(fmt::format(
+                  "{}; the transaction may or may not have been committed, and was not sent again",
+                  why.message()))};
     }
     const milliseconds pause = backoff.Next();
     if (Clock::now() + pause >= give_up) {
-      return Status(
-          why.code(),
-          fmt::format("{}; gave up after {} attempts in {} ms (failover timeout: {} ms)",
-                      why.message(), attempts,
-                      std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
-                      options_.failover_timeout.count()));
+      return {.result = Status(
+                  why.code(),
+                  fmt::format("{}; gave up after {} attempts in {} ms (failover timeout: {} ms)",
+                              why.message(), attempts,
+                              std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
+                              options_.failover_timeout.count()))};
     }
     std::this_thread::sleep_for(pause);
     if (step.next == Step::Next::kResend) {
@@ -253,6 +284,13 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
   }
   PgPipelineOutcome outcome =
       RunPipeline(lease.conn(), prepared, transaction, timeout, Clock::now() + answer_wait);
+  Step step = Judge(std::move(outcome), transaction, answer_wait, lease.conn());
+  if (transaction.keep_open && step.result.ok()) step.kept = lease.Release();
+  return step;
+}
+
+PgPool::Step PgPool::Judge(PgPipelineOutcome&& outcome, const PgTransaction& transaction,
+                           milliseconds answer_wait, pg_conn*& conn) {
   if (transaction.read_only && outcome.sqlstate == "25006") {
     outcome.failure = PgFailure::kOther;  // a write in a read-only transaction: the caller's
   }
@@ -262,12 +300,12 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
       return {.result = std::move(outcome.rows)};
     case PgFailure::kNoAnswer:
       ++cancels_;
-      lease.CancelAndClose();
+      Discard(std::exchange(conn, nullptr), /*cancel=*/true);
       return {.result = Status::TimedOut(fmt::format(
                   "{}: no answer within {} ms; the query was cancelled and its connection closed",
                   name, answer_wait.count()))};
     case PgFailure::kConnectionLost:
-      lease.Close();
+      Discard(std::exchange(conn, nullptr), /*cancel=*/false);
       return {.next = Step::Next::kResend,
               .result = Failed(outcome.failure, "lost the connection", outcome.message,
                                outcome.sqlstate)};
@@ -383,6 +421,51 @@ Result<pg_conn*> PgPool::Connect(TimePoint give_up) {
   }
   return Status::Unavailable(
       fmt::format("{}: cannot connect: {}", conninfo_.display_name(), failures));
+}
+
+PgOpenTransaction::~PgOpenTransaction() {
+  RollBack();
+  pool_->Return(conn_);
+}
+
+Result<std::vector<PgRows>> PgOpenTransaction::Run(std::vector<PgStatement> statements) {
+  return Step(std::move(statements), /*commit=*/false);
+}
+
+Status PgOpenTransaction::Commit() { return Step({{"COMMIT", {}}}, /*commit=*/true).status(); }
+
+void PgOpenTransaction::RollBack() {
+  if (!ended_.ok()) return;  // over already; keep what ended it
+  static_cast<void>(Step({{"ROLLBACK", {}}}, /*commit=*/false));
+  if (ended_.ok()) ended_ = Status::InvalidArgument("the transaction was rolled back");
+}
+
+Result<std::vector<PgRows>> PgOpenTransaction::Step(std::vector<PgStatement> statements,
+                                                    bool commit) {
+  IDEM_RETURN_IF_ERROR(ended_);
+  // The server's statement_timeout (set at BEGIN) comes first; this bounds a silent server.
+  const std::chrono::milliseconds answer_wait = timeout_ + kAnswerGrace;
+  const PgTransaction transaction{.statements = std::move(statements), .alone = true};
+  pool_->sent_.fetch_add(1, std::memory_order_relaxed);
+  PgPool::Step step = pool_->Judge(
+      RunPipeline(conn_, /*prepared=*/nullptr, transaction, timeout_, Clock::now() + answer_wait),
+      transaction, answer_wait, conn_);
+  if (step.result.ok()) {
+    if (commit) ended_ = Status::InvalidArgument("the transaction was committed");
+    return std::move(step.result);
+  }
+  // The transaction is over: rolled back by RunPipeline, or by the server with the connection.
+  Status why = step.result.status();
+  if (step.next == PgPool::Step::Next::kRetry) {
+    why = Status::Conflict(fmt::format("{}; run the transaction again", why.message()));
+  } else if (step.next == PgPool::Step::Next::kResend) {
+    why = Status::Unavailable(
+        fmt::format("{}; {}", why.message(),
+                    commit ? "the transaction may or may not have been committed"
+                           : "the server rolled the transaction back"));
+  }
+  ended_ = why;
+  return why;
 }
 
 }  // namespace idem::storage

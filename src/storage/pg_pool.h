@@ -59,6 +59,7 @@ struct pg_result;  // libpq's PGresult
 namespace idem::storage {
 
 enum class PgFailure;                                     // pg_session.h
+struct PgPipelineOutcome;                                 // pg_session.h
 using PgPreparedNames = std::unordered_set<std::string>;  // pg_session.h
 
 // The OIDs of the types idem uses (pg_type.dat; fixed since PostgreSQL 7).
@@ -72,8 +73,9 @@ inline constexpr uint32_t kPgTimestamptzOid = 1184;
 
 // A statement parameter in PostgreSQL's binary format, with its type.
 struct PgParam {
-  uint32_t type = 0;                 // the type's OID
-  std::optional<std::string> value;  // the binary value; nullopt: NULL
+  uint32_t type = 0;                 // the type's OID; 0: inferred by the server (Untyped)
+  std::optional<std::string> value;  // the binary value (text when `text`); nullopt: NULL
+  bool text = false;                 // `value` is in the type's text form
 
   static PgParam Bytea(std::string_view bytes);
   static PgParam Text(std::string_view text);
@@ -84,12 +86,18 @@ struct PgParam {
   // from 2000-01-01.
   static PgParam Timestamp(int64_t unix_micros);
   static PgParam Null(uint32_t type);
+  // A value in its text form, of the type the server infers from where it is used (or a cast:
+  // $1::bigint), as psql would send it: for applications' own statements.
+  static PgParam Untyped(std::optional<std::string_view> text);
 };
 
 // One SQL statement: its text names parameters $1, $2, ...; values never go into the text.
 struct PgStatement {
   std::string sql;
   std::vector<PgParam> params;
+  // The rows in their text form (what psql shows) instead of binary: for applications' own
+  // statements, whose types idem does not know.
+  bool text_results = false;
 };
 
 struct PgTransaction {
@@ -111,6 +119,9 @@ struct PgTransaction {
   // the commit needs, a statement makes itself: set_config('synchronous_commit', 'off', true)
   // lasts until the transaction ends.
   bool alone = false;
+  // Sends BEGIN, SET LOCAL statement_timeout and the statements, but no COMMIT: the transaction
+  // stays open on its connection (PgPool::Begin sets it).
+  bool keep_open = false;
 };
 
 // What one statement returned: its rows (binary format) and how many rows it changed. Values
@@ -124,6 +135,7 @@ class PgRows {
   // Rows inserted, updated or deleted (or returned by a SELECT); 0 for other statements.
   uint64_t affected() const;
 
+  std::string_view ColumnName(int column) const;  // empty when out of range
   bool IsNull(int row, int column) const;
   // The bytes of a bytea or text value (empty for NULL or out of range).
   std::string_view Bytes(int row, int column) const;
@@ -165,6 +177,41 @@ struct PgPoolStats {
   bool prepares = true;
 };
 
+class PgPool;
+
+// A transaction left open on one checked-out connection (PgPool::Begin), for statements that
+// depend on what earlier ones returned: each Run is one round trip, Commit ends it. Its first
+// error ends it too: the server rolled it back, and every later call returns that error. What
+// is still open when it goes is rolled back, and its connection goes back to the pool. Nothing
+// is resent: a lost connection ends the transaction (rolled back by the server, unless COMMIT
+// was sent). A deadlock or a serialization failure (40P01, 40001) is kConflict: run the whole
+// transaction again. One thread at a time.
+class PgOpenTransaction {
+ public:
+  ~PgOpenTransaction();
+  PgOpenTransaction(const PgOpenTransaction&) = delete;
+  PgOpenTransaction& operator=(const PgOpenTransaction&) = delete;
+
+  // One PgRows per statement, in order; the errors of PgPool::Run, without its resending.
+  Result<std::vector<PgRows>> Run(std::vector<PgStatement> statements);
+  // COMMIT. A connection lost after COMMIT was sent: kUnavailable, "may or may not have been
+  // committed".
+  Status Commit();
+  // ROLLBACK, unless the transaction is over already.
+  void RollBack();
+
+ private:
+  friend class PgPool;
+  PgOpenTransaction(PgPool* pool, pg_conn* conn, std::chrono::milliseconds timeout)
+      : pool_(pool), conn_(conn), timeout_(timeout) {}
+  Result<std::vector<PgRows>> Step(std::vector<PgStatement> statements, bool commit);
+
+  PgPool* const pool_;
+  pg_conn* conn_;  // null once closed
+  const std::chrono::milliseconds timeout_;
+  Status ended_ = Status::OK();  // OK while open; afterwards what the next call returns
+};
+
 class PgPool {
  public:
   // Makes no connection: the first Run does.
@@ -180,6 +227,12 @@ class PgPool {
   // lost after sending it: the first send may have committed).
   Result<std::vector<PgRows>> Run(const PgTransaction& transaction, bool* resent = nullptr);
 
+  // Checks out a connection and opens a transaction on it: BEGIN, SET LOCAL statement_timeout
+  // (`opening.timeout`, for every statement of it) and `opening`'s statements (settings of the
+  // transaction: set_config(..., true)), connecting and trying again as Run does. The connection
+  // stays checked out until the transaction goes.
+  Result<std::unique_ptr<PgOpenTransaction>> Begin(const PgTransaction& opening);
+
   PgPoolStats stats() const;
   const PgConninfo& conninfo() const { return conninfo_; }
 
@@ -188,8 +241,17 @@ class PgPool {
   class Lease;
   using TimePoint = std::chrono::steady_clock::time_point;
 
+  friend class PgOpenTransaction;
+
+  // Run's and Begin's loop: tries `transaction` until it succeeds, fails for good, or
+  // failover_timeout passes.
+  Step Drive(const PgTransaction& transaction, bool* resent);
   Step Attempt(const PgTransaction& transaction, std::chrono::milliseconds timeout,
                TimePoint give_up);
+  // What `outcome` of `transaction` on `conn` means: the result, or the error and what to do
+  // next; closes `conn` (setting it null) when it cannot serve again.
+  Step Judge(PgPipelineOutcome&& outcome, const PgTransaction& transaction,
+             std::chrono::milliseconds answer_wait, pg_conn*& conn);
   Result<pg_conn*> Checkout(std::chrono::milliseconds timeout);
   void Return(pg_conn* conn);
   Result<pg_conn*> Connect(TimePoint give_up);

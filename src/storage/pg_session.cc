@@ -63,8 +63,9 @@ Got NextResult(PGconn* conn, PgDeadline deadline, ResultPtr& result) {
 
 // The parameters of a statement as libpq takes them (pointing into `params`).
 struct WireParams {
-  explicit WireParams(const std::vector<PgParam>& params) : formats(params.size(), 1) {
+  explicit WireParams(const std::vector<PgParam>& params) {
     for (const PgParam& param : params) {
+      formats.push_back(param.text ? 0 : 1);
       types.push_back(param.type);
       values.push_back(param.value ? param.value->data() : nullptr);
       lengths.push_back(param.value ? static_cast<int>(param.value->size()) : 0);
@@ -77,10 +78,12 @@ struct WireParams {
   std::vector<int> formats;
 };
 
-bool Send(PGconn* conn, const char* sql, const std::vector<PgParam>& params) {
+bool Send(PGconn* conn, const char* sql, const std::vector<PgParam>& params,
+          bool text_results = false) {
   const WireParams wire(params);
   return PQsendQueryParams(conn, sql, wire.count(), wire.types.data(), wire.values.data(),
-                           wire.lengths.data(), wire.formats.data(), /*resultFormat=*/1) == 1;
+                           wire.lengths.data(), wire.formats.data(),
+                           /*resultFormat=*/text_results ? 0 : 1) == 1;
 }
 
 // The name of `statement` when prepared: a digest of its text and parameter types.
@@ -100,7 +103,8 @@ int SendPrepared(PGconn* conn, const PgStatement& statement, const std::string& 
     return 0;
   }
   if (PQsendQueryPrepared(conn, name.c_str(), wire.count(), wire.values.data(), wire.lengths.data(),
-                          wire.formats.data(), /*resultFormat=*/1) != 1) {
+                          wire.formats.data(), /*resultFormat=*/statement.text_results ? 0 : 1) !=
+      1) {
     return 0;
   }
   return prepare ? 2 : 1;
@@ -292,7 +296,7 @@ PgPipelineOutcome RunPipeline(pg_conn* conn, PgPreparedNames* prepared,
   for (std::size_t i = 0; i < transaction.statements.size() && sent; ++i) {
     const PgStatement& statement = transaction.statements[i];
     if (prepared == nullptr) {
-      sent = Send(conn, statement.sql.c_str(), statement.params);
+      sent = Send(conn, statement.sql.c_str(), statement.params, statement.text_results);
     } else {
       std::string name = PreparedName(statement);
       // A statement twice in one transaction is prepared once.
@@ -309,7 +313,7 @@ PgPipelineOutcome RunPipeline(pg_conn* conn, PgPreparedNames* prepared,
     }
     statement_of.push_back(static_cast<int>(i));
   }
-  if (!transaction.alone) {
+  if (!transaction.alone && !transaction.keep_open) {
     sent = sent && Send(conn, "COMMIT", {});
     statement_of.push_back(-1);
   }

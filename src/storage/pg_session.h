@@ -73,7 +73,8 @@ struct PgPipelineOutcome {
 using PgPreparedNames = std::unordered_set<std::string>;
 
 // Sends `transaction` on `conn` as BEGIN, SET LOCAL statement_timeout, its statements, COMMIT
-// and one sync (or its statements alone), and reads the answers until `deadline`. After an
+// (not when keep_open) and one sync (or its statements alone), and reads the answers until
+// `deadline`. After an
 // error the transaction is rolled back (a second round trip). On kConnectionLost and kNoAnswer,
 // close the connection.
 // `prepared` (null: none) makes each statement a named prepared one, prepared in the same

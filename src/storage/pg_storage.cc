@@ -235,6 +235,38 @@ Result<bool> PgStorage::TransitionIfCurrent(std::string_view key,
                                             const engine::TransitionRequest& request,
                                             Durability durability) {
   if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  // Resent after its first send had applied it, it applies to nothing: the caller's Update then
+  // finds the record as this call left it, and the engine answers a repeated Complete or Fail
+  // with OK (an Extend or a checkpoint saved twice is no different).
+  PgTransaction transaction{.resendable = true, .alone = true};
+  transaction.statements.push_back(TransitionStatement(key, request, durability));
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+  return rows[0].affected() == 1;
+}
+
+Result<std::unique_ptr<PgOpenTransaction>> PgStorage::OpenTransaction() {
+  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  return pool_.Begin({});
+}
+
+Result<bool> PgStorage::CompleteIn(PgOpenTransaction& transaction, std::string_view key,
+                                   uint64_t token, std::string_view result,
+                                   Durability durability) {
+  const engine::TransitionRequest complete{
+      .kind = engine::TransitionKind::kComplete, .token = token, .payload = result};
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows,
+                        transaction.Run({TransitionStatement(key, complete, durability)}));
+  if (rows[0].affected() != 1) {
+    transaction.RollBack();
+    return false;
+  }
+  IDEM_RETURN_IF_ERROR(transaction.Commit());
+  return true;
+}
+
+PgStatement PgStorage::TransitionStatement(std::string_view key,
+                                           const engine::TransitionRequest& request,
+                                           Durability durability) const {
   std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability),
                                  PgParam::Bytea(key), PgParam::Int8(BitCast(request.token))};
   // engine::ApplyTransition, as SET clauses with parameters from $5.
@@ -267,13 +299,7 @@ Result<bool> PgStorage::TransitionIfCurrent(std::string_view key,
       "UPDATE {} SET {}, updated = n.now, version = version + 1 FROM n "
       "WHERE key = $3 AND token = $4 AND state = {} AND expires > n.now",
       kNow, kSetSynchronousCommit, names_.records, patch, static_cast<int>(State::kPending));
-  // Resent after its first send had applied it, it applies to nothing: the caller's Update then
-  // finds the record as this call left it, and the engine answers a repeated Complete or Fail
-  // with OK (an Extend or a checkpoint saved twice is no different).
-  PgTransaction transaction{.resendable = true, .alone = true};
-  transaction.statements.push_back({sql, std::move(params)});
-  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-  return rows[0].affected() == 1;
+  return {sql, std::move(params)};
 }
 
 Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& next, int64_t version,

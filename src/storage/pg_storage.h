@@ -70,6 +70,17 @@ class PgStorage final : public Storage {
   // One UPDATE whose WHERE is engine::TransitionApplies and whose SET is engine::ApplyTransition.
   Result<bool> TransitionIfCurrent(std::string_view key, const engine::TransitionRequest& request,
                                    Durability durability) override;
+  // A transaction for the application's own statements (Store::ExecuteInTransaction), open on
+  // a connection of the pool until it commits or goes.
+  Result<std::unique_ptr<PgOpenTransaction>> OpenTransaction();
+  // In `transaction`, after the application's statements: TransitionIfCurrent's UPDATE
+  // completing `key`'s claim `token` with `result`, then COMMIT, so that the record and the
+  // application's writes commit together. False, with the transaction rolled back, when the
+  // UPDATE applied to nothing: the claim is no longer this token's (its lease was taken over,
+  // or the record forgotten or expired). A connection lost at COMMIT: kUnavailable, the outcome
+  // unknown (the record tells: done with this token, or still pending).
+  Result<bool> CompleteIn(PgOpenTransaction& transaction, std::string_view key, uint64_t token,
+                          std::string_view result, Durability durability);
   Result<bool> Remove(std::string_view key, Durability durability) override;
   Status Scan(const ScanOptions& options,
               FunctionRef<bool(Record&& record, TimePoint now)> visit) override;
@@ -114,6 +125,9 @@ class PgStorage final : public Storage {
  private:
   PgStorage(const PgConninfo& conninfo, PgStorageConfig config);
 
+  // TransitionIfCurrent's statement: one UPDATE, which changes one row when it applies.
+  PgStatement TransitionStatement(std::string_view key, const engine::TransitionRequest& request,
+                                  Durability durability) const;
   // The parameter that replaces the server's time in tests (the test clock's time; NULL outside
   // them: kNow then reads clock_timestamp()).
   PgParam NowParam() const;
