@@ -184,14 +184,7 @@ class EffectsWorker final : public Worker {
  public:
   EffectsWorker(std::unique_ptr<Session> session, int thread)
       : session_(std::move(session)), account_("acct-" + std::to_string(thread)) {}
-  Status Op() override {
-    const std::string_view key = keys_.Next();
-    IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, session_->Begin(key));
-    if (answer.answer != Answer::kAcquired) {
-      return Status::Failed("a fresh key " + std::string(key) + " was not acquired");
-    }
-    return session_->CompleteAdding(key, answer.token, ResultPayload(), account_);
-  }
+  Status Op() override { return session_->RunAdding(keys_.Next(), ResultPayload(), account_); }
 
  private:
   std::unique_ptr<Session> session_;

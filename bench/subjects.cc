@@ -18,9 +18,27 @@ namespace {
 
 // ---- idem -----------------------------------------------------------------------------------
 
+// The application's table of the effects workload on PostgreSQL, beside the store's `table`,
+// and the statement that adds 1 to an account ($1) in it.
+std::string AccountsTable(const std::string& table) { return table + "_accounts"; }
+std::string AccountsUpsert(const std::string& table) {
+  return "INSERT INTO " + AccountsTable(table) +
+         " AS a VALUES ($1, 1) ON CONFLICT (id) DO UPDATE SET balance = a.balance + 1";
+}
+Status MakeAccountsTable(PgConnection& admin, const std::string& table) {
+  return admin
+      .Exec("CREATE TABLE " + AccountsTable(table) +
+            " (id text PRIMARY KEY, balance bigint NOT NULL)")
+      .status();
+}
+
 class StoreSession final : public Session {
  public:
-  explicit StoreSession(Store& store) : store_(store) {}
+  // `pg_table`: the store's table when it is kept in PostgreSQL.
+  explicit StoreSession(Store& store, const std::string& pg_table = "")
+      : store_(store),
+        in_postgres_(!pg_table.empty()),
+        accounts_upsert_(in_postgres_ ? AccountsUpsert(pg_table) : "") {}
 
   Result<BeginAnswer> Begin(std::string_view key) override {
     IDEM_ASSIGN_OR_RETURN(Claim claim, store_.Begin(key));
@@ -41,6 +59,19 @@ class StoreSession final : public Session {
   Status Complete(std::string_view key, uint64_t token, std::string_view result) override {
     return store_.Complete(key, token, result);
   }
+  Status RunAdding(std::string_view key, std::string_view result,
+                   std::string_view account) override {
+    if (!in_postgres_) return Session::RunAdding(key, result, account);
+    return store_
+        .ExecuteInTransaction(key,
+                              [&](Attempt&, SqlTransaction& sql) -> Result<std::string> {
+                                IDEM_RETURN_IF_ERROR(
+                                    sql.Exec(accounts_upsert_, {std::string(account)}).status());
+                                return std::string(result);
+                              })
+        .status();
+  }
+
   Status CompleteAdding(std::string_view key, uint64_t token, std::string_view result,
                         std::string_view account) override {
     IDEM_ASSIGN_OR_RETURN(TableValue balance, store_.GetValue("balances", account));
@@ -55,6 +86,8 @@ class StoreSession final : public Session {
   }
 
   Store& store_;
+  const bool in_postgres_;
+  const std::string accounts_upsert_;
   WriteSet writes_;
 };
 
@@ -71,13 +104,15 @@ class BorrowedStoreSubject final : public Subject {
 
 class OwnedStoreSubject final : public Subject {
  public:
-  explicit OwnedStoreSubject(std::unique_ptr<Store> store) : store_(std::move(store)) {}
+  explicit OwnedStoreSubject(std::unique_ptr<Store> store, std::string pg_table = "")
+      : store_(std::move(store)), pg_table_(std::move(pg_table)) {}
   Result<std::unique_ptr<Session>> Connect() override {
-    return std::unique_ptr<Session>(std::make_unique<StoreSession>(*store_));
+    return std::unique_ptr<Session>(std::make_unique<StoreSession>(*store_, pg_table_));
   }
 
  private:
   std::unique_ptr<Store> store_;
+  const std::string pg_table_;  // the store's table in PostgreSQL; empty for a directory
 };
 
 Result<std::unique_ptr<Subject>> OpenIdem(const SubjectConfig& config, Durability durability) {
@@ -93,6 +128,7 @@ Result<std::unique_ptr<Subject>> OpenIdemOnPostgres(const SubjectConfig& config)
   {
     IDEM_ASSIGN_OR_RETURN(auto admin, PgConnection::Connect(config.postgres));
     IDEM_RETURN_IF_ERROR(DropPgTables(*admin, config.table));
+    IDEM_RETURN_IF_ERROR(MakeAccountsTable(*admin, config.table));
   }
   Options options;
   options.durability = Durability::kSync;
@@ -100,7 +136,8 @@ Result<std::unique_ptr<Subject>> OpenIdemOnPostgres(const SubjectConfig& config)
   options.pool_size = config.pg_pool_size;
   options.auto_purge_interval = std::chrono::milliseconds(0);
   IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(config.postgres, options));
-  return std::unique_ptr<Subject>(std::make_unique<OwnedStoreSubject>(std::move(store)));
+  return std::unique_ptr<Subject>(
+      std::make_unique<OwnedStoreSubject>(std::move(store), config.table));
 }
 
 // ---- raw RocksDB ----------------------------------------------------------------------------
@@ -361,7 +398,8 @@ class PgSqlSession final : public Session {
                 " (key, state, lease_deadline) VALUES ($1, 0, now() + interval '10 seconds') "
                 "ON CONFLICT (key) DO NOTHING"),
         update_("UPDATE " + table + " SET state = 1, result = $2 WHERE key = $1"),
-        select_("SELECT state, result FROM " + table + " WHERE key = $1") {}
+        select_("SELECT state, result FROM " + table + " WHERE key = $1"),
+        accounts_upsert_(AccountsUpsert(table)) {}
 
   Result<BeginAnswer> Begin(std::string_view key) override {
     if (read_first_) {
@@ -379,6 +417,20 @@ class PgSqlSession final : public Session {
 
   Status Complete(std::string_view key, uint64_t /*token*/, std::string_view result) override {
     return Exec(update_, {key, result}).status();
+  }
+
+  // The atomic-phases transaction, a statement a round trip as a hand-written client sends it.
+  Status RunAdding(std::string_view key, std::string_view result,
+                   std::string_view account) override {
+    IDEM_RETURN_IF_ERROR(Exec("BEGIN", {}).status());
+    IDEM_ASSIGN_OR_RETURN(PgResultPtr inserted, Exec(insert_, {key}));
+    if (std::string_view(PQcmdTuples(inserted.get())) != "1") {
+      IDEM_RETURN_IF_ERROR(Exec("ROLLBACK", {}).status());
+      return Status::Failed("a fresh key " + std::string(key) + " was not acquired");
+    }
+    IDEM_RETURN_IF_ERROR(Exec(accounts_upsert_, {account}).status());
+    IDEM_RETURN_IF_ERROR(Exec(update_, {key, result}).status());
+    return Exec("COMMIT", {}).status();
   }
 
  private:
@@ -401,7 +453,7 @@ class PgSqlSession final : public Session {
   std::unique_ptr<PgConnection> connection_;
   const bool read_first_;
   const bool prepared_;  // named prepared statements instead of unnamed ones
-  const std::string insert_, update_, select_;
+  const std::string insert_, update_, select_, accounts_upsert_;
 };
 
 class PgSqlSubject final : public Subject {
@@ -417,6 +469,7 @@ class PgSqlSubject final : public Subject {
                                     " (key text PRIMARY KEY, state smallint NOT NULL, result "
                                     "bytea, lease_deadline timestamptz NOT NULL)")
                              .status());
+    IDEM_RETURN_IF_ERROR(MakeAccountsTable(*admin, config.table));
     return std::unique_ptr<Subject>(new PgSqlSubject(config, read_first, prepared));
   }
 
@@ -548,6 +601,15 @@ Result<std::unique_ptr<Subject>> OpenSubject(std::string_view system, const Subj
     }
   }
   return Status::InvalidArgument("unknown system " + std::string(system));
+}
+
+Status Session::RunAdding(std::string_view key, std::string_view result,
+                          std::string_view account) {
+  IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, Begin(key));
+  if (answer.answer != Answer::kAcquired) {
+    return Status::Failed("a fresh key " + std::string(key) + " was not acquired");
+  }
+  return CompleteAdding(key, answer.token, result, account);
 }
 
 std::unique_ptr<Subject> StoreSubject(Store& store) {

@@ -167,6 +167,7 @@ if [[ $postgres_only -eq 0 ]]; then
 fi
 # The same server and synchronous_commit=on for both sides of each ratio; a table per subject.
 workload lifecycle --systems idem-pg,pg-sql,pg-sql-prepared --postgres "$pg_uri"
+workload effects --systems idem-pg,pg-sql,pg-sql-prepared --postgres "$pg_uri"
 workload replay --systems idem-pg,pg-sql-read-first,pg-sql-read-first-prepared,pg-sql \
   --replay-keys "$replay_keys" --postgres "$pg_uri"
 workload pg-purge --pg-purge-records "$pg_purge_records" --postgres "$pg_uri"

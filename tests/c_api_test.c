@@ -71,6 +71,35 @@ struct counter {
   int runs;
 };
 
+/* Adds 5 to the balance "carol" through the attempt's staged writes, and deletes "dave". */
+static char* credit_carol(void* ctx, idem_attempt_t* attempt, size_t* resultlen, char** errmsg,
+                          unsigned char* terminal) {
+  struct counter* counter = (struct counter*)ctx;
+  char* err = NULL;
+  char text[32];
+  size_t len = 0;
+  long balance = 0;
+  const char* bytes;
+  idem_value_t* value = idem_attempt_read(attempt, "balances", "carol", 5, &err);
+  (void)terminal;
+  counter->runs++;
+  if (value == NULL) {
+    *errmsg = err;
+    return NULL;
+  }
+  bytes = idem_value_bytes(value, &len);
+  if (idem_value_present(value)) balance = strtol(bytes, NULL, 10);
+  idem_value_destroy(value);
+  snprintf(text, sizeof text, "%ld", balance + 5);
+  if (idem_attempt_put(attempt, "balances", "carol", 5, text, strlen(text), &err) != IDEM_OK ||
+      idem_attempt_delete(attempt, "balances", "dave", 4, &err) != IDEM_OK) {
+    *errmsg = err;
+    return NULL;
+  }
+  *resultlen = strlen(text);
+  return strdup(text);
+}
+
 static char* make_receipt(void* ctx, idem_attempt_t* attempt, size_t* resultlen, char** errmsg,
                           unsigned char* terminal) {
   struct counter* counter = (struct counter*)ctx;
@@ -512,6 +541,30 @@ int main(void) {
     CHECK(idem_get_value(store, "bad name", "k", 1, &err) == NULL);
     CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: table name");
     CHECK(strcmp(idem_code_name(IDEM_CONFLICT), "Conflict") == 0);
+  }
+  /* Writes staged inside idem_execute: applied with its Complete, once. */
+  {
+    struct counter counter = {0};
+    idem_value_t* value;
+    char* result;
+    int round;
+    for (round = 0; round < 2; ++round) {
+      result = idem_execute(store, "credit-carol", 12, NULL, NULL, 0, 0, credit_carol, &counter,
+                            NULL, NULL, NULL, &err);
+      CHECK_NO_ERROR(err);
+      CHECK(result != NULL && strcmp(result, "5") == 0);
+      idem_free(result);
+    }
+    CHECK(counter.runs == 1);
+    value = idem_get_value(store, "balances", "carol", 5, &err);
+    CHECK_NO_ERROR(err);
+    text = value != NULL ? idem_value_bytes(value, &len) : NULL;
+    CHECK(text != NULL && len == 1 && text[0] == '5' && idem_value_version(value) == 1);
+    idem_value_destroy(value);
+    value = idem_get_value(store, "balances", "dave", 4, &err);
+    CHECK(value != NULL && !idem_value_present(value) && idem_value_version(value) == 1);
+    idem_value_destroy(value);
+    /* Outside idem_execute's fn there is no attempt to stage in. */
   }
 
   idem_close(store);

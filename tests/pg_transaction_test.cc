@@ -8,8 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <random>
@@ -415,5 +419,38 @@ TEST(PgTransaction, ConsumersKilledAtRandomCountEveryMessageOnce) {
     EXPECT_EQ(record->state, idem::State::kDone) << m;
   }
 }
+
+#ifdef IDEM_QUEUE_CONSUMER
+// The queue consumer example with its store in PostgreSQL, and its balances in its own table:
+// 4 consumers, one SIGKILLed about every 200 ms, 1,000 messages delivered at least once. The
+// example checks that every message took effect exactly once and every balance is the exact sum
+// of its messages. IDEM_PG_KILL_SECONDS (a minute, say) runs the storm on more messages.
+TEST(PgTransaction, TheQueueConsumerExampleCountsEveryMessageOnceInAKillStorm) {
+  IDEM_START_PG_OR_SKIP(server);
+  idem_test::TempDir dir;
+  const char* seconds_text = std::getenv("IDEM_PG_KILL_SECONDS");
+  // About 250 messages a second get through a storm on this kind of machine.
+  const int messages = seconds_text ? std::max(1000, 250 * std::atoi(seconds_text)) : 1000;
+  const std::string command = std::string(IDEM_QUEUE_CONSUMER) + " run '" + dir.Sub("queue") +
+                              "' --store '" + server->Uri() + "' --consumers 4 --messages " +
+                              std::to_string(messages) +
+                              " --kill-every-ms 200 --timeout-s 300 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char chunk[4096];
+  while (const std::size_t got = std::fread(chunk, 1, sizeof chunk, pipe))
+    output.append(chunk, got);
+  const int status = ::pclose(pipe);
+  const std::string tail = output.substr(output.size() > 3000 ? output.size() - 3000 : 0);
+  const std::size_t summary = output.find("== Deliveries against effects");
+  if (summary != std::string::npos) std::cout << output.substr(summary);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << tail;
+  EXPECT_NE(output.find("OK: every message took effect exactly once"), std::string::npos) << tail;
+  EXPECT_NE(output.find("accounts whose balance is exactly the sum of their messages 8 of 8"),
+            std::string::npos)
+      << tail;
+}
+#endif
 
 }  // namespace

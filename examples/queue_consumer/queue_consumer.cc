@@ -3,7 +3,7 @@
 // idem store path that they share.
 //
 //   queue_consumer run DIR [--consumers N] [--messages M] [--seed S] [--work-ms W]
-//                          [--timeout-s T] [--kill-every-ms K]
+//                          [--timeout-s T] [--kill-every-ms K] [--store postgresql://...]
 //
 // `run` is the broker. It starts N consumer processes (this binary again, `queue_consumer
 // consume ...`; each opens the store DIR/store after its exec) and feeds them M messages
@@ -26,8 +26,11 @@
 // effects. The local one: the account's balance, a row of the store's application table
 // "balances", read and written through the Attempt, so that it commits with the message's record
 // or not at all (and, when two consumers credit one account at once, the later commit conflicts
-// and Execute runs the function again on the fresh balance). The external one: one line appended
-// (O_APPEND, one write) to DIR/effects.log, which no transaction covers. Then it acks. A
+// and Execute runs the function again on the fresh balance). With --store postgresql://...
+// the store is kept in PostgreSQL and the balance is a row of the application's own table
+// queue_consumer_accounts, credited by an UPDATE in the transaction that completes the record
+// (Store::ExecuteInTransaction): the same promise, from the database. The external one: one line
+// appended (O_APPEND, one write) to DIR/effects.log, which no transaction covers. Then it acks. A
 // duplicate finds the record done (a replay) or in progress (Execute waits for the owner), and
 // only acks. A delivery whose earlier attempt died is taken over at once (the store sees that
 // the holder's process is gone); the checkpoint saved before the effect tells the new owner to
@@ -158,6 +161,35 @@ struct ConsumerConfig {
   std::chrono::milliseconds work{0};
 };
 
+bool IsPostgresUri(std::string_view store) {
+  return store.starts_with("postgresql://") || store.starts_with("postgres://");
+}
+
+// On PostgreSQL, the balances are the application's own table, in the store's database.
+constexpr const char* kMakeAccountsSql =
+    "CREATE TABLE IF NOT EXISTS queue_consumer_accounts (account text PRIMARY KEY, "
+    "balance bigint NOT NULL, version bigint NOT NULL)";
+// $1: the account, $2: the amount. A version one more a credit, as in the store's tables.
+constexpr const char* kCreditAccountSql =
+    "INSERT INTO queue_consumer_accounts AS a VALUES ($1, $2, 1) ON CONFLICT (account) DO UPDATE "
+    "SET balance = a.balance + EXCLUDED.balance, version = a.version + 1";
+
+// Runs `sql` in a transaction of the store's database (under the key `key`, a record of its
+// own): the table's making and the final check.
+idem::Result<idem::SqlRows> RunSql(idem::Store& store, const std::string& key, const char* sql) {
+  idem::SqlRows rows;
+  IDEM_RETURN_IF_ERROR(
+      store
+          .ExecuteInTransaction(
+              key,
+              [&](idem::Attempt&, idem::SqlTransaction& transaction) -> idem::Result<std::string> {
+                IDEM_ASSIGN_OR_RETURN(rows, transaction.Exec(sql));
+                return std::string();
+              })
+          .status());
+  return rows;
+}
+
 // The effect line recorded for `message_id`, if the effects file holds one.
 std::optional<std::string> FindEffect(const std::string& effects_path,
                                       std::string_view message_id) {
@@ -198,6 +230,7 @@ int RunConsumer(const ConsumerConfig& config) {
     return 3;
   }
   idem::Store& store = **opened;
+  const bool in_postgres = IsPostgresUri(config.store_path);
   std::mt19937 random(config.seed);
   std::uniform_int_distribution<int> percent(0, 99);
   const std::string pid = std::to_string(::getpid());
@@ -219,44 +252,63 @@ int RunConsumer(const ConsumerConfig& config) {
     // The external effect, once appended in this call: a run of the function again after a
     // conflict on the balance must not append it twice.
     std::optional<std::string> appended;
-    auto execution = store.Execute(
-        message_id, {.type = "credit", .fingerprint = idem::Fingerprint(payload)},
-        [&](idem::Attempt& attempt) -> idem::Result<std::string> {
-          // The local effect, staged: it commits with this message's record or not at all, so it
-          // needs no reconciliation after a crash.
-          IDEM_ASSIGN_OR_RETURN(idem::TableValue balance, attempt.Read("balances", account));
-          const long credited =
-              std::stol(balance.value.value_or("0")) + std::stol(std::string(amount));
-          IDEM_RETURN_IF_ERROR(attempt.Put("balances", account, std::to_string(credited)));
-          if (appended) return *appended;
-          if (!attempt.checkpoint.empty()) {
-            // An earlier attempt died after it began applying the effect: it may be in the file.
-            if (std::optional<std::string> effect = FindEffect(config.effects_path, message_id)) {
-              how = "reconciled";
-              return *effect;
-            }
-          }
-          if (attempt.took_over) how = "reapplied";
-          std::this_thread::sleep_for(config.work);
-          IDEM_RETURN_IF_ERROR(attempt.SaveCheckpoint(kCheckpointApplying));
-          const std::string effect =
-              message_id + " " + payload + " by " + config.name + " pid " + pid;
-          const std::string line = effect + "\n";
-          // One write with O_APPEND: concurrent consumers never interleave within a line.
-          if (::write(effects_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-            return idem::Status::IOError("cannot append to " + config.effects_path + ": " +
-                                         std::strerror(errno));
-          }
-          appended = effect;
-          if (++effects_applied == config.crash_after_effects) {
-            const std::string last_words = "          " + config.name + " (pid " + pid +
-                                           "): crashing after applying the effect of " +
-                                           message_id + ", before recording it in the store\n";
-            static_cast<void>(::write(STDOUT_FILENO, last_words.data(), last_words.size()));
-            ::kill(::getpid(), SIGKILL);
-          }
-          return effect;
-        });
+    // After the local effect, staged or in the transaction: the external one.
+    const auto apply = [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+      if (appended) return *appended;
+      if (!attempt.checkpoint.empty()) {
+        // An earlier attempt died after it began applying the effect: it may be in the file.
+        if (std::optional<std::string> effect = FindEffect(config.effects_path, message_id)) {
+          how = "reconciled";
+          return *effect;
+        }
+      }
+      if (attempt.took_over) how = "reapplied";
+      std::this_thread::sleep_for(config.work);
+      IDEM_RETURN_IF_ERROR(attempt.SaveCheckpoint(kCheckpointApplying));
+      const std::string effect = message_id + " " + payload + " by " + config.name + " pid " + pid;
+      const std::string line = effect + "\n";
+      // One write with O_APPEND: concurrent consumers never interleave within a line.
+      if (::write(effects_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+        return idem::Status::IOError("cannot append to " + config.effects_path + ": " +
+                                     std::strerror(errno));
+      }
+      appended = effect;
+      if (++effects_applied == config.crash_after_effects) {
+        const std::string last_words = "          " + config.name + " (pid " + pid +
+                                       "): crashing after applying the effect of " + message_id +
+                                       ", before recording it in the store\n";
+        static_cast<void>(::write(STDOUT_FILENO, last_words.data(), last_words.size()));
+        ::kill(::getpid(), SIGKILL);
+      }
+      return effect;
+    };
+    const std::string fingerprint = idem::Fingerprint(payload);
+    const idem::BeginOptions begin{.type = "credit", .fingerprint = fingerprint};
+    auto execution =
+        in_postgres
+            ? store.ExecuteInTransaction(
+                  message_id, begin,
+                  [&](idem::Attempt& attempt,
+                      idem::SqlTransaction& sql) -> idem::Result<std::string> {
+                    // The local effect, a row of the application's own table, in the
+                    // transaction that completes this message's record: it commits with it or
+                    // not at all. The row lock orders consumers crediting one account at once.
+                    IDEM_RETURN_IF_ERROR(
+                        sql.Exec(kCreditAccountSql, {account, std::string(amount)}).status());
+                    return apply(attempt);
+                  })
+            : store.Execute(
+                  message_id, begin, [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+                    // The local effect, staged: it commits with this message's record
+                    // or not at all, so it needs no reconciliation after a crash.
+                    IDEM_ASSIGN_OR_RETURN(idem::TableValue balance,
+                                          attempt.Read("balances", account));
+                    const long credited =
+                        std::stol(balance.value.value_or("0")) + std::stol(std::string(amount));
+                    IDEM_RETURN_IF_ERROR(
+                        attempt.Put("balances", account, std::to_string(credited)));
+                    return apply(attempt);
+                  });
 
     std::string answer;
     if (execution.ok()) {
@@ -311,13 +363,14 @@ struct BrokerConfig {
   std::chrono::milliseconds work{2};
   std::chrono::seconds timeout{60};
   std::chrono::milliseconds kill_every{0};  // 0: no kill storm
+  std::string store;  // a PostgreSQL URI; empty: the store directory DIR/store
 };
 
 class Broker {
  public:
   explicit Broker(const BrokerConfig& config)
       : config_(config),
-        store_path_((config.dir / "store").string()),
+        store_path_(config.store.empty() ? (config.dir / "store").string() : config.store),
         effects_path_((config.dir / "effects.log").string()),
         random_(config.seed) {}
 
@@ -337,6 +390,18 @@ class Broker {
     std::uniform_int_distribution<long> amount(1, 999);
     // Accounts named for this run, so that a store reused from an earlier run starts them at 0.
     const std::string run = idem::NewRequestId();
+    run_ = run;
+    if (IsPostgresUri(store_path_)) {
+      auto opened = idem::Store::Open(store_path_);
+      const idem::Status made = opened.ok()
+                                    ? RunSql(**opened, "setup-" + run, kMakeAccountsSql).status()
+                                    : opened.status();
+      if (!made.ok()) {
+        std::fprintf(stderr, "queue_consumer: cannot make the accounts' table in %s: %s\n",
+                     idem::DisplayStoreName(store_path_).c_str(), made.ToString().c_str());
+        return 3;
+      }
+    }
     for (int i = 0; i < config_.messages; ++i) {
       messages_.push_back({idem::NewRequestId(), amount(random_),
                            "acct" + std::to_string(i % kAccounts) + "-" + run, false, 0});
@@ -344,8 +409,8 @@ class Broker {
     }
     std::printf(
         "queue consumer demo: %d messages, %d consumer processes, store %s, effects %s, seed %u\n",
-        config_.messages, config_.consumers, store_path_.c_str(), effects_path_.c_str(),
-        config_.seed);
+        config_.messages, config_.consumers, idem::DisplayStoreName(store_path_).c_str(),
+        effects_path_.c_str(), config_.seed);
     std::fflush(stdout);
 
     // c1 crashes at the worst moment, after applying an effect and before recording it.
@@ -719,9 +784,25 @@ class Broker {
       sum += message.amount;
       ++count;
     }
+    // On PostgreSQL, the rows of the application's own table.
+    std::map<std::string, idem::TableValue> rows;
+    if (IsPostgresUri(store_path_)) {
+      auto read = RunSql(store, "check-" + run_,
+                         "SELECT account, balance, version FROM queue_consumer_accounts");
+      if (!read.ok()) {
+        std::printf("FAILED: cannot read the accounts: %s\n", read.status().ToString().c_str());
+        return false;
+      }
+      for (int row = 0; row < read->size(); ++row) {
+        rows[std::string(read->Get(row, 0).value_or(""))] = {
+            std::string(read->Get(row, 1).value_or("")),
+            std::stoull(std::string(read->Get(row, 2).value_or("0")))};
+      }
+    }
     int balances_exact = 0;
     for (const auto& [account, expected] : accounts) {
-      auto balance = store.GetValue("balances", account);
+      auto balance = IsPostgresUri(store_path_) ? idem::Result<idem::TableValue>(rows[account])
+                                                : store.GetValue("balances", account);
       if (balance.ok() && balance->value == std::to_string(expected.first) &&
           balance->version == expected.second) {
         ++balances_exact;
@@ -753,6 +834,7 @@ class Broker {
   std::mt19937 random_;
   std::uniform_int_distribution<int> percent_{0, 99};
 
+  std::string run_;  // this run's id, in its accounts' names and its keys
   std::vector<Message> messages_;
   std::deque<Queued> queue_;
   std::vector<Consumer> consumers_;
@@ -773,14 +855,17 @@ int Usage(FILE* out) {
   std::fprintf(
       out,
       "usage: queue_consumer run DIR [--consumers N] [--messages M] [--seed S] [--work-ms W]\n"
-      "                              [--timeout-s T] [--kill-every-ms K]\n"
+      "                              [--timeout-s T] [--kill-every-ms K] [--store URI]\n"
       "Runs a redelivering message queue and N consumer processes (default 3) that share the\n"
       "idem store DIR/store, over M messages (default 500), and checks that every message took\n"
       "effect exactly once (one line per message in DIR/effects.log). W: milliseconds of work\n"
       "per message (default 2). T: time limit in seconds (default 60). K: SIGKILL a random\n"
       "consumer about every K ms and replace it (default 0: only the two planned crashes).\n"
       "Each message also credits one of 8 accounts in the store's table \"balances\"; every\n"
-      "balance must be the sum of its messages. Exit 0: exactly once;\n"
+      "balance must be the sum of its messages. --store URI: a store in PostgreSQL instead\n"
+      "(postgresql://...), the accounts in the application's own table\n"
+      "queue_consumer_accounts, credited in the transaction that completes each record.\n"
+      "Exit 0: exactly once;\n"
       "1: not; 2: usage; 3: setup error.\n");
   return out == stdout ? 0 : 2;
 }
@@ -827,7 +912,8 @@ int RunMain(int argc, char** argv) {
   std::map<std::string, std::string> flags = {
       {"--consumers", "3"},     {"--messages", "500"},
       {"--work-ms", "2"},       {"--timeout-s", "60"},
-      {"--kill-every-ms", "0"}, {"--seed", std::to_string(std::random_device()())}};
+      {"--kill-every-ms", "0"}, {"--seed", std::to_string(std::random_device()())},
+      {"--store", ""}};
   BrokerConfig config;
   config.dir = argv[2];
   int work_ms = 0, timeout_s = 0, kill_every_ms = 0;
@@ -842,6 +928,11 @@ int RunMain(int argc, char** argv) {
   config.work = std::chrono::milliseconds(work_ms);
   config.timeout = std::chrono::seconds(timeout_s);
   config.kill_every = std::chrono::milliseconds(kill_every_ms);
+  config.store = flags["--store"];
+  if (!config.store.empty() && !IsPostgresUri(config.store)) {
+    std::fprintf(stderr, "queue_consumer: --store takes a postgresql:// URI\n");
+    return 2;
+  }
   return Broker(config).Run();
 }
 

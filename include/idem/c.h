@@ -315,6 +315,20 @@ IDEM_EXPORT const char* idem_attempt_checkpoint(const idem_attempt_t* attempt, s
 IDEM_EXPORT int idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data,
                                              size_t datalen, char** errptr);
 
+/* Application-table reads and writes staged inside idem_execute's fn (idem::Attempt::Read, Put,
+ * Delete): they apply with the record's Complete, or not at all. A key read first is written
+ * only if still at the version read; if another commit changed it meanwhile, idem_execute runs fn
+ * again on fresh reads (Options::conflict_retries times, then IDEM_CONFLICT). A re-read in one
+ * run of fn returns the first read, or what this run put there. idem_attempt_read returns a
+ * value to release with idem_value_destroy (NULL and *errptr set on error); put and delete
+ * return IDEM_OK or the error's code. */
+IDEM_EXPORT idem_value_t* idem_attempt_read(idem_attempt_t* attempt, const char* table,
+                                            const char* key, size_t keylen, char** errptr);
+IDEM_EXPORT int idem_attempt_put(idem_attempt_t* attempt, const char* table, const char* key,
+                                 size_t keylen, const char* value, size_t valuelen, char** errptr);
+IDEM_EXPORT int idem_attempt_delete(idem_attempt_t* attempt, const char* table, const char* key,
+                                    size_t keylen, char** errptr);
+
 /* Runs the whole lifecycle of one request (idem::Store::Execute): Begin; when acquired, calls
  * fn and records its result or failure; on a replay returns the stored result without calling
  * fn; while another owner holds the key, waits for its outcome.

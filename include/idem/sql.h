@@ -5,7 +5,8 @@
 //       order_id, {.type = "pay"},
 //       [&](idem::Attempt&, idem::SqlTransaction& sql) -> idem::Result<std::string> {
 //         IDEM_ASSIGN_OR_RETURN(idem::SqlRows updated,
-//                               sql.Exec("UPDATE orders SET status = 'PAID', version = version + 1 "
+//                               sql.Exec("UPDATE orders SET status = 'PAID', version = version + 1
+//                               "
 //                                        "WHERE id = $1 AND status = 'WAIT_PAY'",
 //                                        {order_id}));
 //         if (updated.affected() != 1) return idem::Terminal("order not awaiting payment");

@@ -281,7 +281,8 @@ class IDEM_EXPORT Store {
   //
   // fn: Result<std::string>(Attempt&) (or returning anything convertible to it). A non-OK
   // status is recorded as a retryable failure and returned, except kFailed (made by
-  // idem::Terminal), which is recorded as terminal. An exception thrown by fn is recorded as a
+  // idem::Terminal), which is recorded as terminal, and kConflict, which runs fn again as a
+  // conflict of its staged writes does (Attempt::Read). An exception thrown by fn is recorded as a
   // retryable failure and rethrown.
   template <class Fn>
   Result<Execution> Execute(std::string_view key, const BeginOptions& options, Fn&& fn) {

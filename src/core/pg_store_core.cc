@@ -75,7 +75,8 @@ class PgClaimTransaction final : public ClaimTransaction {
       statement.params.push_back(storage::PgParam::Untyped(
           param ? std::optional<std::string_view>(*param) : std::nullopt));
     }
-    IDEM_ASSIGN_OR_RETURN(std::vector<storage::PgRows> answered, open_->Run({std::move(statement)}));
+    IDEM_ASSIGN_OR_RETURN(std::vector<storage::PgRows> answered,
+                          open_->Run({std::move(statement)}));
     const storage::PgRows& rows = answered[0];
     std::vector<std::string> names;
     for (int column = 0; column < rows.columns(); ++column) {
@@ -96,8 +97,8 @@ class PgClaimTransaction final : public ClaimTransaction {
   Status CompleteAndCommit(std::string_view result) override {
     if (result.size() > max_result_size_) {
       open_->RollBack();
-      return Status::InvalidArgument(fmt::format("result is {} bytes; the limit is {}",
-                                                 result.size(), max_result_size_));
+      return Status::InvalidArgument(
+          fmt::format("result is {} bytes; the limit is {}", result.size(), max_result_size_));
     }
     IDEM_ASSIGN_OR_RETURN(const bool applied,
                           storage_.CompleteIn(*open_, key_, token_, result, durability_));

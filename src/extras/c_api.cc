@@ -471,6 +471,28 @@ int idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data, size
                      [&] { return attempt->attempt->SaveCheckpoint(Bytes(data, datalen)); });
 }
 
+idem_value_t* idem_attempt_read(idem_attempt_t* attempt, const char* table, const char* key,
+                                size_t keylen, char** errptr) {
+  return Guard(errptr, static_cast<idem_value_t*>(nullptr), [&]() -> idem_value_t* {
+    auto value = attempt->attempt->Read(Text(table), Bytes(key, keylen));
+    if (SaveError(errptr, value.status())) return nullptr;
+    return new idem_value_t{std::move(*value)};
+  });
+}
+
+int idem_attempt_put(idem_attempt_t* attempt, const char* table, const char* key, size_t keylen,
+                     const char* value, size_t valuelen, char** errptr) {
+  return GuardStatus(errptr, [&] {
+    return attempt->attempt->Put(Text(table), Bytes(key, keylen), Bytes(value, valuelen));
+  });
+}
+
+int idem_attempt_delete(idem_attempt_t* attempt, const char* table, const char* key,
+                        size_t keylen, char** errptr) {
+  return GuardStatus(errptr,
+                     [&] { return attempt->attempt->Delete(Text(table), Bytes(key, keylen)); });
+}
+
 char* idem_execute(idem_store_t* store, const char* key, size_t keylen, const char* type,
                    const char* fingerprint, int64_t lease_ms, int64_t retention_ms,
                    idem_execute_fn fn, void* ctx, size_t* resultlen, unsigned char* replayed,

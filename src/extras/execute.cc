@@ -293,8 +293,8 @@ Result<Execution> ExecuteClaimed(
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= give_up_at) {
-      return Status::InProgress(fmt::format(
-          "another attempt still holds the key after waiting {} ms", wait.count()));
+      return Status::InProgress(
+          fmt::format("another attempt still holds the key after waiting {} ms", wait.count()));
     }
     const auto left = std::chrono::ceil<milliseconds>(give_up_at - now);
     std::this_thread::sleep_for(std::min({poll.Next(), claim.retry_after, left}));

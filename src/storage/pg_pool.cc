@@ -74,7 +74,8 @@ PgParam PgParam::Timestamp(int64_t unix_micros) {
 }
 PgParam PgParam::Null(uint32_t type) { return {type, std::nullopt}; }
 PgParam PgParam::Untyped(std::optional<std::string_view> text) {
-  return {.type = 0, .value = text ? std::optional<std::string>(*text) : std::nullopt, .text = true};
+  return {
+      .type = 0, .value = text ? std::optional<std::string>(*text) : std::nullopt, .text = true};
 }
 
 void PgRows::Clear::operator()(pg_result* result) const { PQclear(result); }
@@ -156,6 +157,7 @@ struct PgPool::Step {
   Next next = Next::kReturn;
   Result<std::vector<PgRows>> result = Status::Unavailable("not run");
   pg_conn* kept = nullptr;  // a transaction's connection left open (keep_open), checked out
+  std::string sqlstate;     // the server's error, if that is what failed
 };
 
 // A checked-out connection (or a place for one), returned to the pool when it goes.
@@ -208,16 +210,9 @@ Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction, bool* 
   return std::move(Drive(transaction, resent).result);
 }
 
-Result<std::unique_ptr<PgOpenTransaction>> PgPool::Begin(const PgTransaction& opening) {
-  PgTransaction transaction = opening;
-  transaction.alone = false;
-  transaction.keep_open = true;
-  transaction.resendable = true;  // nothing commits: a lost connection rolls it back
-  Step step = Drive(transaction, nullptr);
-  IDEM_RETURN_IF_ERROR(step.result.status());
-  const milliseconds timeout =
-      opening.timeout > milliseconds(0) ? opening.timeout : options_.request_timeout;
-  return std::unique_ptr<PgOpenTransaction>(new PgOpenTransaction(this, step.kept, timeout));
+std::unique_ptr<PgOpenTransaction> PgPool::Begin(milliseconds timeout) {
+  return std::unique_ptr<PgOpenTransaction>(new PgOpenTransaction(
+      this, timeout > milliseconds(0) ? timeout : options_.request_timeout));
 }
 
 PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
@@ -244,12 +239,13 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
     }
     const milliseconds pause = backoff.Next();
     if (Clock::now() + pause >= give_up) {
-      return {.result = Status(
-                  why.code(),
-                  fmt::format("{}; gave up after {} attempts in {} ms (failover timeout: {} ms)",
-                              why.message(), attempts,
-                              std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
-                              options_.failover_timeout.count()))};
+      return {
+          .result = Status(
+              why.code(),
+              fmt::format("{}; gave up after {} attempts in {} ms (failover timeout: {} ms)",
+                          why.message(), attempts,
+                          std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
+                          options_.failover_timeout.count()))};
     }
     std::this_thread::sleep_for(pause);
     if (step.next == Step::Next::kResend) {
@@ -294,6 +290,13 @@ PgPool::Step PgPool::Judge(PgPipelineOutcome&& outcome, const PgTransaction& tra
   if (transaction.read_only && outcome.sqlstate == "25006") {
     outcome.failure = PgFailure::kOther;  // a write in a read-only transaction: the caller's
   }
+  Step judged = JudgeFailure(outcome, transaction, answer_wait, conn);
+  judged.sqlstate = std::move(outcome.sqlstate);
+  return judged;
+}
+
+PgPool::Step PgPool::JudgeFailure(PgPipelineOutcome& outcome, const PgTransaction& transaction,
+                                  milliseconds answer_wait, pg_conn*& conn) {
   const std::string_view name = conninfo_.display_name();
   switch (outcome.failure) {
     case PgFailure::kNone:
@@ -425,33 +428,53 @@ Result<pg_conn*> PgPool::Connect(TimePoint give_up) {
 
 PgOpenTransaction::~PgOpenTransaction() {
   RollBack();
-  pool_->Return(conn_);
+  if (checked_out_) pool_->Return(conn_);
 }
 
 Result<std::vector<PgRows>> PgOpenTransaction::Run(std::vector<PgStatement> statements) {
   return Step(std::move(statements), /*commit=*/false);
 }
 
-Status PgOpenTransaction::Commit() { return Step({{"COMMIT", {}}}, /*commit=*/true).status(); }
+Result<std::vector<PgRows>> PgOpenTransaction::RunAndCommit(std::vector<PgStatement> statements) {
+  return Step(std::move(statements), /*commit=*/true);
+}
 
 void PgOpenTransaction::RollBack() {
   if (!ended_.ok()) return;  // over already; keep what ended it
-  static_cast<void>(Step({{"ROLLBACK", {}}}, /*commit=*/false));
+  if (checked_out_) static_cast<void>(Step({{"ROLLBACK", {}}}, /*commit=*/false));
   if (ended_.ok()) ended_ = Status::InvalidArgument("the transaction was rolled back");
 }
 
 Result<std::vector<PgRows>> PgOpenTransaction::Step(std::vector<PgStatement> statements,
                                                     bool commit) {
   IDEM_RETURN_IF_ERROR(ended_);
-  // The server's statement_timeout (set at BEGIN) comes first; this bounds a silent server.
-  const std::chrono::milliseconds answer_wait = timeout_ + kAnswerGrace;
-  const PgTransaction transaction{.statements = std::move(statements), .alone = true};
-  pool_->sent_.fetch_add(1, std::memory_order_relaxed);
-  PgPool::Step step = pool_->Judge(
-      RunPipeline(conn_, /*prepared=*/nullptr, transaction, timeout_, Clock::now() + answer_wait),
-      transaction, answer_wait, conn_);
+  const std::size_t count = statements.size();
+  PgTransaction transaction{.statements = std::move(statements), .timeout = timeout_};
+  PgPool::Step step;
+  if (!checked_out_) {
+    // The first round trip: BEGIN and SET LOCAL statement_timeout go with it. Until COMMIT is
+    // in it, nothing can have committed, so the pool may send it again.
+    transaction.keep_open = !commit;
+    transaction.resendable = !commit;
+    step = pool_->Drive(transaction, nullptr);
+    if (step.kept != nullptr) {
+      checked_out_ = true;
+      conn_ = step.kept;
+    }
+  } else {
+    if (commit) transaction.statements.push_back({"COMMIT", {}});
+    transaction.alone = true;
+    // The server's statement_timeout (set at BEGIN) comes first; this bounds a silent server.
+    const milliseconds answer_wait = timeout_ + kAnswerGrace;
+    pool_->sent_.fetch_add(1, std::memory_order_relaxed);
+    step = pool_->Judge(
+        RunPipeline(conn_, /*prepared=*/nullptr, transaction, timeout_, Clock::now() + answer_wait),
+        transaction, answer_wait, conn_);
+  }
   if (step.result.ok()) {
     if (commit) ended_ = Status::InvalidArgument("the transaction was committed");
+    step.result->erase(step.result->begin() + static_cast<std::ptrdiff_t>(count),
+                       step.result->end());  // without COMMIT's
     return std::move(step.result);
   }
   // The transaction is over: rolled back by RunPipeline, or by the server with the connection.
@@ -464,6 +487,7 @@ Result<std::vector<PgRows>> PgOpenTransaction::Step(std::vector<PgStatement> sta
                     commit ? "the transaction may or may not have been committed"
                            : "the server rolled the transaction back"));
   }
+  failed_sqlstate_ = std::move(step.sqlstate);
   ended_ = why;
   return why;
 }

@@ -180,36 +180,43 @@ struct PgPoolStats {
 class PgPool;
 
 // A transaction left open on one checked-out connection (PgPool::Begin), for statements that
-// depend on what earlier ones returned: each Run is one round trip, Commit ends it. Its first
-// error ends it too: the server rolled it back, and every later call returns that error. What
-// is still open when it goes is rolled back, and its connection goes back to the pool. Nothing
-// is resent: a lost connection ends the transaction (rolled back by the server, unless COMMIT
-// was sent). A deadlock or a serialization failure (40P01, 40001) is kConflict: run the whole
-// transaction again. One thread at a time.
+// depend on what earlier ones returned: each Run is one round trip. The first Run checks a
+// connection out and sends BEGIN and SET LOCAL statement_timeout in its pipeline (connecting,
+// and sending it again after a lost connection or a serialization failure, as PgPool::Run does:
+// nothing of the transaction has committed yet); RunAndCommit sends its statements and COMMIT
+// together. After that, nothing is resent: a lost connection ends the transaction (rolled back
+// by the server, unless COMMIT was sent), and so does the first error (the server rolled it
+// back): every later call returns that error. A deadlock or a serialization failure (40P01,
+// 40001) after the first Run is kConflict: run the whole transaction again. What is still open
+// when it goes is rolled back, and its connection goes back to the pool. One thread at a time.
 class PgOpenTransaction {
  public:
   ~PgOpenTransaction();
   PgOpenTransaction(const PgOpenTransaction&) = delete;
   PgOpenTransaction& operator=(const PgOpenTransaction&) = delete;
 
-  // One PgRows per statement, in order; the errors of PgPool::Run, without its resending.
+  // One PgRows per statement, in order; the errors of PgPool::Run.
   Result<std::vector<PgRows>> Run(std::vector<PgStatement> statements);
-  // COMMIT. A connection lost after COMMIT was sent: kUnavailable, "may or may not have been
-  // committed".
-  Status Commit();
-  // ROLLBACK, unless the transaction is over already.
+  // Run, then COMMIT, in one round trip. The rows of `statements`, when it committed. A
+  // connection lost after COMMIT was sent: kUnavailable, "may or may not have been committed".
+  Result<std::vector<PgRows>> RunAndCommit(std::vector<PgStatement> statements);
+  // ROLLBACK, unless the transaction is over already (or never began on the server).
   void RollBack();
+  // The SQLSTATE of the server's error that ended the transaction; empty for none.
+  const std::string& failed_sqlstate() const { return failed_sqlstate_; }
 
  private:
   friend class PgPool;
-  PgOpenTransaction(PgPool* pool, pg_conn* conn, std::chrono::milliseconds timeout)
-      : pool_(pool), conn_(conn), timeout_(timeout) {}
+  PgOpenTransaction(PgPool* pool, std::chrono::milliseconds timeout)
+      : pool_(pool), timeout_(timeout) {}
   Result<std::vector<PgRows>> Step(std::vector<PgStatement> statements, bool commit);
 
   PgPool* const pool_;
-  pg_conn* conn_;  // null once closed
   const std::chrono::milliseconds timeout_;
+  bool checked_out_ = false;  // conn_ (or its place: null once closed) is this transaction's
+  pg_conn* conn_ = nullptr;
   Status ended_ = Status::OK();  // OK while open; afterwards what the next call returns
+  std::string failed_sqlstate_;
 };
 
 class PgPool {
@@ -227,11 +234,9 @@ class PgPool {
   // lost after sending it: the first send may have committed).
   Result<std::vector<PgRows>> Run(const PgTransaction& transaction, bool* resent = nullptr);
 
-  // Checks out a connection and opens a transaction on it: BEGIN, SET LOCAL statement_timeout
-  // (`opening.timeout`, for every statement of it) and `opening`'s statements (settings of the
-  // transaction: set_config(..., true)), connecting and trying again as Run does. The connection
-  // stays checked out until the transaction goes.
-  Result<std::unique_ptr<PgOpenTransaction>> Begin(const PgTransaction& opening);
+  // A transaction to run statements in one round trip at a time (PgOpenTransaction), each of
+  // them bounded by `timeout` (0: PgPoolOptions::request_timeout). Sends nothing yet.
+  std::unique_ptr<PgOpenTransaction> Begin(std::chrono::milliseconds timeout);
 
   PgPoolStats stats() const;
   const PgConninfo& conninfo() const { return conninfo_; }
@@ -252,6 +257,8 @@ class PgPool {
   // next; closes `conn` (setting it null) when it cannot serve again.
   Step Judge(PgPipelineOutcome&& outcome, const PgTransaction& transaction,
              std::chrono::milliseconds answer_wait, pg_conn*& conn);
+  Step JudgeFailure(PgPipelineOutcome& outcome, const PgTransaction& transaction,
+                    std::chrono::milliseconds answer_wait, pg_conn*& conn);
   Result<pg_conn*> Checkout(std::chrono::milliseconds timeout);
   void Return(pg_conn* conn);
   Result<pg_conn*> Connect(TimePoint give_up);

@@ -103,8 +103,8 @@ int SendPrepared(PGconn* conn, const PgStatement& statement, const std::string& 
     return 0;
   }
   if (PQsendQueryPrepared(conn, name.c_str(), wire.count(), wire.values.data(), wire.lengths.data(),
-                          wire.formats.data(), /*resultFormat=*/statement.text_results ? 0 : 1) !=
-      1) {
+                          wire.formats.data(),
+                          /*resultFormat=*/statement.text_results ? 0 : 1) != 1) {
     return 0;
   }
   return prepare ? 2 : 1;

@@ -36,6 +36,9 @@ PgParam SynchronousCommitParam(Durability durability) {
 
 int64_t BitCast(uint64_t value) { return std::bit_cast<int64_t>(value); }
 
+// What TransitionStatement's guard raises when its UPDATE applied to nothing.
+constexpr std::string_view kDivisionByZero = "22012";
+
 // SQL: the time `micros` microseconds after the time `now` names.
 std::string After(std::string_view now, std::string_view micros) {
   return fmt::format("{} + {} * interval '1 microsecond'", now, micros);
@@ -239,34 +242,33 @@ Result<bool> PgStorage::TransitionIfCurrent(std::string_view key,
   // finds the record as this call left it, and the engine answers a repeated Complete or Fail
   // with OK (an Extend or a checkpoint saved twice is no different).
   PgTransaction transaction{.resendable = true, .alone = true};
-  transaction.statements.push_back(TransitionStatement(key, request, durability));
+  transaction.statements.push_back(
+      TransitionStatement(key, request, durability, /*fail_unless_applied=*/false));
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
   return rows[0].affected() == 1;
 }
 
 Result<std::unique_ptr<PgOpenTransaction>> PgStorage::OpenTransaction() {
   if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
-  return pool_.Begin({});
+  return pool_.Begin(std::chrono::milliseconds(0));
 }
 
 Result<bool> PgStorage::CompleteIn(PgOpenTransaction& transaction, std::string_view key,
-                                   uint64_t token, std::string_view result,
-                                   Durability durability) {
+                                   uint64_t token, std::string_view result, Durability durability) {
   const engine::TransitionRequest complete{
       .kind = engine::TransitionKind::kComplete, .token = token, .payload = result};
-  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows,
-                        transaction.Run({TransitionStatement(key, complete, durability)}));
-  if (rows[0].affected() != 1) {
-    transaction.RollBack();
-    return false;
-  }
-  IDEM_RETURN_IF_ERROR(transaction.Commit());
-  return true;
+  // The UPDATE and COMMIT in one round trip: an UPDATE that applies to nothing fails (division
+  // by zero), which makes the server skip the COMMIT and roll the transaction back.
+  const Result<std::vector<PgRows>> committed = transaction.RunAndCommit(
+      {TransitionStatement(key, complete, durability, /*fail_unless_applied=*/true)});
+  if (committed.ok()) return true;
+  if (transaction.failed_sqlstate() == kDivisionByZero) return false;
+  return committed.status();
 }
 
 PgStatement PgStorage::TransitionStatement(std::string_view key,
                                            const engine::TransitionRequest& request,
-                                           Durability durability) const {
+                                           Durability durability, bool fail_unless_applied) const {
   std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability),
                                  PgParam::Bytea(key), PgParam::Int8(BitCast(request.token))};
   // engine::ApplyTransition, as SET clauses with parameters from $5.
@@ -294,11 +296,18 @@ PgStatement PgStorage::TransitionStatement(std::string_view key,
       break;
   }
   // The WHERE clause is engine::TransitionApplies.
-  const std::string sql = fmt::format(
-      "WITH n AS MATERIALIZED (SELECT {} AS now, {} AS durability) "
+  const std::string update = fmt::format(
       "UPDATE {} SET {}, updated = n.now, version = version + 1 FROM n "
       "WHERE key = $3 AND token = $4 AND state = {} AND expires > n.now",
-      kNow, kSetSynchronousCommit, names_.records, patch, static_cast<int>(State::kPending));
+      names_.records, patch, static_cast<int>(State::kPending));
+  const std::string with = fmt::format("WITH n AS MATERIALIZED (SELECT {} AS now, {} AS durability)",
+                                       kNow, kSetSynchronousCommit);
+  const std::string sql =
+      fail_unless_applied
+          ? fmt::format("{}, changed AS ({} RETURNING 1) SELECT 1 / (SELECT count(*)::int FROM "
+                        "changed)",
+                        with, update)
+          : fmt::format("{} {}", with, update);
   return {sql, std::move(params)};
 }
 

@@ -74,8 +74,8 @@ class PgStorage final : public Storage {
   // a connection of the pool until it commits or goes.
   Result<std::unique_ptr<PgOpenTransaction>> OpenTransaction();
   // In `transaction`, after the application's statements: TransitionIfCurrent's UPDATE
-  // completing `key`'s claim `token` with `result`, then COMMIT, so that the record and the
-  // application's writes commit together. False, with the transaction rolled back, when the
+  // completing `key`'s claim `token` with `result`, then COMMIT, in one round trip, so that the
+  // record and the application's writes commit together. False, with the transaction rolled back, when the
   // UPDATE applied to nothing: the claim is no longer this token's (its lease was taken over,
   // or the record forgotten or expired). A connection lost at COMMIT: kUnavailable, the outcome
   // unknown (the record tells: done with this token, or still pending).
@@ -125,9 +125,11 @@ class PgStorage final : public Storage {
  private:
   PgStorage(const PgConninfo& conninfo, PgStorageConfig config);
 
-  // TransitionIfCurrent's statement: one UPDATE, which changes one row when it applies.
+  // TransitionIfCurrent's statement: one UPDATE, which changes one row when it applies; with
+  // `fail_unless_applied`, a statement that fails (SQLSTATE 22012) when it did not apply, which
+  // ends its transaction.
   PgStatement TransitionStatement(std::string_view key, const engine::TransitionRequest& request,
-                                  Durability durability) const;
+                                  Durability durability, bool fail_unless_applied) const;
   // The parameter that replaces the server's time in tests (the test clock's time; NULL outside
   // them: kNow then reads clock_timestamp()).
   PgParam NowParam() const;
