@@ -35,13 +35,8 @@ using idem::SqlRows;
 using idem::SqlTransaction;
 using idem::Status;
 using idem::Store;
-
-std::unique_ptr<Store> Open(const std::string& uri, idem::Options options = {}) {
-  options.auto_purge_interval = 0ms;
-  auto store = Store::Open(uri, options);
-  EXPECT_TRUE(store.ok()) << store.status().ToString();
-  return store.ok() ? std::move(store).value() : nullptr;
-}
+using idem_test::OpenStore;
+using idem_test::TestOptions;
 
 // Runs `sql` in a transaction of its own (under a fresh key), for setting up and checking.
 Result<SqlRows> RunSql(Store& store, const std::string& sql) {
@@ -102,7 +97,7 @@ Result<std::string> Credit(SqlTransaction& sql, const std::string& account, long
 
 TEST(PgTransaction, TheApplicationsRowsCommitWithTheRecordOnce) {
   IDEM_START_PG_OR_SKIP(server);
-  auto store = Open(server->Uri());
+  auto store = OpenStore(server->Uri());
   ASSERT_NE(store, nullptr);
   MakeAccounts(*store);
   int runs = 0;
@@ -139,9 +134,9 @@ TEST(PgTransaction, TheApplicationsRowsCommitWithTheRecordOnce) {
 // transaction applies, and the record says why (retryable, so the next caller runs it again).
 TEST(PgTransaction, AnErrorOrAnExceptionAppliesNothing) {
   IDEM_START_PG_OR_SKIP(server);
-  idem::Options options;
+  idem::Options options = TestOptions();
   options.max_result_size = 100;
-  auto store = Open(server->Uri(), options);
+  auto store = OpenStore(server->Uri(), options);
   ASSERT_NE(store, nullptr);
   MakeAccounts(*store);
 
@@ -200,12 +195,8 @@ TEST(PgTransaction, AnErrorOrAnExceptionAppliesNothing) {
 // finds the claim gone: kLeaseLost, and its rows vanish with it.
 TEST(PgTransaction, AStaleAttemptWritesNothing) {
   IDEM_START_PG_OR_SKIP(server);
-  auto store = Open(server->Uri());
-  auto other = Open(server->Uri(), [] {
-    idem::Options options;
-    options.table = "idem_records";  // the same store through a handle of its own
-    return options;
-  }());
+  auto store = OpenStore(server->Uri());
+  auto other = OpenStore(server->Uri());  // the same store, through a handle of its own
   ASSERT_TRUE(store && other);
   MakeAccounts(*store);
   uint64_t successor = 0;
@@ -231,10 +222,10 @@ TEST(PgTransaction, AStaleAttemptWritesNothing) {
 // deadlock between two orders of locking are run again too.
 TEST(PgTransaction, RacingThreadsLoseNoUpdate) {
   IDEM_START_PG_OR_SKIP(server);
-  idem::Options options;
+  idem::Options options = TestOptions();
   options.conflict_retries = 1000;
   options.pool_size = 12;
-  auto store = Open(server->Uri(), options);
+  auto store = OpenStore(server->Uri(), options);
   ASSERT_NE(store, nullptr);
   MakeAccounts(*store);
   constexpr int kThreads = 8;
@@ -345,9 +336,8 @@ TEST(PgTransaction, ConsumersKilledAtRandomCountEveryMessageOnce) {
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
   const auto consume = [&](int seed) -> int {
-    idem::Options options;
+    idem::Options options = TestOptions();
     options.conflict_retries = 1000;
-    options.auto_purge_interval = 0ms;
     auto store = Store::Open(uri, options);
     if (!store.ok()) return 20;
     std::vector<int> order(kMessageCount);
@@ -401,7 +391,7 @@ TEST(PgTransaction, ConsumersKilledAtRandomCountEveryMessageOnce) {
   }
   std::cout << kills << " consumers killed, " << started << " started\n";
 
-  auto store = Open(uri);
+  auto store = OpenStore(uri);
   ASSERT_NE(store, nullptr);
   std::map<std::string, long long> expected;
   for (int m = 0; m < kMessageCount; ++m) expected["acct" + std::to_string(m % kAccounts)] += m + 1;
