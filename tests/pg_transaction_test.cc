@@ -289,6 +289,40 @@ TEST(PgTransaction, RacingThreadsLoseNoUpdate) {
   EXPECT_EQ(sum, kThreads * kMessages + 400);
 }
 
+// Behind PgBouncer in transaction pooling, with more of idem's connections than the pooler has
+// server sessions: each transaction may land on another session, where what idem prepared
+// elsewhere is missing; it falls back to unnamed statements (running fn again if that happened
+// mid-transaction), and every credit applies once.
+TEST(PgTransaction, WorksBehindPgBouncerInTransactionMode) {
+  IDEM_START_PG_OR_SKIP(server);
+  IDEM_START_PGBOUNCER_OR_SKIP(bouncer, server, 2);
+  idem::Options options = TestOptions();
+  options.conflict_retries = 1000;
+  options.pool_size = 6;
+  auto store = OpenStore(bouncer->Uri(), options);
+  ASSERT_NE(store, nullptr);
+  MakeAccounts(*store);
+  constexpr int kThreads = 4;
+  constexpr int kMessages = 20;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int m = 0; m < kMessages; ++m) {
+        auto done =
+            store->ExecuteInTransaction("b" + std::to_string(t) + "-" + std::to_string(m),
+                                        [&](Attempt&, SqlTransaction& sql) -> Result<std::string> {
+                                          return Credit(sql, "acct" + std::to_string(m % 2), 1);
+                                        });
+        EXPECT_TRUE(done.ok()) << done.status().ToString();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  long long sum = 0;
+  for (const auto& [id, account] : Accounts(*store)) sum += account.first;
+  EXPECT_EQ(sum, kThreads * kMessages);
+}
+
 TEST(PgTransaction, AStoreDirectoryRefusesWithoutClaiming) {
   idem_test::TempDir dir;
   IDEM_ASSERT_OPEN(store, dir.StorePath());

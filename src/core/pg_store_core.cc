@@ -70,7 +70,7 @@ class PgClaimTransaction final : public ClaimTransaction {
 
   Result<SqlRows> Exec(std::string_view sql,
                        const std::vector<std::optional<std::string>>& params) override {
-    storage::PgStatement statement{.sql = std::string(sql), .text_results = true};
+    storage::PgStatement statement{.sql = std::string(sql), .text_results = true, .prepare = false};
     for (const std::optional<std::string>& param : params) {
       statement.params.push_back(storage::PgParam::Untyped(
           param ? std::optional<std::string_view>(*param) : std::nullopt));

@@ -211,8 +211,8 @@ Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction, bool* 
 }
 
 std::unique_ptr<PgOpenTransaction> PgPool::Begin(milliseconds timeout) {
-  return std::unique_ptr<PgOpenTransaction>(new PgOpenTransaction(
-      this, timeout > milliseconds(0) ? timeout : options_.request_timeout));
+  return std::unique_ptr<PgOpenTransaction>(
+      new PgOpenTransaction(this, timeout > milliseconds(0) ? timeout : options_.request_timeout));
 }
 
 PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
@@ -273,16 +273,17 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
   sent_.fetch_add(1, std::memory_order_relaxed);
   // Alone, a statement has no server-side timeout to come first.
   const milliseconds answer_wait = transaction.alone ? timeout : timeout + kAnswerGrace;
-  PgPreparedNames* prepared = nullptr;
-  if (prepares_.load(std::memory_order_relaxed)) {
-    std::lock_guard lock(mu_);
-    prepared = &prepared_[lease.conn()];
-  }
-  PgPipelineOutcome outcome =
-      RunPipeline(lease.conn(), prepared, transaction, timeout, Clock::now() + answer_wait);
+  PgPipelineOutcome outcome = RunPipeline(lease.conn(), PreparedOn(lease.conn()), transaction,
+                                          timeout, Clock::now() + answer_wait);
   Step step = Judge(std::move(outcome), transaction, answer_wait, lease.conn());
   if (transaction.keep_open && step.result.ok()) step.kept = lease.Release();
   return step;
+}
+
+PgPreparedNames* PgPool::PreparedOn(pg_conn* conn) {
+  if (!prepares_.load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard lock(mu_);
+  return &prepared_[conn];
 }
 
 PgPool::Step PgPool::Judge(PgPipelineOutcome&& outcome, const PgTransaction& transaction,
@@ -441,7 +442,9 @@ Result<std::vector<PgRows>> PgOpenTransaction::RunAndCommit(std::vector<PgStatem
 
 void PgOpenTransaction::RollBack() {
   if (!ended_.ok()) return;  // over already; keep what ended it
-  if (checked_out_) static_cast<void>(Step({{"ROLLBACK", {}}}, /*commit=*/false));
+  if (checked_out_) {
+    static_cast<void>(Step({{.sql = "ROLLBACK", .prepare = false}}, /*commit=*/false));
+  }
   if (ended_.ok()) ended_ = Status::InvalidArgument("the transaction was rolled back");
 }
 
@@ -462,14 +465,14 @@ Result<std::vector<PgRows>> PgOpenTransaction::Step(std::vector<PgStatement> sta
       conn_ = step.kept;
     }
   } else {
-    if (commit) transaction.statements.push_back({"COMMIT", {}});
+    if (commit) transaction.statements.push_back({.sql = "COMMIT", .prepare = false});
     transaction.alone = true;
     // The server's statement_timeout (set at BEGIN) comes first; this bounds a silent server.
     const milliseconds answer_wait = timeout_ + kAnswerGrace;
     pool_->sent_.fetch_add(1, std::memory_order_relaxed);
-    step = pool_->Judge(
-        RunPipeline(conn_, /*prepared=*/nullptr, transaction, timeout_, Clock::now() + answer_wait),
-        transaction, answer_wait, conn_);
+    step = pool_->Judge(RunPipeline(conn_, pool_->PreparedOn(conn_), transaction, timeout_,
+                                    Clock::now() + answer_wait),
+                        transaction, answer_wait, conn_);
   }
   if (step.result.ok()) {
     if (commit) ended_ = Status::InvalidArgument("the transaction was committed");
@@ -482,10 +485,10 @@ Result<std::vector<PgRows>> PgOpenTransaction::Step(std::vector<PgStatement> sta
   if (step.next == PgPool::Step::Next::kRetry) {
     why = Status::Conflict(fmt::format("{}; run the transaction again", why.message()));
   } else if (step.next == PgPool::Step::Next::kResend) {
-    why = Status::Unavailable(
-        fmt::format("{}; {}", why.message(),
-                    commit ? "the transaction may or may not have been committed"
-                           : "the server rolled the transaction back"));
+    why = Status::Unavailable(fmt::format("{}; {}", why.message(),
+                                          commit
+                                              ? "the transaction may or may not have been committed"
+                                              : "the server rolled the transaction back"));
   }
   failed_sqlstate_ = std::move(step.sqlstate);
   ended_ = why;

@@ -98,6 +98,9 @@ struct PgStatement {
   // The rows in their text form (what psql shows) instead of binary: for applications' own
   // statements, whose types idem does not know.
   bool text_results = false;
+  // False: always sent unnamed, never prepared on the connection (applications' own statements,
+  // whose texts are theirs and may be without number; and transaction control).
+  bool prepare = true;
 };
 
 struct PgTransaction {
@@ -259,6 +262,9 @@ class PgPool {
              std::chrono::milliseconds answer_wait, pg_conn*& conn);
   Step JudgeFailure(PgPipelineOutcome& outcome, const PgTransaction& transaction,
                     std::chrono::milliseconds answer_wait, pg_conn*& conn);
+  // The statements prepared on `conn`, checked out by the caller; null once this pool stopped
+  // preparing (a pooler in transaction mode).
+  PgPreparedNames* PreparedOn(pg_conn* conn);
   Result<pg_conn*> Checkout(std::chrono::milliseconds timeout);
   void Return(pg_conn* conn);
   Result<pg_conn*> Connect(TimePoint give_up);

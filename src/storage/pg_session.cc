@@ -295,7 +295,7 @@ PgPipelineOutcome RunPipeline(pg_conn* conn, PgPreparedNames* prepared,
   }
   for (std::size_t i = 0; i < transaction.statements.size() && sent; ++i) {
     const PgStatement& statement = transaction.statements[i];
-    if (prepared == nullptr) {
+    if (prepared == nullptr || !statement.prepare) {
       sent = Send(conn, statement.sql.c_str(), statement.params, statement.text_results);
     } else {
       std::string name = PreparedName(statement);
