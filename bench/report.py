@@ -274,6 +274,13 @@ def pg_section(rows, figures, command, run_time):
         return ""
     fig = lambda n: figures.get(("pg-purge", "idem-pg", n), (float("nan"), ""))[0]
     fsync = lambda n: figures.get(("fsync", "disk", n), (float("nan"), ""))[0]
+
+    def pg_ratios(workload, anchor):
+        """idem's ratios to `anchor` in `workload`, by thread count: "1.02x / 0.95x / ..."."""
+        return " / ".join(
+            fmt_ratio(ratio(ops(rows, workload, "idem-pg", t), ops(rows, workload, anchor, t)))
+            for t in sorted({t for (w, s, t) in rows if w == workload and s == "idem-pg"}))
+
     lines = [PG_SECTION_BEGIN]
     add = lines.append
     add("## PostgreSQL: idem against hand-written SQL")
@@ -397,15 +404,18 @@ def pg_section(rows, figures, command, run_time):
         "and `INSERT ... SELECT ... WHERE NOT EXISTS (SELECT 1 FROM t WHERE key = $1) ON "
         "CONFLICT DO NOTHING` of the engine's fresh claim, one implicit transaction committed at "
         "the pipeline's sync: a fresh key is claimed, and a replay read, in one round trip; "
-        "Complete is the fenced UPDATE. The lifecycle is then 2 round trips, as the anchor's, "
-        "and meets its target at every thread count (0.90x to 1.19x in this page's run).")
+        "Complete is the fenced UPDATE. The lifecycle is then 2 round trips, as the anchor's: "
+        f"{pg_ratios('lifecycle', 'pg-sql')} in this page's run (0.90x to 1.19x in the run of "
+        "2026-12-02 that first measured it; a miss at one thread count within the noise "
+        "between runs).")
     add("- **Replay: two statements where the anchor runs one.** On a key that exists the "
         "INSERT stops at its NOT EXISTS, before any speculative insertion, but it is still a "
         "second statement to bind and execute (pgbench, one client: the pair 0.107-0.142 ms "
         "against 0.091-0.109 ms for the prepared SELECT alone). At 1 thread, where the round "
         "trip's latency is the limit, idem matches the anchor's unnamed SELECT; from 4 threads "
         "the server's 2 cores are the limit, and its work per replay, about twice the anchor's, "
-        "is what shows: 0.55x / 0.61x / 0.74x in this page's run. The two targets conflict "
+        f"is what shows: {pg_ratios('replay', 'pg-sql-read-first')} in this page's run (1, 4, "
+        "16, 64 threads). The two targets conflict "
         "with every Begin measured (docs/design/postgresql.md, increment 8): reading first with "
         "the SELECT alone and inserting in a second round trip made a replay 0.93-1.00x but a "
         "lifecycle 3 round trips and 0.64-0.85x (runs of 2026-12-01); one statement that "
@@ -413,6 +423,27 @@ def pg_section(rows, figures, command, run_time):
         "against the SELECT's 7-10 us and made a replay 0.45-0.55x. Fresh requests are the "
         "common path and the round-trip bound is the issue's own requirement, so Begin sends "
         "the pair, and replay is the target missed.")
+    effects_ratios = pg_ratios("effects", "pg-sql")
+    if effects_ratios:
+        add("- **The application's row: two commits where the anchor has one.** "
+            "`ExecuteInTransaction` commits the claim first (its Begin), so that other hosts see "
+            "it while fn runs: a duplicate is told the request is in progress and waits, and a "
+            "holder that stalls loses its lease to the next attempt, whose commit the fence then "
+            "lets through and the stale one's not. The hand-written transaction inserts its claim "
+            "in the transaction that does the work: a duplicate blocks on the unique index until "
+            "it ends, and a holder that stalls keeps the key with no lease to end it. So idem's "
+            "request is 3 round trips (the Begin; BEGIN with the first statement; the record's "
+            "fenced UPDATE with COMMIT) against the anchor's 5, but 2 commits, each waiting for "
+            "the WAL flush (synchronous_commit on), against 1, and 4 statements against 3 "
+            f"(the table below): {effects_ratios} in this page's run. At 1 thread the gap is "
+            "about one fsync of this disk (its p50 is in the run's line above); from 4 threads "
+            "the server's 2 cores are shared with the clients, and idem's statements take about "
+            "twice the anchor's execution time there (the Begin's SELECT and guarded INSERT, the "
+            "UPDATE's guard). Measured on 2026-12-02: with idem's fenced UPDATE sent unnamed, as "
+            "the application's statements are, 0.76x / 0.65x / 0.71x / 0.80x; prepared on the "
+            "held connection, as now, 0.83x / 0.71x / 0.79x / 0.86x. Committing the claim "
+            "asynchronously would remove one flush, but a server crash could then lose a claim "
+            "while its fn runs and let a second attempt run beside it: not taken.")
     add("- **Purge: deleting rows, not finding them.** The purge finds its rows through the "
         "index on expiry in batches of 1,000, each its own transaction; its time is the deletes "
         "(10,000 rows spread over the table, every 100th key: a fifth of its pages dirtied). "
