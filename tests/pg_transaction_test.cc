@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "idem/idem.h"
@@ -93,6 +94,38 @@ Result<std::string> Credit(SqlTransaction& sql, const std::string& account, long
                {account, std::to_string(balance + amount), std::string(*now.Get(0, "version"))}));
   if (updated.affected() != 1) return Status::Conflict("the account moved on meanwhile");
   return std::string("credited");
+}
+
+// `threads` threads each credit 1 to one of `accounts` accounts per message, `messages` times,
+// under keys `prefix`<thread>-<message>; then every account's balance adds up to one per message,
+// and so do their versions. Returns how many times fn ran.
+int CreditFromThreads(Store& store, const std::string& prefix, int threads, int messages,
+                      int accounts) {
+  std::atomic<int> runs{0};
+  std::vector<std::thread> running;
+  for (int t = 0; t < threads; ++t) {
+    running.emplace_back([&, t] {
+      for (int m = 0; m < messages; ++m) {
+        const std::string account = "acct" + std::to_string((t + m) % accounts);
+        auto done =
+            store.ExecuteInTransaction(prefix + std::to_string(t) + "-" + std::to_string(m),
+                                       [&](Attempt&, SqlTransaction& sql) -> Result<std::string> {
+                                         ++runs;
+                                         return Credit(sql, account, 1);
+                                       });
+        EXPECT_TRUE(done.ok()) << done.status().ToString();
+      }
+    });
+  }
+  for (auto& thread : running) thread.join();
+  long long sum = 0, versions = 0;
+  for (const auto& [id, account] : Accounts(store)) {
+    sum += account.first;
+    versions += account.second;
+  }
+  EXPECT_EQ(sum, threads * messages);
+  EXPECT_EQ(versions, threads * messages);
+  return runs.load();
 }
 
 TEST(PgTransaction, TheApplicationsRowsCommitWithTheRecordOnce) {
@@ -230,52 +263,33 @@ TEST(PgTransaction, RacingThreadsLoseNoUpdate) {
   MakeAccounts(*store);
   constexpr int kThreads = 8;
   constexpr int kMessages = 25;
-  std::atomic<int> runs{0};
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int m = 0; m < kMessages; ++m) {
-        const std::string account = "acct" + std::to_string((t + m) % 3);
-        auto done =
-            store->ExecuteInTransaction("t" + std::to_string(t) + "-m" + std::to_string(m),
-                                        [&](Attempt&, SqlTransaction& sql) -> Result<std::string> {
-                                          ++runs;
-                                          return Credit(sql, account, 1);
-                                        });
-        if (!done.ok()) {
-          ADD_FAILURE() << done.status().ToString();
-          ++failures;
-        }
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  EXPECT_EQ(failures.load(), 0);
-  long long sum = 0, versions = 0;
-  for (const auto& [id, account] : Accounts(*store)) {
-    sum += account.first;
-    versions += account.second;
-  }
-  EXPECT_EQ(sum, kThreads * kMessages);
-  EXPECT_EQ(versions, kThreads * kMessages);
-  std::cout << runs.load() - kThreads * kMessages << " runs again after conflicts\n";
+  const int runs = CreditFromThreads(*store, "t", kThreads, kMessages, 3);
+  std::cout << runs - kThreads * kMessages << " runs again after conflicts\n";
 
   // Two transactions that lock two rows in opposite orders: the server breaks the deadlock
   // (40P01), the loser runs again, and both apply.
   std::vector<std::thread> lockers;
   std::atomic<int> deadlock_runs{0};
+  std::atomic<int> first_locks{0};  // first runs holding their first row
   for (int t = 0; t < 2; ++t) {
     lockers.emplace_back([&, t] {
       const std::string first = t == 0 ? "acct0" : "acct1";
       const std::string second = t == 0 ? "acct1" : "acct0";
+      bool first_run = true;
       auto done = store->ExecuteInTransaction(
           "lock-" + std::to_string(t), [&](Attempt&, SqlTransaction& sql) -> Result<std::string> {
             ++deadlock_runs;
             const std::string add =
                 "UPDATE accounts SET balance = balance + 100, version = version + 1 WHERE id = $1";
             IDEM_RETURN_IF_ERROR(sql.Exec(add, {first}).status());
-            std::this_thread::sleep_for(300ms);
+            if (std::exchange(first_run, false)) {
+              // Both hold their first row before either asks for its second: a deadlock.
+              ++first_locks;
+              const auto until = std::chrono::steady_clock::now() + 10s;
+              while (first_locks.load() < 2 && std::chrono::steady_clock::now() < until) {
+                std::this_thread::sleep_for(1ms);
+              }
+            }
             IDEM_RETURN_IF_ERROR(sql.Exec(add, {second}).status());
             return std::string("locked");
           });
@@ -283,8 +297,8 @@ TEST(PgTransaction, RacingThreadsLoseNoUpdate) {
     });
   }
   for (auto& thread : lockers) thread.join();
-  EXPECT_GE(deadlock_runs.load(), 2);
-  sum = 0;
+  EXPECT_GE(deadlock_runs.load(), 3);  // the loser of the deadlock ran again
+  long long sum = 0;
   for (const auto& [id, account] : Accounts(*store)) sum += account.first;
   EXPECT_EQ(sum, kThreads * kMessages + 400);
 }
@@ -302,25 +316,7 @@ TEST(PgTransaction, WorksBehindPgBouncerInTransactionMode) {
   auto store = OpenStore(bouncer->Uri(), options);
   ASSERT_NE(store, nullptr);
   MakeAccounts(*store);
-  constexpr int kThreads = 4;
-  constexpr int kMessages = 20;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int m = 0; m < kMessages; ++m) {
-        auto done =
-            store->ExecuteInTransaction("b" + std::to_string(t) + "-" + std::to_string(m),
-                                        [&](Attempt&, SqlTransaction& sql) -> Result<std::string> {
-                                          return Credit(sql, "acct" + std::to_string(m % 2), 1);
-                                        });
-        EXPECT_TRUE(done.ok()) << done.status().ToString();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  long long sum = 0;
-  for (const auto& [id, account] : Accounts(*store)) sum += account.first;
-  EXPECT_EQ(sum, kThreads * kMessages);
+  CreditFromThreads(*store, "b", /*threads=*/4, /*messages=*/20, /*accounts=*/2);
 }
 
 TEST(PgTransaction, AStoreDirectoryRefusesWithoutClaiming) {
