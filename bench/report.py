@@ -406,8 +406,8 @@ def pg_section(rows, figures, command, run_time):
         "the pipeline's sync: a fresh key is claimed, and a replay read, in one round trip; "
         "Complete is the fenced UPDATE. The lifecycle is then 2 round trips, as the anchor's: "
         f"{pg_ratios('lifecycle', 'pg-sql')} in this page's run (0.90x to 1.19x in the run of "
-        "2026-12-02 that first measured it; a miss at one thread count within the noise "
-        "between runs).")
+        "2026-12-02 that first measured it, 0.83x to 1.26x in a later one: runs on this shared "
+        "machine differ by tens of percent, more after the other workloads' disk work).")
     add("- **Replay: two statements where the anchor runs one.** On a key that exists the "
         "INSERT stops at its NOT EXISTS, before any speculative insertion, but it is still a "
         "second statement to bind and execute (pgbench, one client: the pair 0.107-0.142 ms "
@@ -635,6 +635,16 @@ def markdown(rows, figures, command, note, plot_name, run_time):
             " / ".join(fmt_ratio(ratio(ops(rows, "effects", idem, t),
                                        ops(rows, "effects", rocks, t)))
                        for t in effects_threads) + " |")
+    add("")
+    add("With kSync the fsync of each commit hides idem's own work. Without it, idem does more "
+        "than the anchor per request, and the kBuffered target (0.8x) is missed: the "
+        "balance's Get is done twice (once by the caller, once more under the table key's "
+        "lock to check the version it names), the record is read and decoded by the engine "
+        "before its Complete, the writes are copied into the WriteSet and the batch, and the "
+        "commit takes the record's and the table key's lock stripes. The lifecycle without a "
+        "table write already runs at 0.65-0.85x of raw RocksDB without sync (issue 16 lists it); "
+        "the table write adds the second Get and the second lock. Not profiled yet: the "
+        "speed issue (16) takes it with the lifecycle's own gap.")
     add("")
     add("## Replay: Begin on a completed key")
     add("")
