@@ -95,10 +95,10 @@ std::string PgTableName(std::string_view name) {
 Status DropPgTables(PgConnection& connection, const std::string& table) {
   // idem's own names beside its table (src/storage/pg_schema.cc): <table>_meta,
   // <table>_token_seq; and the effects workload's <table>_accounts.
-  IDEM_RETURN_IF_ERROR(connection
-                           .Exec("DROP TABLE IF EXISTS " + table + ", " + table + "_meta, " +
-                                 table + "_accounts")
-                           .status());
+  IDEM_RETURN_IF_ERROR(
+      connection
+          .Exec("DROP TABLE IF EXISTS " + table + ", " + table + "_meta, " + table + "_accounts")
+          .status());
   return connection.Exec("DROP SEQUENCE IF EXISTS " + table + "_token_seq").status();
 }
 

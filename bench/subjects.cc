@@ -63,12 +63,12 @@ class StoreSession final : public Session {
                    std::string_view account) override {
     if (!in_postgres_) return Session::RunAdding(key, result, account);
     return store_
-        .ExecuteInTransaction(key,
-                              [&](Attempt&, SqlTransaction& sql) -> Result<std::string> {
-                                IDEM_RETURN_IF_ERROR(
-                                    sql.Exec(accounts_upsert_, {std::string(account)}).status());
-                                return std::string(result);
-                              })
+        .ExecuteInTransaction(
+            key,
+            [&](Attempt&, SqlTransaction& sql) -> Result<std::string> {
+              IDEM_RETURN_IF_ERROR(sql.Exec(accounts_upsert_, {std::string(account)}).status());
+              return std::string(result);
+            })
         .status();
   }
 
@@ -603,8 +603,7 @@ Result<std::unique_ptr<Subject>> OpenSubject(std::string_view system, const Subj
   return Status::InvalidArgument("unknown system " + std::string(system));
 }
 
-Status Session::RunAdding(std::string_view key, std::string_view result,
-                          std::string_view account) {
+Status Session::RunAdding(std::string_view key, std::string_view result, std::string_view account) {
   IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, Begin(key));
   if (answer.answer != Answer::kAcquired) {
     return Status::Failed("a fresh key " + std::string(key) + " was not acquired");

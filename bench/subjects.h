@@ -65,8 +65,7 @@ class Session {
   // the whole request in one transaction that also adds 1 to `account`'s row of the
   // application's own table (idem: ExecuteInTransaction; hand-written SQL: BEGIN, INSERT ... ON
   // CONFLICT DO NOTHING, the account's upsert, UPDATE of the record, COMMIT).
-  virtual Status RunAdding(std::string_view key, std::string_view result,
-                           std::string_view account);
+  virtual Status RunAdding(std::string_view key, std::string_view result, std::string_view account);
 };
 
 class Subject {

@@ -487,8 +487,8 @@ int idem_attempt_put(idem_attempt_t* attempt, const char* table, const char* key
   });
 }
 
-int idem_attempt_delete(idem_attempt_t* attempt, const char* table, const char* key,
-                        size_t keylen, char** errptr) {
+int idem_attempt_delete(idem_attempt_t* attempt, const char* table, const char* key, size_t keylen,
+                        char** errptr) {
   return GuardStatus(errptr,
                      [&] { return attempt->attempt->Delete(Text(table), Bytes(key, keylen)); });
 }

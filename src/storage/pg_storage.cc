@@ -300,13 +300,14 @@ PgStatement PgStorage::TransitionStatement(std::string_view key,
       "UPDATE {} SET {}, updated = n.now, version = version + 1 FROM n "
       "WHERE key = $3 AND token = $4 AND state = {} AND expires > n.now",
       names_.records, patch, static_cast<int>(State::kPending));
-  const std::string with = fmt::format("WITH n AS MATERIALIZED (SELECT {} AS now, {} AS durability)",
-                                       kNow, kSetSynchronousCommit);
+  const std::string with = fmt::format(
+      "WITH n AS MATERIALIZED (SELECT {} AS now, {} AS durability)", kNow, kSetSynchronousCommit);
   const std::string sql =
       fail_unless_applied
-          ? fmt::format("{}, changed AS ({} RETURNING 1) SELECT 1 / (SELECT count(*)::int FROM "
-                        "changed)",
-                        with, update)
+          ? fmt::format(
+                "{}, changed AS ({} RETURNING 1) SELECT 1 / (SELECT count(*)::int FROM "
+                "changed)",
+                with, update)
           : fmt::format("{} {}", with, update);
   return {sql, std::move(params)};
 }

@@ -75,10 +75,10 @@ class PgStorage final : public Storage {
   Result<std::unique_ptr<PgOpenTransaction>> OpenTransaction();
   // In `transaction`, after the application's statements: TransitionIfCurrent's UPDATE
   // completing `key`'s claim `token` with `result`, then COMMIT, in one round trip, so that the
-  // record and the application's writes commit together. False, with the transaction rolled back, when the
-  // UPDATE applied to nothing: the claim is no longer this token's (its lease was taken over,
-  // or the record forgotten or expired). A connection lost at COMMIT: kUnavailable, the outcome
-  // unknown (the record tells: done with this token, or still pending).
+  // record and the application's writes commit together. False, with the transaction rolled back,
+  // when the UPDATE applied to nothing: the claim is no longer this token's (its lease was taken
+  // over, or the record forgotten or expired). A connection lost at COMMIT: kUnavailable, the
+  // outcome unknown (the record tells: done with this token, or still pending).
   Result<bool> CompleteIn(PgOpenTransaction& transaction, std::string_view key, uint64_t token,
                           std::string_view result, Durability durability);
   Result<bool> Remove(std::string_view key, Durability durability) override;
