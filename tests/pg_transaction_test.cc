@@ -338,14 +338,16 @@ TEST(PgTransaction, AStoreDirectoryRefusesWithoutClaiming) {
 // own) in orders of their own, and are killed with SIGKILL at random and started again. At the
 // end every account holds exactly the sum of its distinct messages, and every message's record
 // is done: none was applied twice, none lost. IDEM_PG_KILL_SECONDS sets how long the kills go
-// on (default 4).
+// on (default 4), with 100 messages a second of it.
 TEST(PgTransaction, ConsumersKilledAtRandomCountEveryMessageOnce) {
   IDEM_START_PG_OR_SKIP(server);
   constexpr int kProcesses = 4;
-  constexpr int kMessageCount = 300;
   constexpr int kAccounts = 8;
   const char* seconds_text = std::getenv("IDEM_PG_KILL_SECONDS");
-  const auto kill_for = std::chrono::seconds(seconds_text ? std::atoi(seconds_text) : 4);
+  const int seconds = seconds_text ? std::max(1, std::atoi(seconds_text)) : 4;
+  const auto kill_for = std::chrono::seconds(seconds);
+  // Enough that the consumers are still at work when the kills end (about 100 a second each).
+  const int kMessageCount = std::max(300, 100 * seconds);
   const std::string uri = server->Uri();
   {
     // Made in a child: this process opens no store, so that its children fork from a process
@@ -449,8 +451,8 @@ TEST(PgTransaction, TheQueueConsumerExampleCountsEveryMessageOnceInAKillStorm) {
   IDEM_START_PG_OR_SKIP(server);
   idem_test::TempDir dir;
   const char* seconds_text = std::getenv("IDEM_PG_KILL_SECONDS");
-  // About 250 messages a second get through a storm on this kind of machine.
-  const int messages = seconds_text ? std::max(1000, 250 * std::atoi(seconds_text)) : 1000;
+  // About 600 messages a second get through a storm on this kind of machine.
+  const int messages = seconds_text ? std::max(1000, 600 * std::atoi(seconds_text)) : 1000;
   const std::string command = std::string(IDEM_QUEUE_CONSUMER) + " run '" + dir.Sub("queue") +
                               "' --store '" + server->Uri() + "' --consumers 4 --messages " +
                               std::to_string(messages) +
