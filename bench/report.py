@@ -636,8 +636,10 @@ def markdown(rows, figures, command, note, plot_name, run_time):
                                        ops(rows, "effects", rocks, t)))
                        for t in effects_threads) + " |")
     add("")
-    add("With kSync the fsync of each commit hides idem's own work. Without it, idem does more "
-        "than the anchor per request, and the kBuffered target (0.8x) is missed: the "
+    add("At one thread with kSync, each commit's fsync dominates and hides idem's own work; "
+        "elsewhere idem's extra work per request shows, and the 0.8x target is missed "
+        "(the first measurement, 3 s a point on a quiet machine on 2026-12-02, had kSync at "
+        "0.91x to 0.94x at every thread count and kBuffered at 0.55x to 0.72x): the "
         "balance's Get is done twice (once by the caller, once more under the table key's "
         "lock to check the version it names), the record is read and decoded by the engine "
         "before its Complete, the writes are copied into the WriteSet and the batch, and the "
