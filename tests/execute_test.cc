@@ -105,6 +105,37 @@ TEST_P(Execute, RecordsARetryableErrorAndRunsAgain) {
   EXPECT_EQ(second.attempts, 2u);
 }
 
+// kConflict from fn (its own optimistic check failed) runs it again in the same claim, as a
+// conflict of its staged writes does; past Options::conflict_retries it is recorded as a
+// retryable failure and returned.
+TEST_P(Execute, RunsFnAgainWhenItReturnsAConflict) {
+  ClockedStore s(GetParam());
+  ASSERT_NE(s.store, nullptr);
+  int runs = 0;
+  ASSERT_OK_AND_ASSIGN(
+      auto done,
+      s.store->Execute("k", {}, [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+        ++runs;
+        EXPECT_EQ(attempt.attempts, 1u);  // the same claim each time
+        if (runs < 3) return idem::Status::Conflict("the order moved on meanwhile");
+        return std::string("ok");
+      }));
+  EXPECT_EQ(runs, 3);
+  EXPECT_EQ(done.result, "ok");
+
+  runs = 0;
+  auto gave_up = s.store->Execute("k2", {}, [&](idem::Attempt&) -> idem::Result<std::string> {
+    ++runs;
+    return idem::Status::Conflict("the order moved on meanwhile");
+  });
+  EXPECT_CODE(gave_up.status(), kConflict);
+  EXPECT_EQ(runs, s.store->options().conflict_retries + 1);
+  ASSERT_OK_AND_ASSIGN(auto got, s.store->Get("k2"));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->state, State::kFailed);
+  EXPECT_TRUE(got->retryable);
+}
+
 TEST_P(Execute, RecordsATerminalErrorAsFinal) {
   ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);

@@ -233,7 +233,7 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
       static_cast<void>(store.Fail(key, claim.token, ExceptionText(error), Failure::kRetryable));
       std::rethrow_exception(error);
     }
-    Status conflict;
+    Status conflict;  // why fn runs again
     if (!outcome->ok()) {
       runner.Abandon();
       const Status& status = outcome->status();
@@ -245,13 +245,14 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
       }
       conflict = status;
     } else {
-      conflict = runner.Commit(outcome->value());
-      if (conflict.ok()) {
+      const Status committed = runner.Commit(outcome->value());
+      if (committed.ok()) {
         return Execution{.result = std::move(outcome->value()),
                          .replayed = false,
                          .attempts = claim.record.attempts};
       }
-      if (conflict.code() != Status::Code::kConflict) return conflict;
+      if (committed.code() != Status::Code::kConflict) return committed;
+      conflict = committed;
     }
     if (reruns < store.options().conflict_retries) {
       std::this_thread::sleep_for(Jittered(conflict_pause.Next()));

@@ -123,7 +123,7 @@ struct PgTransaction {
   // lasts until the transaction ends.
   bool alone = false;
   // Sends BEGIN, SET LOCAL statement_timeout and the statements, but no COMMIT: the transaction
-  // stays open on its connection (PgPool::Begin sets it).
+  // stays open on its connection (PgOpenTransaction's first round trip).
   bool keep_open = false;
 };
 
@@ -260,6 +260,7 @@ class PgPool {
   // next; closes `conn` (setting it null) when it cannot serve again.
   Step Judge(PgPipelineOutcome&& outcome, const PgTransaction& transaction,
              std::chrono::milliseconds answer_wait, pg_conn*& conn);
+  // Judge without the SQLSTATE, which Judge adds to the step it returns.
   Step JudgeFailure(PgPipelineOutcome& outcome, const PgTransaction& transaction,
                     std::chrono::milliseconds answer_wait, pg_conn*& conn);
   // The statements prepared on `conn`, checked out by the caller; null once this pool stopped
