@@ -271,8 +271,8 @@ TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimOrReadsTheRow) {
                        storage.ReadOrCreate("fresh", request, idem::Durability::kSync));
   EXPECT_EQ(storage.pool_stats().sent, sent + 1);
   ASSERT_TRUE(created.created_token.has_value());
-  EXPECT_FALSE(created.read.record.has_value());
-  EXPECT_EQ(created.read.now, store->Now());
+  EXPECT_FALSE(created.record.has_value());
+  EXPECT_EQ(created.now, store->Now());
   const Record expected =
       idem::engine::FreshClaim(request, store->Now(), *created.created_token).record;
   EXPECT_EQ(ReadBack(*store, "fresh"), expected);
@@ -286,9 +286,9 @@ TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimOrReadsTheRow) {
                          storage.ReadOrCreate("fresh", request, idem::Durability::kBuffered));
     EXPECT_EQ(storage.pool_stats().sent, sent_before + 1);
     EXPECT_FALSE(again.created_token.has_value());
-    ASSERT_TRUE(again.read.record.has_value());
-    EXPECT_EQ(*again.read.record, expected);
-    EXPECT_EQ(again.read.now, store->Now());
+    ASSERT_TRUE(again.record.has_value());
+    EXPECT_EQ(*again.record, expected);
+    EXPECT_EQ(again.now, store->Now());
     EXPECT_EQ(ReadBack(*store, "fresh"), expected);
     store->Advance(1h);
   }
@@ -568,8 +568,8 @@ TEST(PgStorage, ABeginThatWaitedOnAnotherInsertOfItsKeyReadsTheRowItLostTo) {
   auto lost = waiting.get();
   ASSERT_OK(lost.status());
   EXPECT_FALSE(lost->created_token.has_value());
-  ASSERT_TRUE(lost->read.record.has_value());
-  EXPECT_EQ(lost->read.record->token, 42u);
+  ASSERT_TRUE(lost->record.has_value());
+  EXPECT_EQ(lost->record->token, 42u);
   EXPECT_EQ(storage.pool_stats().sent, sent + 2);  // the read and insert, the read again
   request.key = "next";
   ASSERT_OK_AND_ASSIGN(auto next, storage.ReadOrCreate("next", request, idem::Durability::kSync));

@@ -163,15 +163,17 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
   request.holder.request_id = call.request_id;
   // A replay, a terminal failure and a mismatch write nothing, and only Forget or expiry can
   // change them: answer them from a plain read, without the key's lock. (A storage on a server
-  // claims a fresh key in that same step.)
-  IDEM_ASSIGN_OR_RETURN(storage::Storage::ReadOrCreateResult first,
-                        storage_->ReadOrCreate(call.key, request, call.durability));
-  if (first.created_token) {
-    Claim claim = engine::FreshClaim(request, first.read.now, *first.created_token);
+  // claims a fresh key in that same step.) The read is used where it lies: a replay's record
+  // is moved only into its answer.
+  Result<storage::Storage::ReadResult> first =
+      storage_->ReadOrCreate(call.key, request, call.durability);
+  if (!first.ok()) return first.status();
+  storage::Storage::ReadResult& seen = *first;
+  if (seen.created_token) {
+    Claim claim = engine::FreshClaim(request, seen.now, *seen.created_token);
     counters_.Count(claim);
     return claim;
   }
-  storage::Storage::ReadResult& seen = first.read;
   const std::optional<uint64_t> absent_since =
       seen.record ? std::nullopt : std::optional<uint64_t>(seen.write_version);
   if (seen.record) {

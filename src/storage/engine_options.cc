@@ -40,6 +40,11 @@ EngineOptions MakeEngineOptions(std::size_t memory_budget) {
   table_options.metadata_block_size = 4096;
   table_options.pin_top_level_index_and_filter = true;
   table_options.cache_index_and_filter_blocks_with_high_priority = true;
+  // A hash index in each data block: a point read finds its key in the block by one hash probe
+  // instead of a binary search over restart points and a scan after it. Measured with the
+  // replay workload (records read from table files): +15% at 1 thread, about 0.5 bytes more
+  // per key in the block.
+  table_options.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
 
   engine.records.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   engine.records.write_buffer_size = memory.write_buffer_size;
@@ -53,6 +58,13 @@ EngineOptions MakeEngineOptions(std::size_t memory_budget) {
   // The prefix (one byte) only names which remembered position to start from.
   engine.records.memtable_insert_with_hint_prefix_extractor.reset(
       rocksdb::NewFixedPrefixTransform(1));
+  // A Bloom filter over each memtable's whole keys. Most Begins look up a key no memtable holds
+  // (a fresh request, or one completed long enough ago to be in a table file): without it each
+  // such read searches every memtable's skip list, ~60 key comparisons each; with it, one probe.
+  // 2% of the memtable's size (~125 KiB of a 6 MiB memtable), inside the memtable's budget.
+  // Measured: +6-8% lifecycles at 1 thread, +15% replays of keys in table files.
+  engine.records.memtable_whole_key_filtering = true;
+  engine.records.memtable_prefix_bloom_size_ratio = 0.02;
   return engine;
 }
 

@@ -170,9 +170,9 @@ Result<Storage::ReadResult> PgStorage::Read(std::string_view key) {
   return std::move(read.read);
 }
 
-Result<Storage::ReadOrCreateResult> PgStorage::ReadOrCreate(std::string_view key,
-                                                            const engine::BeginRequest& request,
-                                                            Durability durability) {
+Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
+                                                    const engine::BeginRequest& request,
+                                                    Durability durability) {
   if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
   // One round trip, for a replay and a fresh key alike: the plainest statement that reads the
   // row, then the engine's fresh claim inserted only when there is no row, both sent alone (one
@@ -211,12 +211,12 @@ Result<Storage::ReadOrCreateResult> PgStorage::ReadOrCreate(std::string_view key
   // A pair sent twice may have written the claim the first time: its token stays spent.
   if (!inserted && !resent) GiveBackToken(token);
   IDEM_ASSIGN_OR_RETURN(const std::vector<PgRows> rows, std::move(answered));
-  ReadOrCreateResult result;
+  ReadResult result;
   if (inserted) {
     // Inserted, even when the read found a row: it was removed in between (Forget, purge), and
     // the claim now in the table is this one.
     IDEM_ASSIGN_OR_RETURN(int64_t created, rows[1].Timestamp(0, 0));
-    result.read.now = util::FromMicros(created);
+    result.now = util::FromMicros(created);
     result.created_token = token;
     return result;
   }
@@ -224,13 +224,12 @@ Result<Storage::ReadOrCreateResult> PgStorage::ReadOrCreate(std::string_view key
     // Another process inserted the key between the read and the insert (or this pair's first
     // send did, before its reply was lost: the engine then answers the claim as a resent
     // Begin's). Read what won.
-    IDEM_ASSIGN_OR_RETURN(ReadResult won, Read(key));
-    return ReadOrCreateResult{.read = std::move(won)};
+    return Read(key);
   }
   int64_t version = 0;
-  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &version));
+  IDEM_ASSIGN_OR_RETURN(result.record, DecodeRow(rows[0], 0, &version));
   IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
-  result.read.now = util::FromMicros(now);
+  result.now = util::FromMicros(now);
   return result;
 }
 

@@ -65,8 +65,8 @@ class PgStorage final : public Storage {
   // The row, by one plain SELECT; when there is none, the fresh claim inserted at once (no second
   // read), its times the server's now plus engine::FreshClaim's offsets. A key another process
   // inserted in between is read again and returned, and the token drawn for it given back.
-  Result<ReadOrCreateResult> ReadOrCreate(std::string_view key, const engine::BeginRequest& request,
-                                          Durability durability) override;
+  Result<ReadResult> ReadOrCreate(std::string_view key, const engine::BeginRequest& request,
+                                  Durability durability) override;
   // One UPDATE whose WHERE is engine::TransitionApplies and whose SET is engine::ApplyTransition.
   Result<bool> TransitionIfCurrent(std::string_view key, const engine::TransitionRequest& request,
                                    Durability durability) override;

@@ -209,8 +209,9 @@ class RocksDbStorage final : public Storage {
   // The database's latest sequence number: every write takes a new one (ReadResult's
   // write_version).
   uint64_t WriteVersion() const;
-  // The record under `key`, decoded; nullopt when there is none.
-  Result<std::optional<Record>> ReadRecord(std::string_view key);
+  // The record under `key`, decoded into `record` (reusing its buffers); nullopt when there is
+  // none. On an error `record` may be left partly assigned.
+  Status ReadRecordInto(std::string_view key, std::optional<Record>& record);
   // A fencing token never handed out before, even across restarts: from a counter whose ceiling
   // is persisted a block ahead (kTokenBlock). Already above every stored token.
   Result<uint64_t> NextToken();

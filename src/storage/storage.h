@@ -45,13 +45,8 @@ class Storage {
     // anything is written to the storage (by this process, which is its only writer), taken
     // before the read. A storage that other processes write gives 0 and ignores it.
     uint64_t write_version = 0;
-  };
-
-  // What ReadOrCreate did: read the key, or created a claim on it.
-  struct ReadOrCreateResult {
-    // What was read (no record when one was created): the record and the time.
-    ReadResult read;
-    // Set when the storage wrote engine::FreshClaim(request, read.now, *created_token).
+    // Set only by ReadOrCreate, when it created a claim instead of reading one: it wrote
+    // engine::FreshClaim(request, now, *created_token), and `record` is empty.
     std::optional<uint64_t> created_token;
   };
 
@@ -120,13 +115,11 @@ class Storage {
   // key again. This default only reads: RocksDB's Update knows an absent key is still absent
   // without reading it (absent_since), and locking the key and drawing a token here would cost
   // every replay.
-  virtual Result<ReadOrCreateResult> ReadOrCreate(std::string_view key,
-                                                  const engine::BeginRequest& request,
-                                                  Durability durability) {
+  virtual Result<ReadResult> ReadOrCreate(std::string_view key, const engine::BeginRequest& request,
+                                          Durability durability) {
     static_cast<void>(request);
     static_cast<void>(durability);
-    IDEM_ASSIGN_OR_RETURN(ReadResult read, Read(key));
-    return ReadOrCreateResult{.read = std::move(read)};
+    return Read(key);
   }
 
   // A transition in one step, where a storage can: applies `request` to the record under `key`
