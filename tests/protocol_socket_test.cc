@@ -3,14 +3,19 @@
 // frames that arrive in pieces or leave in partial writes, frames over the size limit, and peers
 // that stall or close in the middle of a frame: each ends in a clear status, never a hang.
 
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "sharing/protocol.h"
@@ -285,6 +290,64 @@ TEST(ProtocolOverSocket, AFrameThatHasArrivedIsReadEvenPastTheDeadline) {
                        ReadFrame(pair.client.get(), 1 << 20, Clock::now() - 1s));
   EXPECT_EQ(got, closing);
   EXPECT_CODE(ReadFrame(pair.client.get(), 1 << 20, Clock::now() - 1s).status(), kTimedOut);
+}
+
+// SpinUntilReady: the wait without sleeping that a client does for its answer and the owner for
+// the next request on a connection.
+TEST(SpinUntilReady, ReturnsOnceBytesArriveWhileItSpins) {
+  SocketPair pair = MakeSocketPair();
+  auto writer = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(20ms);
+    WritePiece(pair.client.get(), "x");
+  });
+  const short ready = SpinUntilReady(pair.owner.get(), POLLIN, kHang, [] { return true; });
+  writer.get();
+  EXPECT_NE(ready & POLLIN, 0);
+}
+
+TEST(SpinUntilReady, GivesUpAtTheEndOfItsBudget) {
+  SocketPair pair = MakeSocketPair();
+  const auto start = Clock::now();
+  EXPECT_EQ(SpinUntilReady(pair.owner.get(), POLLIN, std::chrono::microseconds(30ms),
+                           [] { return true; }),
+            0);
+  EXPECT_GE(Clock::now() - start, 30ms);
+  EXPECT_LT(Clock::now() - start, kHang / 2);
+}
+
+TEST(SpinUntilReady, StopsWhenSpinningIsNoLongerWorthIt) {
+  SocketPair pair = MakeSocketPair();
+  int asked = 0;
+  const auto start = Clock::now();
+  EXPECT_EQ(SpinUntilReady(pair.owner.get(), POLLIN, kHang, [&] { return ++asked < 5; }), 0);
+  EXPECT_EQ(asked, 5);
+  EXPECT_LT(Clock::now() - start, kHang / 2);
+}
+
+TEST(SpinUntilReady, AtMostHalfTheCoresSpinAtOnceAndAnotherThreadBlocksInstead) {
+  const int allowed = std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 2));
+  SocketPair idle = MakeSocketPair();
+  std::atomic<int> inside{0};
+  std::atomic<bool> release{false};
+  std::vector<std::future<short>> spinners;
+  for (int i = 0; i < allowed; ++i) {
+    spinners.push_back(std::async(std::launch::async, [&] {
+      bool counted = false;
+      return SpinUntilReady(idle.owner.get(), POLLIN, kHang, [&] {
+        if (!std::exchange(counted, true)) ++inside;
+        return !release.load();
+      });
+    }));
+  }
+  ASSERT_TRUE(idem_test::WaitFor([&] { return inside.load() == allowed; }, kHang));
+  // Bytes are there, but every spinning place is taken: no poll at all, 0 at once.
+  SocketPair ready = MakeSocketPair();
+  WritePiece(ready.client.get(), "x");
+  EXPECT_EQ(SpinUntilReady(ready.owner.get(), POLLIN, kHang, [] { return true; }), 0);
+  release = true;
+  for (auto& spinner : spinners) EXPECT_EQ(spinner.get(), 0);
+  // A place is free again.
+  EXPECT_NE(SpinUntilReady(ready.owner.get(), POLLIN, kHang, [] { return true; }) & POLLIN, 0);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "sharing/remote_backend.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 
 #include <algorithm>
 
@@ -74,8 +75,22 @@ void RemoteBackend::PutBack(FileDescriptor connection) {
 
 Result<std::string> RemoteBackend::Exchange(int connection, std::string_view frame,
                                             Clock::time_point deadline) {
+  struct InFlight {
+    explicit InFlight(std::atomic<int>& count)
+        : count(count), alone(count.fetch_add(1, std::memory_order_relaxed) == 0) {}
+    ~InFlight() { count.fetch_sub(1, std::memory_order_relaxed); }
+    std::atomic<int>& count;
+    const bool alone;
+  } in_flight(in_flight_);
   const Status sent = SendFrame(connection, frame, deadline);
   if (sent.code() == Status::Code::kTimedOut) return NoAnswerInTime();
+  // Alone, this request's answer comes sooner than this thread could be woken up for it. With
+  // others in flight the cores have work, wake-ups are cheap, and a spinning thread would only
+  // take a core from them.
+  if (sent.ok() && in_flight.alone) {
+    SpinUntilReady(connection, POLLIN, kSpinBudget,
+                   [&] { return in_flight_.load(std::memory_order_relaxed) == 1; });
+  }
   // Even when sending failed, the owner may have said why it closed the connection: read
   // what arrived, without waiting.
   Result<std::string> reply =

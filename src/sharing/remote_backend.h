@@ -93,6 +93,7 @@ class RemoteBackend final : public Backend {
 
   std::atomic<bool> lost_{false};
   std::atomic<pid_t> owner_pid_{0};
+  std::atomic<int> in_flight_{0};  // requests sent and not yet answered
   std::mutex mu_;
   std::vector<FileDescriptor> idle_;  // guarded by mu_
 };

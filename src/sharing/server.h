@@ -142,6 +142,7 @@ class Server {
   LogLimiter log_;
 
   std::atomic<int> waiting_threads_{0};  // threads in epoll_wait
+  std::atomic<int> serving_{0};          // connections a thread has (Serve)
 
   std::mutex mu_;
   // Guarded by mu_.

@@ -30,6 +30,9 @@ struct Server::Connection {
   Server::Clock::time_point since;  // when the phase began
 
   // Used only by the thread that has the connection; handed over through Server::mu_.
+  // Whether the client's requests came soon after the answers before them (a Complete right
+  // after its Begin): the thread that answered then waits for the next one spinning (Serve).
+  bool follows_quickly = true;
   std::string in;
   std::string out;
   std::size_t out_done = 0;

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "util/coding.h"
 #include "util/escape.h"
@@ -231,6 +233,24 @@ Status SendFrame(int fd, std::string_view frame, std::chrono::steady_clock::time
     }
   }
   return Status::OK();
+}
+
+short SpinUntilReady(int fd, short events, std::chrono::microseconds budget,
+                     FunctionRef<bool()> worth_it) {
+  static const int allowed = std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 2));
+  static std::atomic<int> spinning{0};
+  if (spinning.fetch_add(1, std::memory_order_relaxed) >= allowed) {
+    spinning.fetch_sub(1, std::memory_order_relaxed);
+    return 0;
+  }
+  const auto until = std::chrono::steady_clock::now() + budget;
+  short ready = 0;
+  do {
+    pollfd p{fd, events, 0};
+    if (::poll(&p, 1, 0) > 0) ready = p.revents;
+  } while (ready == 0 && std::chrono::steady_clock::now() < until && worth_it());
+  spinning.fetch_sub(1, std::memory_order_relaxed);
+  return ready;
 }
 
 Result<std::string> ReadFrame(int fd, std::size_t max_size,
