@@ -5,8 +5,12 @@
 // on one epoll set ("leader/followers"); the thread that is woken reads the request, runs it,
 // writes the answer and goes back to waiting. Each connection is armed one-shot, so exactly one
 // thread works on it at a time. While a request runs, another thread waits on the set; when none
-// is left, the pool grows (up to ServerOptions::max_threads), so a slow request (a Scan page, a
-// purge poll) never keeps the others, new connections or timeouts waiting.
+// is left, the pool grows (up to ServerOptions::max_threads), so a request that waits (a kSync
+// write's fsync, a purge or backup poll) never keeps the others, new connections or timeouts
+// waiting. Requests that only compute (the other requests, kBuffered writes included) get at
+// most two threads per core: beyond that a thread more is only one more to switch between, and
+// their requests wait their turn in the epoll set instead, for a thread that takes the next one
+// without sleeping.
 //
 // A connection from another user is refused. A frame over ServerOptions::max_frame is refused
 // too (kInvalidArgument naming its size and the limit), so that a client whose limits are larger
@@ -53,7 +57,8 @@ struct ServerOptions {
   // At most this many connections, and never more than half of the process's descriptor limit
   // (RLIMIT_NOFILE at Start): the rest is left to RocksDB and the application.
   std::size_t max_connections = 1024;
-  // Threads serving requests: two at first, more while every one is busy, up to this many.
+  // Threads serving requests: two at first, more while every one is busy, up to this many; at
+  // most two per core besides those whose requests wait (kSync writes, purge and backup polls).
   std::size_t max_threads = 16;
   std::function<void(std::string_view)> log;  // never null
 };
@@ -85,7 +90,10 @@ class Server {
 
   Server(Backend& backend, ServerOptions options);
   void RunThread();
-  void AddThreadIfAllBusy();
+  // Called by a thread about to run a request (`waits`: one that mostly waits, see
+  // RequestWaits): adds a thread when no other one is waiting on the epoll set, within the
+  // limits above.
+  void AddThreadIfAllBusy(bool waits);
   // Accepts every connection waiting on the listening socket, then arms it again.
   void AcceptAll();
   // Out of descriptors: closes the longest idle connection or, when none is idle, refuses one
@@ -141,8 +149,9 @@ class Server {
   FileDescriptor timer_fd_;  // ticks while there are connections, for the timeouts
   LogLimiter log_;
 
-  std::atomic<int> waiting_threads_{0};  // threads in epoll_wait
-  std::atomic<int> serving_{0};          // connections a thread has (Serve)
+  std::atomic<int> waiting_threads_{0};   // threads in epoll_wait
+  std::atomic<int> serving_{0};           // connections a thread has (Serve)
+  std::atomic<int> waiting_requests_{0};  // requests running that mostly wait (RequestWaits)
 
   std::mutex mu_;
   // Guarded by mu_.
