@@ -90,6 +90,7 @@ Result<std::unique_ptr<Server>> Server::Start(const SocketAddress& address, Back
   for (std::size_t i = 0; i < std::min(kInitialThreads, server->options_.max_threads); ++i) {
     server->threads_.emplace_back([s = server.get()] { s->RunThread(); });
   }
+  server->watchdog_ = std::thread([s = server.get()] { s->WatchThePool(); });
   return server;
 }
 
@@ -100,6 +101,8 @@ Server::~Server() {
     stopping_ = true;
     threads.swap(threads_);
   }
+  pool_changed_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
   const uint64_t one = 1;
   static_cast<void>(::write(stop_fd_.get(), &one, sizeof one));
   // A thread running a request finishes it (its client gets the answer) before it stops.
@@ -155,8 +158,32 @@ void Server::AddThreadIfAllBusy(bool waits) {
   if (stopping_ || threads_.size() >= options_.max_threads) return;
   const auto waiting = static_cast<std::size_t>(std::max(0, waiting_requests_.load()));
   // This thread's own request is not counted among the waiting ones when it computes.
-  if (!waits && threads_.size() >= computing_limit + waiting) return;
+  if (!waits && threads_.size() >= computing_limit + waiting) {
+    if (!at_compute_limit_) {
+      at_compute_limit_ = true;
+      pool_changed_.notify_all();
+    }
+    return;
+  }
   threads_.emplace_back([this] { RunThread(); });
+}
+
+void Server::WatchThePool() {
+  // Requests that compute finish in microseconds: none finishing for this long means that the
+  // threads wait on something.
+  constexpr milliseconds kStuckAfter{2};
+  std::unique_lock lock(mu_);
+  for (;;) {
+    pool_changed_.wait(lock, [this] { return stopping_ || at_compute_limit_; });
+    const uint64_t finished = finished_requests_.load();
+    if (pool_changed_.wait_for(lock, kStuckAfter, [this] { return stopping_; })) return;
+    if (waiting_threads_.load() > 0) {
+      at_compute_limit_ = false;
+    } else if (finished_requests_.load() == finished) {
+      at_compute_limit_ = false;
+      if (threads_.size() < options_.max_threads) threads_.emplace_back([this] { RunThread(); });
+    }
+  }
 }
 
 void Server::Say(int fd, ResponseKind kind, const Status& why) {

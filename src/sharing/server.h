@@ -10,7 +10,9 @@
 // waiting. Requests that only compute (the other requests, kBuffered writes included) get at
 // most two threads per core: beyond that a thread more is only one more to switch between, and
 // their requests wait their turn in the epoll set instead, for a thread that takes the next one
-// without sleeping.
+// without sleeping. A request that should compute but waits (a read from a stalled disk, a lock)
+// is caught by a watchdog: when no request has finished for a few milliseconds and no thread
+// waits on the set, it adds one.
 //
 // A connection from another user is refused. A frame over ServerOptions::max_frame is refused
 // too (kInvalidArgument naming its size and the limit), so that a client whose limits are larger
@@ -92,8 +94,11 @@ class Server {
   void RunThread();
   // Called by a thread about to run a request (`waits`: one that mostly waits, see
   // RequestWaits): adds a thread when no other one is waiting on the epoll set, within the
-  // limits above.
+  // limits above; at the limit for requests that compute, wakes the watchdog.
   void AddThreadIfAllBusy(bool waits);
+  // The watchdog's thread: while the pool is at that limit, adds a thread whenever no request
+  // finished for kStuckAfter and none waits on the epoll set.
+  void WatchThePool();
   // Accepts every connection waiting on the listening socket, then arms it again.
   void AcceptAll();
   // Out of descriptors: closes the longest idle connection or, when none is idle, refuses one
@@ -152,6 +157,7 @@ class Server {
   std::atomic<int> waiting_threads_{0};   // threads in epoll_wait
   std::atomic<int> serving_{0};           // connections a thread has (Serve)
   std::atomic<int> waiting_requests_{0};  // requests running that mostly wait (RequestWaits)
+  std::atomic<uint64_t> finished_requests_{0};
 
   std::mutex mu_;
   // Guarded by mu_.
@@ -159,6 +165,9 @@ class Server {
   uint64_t next_id_;
   std::vector<std::thread> threads_;
   bool stopping_ = false;
+  bool at_compute_limit_ = false;  // set by AddThreadIfAllBusy, cleared by the watchdog
+  std::condition_variable pool_changed_;
+  std::thread watchdog_;
   bool timer_armed_ = false;
   FileDescriptor spare_fd_;  // closed for an instant to refuse a peer when out of descriptors
 

@@ -142,6 +142,7 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
   AddThreadIfAllBusy(waits);
   connection.out = EncodeFrame(Handle(*request, connection.holder));
   if (waits) waiting_requests_.fetch_sub(1);
+  finished_requests_.fetch_add(1, std::memory_order_relaxed);
   connection.out_done = 0;
   ReleaseLarge(in);
   return SendAnswer(connection);
