@@ -90,7 +90,6 @@ Result<std::unique_ptr<Server>> Server::Start(const SocketAddress& address, Back
   for (std::size_t i = 0; i < std::min(kInitialThreads, server->options_.max_threads); ++i) {
     server->threads_.emplace_back([s = server.get()] { s->RunThread(); });
   }
-  server->watchdog_ = std::thread([s = server.get()] { s->WatchThePool(); });
   return server;
 }
 
@@ -101,8 +100,6 @@ Server::~Server() {
     stopping_ = true;
     threads.swap(threads_);
   }
-  pool_changed_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
   const uint64_t one = 1;
   static_cast<void>(::write(stop_fd_.get(), &one, sizeof one));
   // A thread running a request finishes it (its client gets the answer) before it stops.
@@ -149,41 +146,11 @@ void Server::RunThread() {
   }
 }
 
-void Server::AddThreadIfAllBusy(bool waits) {
+void Server::AddThreadIfAllBusy() {
   if (waiting_threads_.load() > 0) return;
-  // Measured with 16 and 64 client threads on 2 cores: capping the pool at 4 threads served
-  // 15-30% more kBuffered lifecycles than 16 threads, which spent a third of the time switching.
-  static const std::size_t computing_limit = 2 * std::max(1u, std::thread::hardware_concurrency());
   std::lock_guard lock(mu_);
   if (stopping_ || threads_.size() >= options_.max_threads) return;
-  const auto waiting = static_cast<std::size_t>(std::max(0, waiting_requests_.load()));
-  // This thread's own request is not counted among the waiting ones when it computes.
-  if (!waits && threads_.size() >= computing_limit + waiting) {
-    if (!at_compute_limit_) {
-      at_compute_limit_ = true;
-      pool_changed_.notify_all();
-    }
-    return;
-  }
   threads_.emplace_back([this] { RunThread(); });
-}
-
-void Server::WatchThePool() {
-  // Requests that compute finish in microseconds: none finishing for this long means that the
-  // threads wait on something.
-  constexpr milliseconds kStuckAfter{2};
-  std::unique_lock lock(mu_);
-  for (;;) {
-    pool_changed_.wait(lock, [this] { return stopping_ || at_compute_limit_; });
-    const uint64_t finished = finished_requests_.load();
-    if (pool_changed_.wait_for(lock, kStuckAfter, [this] { return stopping_; })) return;
-    if (waiting_threads_.load() > 0) {
-      at_compute_limit_ = false;
-    } else if (finished_requests_.load() == finished) {
-      at_compute_limit_ = false;
-      if (threads_.size() < options_.max_threads) threads_.emplace_back([this] { RunThread(); });
-    }
-  }
 }
 
 void Server::Say(int fd, ResponseKind kind, const Status& why) {

@@ -5,14 +5,8 @@
 // on one epoll set ("leader/followers"); the thread that is woken reads the request, runs it,
 // writes the answer and goes back to waiting. Each connection is armed one-shot, so exactly one
 // thread works on it at a time. While a request runs, another thread waits on the set; when none
-// is left, the pool grows (up to ServerOptions::max_threads), so a request that waits (a kSync
-// write's fsync, a purge or backup poll) never keeps the others, new connections or timeouts
-// waiting. Requests that only compute (the other requests, kBuffered writes included) get at
-// most two threads per core: beyond that a thread more is only one more to switch between, and
-// their requests wait their turn in the epoll set instead, for a thread that takes the next one
-// without sleeping. A request that should compute but waits (a read from a stalled disk, a lock)
-// is caught by a watchdog: when no request has finished for a few milliseconds and no thread
-// waits on the set, it adds one.
+// is left, the pool grows (up to ServerOptions::max_threads), so a slow request (a Scan page, a
+// purge poll) never keeps the others, new connections or timeouts waiting.
 //
 // A connection from another user is refused. A frame over ServerOptions::max_frame is refused
 // too (kInvalidArgument naming its size and the limit), so that a client whose limits are larger
@@ -59,8 +53,7 @@ struct ServerOptions {
   // At most this many connections, and never more than half of the process's descriptor limit
   // (RLIMIT_NOFILE at Start): the rest is left to RocksDB and the application.
   std::size_t max_connections = 1024;
-  // Threads serving requests: two at first, more while every one is busy, up to this many; at
-  // most two per core besides those whose requests wait (kSync writes, purge and backup polls).
+  // Threads serving requests: two at first, more while every one is busy, up to this many.
   std::size_t max_threads = 16;
   std::function<void(std::string_view)> log;  // never null
 };
@@ -92,13 +85,7 @@ class Server {
 
   Server(Backend& backend, ServerOptions options);
   void RunThread();
-  // Called by a thread about to run a request (`waits`: one that mostly waits, see
-  // RequestWaits): adds a thread when no other one is waiting on the epoll set, within the
-  // limits above; at the limit for requests that compute, wakes the watchdog.
-  void AddThreadIfAllBusy(bool waits);
-  // The watchdog's thread: while the pool is at that limit, adds a thread whenever no request
-  // finished for kStuckAfter and none waits on the epoll set.
-  void WatchThePool();
+  void AddThreadIfAllBusy();
   // Accepts every connection waiting on the listening socket, then arms it again.
   void AcceptAll();
   // Out of descriptors: closes the longest idle connection or, when none is idle, refuses one
@@ -154,10 +141,8 @@ class Server {
   FileDescriptor timer_fd_;  // ticks while there are connections, for the timeouts
   LogLimiter log_;
 
-  std::atomic<int> waiting_threads_{0};   // threads in epoll_wait
-  std::atomic<int> serving_{0};           // connections a thread has (Serve)
-  std::atomic<int> waiting_requests_{0};  // requests running that mostly wait (RequestWaits)
-  std::atomic<uint64_t> finished_requests_{0};
+  std::atomic<int> waiting_threads_{0};  // threads in epoll_wait
+  std::atomic<int> serving_{0};          // connections a thread has (Serve)
 
   std::mutex mu_;
   // Guarded by mu_.
@@ -165,9 +150,6 @@ class Server {
   uint64_t next_id_;
   std::vector<std::thread> threads_;
   bool stopping_ = false;
-  bool at_compute_limit_ = false;  // set by AddThreadIfAllBusy, cleared by the watchdog
-  std::condition_variable pool_changed_;
-  std::thread watchdog_;
   bool timer_armed_ = false;
   FileDescriptor spare_fd_;  // closed for an instant to refuse a peer when out of descriptors
 

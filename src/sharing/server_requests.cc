@@ -27,22 +27,6 @@ constexpr milliseconds kMaxJobWait{1000};
 // Purge and backup jobs at once, running or finished and not yet collected by their client.
 constexpr std::size_t kMaxJobs = 16;
 
-// Whether running `request` mostly waits rather than computes: a write synced to the disk before
-// its answer, or a poll of a purge or a backup, which waits for the job.
-bool RequestWaits(const Request& request) {
-  if (const auto* begin = std::get_if<BeginMessage>(&request)) {
-    return begin->call.durability == Durability::kSync;
-  }
-  if (const auto* transition = std::get_if<TransitionMessage>(&request)) {
-    return transition->call.durability == Durability::kSync;
-  }
-  if (const auto* forget = std::get_if<ForgetMessage>(&request)) {
-    return forget->durability == Durability::kSync;
-  }
-  return std::holds_alternative<PurgeMessage>(request) ||
-         std::holds_alternative<BackupMessage>(request);
-}
-
 // Whether `in` holds a whole frame (its header, then as many bytes as the header announces).
 bool HoldsWholeFrame(const std::string& in) {
   return in.size() >= kFrameHeaderSize && in.size() >= kFrameHeaderSize + FrameLength(in.data());
@@ -137,12 +121,8 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
     return std::nullopt;
   }
   // This thread is busy for as long as the request runs: make sure another one waits.
-  const bool waits = RequestWaits(*request);
-  if (waits) waiting_requests_.fetch_add(1);
-  AddThreadIfAllBusy(waits);
+  AddThreadIfAllBusy();
   connection.out = EncodeFrame(Handle(*request, connection.holder));
-  if (waits) waiting_requests_.fetch_sub(1);
-  finished_requests_.fetch_add(1, std::memory_order_relaxed);
   connection.out_done = 0;
   ReleaseLarge(in);
   return SendAnswer(connection);
