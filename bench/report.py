@@ -513,6 +513,13 @@ def plot(rows, path):
                                            "sqlite-off", "sqlite-full", "redis"]]
     series.append(("client", "idem-client"))
     replay = [("replay", s) for s in ["idem-buffered", "rocksdb", "sqlite-off", "redis"]]
+    # The PostgreSQL panel, when this run measured PostgreSQL: idem and the hand-written SQL of
+    # its targets, lifecycle and replay on one plot.
+    postgres = [(w, s) for w, systems in [("lifecycle", ["idem-pg", "pg-sql", "pg-sql-prepared"]),
+                                           ("replay", ["idem-pg", "pg-sql-read-first",
+                                                       "pg-sql-read-first-prepared"])]
+                for s in systems if any(k[0] == w and k[1] == s for k in rows)]
+    panels = 3 if postgres else 2
     with tempfile.TemporaryDirectory() as tmp:
         def data_file(workload, system):
             name = os.path.join(tmp, f"{workload}-{system}.dat")
@@ -523,31 +530,36 @@ def plot(rows, path):
                     f.write(f"{t} {value}\n")
             return name, bool(points)
 
-        def plot_line(items):
+        def plot_line(items, label_workload=False):
             parts = []
             for workload, system in items:
                 name, any_points = data_file(workload, system)
                 if any_points:
-                    parts.append(f"'{name}' using 1:2 with linespoints lw 2 title "
-                                 f"'{SYSTEM_LABELS[system]}'")
+                    title = LABELS[system] + (f" ({workload})" if label_workload else "")
+                    parts.append(f"'{name}' using 1:2 with linespoints lw 2 title '{title}'")
             return "plot " + ", ".join(parts)
 
         script = "\n".join([
-            "set terminal pngcairo size 1400,620 font 'DejaVu Sans,10'",
+            f"set terminal pngcairo size {700 * panels},{720 if postgres else 620} "
+            "font 'DejaVu Sans,10'",
             f"set output '{path}'",
-            "set multiplot layout 1,2",
+            f"set multiplot layout 1,{panels}",
             "set logscale xy",
             "set xtics (1, 4, 16, 64)",
             "set xrange [0.8:80]",
             "set xlabel 'threads'",
             "set ylabel 'operations per second (log)'",
             "set grid",
-            "set key below maxrows 4 font ',9'",
-            "set bmargin 9",
+            f"set key below maxrows {6 if postgres else 4} font ',9'",
+            f"set bmargin {13 if postgres else 9}",
             "set title 'Lifecycle: Begin + Complete on fresh keys'",
             plot_line(series),
             "set title 'Replay: Begin on a completed key'",
             plot_line(replay),
+        ] + ([
+            "set title 'PostgreSQL: idem against hand-written SQL'",
+            plot_line(postgres, label_workload=True),
+        ] if postgres else []) + [
             "unset multiplot",
         ])
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
@@ -599,6 +611,9 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         "target, no library on this engine meets the target on this machine in this run.")
     add("")
     add(f"![throughput against threads]({plot_name})")
+    add("")
+    add("The plot is of the run this page was written from, PostgreSQL included; a later "
+        "`--postgres-only` run rewrites the PostgreSQL section below, not the plot.")
     add("")
     add("## Lifecycle: Begin, then Complete, on a fresh key")
     add("")
