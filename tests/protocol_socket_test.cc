@@ -21,6 +21,7 @@
 #include "sharing/protocol.h"
 #include "sharing/socket.h"
 #include "test_util.h"
+#include "util/process.h"
 #include "util/time.h"
 
 namespace idem::sharing {
@@ -325,7 +326,7 @@ TEST(SpinUntilReady, StopsWhenSpinningIsNoLongerWorthIt) {
 }
 
 TEST(SpinUntilReady, AtMostHalfTheCoresSpinAtOnceAndAnotherThreadBlocksInstead) {
-  const int allowed = std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 2));
+  const int allowed = std::max(1, static_cast<int>(util::UsableCores() / 2));
   SocketPair idle = MakeSocketPair();
   std::atomic<int> inside{0};
   std::atomic<bool> release{false};

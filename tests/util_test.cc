@@ -2,6 +2,7 @@
 // defaults helpers and counter table of the public headers that replaced copies of them.
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +17,7 @@
 #include "util/backoff.h"
 #include "util/escape.h"
 #include "util/hex.h"
+#include "util/process.h"
 #include "util/random.h"
 
 namespace {
@@ -62,6 +64,22 @@ TEST(Random, FillsBuffersOfAnySizeWithFreshBytes) {
   std::set<uint64_t> seeds;
   for (int i = 0; i < 100; ++i) seeds.insert(idem::util::RandomSeed());
   EXPECT_EQ(seeds.size(), 100u);
+}
+
+// What SpinUntilReady and the engine's write groups size themselves by: the cores this thread
+// may run on, so that a container given 1 core of a large machine counts 1.
+TEST(UsableCores, CountsTheCoresThisThreadMayRunOn) {
+  cpu_set_t saved;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof saved, &saved), 0);
+  EXPECT_EQ(idem::util::UsableCores(), static_cast<unsigned>(CPU_COUNT(&saved)));
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  EXPECT_EQ(idem::util::UsableCores(), 1u);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
 TEST(Backoff, DoublesUpToItsLongestPause) {

@@ -13,10 +13,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <thread>
 
 #include "util/coding.h"
 #include "util/escape.h"
+#include "util/process.h"
 
 namespace idem::sharing {
 namespace {
@@ -237,7 +237,7 @@ Status SendFrame(int fd, std::string_view frame, std::chrono::steady_clock::time
 
 short SpinUntilReady(int fd, short events, std::chrono::microseconds budget,
                      FunctionRef<bool()> worth_it) {
-  static const int allowed = std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 2));
+  static const int allowed = std::max(1, static_cast<int>(util::UsableCores() / 2));
   static std::atomic<int> spinning{0};
   if (spinning.fetch_add(1, std::memory_order_relaxed) >= allowed) {
     spinning.fetch_sub(1, std::memory_order_relaxed);

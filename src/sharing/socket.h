@@ -79,9 +79,9 @@ inline constexpr std::chrono::microseconds kSpinBudget{50};
 
 // Polls `fd` without sleeping until one of `events` (POLLIN, POLLRDHUP, ...) is ready, `budget`
 // has passed or `worth_it` turns false (asked between polls), and returns the ready events (0
-// when none came). Spinning takes a core: at most half of the machine's cores (at least one)
-// spin at once in this process, and a thread that finds them taken returns 0 at once, to block
-// as it would have.
+// when none came). Spinning takes a core: at most half of the cores this process may use
+// (util::UsableCores; at least one) spin at once in it, and a thread that finds them taken
+// returns 0 at once, to block as it would have.
 short SpinUntilReady(int fd, short events, std::chrono::microseconds budget,
                      FunctionRef<bool()> worth_it);
 

@@ -6,9 +6,8 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_buffer_manager.h>
 
-#include <thread>
-
 #include "storage/memory_split.h"
+#include "util/process.h"
 
 namespace idem::storage {
 
@@ -25,8 +24,9 @@ EngineOptions MakeEngineOptions(std::size_t memory_budget) {
   // each other to be scheduled (spinning in WriteThread::AwaitState, then futexes). Measured on
   // 2 cores, interleaved runs: 64 threads +45% (raw RocksDB) and +95% (idem) kBuffered
   // lifecycles, +65-90% kSync, client processes +27-35% at 16 and 64 threads; 1 and 4 threads
-  // unchanged. Above 4 cores RocksDB's default stays (not measured here).
-  engine.db.allow_concurrent_memtable_write = std::thread::hardware_concurrency() > 4;
+  // unchanged. Above 4 cores RocksDB's default stays (not measured here). The cores are those
+  // the process may use: a container limited to 2 cores of a large machine is a small machine.
+  engine.db.allow_concurrent_memtable_write = util::UsableCores() > 4;
   engine.db.write_buffer_manager = engine.write_buffers;
   // A log file is deleted only once every column family with writes in it has flushed them.
   // The meta family gets a write now and then (a token ceiling) and is never full, so without

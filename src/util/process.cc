@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "util/random.h"
 
@@ -233,6 +235,15 @@ Holder HolderFor(pid_t pid) {
   }
   holder.request_id = RandomRequestId();
   return holder;
+}
+
+unsigned UsableCores() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) {
+    return static_cast<unsigned>(CPU_COUNT(&allowed));
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 Holder ThisProcessHolder() {

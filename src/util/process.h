@@ -31,6 +31,10 @@ uint64_t RandomRequestId();
 // before a fork differs in the child. No system call.
 uint64_t ForkGeneration();
 
+// The cores this thread may run on: its CPU affinity (a container's cpuset), or the machine's
+// online cores when the affinity cannot be read. At least 1.
+unsigned UsableCores();
+
 // This process as a holder, with a fresh random request id.
 Holder ThisProcessHolder();
 
