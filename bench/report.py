@@ -98,6 +98,11 @@ def ops(rows, workload, system, threads):
     return row["ops"] if row else None
 
 
+def thread_counts(rows, workload):
+    """The thread counts `workload` ran at in this run, in order."""
+    return sorted({t for (w, _, t) in rows if w == workload})
+
+
 def ratio(a, b):
     if a is None or b is None or b == 0:
         return None
@@ -118,7 +123,7 @@ def targets(rows, figures):
 
     lc = lambda system, threads: ops(rows, "lifecycle", system, threads)
     plural = lambda t: f"{t} thread{'s' if t > 1 else ''}"
-    lifecycle_threads = sorted({t for (w, _, t) in rows if w == "lifecycle"})
+    lifecycle_threads = thread_counts(rows, "lifecycle")
     for t in lifecycle_threads:
         at_least(f"Lifecycle, kBuffered, {plural(t)} vs raw RocksDB (no sync)",
                  ratio(lc("idem-buffered", t), lc("rocksdb", t)), 0.85)
@@ -143,15 +148,15 @@ def targets(rows, figures):
             at_least(f"Lifecycle with one table write, {label}, {plural(t)} "
                      f"vs raw RocksDB doing the same writes",
                      ratio(ops(rows, "effects", system, t), ops(rows, "effects", anchor, t)), 0.8)
-    for t in sorted({t for (w, _, t) in rows if w == "replay"}):
+    for t in thread_counts(rows, "replay"):
         at_least(f"Replay, {plural(t)} vs a raw RocksDB Get",
                  ratio(ops(rows, "replay", "idem-buffered", t), ops(rows, "replay", "rocksdb", t)),
                  0.8)
-    for t in sorted({t for (w, _, t) in rows if w == "client"}):
+    for t in thread_counts(rows, "client"):
         at_least(f"Client process, {plural(t)} vs Redis from as many clients",
                  ratio(ops(rows, "client", "idem-client", t), lc("redis", t)), 1.5 if t == 1 else 1)
     records = figures.get(("scale", "idem-buffered", "records"), (0, ""))[0]
-    for t in sorted({t for (w, _, t) in rows if w == "scale-empty"}):
+    for t in thread_counts(rows, "scale-empty"):
         at_least(f"Scale: lifecycle at {records:,.0f} records vs an empty store ({plural(t)})",
                  ratio(ops(rows, "scale-full", "idem-buffered", t),
                        ops(rows, "scale-empty", "idem-buffered", t)), 0.7)
@@ -632,7 +637,7 @@ def markdown(rows, figures, command, note, plot_name, run_time):
     add("")
     add("| idem | vs raw RocksDB, same sync | vs SQLite, same sync | vs Redis |")
     add("| --- | --- | --- | --- |")
-    threads = sorted({t for (w, _, t) in rows if w == "lifecycle"})
+    threads = thread_counts(rows, "lifecycle")
     for idem, rocks, sqlite in [("idem-buffered", "rocksdb", "sqlite-off"),
                                 ("idem-sync", "rocksdb-sync", "sqlite-full")]:
         cells = []
@@ -653,7 +658,7 @@ def markdown(rows, figures, command, note, plot_name, run_time):
     add("")
     add(workload_table(rows, "effects", None))
     add("")
-    effects_threads = sorted({t for (w, _, t) in rows if w == "effects"})
+    effects_threads = thread_counts(rows, "effects")
     add("| idem | vs raw RocksDB doing the same writes, same sync (" +
         " / ".join(str(t) for t in effects_threads) + " threads) |")
     add("| --- | --- |")
@@ -703,7 +708,7 @@ def markdown(rows, figures, command, note, plot_name, run_time):
     add("")
     add("## Scale, purge and memory")
     add("")
-    scale_threads = sorted({t for (w, _, t) in rows if w == "scale-empty"})
+    scale_threads = thread_counts(rows, "scale-empty")
     add("| lifecycle, kBuffered | " + " | ".join(f"{t} thr: ops/s (p50 / p99)"
                                                    for t in scale_threads) + " |")
     add("| --- " * (len(scale_threads) + 1) + "|")
