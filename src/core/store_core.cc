@@ -41,6 +41,7 @@ StoreCore::~StoreCore() {
   }
   std::lock_guard registry_lock(RegistryMutex());
   std::lock_guard lock(mu_);
+  permanent_.store(nullptr, std::memory_order_release);
   backend_.reset();
   ownership_.reset();
 }
@@ -48,8 +49,14 @@ StoreCore::~StoreCore() {
 Status StoreCore::Start() {
   std::lock_guard lock(mu_);
   IDEM_ASSIGN_OR_RETURN(
-      backend_, AcquireBackend(std::chrono::steady_clock::now() + options_.failover_timeout));
+      auto backend, AcquireBackend(std::chrono::steady_clock::now() + options_.failover_timeout));
+  SetBackendLocked(std::move(backend));
   return Status::OK();
+}
+
+void StoreCore::SetBackendLocked(std::shared_ptr<Backend> backend) {
+  backend_ = std::move(backend);
+  if (backend_->permanent()) permanent_.store(backend_.get(), std::memory_order_release);
 }
 
 std::shared_ptr<Backend> StoreCore::Current() {
@@ -63,7 +70,8 @@ Result<std::shared_ptr<Backend>> StoreCore::Failover(const std::shared_ptr<Backe
   if (backend_ == lost) {
     log_.Log("failover",
              fmt::format("lost the owner of store {}; failing over", directory_.string()));
-    IDEM_ASSIGN_OR_RETURN(backend_, AcquireBackend(give_up_at));
+    IDEM_ASSIGN_OR_RETURN(auto backend, AcquireBackend(give_up_at));
+    SetBackendLocked(std::move(backend));
   }
   return backend_;
 }

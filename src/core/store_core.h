@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -92,6 +93,13 @@ class StoreCore {
     if (forked()) {
       return Status::Unavailable("the store was opened before fork(); open it again in the child");
     }
+    // The owner's (or a reader's) own backend serves until the core is destroyed, which no
+    // call outlives: it is used without the lock and without a reference count. Both are
+    // written by every call, and a cache line written by calls on two cores moves between
+    // them at each call (replays at 4 threads: 11% faster without them).
+    if (Backend* permanent = permanent_.load(std::memory_order_acquire)) {
+      return call(*permanent, false);
+    }
     std::shared_ptr<Backend> backend = Current();
     std::optional<std::chrono::steady_clock::time_point> give_up_at;
     for (bool resent = false;; resent = true) {
@@ -162,9 +170,14 @@ class StoreCore {
   const Options options_;  // the first opener's
   sharing::LogLimiter log_{[this](std::string_view message) { Log(message); }};
 
+  // Sets backend_ (mu_ held), and permanent_ once it is a permanent backend.
+  void SetBackendLocked(std::shared_ptr<Backend> backend);
+
   std::mutex mu_;
   // Guarded by mu_.
   std::shared_ptr<Backend> backend_;
+  // backend_.get() once backend_ is permanent (it is then never replaced), else null.
+  std::atomic<Backend*> permanent_{nullptr};
   std::unique_ptr<Ownership> ownership_;
 };
 

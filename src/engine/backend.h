@@ -110,6 +110,9 @@ class Backend {
   // True once this backend can no longer reach the store (the owner it talked to is gone):
   // the caller must fail over to a new backend and resend.
   virtual bool lost() const { return false; }
+  // False for a backend that may become lost(); true for one that holds the store itself and
+  // serves every call until it is destroyed.
+  virtual bool permanent() const { return true; }
 };
 
 }  // namespace idem

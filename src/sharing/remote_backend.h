@@ -59,6 +59,7 @@ class RemoteBackend final : public Backend {
   Status Backup(const std::string& destination) override;
   // Import keeps Backend's answer (kBusy): only the owner imports.
   bool lost() const override { return lost_.load(); }
+  bool permanent() const override { return false; }
 
  private:
   RemoteBackend(SocketAddress address, std::chrono::milliseconds request_timeout)
