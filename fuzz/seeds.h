@@ -102,15 +102,13 @@ inline std::vector<Seed> MakeSeeds() {
   for (std::size_t i = 0; i < records.size(); ++i) {
     add("record_decoder", record_names[i], WithKey(records[i]));
   }
-  // A version 1 value (idem 0.1): the version 2 header without its pid scope.
-  {
-    namespace storage = idem::storage;
-    std::string v1 = WithKey(records[0]);
-    const std::size_t value_at = 1 + records[0].key.size();
-    v1.erase(value_at + storage::kFixedHeaderSizeV1,
-             storage::kFixedHeaderSize - storage::kFixedHeaderSizeV1);
-    v1[value_at] = static_cast<char>(storage::kRecordFormatVersion1);
-    add("record_decoder", "pending_v1", v1);
+  // Values of the older versions still read: 2, and 1 (idem 0.1).
+  for (const uint8_t version :
+       {idem::storage::kRecordFormatVersion2, idem::storage::kRecordFormatVersion1}) {
+    std::string older(1, static_cast<char>(records[0].key.size()));
+    older += records[0].key;
+    older += idem::storage::EncodeRecordAtOlderVersion(records[0], version);
+    add("record_decoder", "pending_v" + std::to_string(version), older);
   }
 
   // frame_decoder: selector 0 and a request, or selector 1 + body kind and a response.

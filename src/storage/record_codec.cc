@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "util/hex.h"
@@ -13,6 +14,9 @@ namespace {
 constexpr uint8_t kRetryableFlag = 1;
 constexpr uint8_t kTookOverFlag = 2;
 constexpr uint8_t kKnownFlags = kRetryableFlag | kTookOverFlag;
+// The longest a version 3 header can be: its fixed part, then attempts and pid (varint32, up to
+// 5 bytes) and four varint64 (up to 10).
+constexpr std::size_t kLongestHeader = kFixedHeaderSize + 2 * 5 + 4 * 10;
 
 std::size_t VarintLength(std::size_t value) {
   std::size_t length = 1;
@@ -21,7 +25,7 @@ std::size_t VarintLength(std::size_t value) {
 }
 
 // Writes `value` at `out` as a LEB128 varint; returns the end of what it wrote.
-char* StoreVarint32(char* out, uint32_t value) {
+char* StoreVarint(char* out, uint64_t value) {
   while (value >= 0x80) {
     *out++ = static_cast<char>(value | 0x80);
     value >>= 7;
@@ -30,16 +34,38 @@ char* StoreVarint32(char* out, uint32_t value) {
   return out;
 }
 
-// Reads from the front of `in`, advancing it; false when `in` is too short or malformed.
-bool GetVarint32(std::string_view& in, uint32_t& value) {
+// Reads a varint of at most `bits` bits from the front of `in`, advancing it; false when `in`
+// ends inside it or it holds more bits (an encoder never writes those, so they are damage).
+bool GetVarint(std::string_view& in, uint64_t& value, int bits) {
   value = 0;
-  for (int shift = 0; shift <= 28 && !in.empty(); shift += 7) {
+  for (int shift = 0; shift < bits && !in.empty(); shift += 7) {
     const auto byte = static_cast<uint8_t>(in.front());
     in.remove_prefix(1);
-    value |= static_cast<uint32_t>(byte & 0x7F) << shift;
+    const uint64_t payload = byte & 0x7F;
+    if (shift > bits - 7 && (payload >> (bits - shift)) != 0) return false;
+    value |= payload << shift;
     if ((byte & 0x80) == 0) return true;
   }
   return false;
+}
+
+bool GetVarint32(std::string_view& in, uint32_t& value) {
+  uint64_t wide = 0;
+  if (!GetVarint(in, wide, 32)) return false;
+  value = static_cast<uint32_t>(wide);
+  return true;
+}
+
+// A time as its signed difference from another, zigzag-coded (small either way round) and
+// computed modulo 2^64, so that any two times round-trip, however far apart.
+uint64_t TimeDelta(Record::TimePoint time, Record::TimePoint base) {
+  const auto delta = static_cast<int64_t>(static_cast<uint64_t>(ToMicros(time)) -
+                                          static_cast<uint64_t>(ToMicros(base)));
+  return (static_cast<uint64_t>(delta) << 1) ^ static_cast<uint64_t>(delta >> 63);
+}
+int64_t FromTimeDelta(uint64_t zigzag, int64_t base_micros) {
+  const uint64_t delta = (zigzag >> 1) ^ (~(zigzag & 1) + 1);
+  return static_cast<int64_t>(static_cast<uint64_t>(base_micros) + delta);
 }
 
 bool GetLengthPrefixed(std::string_view& in, std::string& out) {
@@ -54,6 +80,117 @@ Status Corrupt(std::string_view key, std::string_view what) {
   return Status::Corruption(fmt::format("record {}: {}", EscapeKey(key), what));
 }
 
+uint8_t Flags(const Record& record) {
+  return static_cast<uint8_t>((record.retryable ? kRetryableFlag : 0) |
+                              (record.holder.took_over ? kTookOverFlag : 0));
+}
+
+// Appends the four length-prefixed fields, into `out` already sized for them, from `p`.
+void StoreFields(const Record& record, char* p) {
+  for (std::string_view field :
+       {std::string_view(record.type), std::string_view(record.fingerprint),
+        std::string_view(record.result), std::string_view(record.checkpoint)}) {
+    p = StoreVarint(p, field.size());
+    if (!field.empty()) std::memcpy(p, field.data(), field.size());
+    p += field.size();
+  }
+}
+
+std::size_t FieldsSize(const Record& record) {
+  std::size_t size = 0;
+  for (std::size_t length : {record.type.size(), record.fingerprint.size(), record.result.size(),
+                             record.checkpoint.size()}) {
+    size += VarintLength(length) + length;
+  }
+  return size;
+}
+
+// The checks and fields every version shares: the state, the flags and the times' range.
+Status DecodeState(std::string_view key, uint8_t state, uint8_t flags, Record& record) {
+  if (state > static_cast<uint8_t>(State::kFailed)) {
+    return Corrupt(key, fmt::format("unknown state {}", state));
+  }
+  record.state = static_cast<State>(state);
+  if ((flags & ~kKnownFlags) != 0) return Corrupt(key, fmt::format("unknown flags {}", flags));
+  record.retryable = (flags & kRetryableFlag) != 0;
+  record.holder.took_over = (flags & kTookOverFlag) != 0;
+  return Status::OK();
+}
+
+Status DecodeTime(std::string_view key, const char* name, int64_t micros, Record::TimePoint& time) {
+  if (!util::MicrosFitTimePoint(micros)) {
+    return Corrupt(key,
+                   fmt::format("{} time {} us is outside the range of a time point", name, micros));
+  }
+  time = FromMicros(micros);
+  return Status::OK();
+}
+
+// Version 3's header, from `rest` (the value after its fixed part), advancing it.
+Status DecodeHeaderV3(std::string_view key, std::string_view value, std::string_view& rest,
+                      Record& record) {
+  const char* p = value.data();
+  IDEM_RETURN_IF_ERROR(
+      DecodeState(key, static_cast<uint8_t>(p[9]), static_cast<uint8_t>(p[10]), record));
+  record.token = GetFixed64(p + 11);
+  record.holder.request_id = GetFixed64(p + 19);
+  record.holder.pid_scope = GetFixed64(p + 27);
+  const auto expires = static_cast<int64_t>(GetFixed64(p + kExpiresOffset));
+  uint64_t created = 0, updated = 0, lease_deadline = 0;
+  if (!GetVarint32(rest, record.attempts) || !GetVarint(rest, created, 64) ||
+      !GetVarint(rest, updated, 64) || !GetVarint(rest, lease_deadline, 64) ||
+      !GetVarint32(rest, record.holder.pid) || !GetVarint(rest, record.holder.process_start, 64)) {
+    return Corrupt(key, "a number of the header runs past the end of the value or is too long");
+  }
+  const int64_t created_micros = FromTimeDelta(created, expires);
+  const int64_t updated_micros = FromTimeDelta(updated, created_micros);
+  IDEM_RETURN_IF_ERROR(DecodeTime(key, "expires", expires, record.expires));
+  IDEM_RETURN_IF_ERROR(DecodeTime(key, "created", created_micros, record.created));
+  IDEM_RETURN_IF_ERROR(DecodeTime(key, "updated", updated_micros, record.updated));
+  return DecodeTime(key, "lease_deadline", FromTimeDelta(lease_deadline, updated_micros),
+                    record.lease_deadline);
+}
+
+// The fixed header of versions 1 and 2.
+Status DecodeHeaderV2(std::string_view key, std::string_view value, uint8_t version,
+                      Record& record) {
+  const char* p = value.data();
+  for (const auto& [offset, name, time] :
+       {std::tuple<std::size_t, const char*, Record::TimePoint*>{1, "expires", &record.expires},
+        {23, "created", &record.created},
+        {31, "updated", &record.updated},
+        {39, "lease_deadline", &record.lease_deadline}}) {
+    IDEM_RETURN_IF_ERROR(
+        DecodeTime(key, name, static_cast<int64_t>(GetFixed64(p + offset)), *time));
+  }
+  IDEM_RETURN_IF_ERROR(
+      DecodeState(key, static_cast<uint8_t>(p[9]), static_cast<uint8_t>(p[10]), record));
+  record.token = GetFixed64(p + 11);
+  record.attempts = GetFixed32(p + 19);
+  record.holder.pid = GetFixed32(p + 47);
+  record.holder.process_start = GetFixed64(p + 51);
+  record.holder.request_id = GetFixed64(p + 59);
+  // Version 1 did not say in which boot and namespaces the pid was read: an unknown scope,
+  // whose holder is never judged dead before its lease ends.
+  record.holder.pid_scope = version == kRecordFormatVersion1 ? 0 : GetFixed64(p + 67);
+  return Status::OK();
+}
+
+// The size of the part of a `version` value that comes before anything variable (0 for an
+// unknown version).
+std::size_t FixedPartSize(uint8_t version) {
+  switch (version) {
+    case kRecordFormatVersion:
+      return kFixedHeaderSize;
+    case kRecordFormatVersion2:
+      return kFixedHeaderSizeV2;
+    case kRecordFormatVersion1:
+      return kFixedHeaderSizeV1;
+    default:
+      return 0;
+  }
+}
+
 }  // namespace
 
 std::string EncodeRecord(const Record& record) {
@@ -63,19 +200,42 @@ std::string EncodeRecord(const Record& record) {
 }
 
 void EncodeRecordInto(const Record& record, std::string& out) {
-  const std::string_view fields[] = {record.type, record.fingerprint, record.result,
-                                     record.checkpoint};
-  std::size_t size = kFixedHeaderSize;
-  for (std::string_view field : fields) size += VarintLength(field.size()) + field.size();
-  // Written in place into a buffer of the exact size: records are encoded on every write.
-  // (resize() keeps `out`'s capacity: a reused buffer allocates nothing.)
-  out.resize(size);
+  // The header is built on the stack, then the value written in place into a buffer of the
+  // exact size: records are encoded on every write. (resize() keeps `out`'s capacity: a reused
+  // buffer allocates nothing.)
+  char header[kLongestHeader];
+  header[0] = static_cast<char>(kRecordFormatVersion);
+  StoreFixed64(header + kExpiresOffset, static_cast<uint64_t>(ToMicros(record.expires)));
+  header[9] = static_cast<char>(record.state);
+  header[10] = static_cast<char>(Flags(record));
+  StoreFixed64(header + 11, record.token);
+  StoreFixed64(header + 19, record.holder.request_id);
+  StoreFixed64(header + 27, record.holder.pid_scope);
+  char* p = header + kFixedHeaderSize;
+  p = StoreVarint(p, record.attempts);
+  // Each time from the one it is usually closest to: a record is created its retention before
+  // it expires, updated soon after it was created, and leased for a while after its update.
+  p = StoreVarint(p, TimeDelta(record.created, record.expires));
+  p = StoreVarint(p, TimeDelta(record.updated, record.created));
+  p = StoreVarint(p, TimeDelta(record.lease_deadline, record.updated));
+  p = StoreVarint(p, record.holder.pid);
+  p = StoreVarint(p, record.holder.process_start);
+  const auto header_size = static_cast<std::size_t>(p - header);
+  out.resize(header_size + FieldsSize(record));
+  std::memcpy(out.data(), header, header_size);
+  StoreFields(record, out.data() + header_size);
+}
+
+std::string EncodeRecordAtOlderVersion(const Record& record, uint8_t requested) {
+  const uint8_t version =
+      requested == kRecordFormatVersion1 ? kRecordFormatVersion1 : kRecordFormatVersion2;
+  const std::size_t header_size = FixedPartSize(version);
+  std::string out(header_size + FieldsSize(record), '\0');
   char* p = out.data();
-  p[0] = static_cast<char>(kRecordFormatVersion);
+  p[0] = static_cast<char>(version);
   StoreFixed64(p + 1, static_cast<uint64_t>(ToMicros(record.expires)));
   p[9] = static_cast<char>(record.state);
-  p[10] = static_cast<char>((record.retryable ? kRetryableFlag : 0) |
-                            (record.holder.took_over ? kTookOverFlag : 0));
+  p[10] = static_cast<char>(Flags(record));
   StoreFixed64(p + 11, record.token);
   StoreFixed32(p + 19, record.attempts);
   StoreFixed64(p + 23, static_cast<uint64_t>(ToMicros(record.created)));
@@ -84,13 +244,9 @@ void EncodeRecordInto(const Record& record, std::string& out) {
   StoreFixed32(p + 47, record.holder.pid);
   StoreFixed64(p + 51, record.holder.process_start);
   StoreFixed64(p + 59, record.holder.request_id);
-  StoreFixed64(p + 67, record.holder.pid_scope);
-  p += kFixedHeaderSize;
-  for (std::string_view field : fields) {
-    p = StoreVarint32(p, static_cast<uint32_t>(field.size()));
-    if (!field.empty()) std::memcpy(p, field.data(), field.size());
-    p += field.size();
-  }
+  if (version == kRecordFormatVersion2) StoreFixed64(p + 67, record.holder.pid_scope);
+  StoreFields(record, p + header_size);
+  return out;
 }
 
 Result<Record> DecodeRecord(std::string_view key, std::string_view value) {
@@ -108,53 +264,24 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
         "versions 1 to {}: upgrade idem to read it",
         EscapeKey(key), version, kRecordFormatVersion));
   }
-  if (version != kRecordFormatVersion && version != kRecordFormatVersion1) {
+  const std::size_t fixed_size = FixedPartSize(version);
+  if (fixed_size == 0) {
     return Corrupt(
         key, fmt::format("unknown record format version {} (this library reads versions 1 to {})",
                          version, kRecordFormatVersion));
   }
-  const std::size_t header_size =
-      version == kRecordFormatVersion1 ? kFixedHeaderSizeV1 : kFixedHeaderSize;
-  if (value.size() < header_size) {
+  if (value.size() < fixed_size) {
     return Corrupt(key, fmt::format("value is {} bytes, shorter than the header of {}",
-                                    value.size(), header_size));
-  }
-  const char* p = value.data();
-  for (const auto& [offset, name] : {std::pair<std::size_t, const char*>{1, "expires"},
-                                     {23, "created"},
-                                     {31, "updated"},
-                                     {39, "lease_deadline"}}) {
-    const auto micros = static_cast<int64_t>(GetFixed64(p + offset));
-    if (!util::MicrosFitTimePoint(micros)) {
-      return Corrupt(
-          key, fmt::format("{} time {} us is outside the range of a time point", name, micros));
-    }
+                                    value.size(), fixed_size));
   }
   record.key.assign(key);
   record.timed_out = false;  // derived on read, never stored
-  record.expires = FromMicros(static_cast<int64_t>(GetFixed64(p + 1)));
-  const auto state = static_cast<uint8_t>(p[9]);
-  if (state > static_cast<uint8_t>(State::kFailed)) {
-    return Corrupt(key, fmt::format("unknown state {}", state));
+  std::string_view rest = value.substr(fixed_size);
+  if (version == kRecordFormatVersion) {
+    IDEM_RETURN_IF_ERROR(DecodeHeaderV3(key, value, rest, record));
+  } else {
+    IDEM_RETURN_IF_ERROR(DecodeHeaderV2(key, value, version, record));
   }
-  record.state = static_cast<State>(state);
-  const auto flags = static_cast<uint8_t>(p[10]);
-  if ((flags & ~kKnownFlags) != 0) return Corrupt(key, fmt::format("unknown flags {}", flags));
-  record.retryable = (flags & kRetryableFlag) != 0;
-  record.holder.took_over = (flags & kTookOverFlag) != 0;
-  record.token = GetFixed64(p + 11);
-  record.attempts = GetFixed32(p + 19);
-  record.created = FromMicros(static_cast<int64_t>(GetFixed64(p + 23)));
-  record.updated = FromMicros(static_cast<int64_t>(GetFixed64(p + 31)));
-  record.lease_deadline = FromMicros(static_cast<int64_t>(GetFixed64(p + 39)));
-  record.holder.pid = GetFixed32(p + 47);
-  record.holder.process_start = GetFixed64(p + 51);
-  record.holder.request_id = GetFixed64(p + 59);
-  // Version 1 did not say in which boot and namespaces the pid was read: an unknown scope,
-  // whose holder is never judged dead before its lease ends.
-  record.holder.pid_scope = version == kRecordFormatVersion1 ? 0 : GetFixed64(p + 67);
-
-  std::string_view rest = value.substr(header_size);
   if (!GetLengthPrefixed(rest, record.type) || !GetLengthPrefixed(rest, record.fingerprint) ||
       !GetLengthPrefixed(rest, record.result) || !GetLengthPrefixed(rest, record.checkpoint)) {
     return Corrupt(key, "a length-prefixed field runs past the end of the value");
@@ -166,9 +293,9 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
 }
 
 std::optional<int64_t> PeekExpiresMicros(std::string_view value) {
-  if (value.size() < kFixedHeaderSizeV1) return std::nullopt;
-  const auto version = static_cast<uint8_t>(value[0]);
-  if (version != kRecordFormatVersion && version != kRecordFormatVersion1) return std::nullopt;
+  if (value.empty()) return std::nullopt;
+  const std::size_t fixed_size = FixedPartSize(static_cast<uint8_t>(value[0]));
+  if (fixed_size == 0 || value.size() < fixed_size) return std::nullopt;
   return static_cast<int64_t>(GetFixed64(value.data() + kExpiresOffset));
 }
 

@@ -30,20 +30,26 @@ using util::StoreFixed64;
 using util::ToMicros;
 using util::TruncateToMicros;
 
-// Never change these values: they are persisted. Version 2 added the holder's pid scope at the
-// end of the fixed header; version 1 values (written by idem 0.1) are still read, with an
-// unknown scope.
-inline constexpr uint8_t kRecordFormatVersion = 2;
+// Never change these values: they are persisted. Version 3 (the one written) keeps the fixed
+// fields first and the times as differences between them; version 2 wrote a fixed header of 75
+// bytes, version 1 (idem 0.1) the same without the holder's pid scope. Both are still read.
+inline constexpr uint8_t kRecordFormatVersion = 3;
+inline constexpr uint8_t kRecordFormatVersion2 = 2;
 inline constexpr uint8_t kRecordFormatVersion1 = 1;
 // The retention expiry sits at a fixed offset, the same in every version, so the compaction
 // filter reads it without decoding the whole record.
 inline constexpr std::size_t kExpiresOffset = 1;
-inline constexpr std::size_t kFixedHeaderSize = 75;
+// The fixed part of a version 3 value (its varints follow), and the headers of versions 2 and 1.
+inline constexpr std::size_t kFixedHeaderSize = 35;
+inline constexpr std::size_t kFixedHeaderSizeV2 = 75;
 inline constexpr std::size_t kFixedHeaderSizeV1 = 67;
 
 std::string EncodeRecord(const Record& record);
 // The same into `out`, replacing what it held and reusing its buffer.
 void EncodeRecordInto(const Record& record, std::string& out);
+// `record` in the layout of an older version, 1 if `version` is 1, else 2, as older releases
+// wrote it: for the tests and fuzz seeds of the reader. The store never writes it.
+std::string EncodeRecordAtOlderVersion(const Record& record, uint8_t version);
 
 // Decodes a value stored under `key`. kCorruption naming the problem on a damaged value or an
 // unknown format version; never reads past `value`.
