@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "raw_db.h"
+#include "storage/record_codec.h"
 #include "test_util.h"
 
 namespace {
@@ -92,6 +93,39 @@ TEST(Corruption, AnUnknownRecordVersionIsNotMisread) {
   got = reopened->Get("k");
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), Status::Code::kCorruption) << got.status().ToString();
+}
+
+// A record written by an older release (format version 2, or 1 by idem 0.1) reads back whole,
+// its claim completes, and the record it becomes is stored in the current format.
+TEST(Corruption, ARecordOfAnOlderFormatIsReadAndRewrittenInTheCurrentOne) {
+  for (const uint8_t older :
+       {idem::storage::kRecordFormatVersion2, idem::storage::kRecordFormatVersion1}) {
+    TempDir dir;
+    idem::Record claimed;
+    {
+      IDEM_ASSERT_OPEN(store, dir.StorePath());
+      ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k"));
+      claimed = claim.record;
+    }
+    PutRaw(dir.StorePath(), "default", "k",
+           idem::storage::EncodeRecordAtOlderVersion(claimed, older));
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    ASSERT_OK_AND_ASSIGN(auto got, store->Get("k"));
+    ASSERT_TRUE(got.has_value());
+    idem::Record expected = claimed;
+    if (older == idem::storage::kRecordFormatVersion1) expected.holder.pid_scope = 0;
+    EXPECT_EQ(*got, expected) << "version " << int{older};
+    ASSERT_OK(store->Complete("k", claimed.token, "done after the upgrade"));
+    store.reset();
+    const std::string stored = idem_test::GetRaw(dir.StorePath(), "default", "k");
+    ASSERT_FALSE(stored.empty());
+    EXPECT_EQ(static_cast<uint8_t>(stored[0]), idem::storage::kRecordFormatVersion);
+    IDEM_ASSERT_OPEN(reopened, dir.StorePath());
+    ASSERT_OK_AND_ASSIGN(auto done, reopened->Get("k"));
+    ASSERT_TRUE(done.has_value());
+    EXPECT_EQ(done->state, idem::State::kDone);
+    EXPECT_EQ(done->result, "done after the upgrade");
+  }
 }
 
 TEST(Corruption, AStoreOfANewerFormatIsRefusedAtOpen) {

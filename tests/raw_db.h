@@ -1,5 +1,5 @@
-// Writing into a store's RocksDB behind idem's back: damaged or foreign bytes for the tests that
-// check how they are refused.
+// Reading and writing a store's RocksDB behind idem's back: damaged, foreign or older bytes for
+// the tests that check how they are refused or read.
 
 #ifndef IDEM_TESTS_RAW_DB_H_
 #define IDEM_TESTS_RAW_DB_H_
@@ -12,20 +12,39 @@
 
 namespace idem_test {
 
-// Writes `value` under `key` in column family `family` ("default" or "meta") of the closed
-// store at `store_path`, bypassing idem.
-inline void PutRaw(const std::string& store_path, const std::string& family, const std::string& key,
-                   const std::string& value) {
+// Runs `use(db, family)` on the closed store at `store_path`, opened bypassing idem, with the
+// handle of column family `family` ("default" or "meta").
+template <class Use>
+void WithRawDb(const std::string& store_path, const std::string& family, Use use) {
   rocksdb::DBOptions options;
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
       {rocksdb::kDefaultColumnFamilyName, {}}, {"by_expiry", {}}, {"meta", {}}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   ASSERT_TRUE(rocksdb::DB::Open(options, store_path + "/db", families, &handles, &db).ok());
-  rocksdb::ColumnFamilyHandle* handle = family == "meta" ? handles[2] : handles[0];
-  EXPECT_TRUE(db->Put(rocksdb::WriteOptions(), handle, key, value).ok());
+  use(*db, family == "meta" ? handles[2] : handles[0]);
   for (auto* h : handles) EXPECT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
   delete db;
+}
+
+// Writes `value` under `key` in column family `family` of the closed store at `store_path`.
+inline void PutRaw(const std::string& store_path, const std::string& family, const std::string& key,
+                   const std::string& value) {
+  WithRawDb(store_path, family, [&](rocksdb::DB& db, rocksdb::ColumnFamilyHandle* handle) {
+    EXPECT_TRUE(db.Put(rocksdb::WriteOptions(), handle, key, value).ok());
+  });
+}
+
+// The value under `key` in column family `family` of the closed store at `store_path` ("" when
+// there is none).
+inline std::string GetRaw(const std::string& store_path, const std::string& family,
+                          const std::string& key) {
+  std::string value;
+  WithRawDb(store_path, family, [&](rocksdb::DB& db, rocksdb::ColumnFamilyHandle* handle) {
+    const rocksdb::Status s = db.Get(rocksdb::ReadOptions(), handle, key, &value);
+    EXPECT_TRUE(s.ok() || s.IsNotFound()) << s.ToString();
+  });
+  return value;
 }
 
 }  // namespace idem_test
