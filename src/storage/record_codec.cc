@@ -85,7 +85,7 @@ uint8_t Flags(const Record& record) {
                               (record.holder.took_over ? kTookOverFlag : 0));
 }
 
-// Appends the four length-prefixed fields, into `out` already sized for them, from `p`.
+// Writes the four length-prefixed fields at `p`, which has room for FieldsSize(record) bytes.
 void StoreFields(const Record& record, char* p) {
   for (std::string_view field :
        {std::string_view(record.type), std::string_view(record.fingerprint),
@@ -105,7 +105,7 @@ std::size_t FieldsSize(const Record& record) {
   return size;
 }
 
-// The checks and fields every version shares: the state, the flags and the times' range.
+// The state and flags bytes, at the same offsets in every version, checked and decoded.
 Status DecodeState(std::string_view key, uint8_t state, uint8_t flags, Record& record) {
   if (state > static_cast<uint8_t>(State::kFailed)) {
     return Corrupt(key, fmt::format("unknown state {}", state));
