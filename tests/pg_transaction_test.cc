@@ -225,13 +225,14 @@ TEST(PgTransaction, AnErrorOrAnExceptionAppliesNothing) {
 }
 
 // A stale attempt: while fn runs, its record is forgotten and the key claimed anew. Its commit
-// finds the claim gone: kLeaseLost, and its rows vanish with it.
+// finds the claim gone: kLeaseLost (counted in lease_lost), and its rows vanish with it.
 TEST(PgTransaction, AStaleAttemptWritesNothing) {
   IDEM_START_PG_OR_SKIP(server);
   auto store = OpenStore(server->Uri());
   auto other = OpenStore(server->Uri());  // the same store, through a handle of its own
   ASSERT_TRUE(store && other);
   MakeAccounts(*store);
+  ASSERT_OK_AND_ASSIGN(const idem::Counters before, store->GetCounters());
   uint64_t successor = 0;
   auto stale = store->ExecuteInTransaction(
       "m1", [&](Attempt& attempt, SqlTransaction& sql) -> Result<std::string> {
@@ -244,6 +245,9 @@ TEST(PgTransaction, AStaleAttemptWritesNothing) {
         return Result<std::string>(std::string("late"));
       });
   EXPECT_CODE(stale.status(), kLeaseLost);
+  // Counted as every other call with a stale token is.
+  ASSERT_OK_AND_ASSIGN(const idem::Counters after, store->GetCounters());
+  EXPECT_EQ(after.lease_lost, before.lease_lost + 1);
   EXPECT_TRUE(Accounts(*store).empty());
   ASSERT_OK_AND_ASSIGN(auto record, store->Get("m1"));
   EXPECT_EQ(record->state, idem::State::kPending);

@@ -251,9 +251,7 @@ Status LocalBackend::Transition(const TransitionCall& call) {
       with_writes ? storage_->UpdateWithWrites(call.key, decide, *call.writes, call.durability)
                   : storage_->Update(call.key, decide, call.durability,
                                      /*absent_since=*/std::nullopt));
-  if (decision.status.code() == Status::Code::kLeaseLost) {
-    counters_.Add<&Counters::lease_lost>(1);
-  }
+  if (decision.status.code() == Status::Code::kLeaseLost) CountLeaseLost();
   return decision.status;
 }
 

@@ -49,6 +49,9 @@ class LocalBackend final : public Backend {
   Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) override;
   // Live when writable: this process owns the store, since this backend was made.
   Result<OwnerCounters> GetOwnerCounters() override;
+  // Counts a call whose token was stale (lease_lost). Transition counts its own; this is for a
+  // commit decided beside the backend: ExecuteInTransaction's on PostgreSQL.
+  void CountLeaseLost() { counters_.Add<&Counters::lease_lost>(1); }
 
  private:
   // One atomic per row of kCounters.

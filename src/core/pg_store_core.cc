@@ -58,10 +58,11 @@ namespace {
 // record's fenced Complete and COMMIT.
 class PgClaimTransaction final : public ClaimTransaction {
  public:
-  PgClaimTransaction(storage::PgStorage& storage, std::unique_ptr<storage::PgOpenTransaction> open,
-                     std::string_view key, uint64_t token, Durability durability,
-                     std::size_t max_result_size)
+  PgClaimTransaction(storage::PgStorage& storage, LocalBackend& backend,
+                     std::unique_ptr<storage::PgOpenTransaction> open, std::string_view key,
+                     uint64_t token, Durability durability, std::size_t max_result_size)
       : storage_(storage),
+        backend_(backend),
         open_(std::move(open)),
         key_(key),
         token_(token),
@@ -103,6 +104,7 @@ class PgClaimTransaction final : public ClaimTransaction {
     IDEM_ASSIGN_OR_RETURN(const bool applied,
                           storage_.CompleteIn(*open_, key_, token_, result, durability_));
     if (applied) return Status::OK();
+    backend_.CountLeaseLost();
     return Status::LeaseLost(fmt::format(
         "the claim of token {} is no longer this attempt's (taken over, forgotten or expired); "
         "its transaction was rolled back",
@@ -113,6 +115,7 @@ class PgClaimTransaction final : public ClaimTransaction {
 
  private:
   storage::PgStorage& storage_;
+  LocalBackend& backend_;  // counts a stale commit
   const std::unique_ptr<storage::PgOpenTransaction> open_;
   const std::string key_;
   const uint64_t token_;
@@ -127,7 +130,7 @@ Result<std::unique_ptr<ClaimTransaction>> PgStoreCore::BeginClaimTransaction(
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<storage::PgOpenTransaction> open,
                         storage_->OpenTransaction());
   return std::unique_ptr<ClaimTransaction>(new PgClaimTransaction(
-      *storage_, std::move(open), key, token, durability, options_.max_result_size));
+      *storage_, *backend_, std::move(open), key, token, durability, options_.max_result_size));
 }
 
 }  // namespace idem
