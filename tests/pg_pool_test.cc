@@ -303,6 +303,37 @@ TEST(PgPool, AFullPoolIsTimedOutNamingItsSize) {
   EXPECT_TRUE(held.ok()) << held.status().ToString();
 }
 
+// A caller that gives its connection back and asks for one again at once does not take it
+// before a caller already waiting: connections go to waiters in the order they came (otherwise
+// a busy thread could take it first every time, until the waiter timed out with "all
+// connections busy"). The server's own order of the two inserts shows who went first.
+TEST(PgPool, AWaitingCallerIsServedBeforeOneThatAsksLater) {
+  IDEM_START_PG_OR_SKIP(server);
+  PgPool pool(Conninfo(server->Uri()), {.size = 1});
+  ASSERT_OK(pool.Run(Transaction({{"CREATE TABLE turns (id bigserial, who text)", {}}})).status());
+  std::unique_ptr<PgOpenTransaction> held = pool.Begin(milliseconds(0));
+  ASSERT_OK(held->Run({{"SELECT 1", {}}}).status());  // the pool's only connection
+  Result<std::vector<PgRows>> waited = Status::Unavailable("not run");
+  std::thread waiter([&] {
+    waited = pool.Run(Transaction({{"INSERT INTO turns (who) VALUES ('waiter')", {}}}));
+  });
+  for (const auto until = Clock::now() + seconds(10);
+       pool.stats().waiting == 0 && Clock::now() < until;) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  ASSERT_EQ(pool.stats().waiting, 1u);
+  held.reset();  // rolled back, and the connection given back
+  ASSERT_OK(pool.Run(Transaction({{"INSERT INTO turns (who) VALUES ('later')", {}}})).status());
+  waiter.join();
+  ASSERT_OK(waited.status());
+  EXPECT_EQ(pool.stats().waiting, 0u);
+  ASSERT_OK_AND_ASSIGN(std::vector<PgRows> rows,
+                       pool.Run(Transaction({{"SELECT who FROM turns ORDER BY id", {}}})));
+  ASSERT_EQ(rows[0].size(), 2);
+  EXPECT_EQ(rows[0].Bytes(0, 0), "waiter");
+  EXPECT_EQ(rows[0].Bytes(1, 0), "later");
+}
+
 // Behind PgBouncer in transaction pooling, with one server connection for two pools: the
 // pipeline goes through whole, its SET LOCALs stay in it, binary values arrive intact.
 TEST(PgPool, WorksBehindPgBouncerInTransactionPooling) {

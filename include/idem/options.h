@@ -164,8 +164,8 @@ struct Options {
   std::string table = "idem_records";
   // A store kept in PostgreSQL only: how many connections this process keeps to the server at
   // most (one per call in progress; ExecuteInTransaction holds one while its fn runs, and its
-  // lease renewals need another). A call that finds them all busy waits up to request_timeout.
-  // Default: 8.
+  // lease renewals need another). A call that finds them all busy waits up to request_timeout,
+  // served before any call that comes after it. Default: 8.
   int pool_size = 8;
 
   // The lease a call asking for `lease` gets (BeginOptions::lease, Store::Extend): `lease`

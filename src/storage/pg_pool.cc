@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cstring>
@@ -203,7 +204,11 @@ PgPoolStats PgPool::stats() const {
           .resends = resends_.load(),
           .retries = retries_.load(),
           .cancels = cancels_.load(),
-          .prepares = prepares_.load()};
+          .prepares = prepares_.load(),
+          .waiting = [this] {
+            std::lock_guard lock(mu_);
+            return waiters_.size();
+          }()};
 }
 
 Result<std::vector<PgRows>> PgPool::Run(const PgTransaction& transaction, bool* resent) {
@@ -363,18 +368,24 @@ Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
   pg_conn* conn = nullptr;
   {
     std::unique_lock lock(mu_);
-    const bool free = freed_.wait_for(lock, timeout, [this] {
-      return !idle_.empty() || checked_out_ + static_cast<int>(idle_.size()) < options_.size;
-    });
-    if (!free) {
-      return Status::TimedOut(
-          fmt::format("{}: all {} connections of the pool are busy; waited {} ms for one",
-                      conninfo_.display_name(), options_.size, timeout.count()));
-    }
-    ++checked_out_;
-    if (!idle_.empty()) {
-      conn = idle_.back();
-      idle_.pop_back();
+    // While anyone waits, no connection is idle and no slot free: Return hands them over.
+    if (waiters_.empty() &&
+        (!idle_.empty() || checked_out_ + static_cast<int>(idle_.size()) < options_.size)) {
+      ++checked_out_;
+      if (!idle_.empty()) {
+        conn = idle_.back();
+        idle_.pop_back();
+      }
+    } else {
+      Waiter me;
+      waiters_.push_back(&me);
+      if (!me.ready.wait_for(lock, timeout, [&me] { return me.granted; })) {
+        waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &me));
+        return Status::TimedOut(
+            fmt::format("{}: all {} connections of the pool are busy; waited {} ms for one",
+                        conninfo_.display_name(), options_.size, timeout.count()));
+      }
+      conn = me.conn;  // the slot came counted in checked_out_
     }
   }
   // A server that restarted or a pooler that dropped the session while it sat idle.
@@ -384,12 +395,19 @@ Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
 
 void PgPool::Return(pg_conn* conn) {
   if (conn != nullptr && !SessionReusable(conn)) Discard(std::exchange(conn, nullptr), false);
-  {
-    std::lock_guard lock(mu_);
-    --checked_out_;
-    if (conn != nullptr) idle_.push_back(conn);
+  std::lock_guard lock(mu_);
+  if (!waiters_.empty()) {
+    // The slot passes to the oldest waiter as it is, still counted in checked_out_. Notified
+    // under the lock: the waiter's record lives on its stack only until it sees `granted`.
+    Waiter& next = *waiters_.front();
+    waiters_.pop_front();
+    next.conn = conn;
+    next.granted = true;
+    next.ready.notify_one();
+    return;
   }
-  freed_.notify_one();
+  --checked_out_;
+  if (conn != nullptr) idle_.push_back(conn);
 }
 
 void PgPool::Discard(pg_conn* conn, bool cancel) {

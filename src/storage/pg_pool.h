@@ -41,6 +41,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -178,6 +179,7 @@ struct PgPoolStats {
   // Whether statements are still sent prepared: false once the server showed that the pool's
   // sessions are not its own (a pooler in transaction mode, such as PgBouncer).
   bool prepares = true;
+  std::size_t waiting = 0;  // callers waiting for a connection now, every one busy
 };
 
 class PgPool;
@@ -247,6 +249,13 @@ class PgPool {
  private:
   struct Step;
   class Lease;
+  // A Checkout waiting its turn, on its own stack; granted a slot by Return (with `conn`, or
+  // null: connect anew), under mu_.
+  struct Waiter {
+    std::condition_variable ready;
+    bool granted = false;
+    pg_conn* conn = nullptr;
+  };
   using TimePoint = std::chrono::steady_clock::time_point;
 
   friend class PgOpenTransaction;
@@ -266,7 +275,11 @@ class PgPool {
   // The statements prepared on `conn`, checked out by the caller; null once this pool stopped
   // preparing (a pooler in transaction mode).
   PgPreparedNames* PreparedOn(pg_conn* conn);
+  // A connection (null: a free slot, to connect), or kTimedOut when none came within `timeout`.
+  // Callers that have to wait are served in the order they came.
   Result<pg_conn*> Checkout(std::chrono::milliseconds timeout);
+  // Gives back what Checkout gave (`conn` null: the connection was closed), to the oldest
+  // waiter if there is one.
   void Return(pg_conn* conn);
   Result<pg_conn*> Connect(TimePoint give_up);
   // Closes `conn` (asking the server to cancel what it runs first, when `cancel`) and forgets
@@ -293,8 +306,12 @@ class PgPool {
 
   // Guarded by mu_.
   mutable std::mutex mu_;
-  std::condition_variable freed_;
   std::vector<pg_conn*> idle_;  // connected, idle outside a transaction
+  // Callers waiting for a connection, oldest first (Checkout). A connection given back goes to
+  // the oldest, never to a caller that came later: otherwise a thread that gives its connection
+  // back and asks again at once could take it first every time, until a waiter timed out with
+  // "all connections busy" while others were served.
+  std::deque<Waiter*> waiters_;
   // Per connection, the statements prepared on it. Its entry is only read and changed by the
   // thread that has the connection checked out (the map's nodes do not move).
   std::unordered_map<pg_conn*, PgPreparedNames> prepared_;
