@@ -314,7 +314,8 @@ TEST(PgPool, AWaitingCallerIsServedBeforeOneThatAsksLater) {
   std::unique_ptr<PgOpenTransaction> held = pool.Begin(milliseconds(0));
   ASSERT_OK(held->Run({{"SELECT 1", {}}}).status());  // the pool's only connection
   Result<std::vector<PgRows>> waited = Status::Unavailable("not run");
-  std::thread waiter([&] {
+  // Joined on the way out too, should an assertion below end the test early.
+  std::jthread waiter([&] {
     waited = pool.Run(Transaction({{"INSERT INTO turns (who) VALUES ('waiter')", {}}}));
   });
   for (const auto until = Clock::now() + seconds(10);
