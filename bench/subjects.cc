@@ -2,6 +2,8 @@
 
 #include <hiredis/hiredis.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/write_batch.h>
 #include <sqlite3.h>
 
@@ -12,6 +14,8 @@
 
 #include "pg.h"
 #include "storage/engine_options.h"
+#include "storage/log_zero_fill.h"
+#include "storage/storage_env.h"
 
 namespace idem::bench {
 namespace {
@@ -157,10 +161,14 @@ class RocksDbSubject final : public Subject {
     std::unique_ptr<RocksDbSubject> subject(new RocksDbSubject());
     subject->write_options_.sync = sync;
     // The same engine settings as idem's storage (one definition: storage/engine_options.h),
-    // so the ratio measures idem's own work.
+    // and the same Env and log files (zero-filled ahead: storage/log_zero_fill.h), so the ratio
+    // measures idem's own work.
     const storage::EngineOptions engine = storage::MakeEngineOptions(config.memory_budget);
     subject->cache_ = engine.cache;
+    subject->env_ =
+        storage::NewStorageEnv(storage::NewZeroFilledLogs(rocksdb::FileSystem::Default()));
     rocksdb::Options options(engine.db, engine.records);
+    options.env = subject->env_.get();
     options.create_if_missing = true;
     rocksdb::DB* db = nullptr;
     rocksdb::Status s = rocksdb::DB::Open(options, config.directory, &db);
@@ -176,6 +184,7 @@ class RocksDbSubject final : public Subject {
 
  private:
   RocksDbSubject() = default;
+  std::shared_ptr<rocksdb::Env> env_;  // outlives the database
   std::shared_ptr<rocksdb::Cache> cache_;
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::WriteOptions write_options_;

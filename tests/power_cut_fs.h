@@ -13,6 +13,9 @@
 //   - each file keeps its synced bytes plus, at random, none, some or all of the bytes written
 //     after its last sync and before the cut, some of whose whole pages may read as zeros (a
 //     file system may persist a file's length before its data);
+//   - each page of synced bytes overwritten since the file's last sync (PositionedAppend, as
+//     zero-filled logs write) keeps, at random, its new contents or the synced ones (always the
+//     synced ones if it was overwritten after the cut);
 //   - each directory keeps, at random, none, some or all of the entry changes made after its
 //     last fsync and before the cut, in the order they were made (a journaling file system
 //     commits them in order); the rest are undone: files created are removed, files deleted
@@ -22,8 +25,9 @@
 // is on again and the disk as it is now is the new synced state.
 //
 // Syncs are recorded, not made: only what they would have made durable matters, and the tests
-// run without the disk's fsync latency. Deleting directories, random-access writes and reusing
-// files (WAL recycling) are not modelled: they fail, so a test that needs them notices.
+// run without the disk's fsync latency. A truncation counts as durable at once. Deleting
+// directories, random-access files and reusing files (WAL recycling) are not modelled: they
+// fail, so a test that needs them notices.
 
 #ifndef IDEM_TESTS_POWER_CUT_FS_H_
 #define IDEM_TESTS_POWER_CUT_FS_H_
@@ -92,6 +96,7 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
     int undone_entry_changes = 0;     // directory changes undone
     int kept_entry_changes = 0;       // unsynced directory changes kept
     int zeroed_pages = 0;             // unsynced pages kept as zeros
+    int restored_pages = 0;           // overwritten pages given back their synced contents
     std::vector<std::string> undone;  // what was undone, for messages
     std::string error;                // non-empty: the disk could not be made so
   };
@@ -136,10 +141,23 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
         ++outcome.truncated_files;
         outcome.lost_bytes += static_cast<uint64_t>(info.st_size) - length;
       }
+      // Synced pages overwritten since: new or synced contents, at random.
+      for (const auto& [page, old] : inode->overwritten) {
+        if (random != nullptr && !old.after_cut && (*random)() % 2 == 0) continue;
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        const bool written =
+            fd >= 0 && ::pwrite(fd, old.bytes.data(), old.bytes.size(), static_cast<off_t>(page)) ==
+                           static_cast<ssize_t>(old.bytes.size());
+        if (fd >= 0) ::close(fd);
+        if (!written) {
+          outcome.error = "restoring a page of " + path + ": " + std::strerror(errno);
+          return outcome;
+        }
+        ++outcome.restored_pages;
+      }
       // Some file systems (XFS; ext4 with data=writeback) may persist a file's new length
       // before its data: the unsynced part kept may read as zeros, in whole pages.
       if (random != nullptr && length > inode->synced && (*random)() % 2 == 0) {
-        constexpr uint64_t kPage = 4096;
         const uint64_t first = (inode->synced + kPage - 1) / kPage * kPage;
         for (uint64_t page = first; page < length; page += kPage) {
           if ((*random)() % 2 != 0) continue;
@@ -206,7 +224,7 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
     auto inode = std::make_shared<Inode>();
     names_[path] = inode;
     pending_[Parent(path)].push_back({Change::kCreate, path, "", inode, "", nullptr, "", off_});
-    *r = std::make_unique<File>(std::move(*r), this, inode);
+    *r = std::make_unique<File>(std::move(*r), this, inode, path);
     return s;
   }
 
@@ -223,7 +241,7 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
     if (!existed) {
       pending_[Parent(path)].push_back({Change::kCreate, path, "", inode, "", nullptr, "", off_});
     }
-    *r = std::make_unique<File>(std::move(*r), this, inode);
+    *r = std::make_unique<File>(std::move(*r), this, inode, path);
     return s;
   }
 
@@ -336,11 +354,19 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
   }
 
  private:
+  static constexpr uint64_t kPage = 4096;
+
   // A file's contents as a power cut treats them.
   struct Inode {
     uint64_t written = 0;     // its length as the writer sees it
     uint64_t written_on = 0;  // of which written before the power went off
     uint64_t synced = 0;      // bytes a power cut keeps
+    // The synced contents of each page (by offset) overwritten since the last sync.
+    struct SyncedPage {
+      std::string bytes;
+      bool after_cut = false;  // overwritten with the power off: never kept
+    };
+    std::map<uint64_t, SyncedPage> overwritten;
     void Wrote(bool power_on) {
       if (power_on) written_on = written;
     }
@@ -348,6 +374,14 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
       written = size;
       written_on = std::min(written_on, size);
       synced = std::min(synced, size);
+      for (auto it = overwritten.lower_bound(size / kPage * kPage); it != overwritten.end();) {
+        if (it->first >= size) {
+          it = overwritten.erase(it);
+        } else {
+          it->second.bytes.resize(std::min<uint64_t>(it->second.bytes.size(), size - it->first));
+          ++it;
+        }
+      }
     }
   };
 
@@ -366,8 +400,11 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
   class File final : public rocksdb::FSWritableFileOwnerWrapper {
    public:
     File(std::unique_ptr<rocksdb::FSWritableFile>&& target, PowerCutFs* fs,
-         std::shared_ptr<Inode> inode)
-        : FSWritableFileOwnerWrapper(std::move(target)), fs_(fs), inode_(std::move(inode)) {}
+         std::shared_ptr<Inode> inode, std::string path)
+        : FSWritableFileOwnerWrapper(std::move(target)),
+          fs_(fs),
+          inode_(std::move(inode)),
+          path_(std::move(path)) {}
 
     rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
                              rocksdb::IODebugContext* dbg) override {
@@ -391,6 +428,7 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
                                        rocksdb::IODebugContext* dbg) override {
       std::lock_guard lock(fs_->mu_);
       fs_->CountLocked();
+      if (auto saved = SaveSyncedPages(offset, data.size()); !saved.ok()) return saved;
       auto s = target()->PositionedAppend(data, offset, options, dbg);
       if (s.ok()) Overwritten(offset, data.size());
       return s;
@@ -401,6 +439,7 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
                                        rocksdb::IODebugContext* dbg) override {
       std::lock_guard lock(fs_->mu_);
       fs_->CountLocked();
+      if (auto saved = SaveSyncedPages(offset, data.size()); !saved.ok()) return saved;
       auto s = target()->PositionedAppend(data, offset, options, info, dbg);
       if (s.ok()) Overwritten(offset, data.size());
       return s;
@@ -432,17 +471,41 @@ class PowerCutFs : public rocksdb::FileSystemWrapper,
     rocksdb::IOStatus Synced() {
       std::lock_guard lock(fs_->mu_);
       fs_->CountLocked();
-      if (!fs_->off_) inode_->synced = inode_->written;
+      if (!fs_->off_) {
+        inode_->synced = inode_->written;
+        inode_->overwritten.clear();
+      }
       return rocksdb::IOStatus::OK();
+    }
+    // Keeps the synced contents of each page a write at `offset` is about to change.
+    rocksdb::IOStatus SaveSyncedPages(uint64_t offset, std::size_t bytes) {
+      const uint64_t end = std::min<uint64_t>(offset + bytes, inode_->synced);
+      if (offset >= end) return rocksdb::IOStatus::OK();
+      const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0)
+        return rocksdb::IOStatus::IOError("PowerCutFs: open " + path_, std::strerror(errno));
+      rocksdb::IOStatus status = rocksdb::IOStatus::OK();
+      for (uint64_t page = offset / kPage * kPage; page < end && status.ok(); page += kPage) {
+        auto [it, added] = inode_->overwritten.try_emplace(page);
+        it->second.after_cut = it->second.after_cut || fs_->off_;
+        if (!added) continue;
+        it->second.bytes.assign(std::min(kPage, inode_->synced - page), '\0');
+        if (::pread(fd, it->second.bytes.data(), it->second.bytes.size(),
+                    static_cast<off_t>(page)) != static_cast<ssize_t>(it->second.bytes.size())) {
+          status = rocksdb::IOStatus::IOError("PowerCutFs: read " + path_, std::strerror(errno));
+        }
+      }
+      ::close(fd);
+      return status;
     }
     void Overwritten(uint64_t offset, std::size_t bytes) {
       inode_->written = std::max<uint64_t>(inode_->written, offset + bytes);
       inode_->Wrote(!fs_->off_);
-      inode_->synced = std::min(inode_->synced, offset);
     }
 
     PowerCutFs* const fs_;
     const std::shared_ptr<Inode> inode_;
+    const std::string path_;  // its name when opened (RocksDB renames no file it writes)
   };
 
   class Directory final : public rocksdb::FSDirectoryWrapper {

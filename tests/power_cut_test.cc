@@ -609,7 +609,8 @@ TEST(PowerCutSweep, ACutAnywhereInRecoveringLosesNothing) {
 // Pages never written in the log (log_tail.h): the store writes kBuffered records, the process
 // ends (its writes stay in the page cache, unsynced), and the log then loses pages as a power
 // cut on XFS leaves them: zeros where records were. The store opens with exactly a prefix of
-// the writes, says what it cut, and refuses nothing. kAfterZerosInTheData: the written bytes
+// the writes, says what it cut, and refuses nothing; a read-only open before it reads the same
+// prefix. kAfterZerosInTheData: the written bytes
 // before the page end in zeros of their own (a record's fixed-width fields often do), so the
 // run starts a few bytes before the page. kTheLastShortPage: the log ends a few bytes into a
 // page, at the end of a record, and that short page was never written.
@@ -705,37 +706,46 @@ TEST_P(UnwrittenPages, TheLogIsCutThereAndTheStoreHoldsAPrefixOfTheWrites) {
     to = end;
   }
   ASSERT_TRUE(WriteZeros(log, from, to));
+  // Each key was claimed, then completed: a prefix is every key done up to one, which may be
+  // only claimed. Returns how many keys are there.
+  auto prefix = [&](idem::Store& store) {
+    int present = 0;
+    bool pending_seen = false;
+    for (int i = 0; i < kWrites; ++i) {
+      auto record = store.Get(key(i));
+      EXPECT_TRUE(record.ok()) << record.status().ToString();
+      if (!record.ok() || !record->has_value()) continue;
+      EXPECT_EQ(present, i) << key(i) << " is there, but an earlier write is not";
+      EXPECT_FALSE(pending_seen) << key(i) << " is there, but an earlier key was not completed";
+      pending_seen = (*record)->state == idem::State::kPending;
+      ++present;
+    }
+    return present;
+  };
+  // A read-only open changes nothing, and reads the newest log (which its writer may be writing)
+  // up to where the read-write open cuts it.
+  int read_only_present = -1;
   {
-    // A read-only open changes nothing: it says what the first read-write open will do.
     idem::Options read_only = idem_test::TestOptions(clock);
     read_only.read_only = true;
     auto reader = idem::Store::Open(dir.StorePath(), read_only);
-    ASSERT_FALSE(reader.ok());
-    EXPECT_EQ(reader.status().code(), Status::Code::kCorruption);
-    EXPECT_NE(reader.status().message().find("power cut"), std::string::npos)
-        << reader.status().ToString();
-    EXPECT_NE(reader.status().message().find("idem purge"), std::string::npos)
-        << reader.status().ToString();
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    read_only_present = prefix(**reader);
   }
   std::string said;
   idem::Options options = idem_test::TestOptions(clock);
   options.log = [&said](std::string_view line) { said += std::string(line) + "\n"; };
   auto store = idem::Store::Open(dir.StorePath(), options);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  EXPECT_NE(said.find("never written"), std::string::npos) << said;
-  // Each key was claimed, then completed: a prefix is every key done up to one, which may be
-  // only claimed.
-  int present = 0;
-  bool pending_seen = false;
-  for (int i = 0; i < kWrites; ++i) {
-    auto record = (*store)->Get(key(i));
-    ASSERT_TRUE(record.ok()) << record.status().ToString();
-    if (!record->has_value()) continue;
-    EXPECT_EQ(present, i) << key(i) << " is there, but an earlier write is not";
-    EXPECT_FALSE(pending_seen) << key(i) << " is there, but an earlier key was not completed";
-    pending_seen = (*record)->state == idem::State::kPending;
-    ++present;
+  if (GetParam() == Unwritten::kTheLastShortPage) {
+    // Zeros from inside the last record to the end: a record never completed, as a crash leaves
+    // one in a zero-filled log; cut without a word to the operator.
+    EXPECT_EQ(said.find("never written"), std::string::npos) << said;
+  } else {
+    EXPECT_NE(said.find("never written"), std::string::npos) << said;
   }
+  const int present = prefix(**store);
+  EXPECT_EQ(present, read_only_present);
   EXPECT_GT(present, kWrites / 4);
   EXPECT_LT(present, kWrites);
 }

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <map>
+#include <optional>
 #include <string_view>
+#include <thread>
 
 #include "storage/file_names.h"
 #include "storage/rocksdb_status.h"
@@ -57,13 +60,14 @@ bool AllZero(std::string_view bytes) {
   return std::all_of(bytes.begin(), bytes.end(), [](char c) { return c == 0; });
 }
 
-// Whether [begin, end) of `block` (a record that is not whole and intact) shows pages never
-// written: its header reads as zeros, or a run of zeros reaches the end of a page and either
-// covers that page from its start (the log's last page may be short), or is long enough, or goes
-// on through the whole next page. The written bytes before an unwritten page may end in zeros
-// of their own (a record's fixed-width fields often do), so the run may start before the page.
-// Blocks start at multiples of the page size, so a page never crosses one.
-bool UnwrittenPages(std::string_view block, uint64_t begin, uint64_t end) {
+// Where pages never written end in [begin, end) of `block` (a record that is not whole and
+// intact), if they are there: a run of zeros that reaches the end of a page and either covers
+// that page from its start (the log's last page may be short), or starts at `begin` (the
+// record's header reads as zeros), or is long enough, or goes on through the whole next page.
+// The written bytes before an unwritten page may end in zeros of their own (a record's
+// fixed-width fields often do), so the run may start before the page. Blocks start at multiples
+// of the page size, so a page never crosses one.
+std::optional<uint64_t> UnwrittenPagesEnd(std::string_view block, uint64_t begin, uint64_t end) {
   end = std::min<uint64_t>(end, block.size());
   const auto page_end = [&block](uint64_t at) {
     return std::min<uint64_t>((at / kPageSize + 1) * kPageSize, block.size());
@@ -72,13 +76,15 @@ bool UnwrittenPages(std::string_view block, uint64_t begin, uint64_t end) {
     if (block[q] != 0 || (q > begin && block[q - 1] == 0)) continue;  // not a run's start
     const uint64_t run_page_end = page_end(q);
     if (!AllZero(block.substr(q, run_page_end - q))) continue;
-    if (q == begin || q % kPageSize == 0 || run_page_end - q >= kMinimumZeroRun) return true;
-    if (run_page_end < end &&
-        AllZero(block.substr(run_page_end, page_end(run_page_end) - run_page_end))) {
-      return true;
+    if (q == begin || q % kPageSize == 0 || run_page_end - q >= kMinimumZeroRun) {
+      return run_page_end;
+    }
+    const uint64_t next_page_end = page_end(run_page_end);
+    if (run_page_end < end && AllZero(block.substr(run_page_end, next_page_end - run_page_end))) {
+      return next_page_end;
     }
   }
-  return false;
+  return std::nullopt;
 }
 
 // Follows a log's records one block at a time (a log may be tens of megabytes; a store's memory
@@ -91,8 +97,8 @@ class Scanner {
   // knows all it needs.
   bool Block(std::string_view block, uint64_t offset) {
     if (bad_) {
-      scan_.damaged = !AllZero(block);  // data after the bad record: RocksDB reads past it
-      return !scan_.damaged;
+      NoteDataAfter(block, offset);
+      return !Decided();
     }
     uint64_t pos = 0;
     while (pos + kHeaderSize <= kBlockSize) {  // a block's last few bytes are padding
@@ -116,12 +122,17 @@ class Scanner {
           Masked(Crc32c(block.substr(pos + kHeaderSize - 1, length + 1))) == stored_crc &&
           (type == kMiddleType || type == kLastType ? in_fragment_ : !in_fragment_);
       if (!intact) {
+        // RocksDB drops the rest of the block at such a record and reads on from the next one.
         bad_ = true;
+        bad_start_ = offset + pos;
         scan_.intact_end = in_fragment_ ? fragment_start_ : offset + pos;
-        scan_.damaged = !AllZero(block.substr(pos));
         const uint64_t end = zero_header || !fits ? block.size() : pos + kHeaderSize + length;
-        scan_.unwritten_pages = UnwrittenPages(block, pos, end);
-        return !scan_.damaged;
+        bad_end_ = offset + (zero_header ? pos + kHeaderSize : end);
+        if (auto pages_end = UnwrittenPagesEnd(block, pos, end)) {
+          unwritten_pages_end_ = offset + *pages_end;
+        }
+        NoteDataAfter(block, offset);
+        return !Decided();
       }
       if (type == kFirstType) {
         in_fragment_ = true;
@@ -142,8 +153,6 @@ class Scanner {
   LogScan Finish(uint64_t size) {
     scan_.size = size;
     if (scan_.unknown_format) scan_.intact_end = size;
-    // Pages never written matter only with data after them (RocksDB skips zeros to the end).
-    scan_.unwritten_pages = scan_.unwritten_pages && scan_.damaged;
     return std::move(scan_);
   }
 
@@ -156,12 +165,34 @@ class Scanner {
   void Record(uint64_t start) {
     if (keep_record_starts_) scan_.records.push_back(start);
   }
+  // Notes bytes other than zeros in `block` (at `offset`) in and after the first bad record, and
+  // after the pages never written in it.
+  void NoteDataAfter(std::string_view block, uint64_t offset) {
+    const auto data_from = [&](uint64_t from) {
+      const uint64_t start = from > offset ? from - offset : 0;
+      return start < block.size() && !AllZero(block.substr(start));
+    };
+    if (!scan_.damaged && data_from(bad_end_)) scan_.damaged = true;
+    if (unwritten_pages_end_.has_value()) {
+      if (!scan_.unwritten_pages && data_from(bad_start_)) scan_.unwritten_pages = true;
+      if (!scan_.data_after_unwritten_pages && data_from(*unwritten_pages_end_)) {
+        scan_.data_after_unwritten_pages = true;
+      }
+    }
+  }
+  // Nothing more to learn from the blocks after.
+  bool Decided() const {
+    return scan_.damaged && (!unwritten_pages_end_.has_value() || scan_.data_after_unwritten_pages);
+  }
 
   const bool keep_record_starts_;
   LogScan scan_;
   bool in_fragment_ = false;
   uint64_t fragment_start_ = 0;
-  bool bad_ = false;  // the first record that is not whole and intact was found
+  bool bad_ = false;        // the first record that is not whole and intact was found
+  uint64_t bad_start_ = 0;  // where it starts,
+  uint64_t bad_end_ = 0;    // where its header says it ends (RocksDB reads on after that),
+  std::optional<uint64_t> unwritten_pages_end_;  // and where pages never written in it end
 };
 
 // Truncates `path` to `size` bytes and syncs it.
@@ -195,6 +226,76 @@ Status CutManifestTail(rocksdb::FileSystem& fs, const std::string& db_path, bool
   return Status::OK();
 }
 
+// Bytes after the log's whole records that are not damage: zeros written ahead of the records
+// (log_zero_fill.h), after any record never completed.
+bool HasTail(const LogScan& scan) {
+  return scan.intact_end < scan.size && !scan.damaged && !scan.unknown_format;
+}
+
+// A log read no further than `limit`.
+class LimitedLog final : public rocksdb::FSSequentialFileOwnerWrapper {
+ public:
+  LimitedLog(std::unique_ptr<rocksdb::FSSequentialFile>&& file, uint64_t limit)
+      : FSSequentialFileOwnerWrapper(std::move(file)), left_(limit) {}
+
+  rocksdb::IOStatus Read(size_t n, const rocksdb::IOOptions& options, rocksdb::Slice* result,
+                         char* scratch, rocksdb::IODebugContext* debug) override {
+    rocksdb::IOStatus read = target()->Read(static_cast<size_t>(std::min<uint64_t>(n, left_)),
+                                            options, result, scratch, debug);
+    if (read.ok()) left_ -= result->size();
+    return read;
+  }
+  rocksdb::IOStatus Skip(uint64_t n) override {
+    n = std::min(n, left_);
+    rocksdb::IOStatus skipped = target()->Skip(n);
+    if (skipped.ok()) left_ -= n;
+    return skipped;
+  }
+  // RocksDB reads a log from its start to its end (positioned reads are for direct I/O).
+  rocksdb::IOStatus PositionedRead(uint64_t, size_t, const rocksdb::IOOptions&, rocksdb::Slice*,
+                                   char*, rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::NotSupported("positioned reads of a log read up to a limit");
+  }
+
+ private:
+  uint64_t left_;
+};
+
+class LogPrefixView final : public rocksdb::FileSystemWrapper {
+ public:
+  explicit LogPrefixView(std::shared_ptr<rocksdb::FileSystem> base)
+      : FileSystemWrapper(std::move(base)) {}
+
+  static const char* kClassName() { return "idem.LogPrefixView"; }
+  const char* Name() const override { return kClassName(); }
+
+  rocksdb::IOStatus NewSequentialFile(const std::string& name, const rocksdb::FileOptions& options,
+                                      std::unique_ptr<rocksdb::FSSequentialFile>* file,
+                                      rocksdb::IODebugContext* debug) override {
+    rocksdb::IOStatus opened = target()->NewSequentialFile(name, options, file, debug);
+    if (!opened.ok() || !FileNumber(BaseName(name), "", ".log").has_value()) return opened;
+    Result<LogScan> scan = ScanLog(*target(), name);
+    // Its writer may be writing it: a read may find a record half copied, with zeros after it
+    // and records after those that a read of the next block finds written meanwhile. Such a
+    // race passes and damage stays: look again before leaving it to RocksDB to refuse.
+    for (int again = 0;
+         again < kDamageRereads && scan.ok() && scan->damaged && !scan->data_after_unwritten_pages;
+         ++again) {
+      std::this_thread::sleep_for(kDamageRereadPause);
+      scan = ScanLog(*target(), name);
+    }
+    if (!scan.ok()) return opened;  // RocksDB's own read reports what is wrong
+    if (HasTail(*scan) || scan->data_after_unwritten_pages) {
+      *file = std::make_unique<LimitedLog>(std::move(*file), scan->intact_end);
+    }
+    return opened;
+  }
+
+ private:
+  static constexpr int kDamageRereads = 3;
+  static constexpr std::chrono::milliseconds kDamageRereadPause{10};
+};
+
 }  // namespace
 
 Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path, bool keep_record_starts) {
@@ -218,43 +319,57 @@ Result<LogScan> ScanLog(rocksdb::FileSystem& fs, const std::string& path, bool k
   return scanner.Finish(size);
 }
 
-Result<std::vector<std::string>> CutUnwrittenLogTails(rocksdb::FileSystem& fs,
-                                                      const std::string& db_path, bool dry_run) {
+Result<LogTailCuts> CutLogTails(rocksdb::FileSystem& fs, const std::string& db_path,
+                                bool read_only) {
+  LogTailCuts cuts;
   std::vector<std::string> children;
   const rocksdb::IOStatus listed =
       fs.GetChildren(db_path, rocksdb::IOOptions(), &children, nullptr);
-  if (listed.IsNotFound() || listed.IsPathNotFound()) return std::vector<std::string>();  // new
+  if (listed.IsNotFound() || listed.IsPathNotFound()) return cuts;  // a new store
   IDEM_RETURN_IF_ERROR(FromRocksDb(listed, fmt::format("listing {}", EscapeControls(db_path))));
   std::map<uint64_t, std::string> logs;  // by number: oldest first
   for (const auto& name : children) {
     if (auto number = FileNumber(name, "", ".log")) logs.emplace(*number, name);
   }
-  const std::string verb = dry_run ? "would be " : "";
-  std::vector<std::string> report;
+  // A read-only open leaves the newest log to LogPrefixView: its writer may be writing it.
+  if (read_only && !logs.empty()) logs.erase(std::prev(logs.end()));
+  const std::string verb = read_only ? "would be " : "";
   bool cut = false;  // a log was cut: every newer one holds only writes never synced
   for (const auto& [number, name] : logs) {
     const std::string path = db_path + "/" + name;
     IDEM_ASSIGN_OR_RETURN(const LogScan scan, ScanLog(fs, path));
     if (cut) {
       if (scan.size == 0) continue;
-      if (!dry_run) IDEM_RETURN_IF_ERROR(CutFile(fs, path, 0));
-      report.push_back(fmt::format(
+      if (!read_only) IDEM_RETURN_IF_ERROR(CutFile(fs, path, 0));
+      cuts.power_cut.push_back(fmt::format(
           "the write-ahead log {} {}emptied ({} bytes of writes never synced, after the power cut "
           "found in an older log)",
           EscapeControls(path), verb, scan.size));
       continue;
     }
-    if (!scan.unwritten_pages) continue;
-    if (!dry_run) IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan.intact_end));
-    report.push_back(fmt::format(
-        "the write-ahead log {} {}cut at byte {} of {}: a power cut left pages there that were "
-        "never written; what followed was never synced (calls that were not answered, or "
-        "kBuffered writes)",
-        EscapeControls(path), verb, scan.intact_end, scan.size));
-    cut = true;
+    if (scan.data_after_unwritten_pages) {
+      if (!read_only) IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan.intact_end));
+      cuts.power_cut.push_back(fmt::format(
+          "the write-ahead log {} {}cut at byte {} of {}: a power cut left pages there that were "
+          "never written; what followed was never synced (calls that were not answered, or "
+          "kBuffered writes)",
+          EscapeControls(path), verb, scan.intact_end, scan.size));
+      cut = true;
+      continue;
+    }
+    if (read_only || !HasTail(scan)) continue;
+    IDEM_RETURN_IF_ERROR(CutFile(fs, path, scan.intact_end));
+    cuts.tails.push_back(fmt::format(
+        "the write-ahead log {} cut after its last whole record, at byte {} of {} (zeros written "
+        "ahead of its records, and any record never completed)",
+        EscapeControls(path), scan.intact_end, scan.size));
   }
-  IDEM_RETURN_IF_ERROR(CutManifestTail(fs, db_path, dry_run, report));
-  return report;
+  IDEM_RETURN_IF_ERROR(CutManifestTail(fs, db_path, read_only, cuts.power_cut));
+  return cuts;
+}
+
+std::shared_ptr<rocksdb::FileSystem> NewLogPrefixView(std::shared_ptr<rocksdb::FileSystem> base) {
+  return std::make_shared<LogPrefixView>(std::move(base));
 }
 
 }  // namespace idem::storage

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "storage/log_tail.h"
 #include "storage/storage.h"
 
 namespace rocksdb {
@@ -144,10 +145,9 @@ class RocksDbStorage final : public Storage {
  private:
   RocksDbStorage() = default;
   Status Initialize(const RocksDbConfig& config);
-  // The steps of Initialize before RocksDB reads the files: the manifest mark is checked and
-  // unwritten log tails are cut (refused by a read-only open). Returns a line per log cut.
-  Result<std::vector<std::string>> PrepareFilesForOpen(rocksdb::FileSystem& file_system,
-                                                       bool read_only);
+  // The steps of Initialize before RocksDB reads the files: the manifest mark is checked and the
+  // logs' tails are cut (a power cut's refused by a read-only open). Says what was cut.
+  Result<LogTailCuts> PrepareFilesForOpen(rocksdb::FileSystem& file_system, bool read_only);
   // The info log of the store (InfoLog), its directory made first when the store may be created.
   std::shared_ptr<InfoLog> StartInfoLog(rocksdb::FileSystem& file_system,
                                         const RocksDbConfig& config) const;

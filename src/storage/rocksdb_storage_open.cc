@@ -27,6 +27,7 @@
 #include "storage/layout.h"
 #include "storage/log_failure_watch.h"
 #include "storage/log_tail.h"
+#include "storage/log_zero_fill.h"
 #include "storage/manifest_mark.h"
 #include "storage/private_files.h"
 #include "storage/record_codec.h"
@@ -199,20 +200,25 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   // A newer release's store is refused before anything below writes to it (format_file.h).
   IDEM_ASSIGN_OR_RETURN(const bool has_format_file,
                         CheckFormatFile(*file_system, path_, kStoreFormatVersion));
-  IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> cut_logs,
+  IDEM_ASSIGN_OR_RETURN(const LogTailCuts cut_logs,
                         PrepareFilesForOpen(*file_system, config.read_only));
-  // A read-only instance deletes nothing: it needs no mark, and writes no log file.
+  // A read-only instance deletes nothing: it needs no mark, and writes no log file; it reads the
+  // logs up to their last whole records (log_tail.h).
   env_ = NewStorageEnv(
       config.read_only
-          ? file_system
-          : NewLogFailureWatch(NewManifestMarkingFileSystem(file_system, path_), disk_errors_));
+          ? NewLogPrefixView(file_system)
+          : NewLogFailureWatch(NewManifestMarkingFileSystem(NewZeroFilledLogs(file_system), path_),
+                               disk_errors_));
   rocksdb::DBOptions db_options = MakeDbOptions(*engine, config);
   db_options.env = env_.get();
   const std::shared_ptr<InfoLog> info_log = StartInfoLog(*file_system, config);
   db_options.info_log = info_log;
-  for (const std::string& line : cut_logs) {
+  for (const std::string& line : cut_logs.power_cut) {
     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, info_log, "idem: %s", line.c_str());
     Report(fmt::format("store {}: {}", EscapeControls(path_), line));
+  }
+  for (const std::string& line : cut_logs.tails) {
+    rocksdb::Log(rocksdb::InfoLogLevel::INFO_LEVEL, info_log, "idem: %s", line.c_str());
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> families =
       MakeColumnFamilies(*engine, NewExpiredRecordFilterFactory(config.clock, filter_horizon_));
@@ -238,21 +244,20 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   return LoadFilterHorizon(now);
 }
 
-Result<std::vector<std::string>> RocksDbStorage::PrepareFilesForOpen(
-    rocksdb::FileSystem& file_system, bool read_only) {
+Result<LogTailCuts> RocksDbStorage::PrepareFilesForOpen(rocksdb::FileSystem& file_system,
+                                                        bool read_only) {
   // A MANIFEST that lost committed edits is refused before RocksDB can act on it; the owner
   // writes the mark that makes this check possible (manifest_mark.h).
   IDEM_RETURN_IF_ERROR(CheckManifestMark(file_system, path_));
-  // Pages a power cut never wrote end the logs where they are, before RocksDB reads them
-  // (log_tail.h). Only an owner may change the files: a read-only open of such a store says
-  // what the first read-write open will do.
-  IDEM_ASSIGN_OR_RETURN(std::vector<std::string> cut_logs,
-                        CutUnwrittenLogTails(file_system, path_, read_only));
-  if (read_only && !cut_logs.empty()) {
+  // The logs end after their last whole records, and pages a power cut never wrote end them
+  // where they are, before RocksDB reads them (log_tail.h). Only an owner may change the files:
+  // a read-only open of a store a power cut left so says what the first read-write open will do.
+  IDEM_ASSIGN_OR_RETURN(LogTailCuts cut_logs, CutLogTails(file_system, path_, read_only));
+  if (read_only && !cut_logs.power_cut.empty()) {
     return Status::Corruption(
         fmt::format("store {} was not opened since a power cut: {}. The first read-write open (an "
                     "application, or idem purge) does it; until then it cannot be read as it is",
-                    EscapeControls(path_), cut_logs.front()));
+                    EscapeControls(path_), cut_logs.power_cut.front()));
   }
   return cut_logs;
 }
