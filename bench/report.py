@@ -626,7 +626,7 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         "writes (Get, Put pending, Put done) with no atomicity: it is the storage engine's "
         "ceiling, run with exactly idem's engine settings (one definition, "
         "`src/storage/engine_options.*`: memory split, table format, memtables, write groups, "
-        "background jobs; "
+        "background jobs; idem's Env, its logs written into zeros written ahead; "
         "perf counters off), so the ratio measures idem's own work. "
         "SQLite: `INSERT OR IGNORE` on the unique key, then `UPDATE`, one connection per thread. "
         "Redis: `SET key pending NX PX 10000`, then `SET key result`, one connection per thread.")
