@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "storage/log_tail.h"
 #include "test_util.h"
@@ -94,6 +95,75 @@ TEST(ZeroFilledLogs, ALogIsZeroFilledAheadWhileOpenAndEndsAtItsRecordsOnceClosed
   const auto scan = Scan(log);
   EXPECT_EQ(scan.intact_end, scan.size) << log << " still ends in zeros after a clean close";
   EXPECT_GE(scan.records.size(), 20u);
+}
+
+// A file system whose writable files refuse to write a run of zeros as long as a chunk (as a
+// quota or a full disk refuses the zero fill while a short record still fits).
+class NoRoomForZeros : public rocksdb::FileSystemWrapper {
+ public:
+  NoRoomForZeros() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "NoRoomForZeros"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* file,
+                                    rocksdb::IODebugContext* debug) override {
+    auto opened = target()->NewWritableFile(name, options, file, debug);
+    if (opened.ok()) *file = std::make_unique<File>(std::move(*file));
+    return opened;
+  }
+
+ private:
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    using FSWritableFileOwnerWrapper::FSWritableFileOwnerWrapper;
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
+                                       const rocksdb::IOOptions& options,
+                                       rocksdb::IODebugContext* debug) override {
+      if (data.size() >= idem::storage::kZeroFillChunk / 2) {
+        return rocksdb::IOStatus::IOError("disk quota exceeded");
+      }
+      return target()->PositionedAppend(data, offset, options, debug);
+    }
+  };
+};
+
+// Writes `records` to a new log through `fs` and closes it; the file's size on disk while it was
+// open is put in `size_while_open`.
+void WriteLog(rocksdb::FileSystem& fs, const std::string& path,
+              const std::vector<std::string>& records, uint64_t& size_while_open) {
+  std::unique_ptr<rocksdb::FSWritableFile> file;
+  ASSERT_TRUE(fs.NewWritableFile(path, rocksdb::FileOptions(), &file, nullptr).ok());
+  uint64_t written = 0;
+  for (const auto& record : records) {
+    ASSERT_TRUE(file->Append(record, rocksdb::IOOptions(), nullptr).ok());
+    written += record.size();
+    EXPECT_EQ(file->GetFileSize(rocksdb::IOOptions(), nullptr), written);
+  }
+  ASSERT_TRUE(file->Sync(rocksdb::IOOptions(), nullptr).ok());
+  size_while_open = std::filesystem::file_size(path);
+  ASSERT_TRUE(file->Close(rocksdb::IOOptions(), nullptr).ok());
+}
+
+TEST(ZeroFilledLogs, RecordsGoIntoZerosAheadAndAFailedFillFallsBackToAppending) {
+  TempDir dir;
+  const std::vector<std::string> records = {"first record", std::string(3000, 'x'), "last"};
+  const std::string expected = records[0] + records[1] + records[2];
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  uint64_t size_while_open = 0;
+  auto zero_filled = idem::storage::NewZeroFilledLogs(rocksdb::FileSystem::Default());
+  WriteLog(*zero_filled, dir.Sub("000007.log"), records, size_while_open);
+  EXPECT_EQ(size_while_open, idem::storage::kZeroFillChunk);
+  EXPECT_EQ(read(dir.Sub("000007.log")), expected);
+  // Other files are written as they are.
+  WriteLog(*zero_filled, dir.Sub("MANIFEST-000001"), records, size_while_open);
+  EXPECT_EQ(size_while_open, expected.size());
+  // No room for zeros: the records are appended all the same.
+  auto no_room = idem::storage::NewZeroFilledLogs(std::make_shared<NoRoomForZeros>());
+  WriteLog(*no_room, dir.Sub("000008.log"), records, size_while_open);
+  EXPECT_EQ(size_while_open, expected.size());
+  EXPECT_EQ(read(dir.Sub("000008.log")), expected);
 }
 
 // How the writer of the newest log stopped (killed, or a power cut that kept part of a record).

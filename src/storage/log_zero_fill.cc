@@ -83,12 +83,14 @@ class ZeroFilledLog final : public rocksdb::FSWritableFileOwnerWrapper {
       const uint64_t length = std::min<uint64_t>(fill_to - filled_end_, kZeroFillChunk);
       rocksdb::IOStatus written = target()->PositionedAppend(
           rocksdb::Slice(kZeros, static_cast<size_t>(length)), filled_end_, options, debug);
-      if (written.IsNoSpace()) {
-        // No room for the zeros: append the records themselves, as RocksDB would, from now on.
+      if (!written.ok()) {
+        // No room for the zeros (a full disk, a quota) or another failure: append the records
+        // themselves, as RocksDB would, from now on. The zeros only make syncs cheaper; their
+        // failure must not fail a write that fits, and a record's own write or sync reports
+        // whatever it meets.
         fill_failed_ = true;
         return rocksdb::IOStatus::OK();
       }
-      if (!written.ok()) return written;
       filled_end_ += length;
     }
     return rocksdb::IOStatus::OK();

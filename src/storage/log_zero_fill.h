@@ -18,8 +18,8 @@
 // end; a record never completed with zeros after it, it would read as damage. storage/log_tail.h
 // cuts such tails before a read-write open and hides them from a read-only one.
 //
-// When zeros cannot be written (a full disk), the log is appended to as RocksDB would: the
-// record may still fit where a chunk of zeros did not.
+// When zeros cannot be written (a full disk, a quota), the log is appended to as RocksDB would
+// from then on: the record may still fit where a chunk of zeros did not.
 
 #ifndef IDEM_STORAGE_LOG_ZERO_FILL_H_
 #define IDEM_STORAGE_LOG_ZERO_FILL_H_
