@@ -21,7 +21,6 @@
 namespace {
 
 using namespace std::chrono_literals;
-using idem::Durability;
 using idem_test::TempDir;
 
 // The newest write-ahead log of the store at `store_path`, or "".
@@ -137,8 +136,12 @@ void WriteLog(rocksdb::FileSystem& fs, const std::string& path,
     ASSERT_TRUE(file->Append(record, rocksdb::IOOptions(), nullptr).ok());
     written += record.size();
     EXPECT_EQ(file->GetFileSize(rocksdb::IOOptions(), nullptr), written);
+    if (written == records.front().size()) {
+      // Not synced yet: appended to.
+      EXPECT_EQ(std::filesystem::file_size(path), written);
+    }
+    ASSERT_TRUE(file->Sync(rocksdb::IOOptions(), nullptr).ok());
   }
-  ASSERT_TRUE(file->Sync(rocksdb::IOOptions(), nullptr).ok());
   size_while_open = std::filesystem::file_size(path);
   ASSERT_TRUE(file->Close(rocksdb::IOOptions(), nullptr).ok());
 }
@@ -260,7 +263,7 @@ INSTANTIATE_TEST_SUITE_P(Where, TornTail,
                            }
                          });
 
-// A process that owns the store exclusively writes long records (kBuffered, many split across
+// A process that owns the store exclusively writes long records (kSync, many split across
 // blocks) while this one opens the store read-only again and again, reading the files as they
 // are: a read finds the writer in the middle of a record, or finds zeros where a later read of
 // the next block finds records. Every open succeeds and reads a prefix of the writes.
@@ -274,9 +277,8 @@ TEST(ZeroFilledLogs, AReadOnlyOpenWhileTheOwnerWritesReadsAPrefix) {
   if (child == 0) {
     close(ready[0]);
     idem::Options options = idem_test::TestOptions();
-    options.sharing = idem::Sharing::kExclusive;
-    options.durability = Durability::kBuffered;
-    options.memory_budget = 256 << 20;  // no flush: the records stay in the log
+    options.sharing = idem::Sharing::kExclusive;  // kSync: the log is zero-filled
+    options.memory_budget = 256 << 20;            // no flush: the records stay in the log
     auto store = idem::Store::Open(dir.StorePath(), options);
     if (!store.ok()) _exit(1);
     for (int i = 0; i < kKeys; ++i) {

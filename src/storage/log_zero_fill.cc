@@ -64,6 +64,17 @@ class ZeroFilledLog final : public rocksdb::FSWritableFileOwnerWrapper {
     return end_;
   }
 
+  // Zeros pay off only for a log that is synced: until its first sync (a log written only with
+  // kBuffered never has one) it is appended to, and the zeros would only double its writes.
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
+                         rocksdb::IODebugContext* debug) override {
+    return Synced(target()->Sync(options, debug));
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
+                          rocksdb::IODebugContext* debug) override {
+    return Synced(target()->Fsync(options, debug));
+  }
+
   // RocksDB's preallocation (fallocate, keeping the size) is what the zeros replace.
   void SetPreallocationBlockSize(size_t) override {}
   void PrepareWrite(size_t, size_t, const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {}
@@ -77,7 +88,7 @@ class ZeroFilledLog final : public rocksdb::FSWritableFileOwnerWrapper {
   rocksdb::IOStatus FillAhead(uint64_t bytes, const rocksdb::IOOptions& options,
                               rocksdb::IODebugContext* debug) {
     const uint64_t needed = end_ + bytes;
-    if (needed <= filled_end_ || fill_failed_) return rocksdb::IOStatus::OK();
+    if (!synced_ || needed <= filled_end_ || fill_failed_) return rocksdb::IOStatus::OK();
     const uint64_t fill_to = (needed + kZeroFillChunk - 1) / kZeroFillChunk * kZeroFillChunk;
     while (filled_end_ < fill_to) {
       const uint64_t length = std::min<uint64_t>(fill_to - filled_end_, kZeroFillChunk);
@@ -96,6 +107,11 @@ class ZeroFilledLog final : public rocksdb::FSWritableFileOwnerWrapper {
     return rocksdb::IOStatus::OK();
   }
 
+  rocksdb::IOStatus Synced(rocksdb::IOStatus status) {
+    if (status.ok()) synced_ = true;
+    return status;
+  }
+
   rocksdb::IOStatus Written(rocksdb::IOStatus status, uint64_t bytes) {
     if (status.ok()) {
       end_ += bytes;
@@ -106,6 +122,7 @@ class ZeroFilledLog final : public rocksdb::FSWritableFileOwnerWrapper {
 
   uint64_t end_ = 0;          // where the records end: the next append's offset
   uint64_t filled_end_ = 0;   // where the file's bytes end (zeros from end_ on)
+  bool synced_ = false;       // synced once: from then on records go into zeros
   bool fill_failed_ = false;  // zeros could not be written: the file may hold some past filled_end_
 };
 

@@ -8,10 +8,12 @@
 // appending p50 164-183 us, into fallocate'd space 148-173 us, over blocks already written
 // 113-116 us. SQLite's log is overwritten from its start for the same reason.
 //
-// So every `*.log` file RocksDB creates is written with zeros ahead of its records, a chunk at a
-// time (kZeroFillChunk), and the records are written into it at their offsets: the first sync
-// after a chunk commits the chunk's length once, the syncs after it only data. The file's size
-// as RocksDB asks it (GetFileSize) is the records' end; Close truncates the file to it.
+// So every `*.log` file RocksDB creates is, from its first sync on, written with zeros ahead of
+// its records, a chunk at a time (kZeroFillChunk), and the records are written into them at
+// their offsets: the first sync after a chunk commits the chunk's length once, the syncs after it
+// only data. Before its first sync a log is appended to (a log written only with kBuffered is
+// never synced, and zeros would only double its writes). The file's size as RocksDB asks it
+// (GetFileSize) is the records' end; Close truncates the file to it.
 //
 // A log therefore ends in zeros after anything but a clean close: after a crash, a kill, a power
 // cut, or while its writer is still writing. RocksDB 7.8 reads zeros after whole records as the
