@@ -27,6 +27,14 @@ EngineOptions MakeEngineOptions(std::size_t memory_budget) {
   // unchanged. Above 4 cores RocksDB's default stays (not measured here). The cores are those
   // the process may use: a container limited to 2 cores of a large machine is a small machine.
   engine.db.allow_concurrent_memtable_write = util::UsableCores() > 4;
+  // Writers queue twice: for the log write, then for the memtable insert, so that one group's
+  // log write proceeds while the group before it is inserted (RocksDB's default has each group
+  // do both before the next starts). Measured on 2 cores, three interleaved rounds of 2 s:
+  // kBuffered lifecycles +24-37% at 4 to 64 threads for idem and for raw RocksDB alike (p50 at
+  // 4 threads 11-12 us against 32 us; p99 there 0.43-0.46 ms against 0.09-0.10 ms), client
+  // processes +7-10% at 16 threads; kSync and 1 thread unchanged. Not with unordered_write
+  // (which would let a write become visible before an earlier one), which idem does not use.
+  engine.db.enable_pipelined_write = true;
   engine.db.write_buffer_manager = engine.write_buffers;
   // A log file is deleted only once every column family with writes in it has flushed them.
   // The meta family gets a write now and then (a token ceiling) and is never full, so without
