@@ -23,7 +23,7 @@ EngineOptions MakeEngineOptions(std::size_t memory_budget) {
   // MB, 3 s on 2 cores) held back every job out of level 0, which passed its slowdown trigger:
   // writes stalled. Measured on 2 cores, 10,000,000 records stored, three runs each: lifecycles
   // at 4 threads 0.74x-0.83x of an empty store's against 0.17x-0.25x, loading +13-18%; at 1
-  // thread 0.66x-0.70x against 0.77x-0.78x (the second compaction takes its share of the cores
+  // thread 0.65x-0.70x against 0.77x-0.78x (the second compaction takes its share of the cores
   // while the writes go on); peak RSS 81-88 MiB against 72-78 MiB (budget 96).
   engine.db.max_background_jobs = 3;
   // On a machine with few cores the leader of each write group inserts the whole group into the
