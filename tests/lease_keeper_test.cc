@@ -142,6 +142,25 @@ TEST(LeaseKeeper, RenewsEveryThirdOfTheLeaseWhileTheGuardLivesAndNeverAfter) {
   EXPECT_LE(store.calls().size(), made + 1);  // at most the one in flight as the guard went
 }
 
+TEST(LeaseKeeper, ARenewalSlowerThanAPeriodIsFollowedByTheNextAtOnce) {
+  // The next renewal is due a third of the lease after the last one was sent, not after its
+  // answer: the owner set the deadline when it ran the renewal, and a renewal held up longer
+  // than a period (a synced write behind a busy disk) already ate into the lease.
+  ScriptedStore store;
+  constexpr auto kLease = 3000ms;
+  LeaseStatus status(Steady::now() + kLease);
+  store.HoldCalls(true);
+  auto guard = LeaseKeeper::Instance().Keep(&store, "slow-disk", 5, kLease, &status);
+  ASSERT_TRUE(store.WaitForHeldCall());
+  std::this_thread::sleep_for(kLease / 3 + 300ms);
+  const auto released = Steady::now();
+  store.HoldCalls(false);
+  ASSERT_TRUE(store.WaitForCalls(2));
+  // Counted from the answer, the second would come a whole period (1 s) after the release.
+  EXPECT_LT(store.calls()[1].at - released, kLease / 6);
+  EXPECT_TRUE(status.Held());
+}
+
 TEST(LeaseKeeper, ALostLeaseStopsTheRenewalsAndIsNoLongerHeld) {
   for (const Status& lost :
        {Status::LeaseLost("taken over"), Status::NotFound("no record for key")}) {

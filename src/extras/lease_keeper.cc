@@ -86,7 +86,12 @@ void LeaseKeeper::Run() {
     // Sent now: if it succeeds, the lease runs at least until now + lease.
     const auto sent = std::chrono::steady_clock::now();
     const Status renewed = lease.store->Extend(lease.key, lease.token, lease.lease);
-    auto next = std::chrono::steady_clock::now() + RenewalPeriod(lease.lease);
+    // Counted from when this renewal was sent, not from its answer: a renewal that waited long
+    // (a synced write behind a busy disk, an owner slow to answer) must not push the next one
+    // later by as much. The owner set the new deadline when it ran the renewal, before the wait
+    // for its write: counted from the answer, one slow renewal and one late start after it
+    // could outlast the lease. One slower than a period is followed by the next at once.
+    auto next = sent + RenewalPeriod(lease.lease);
     if (renewed.ok()) {
       lease.status->Renewed(sent + lease.lease);
     } else if (renewed.code() == Status::Code::kLeaseLost ||
