@@ -31,7 +31,8 @@ using idem::sharing::ServerOptions;
 using idem_test::TempDir;
 using namespace std::chrono_literals;
 
-// A backend whose Get of "slow" blocks until released, and whose Purge takes a while.
+// A backend whose Get of "slow" blocks until released, whose Get of a key starting with "nap"
+// takes 2 ms, and whose Purge takes a while.
 class ControlledBackend final : public idem::Backend {
  public:
   Result<idem::Claim> Begin(const idem::BeginCall&, const idem::Holder&) override {
@@ -48,6 +49,7 @@ class ControlledBackend final : public idem::Backend {
       changed_.wait(lock, [&] { return released_; });
       --blocked_;
     }
+    if (key.substr(0, 3) == "nap") std::this_thread::sleep_for(2ms);  // work, not a wait
     idem::Record record;
     record.key = std::string(key);
     record.state = idem::State::kDone;
@@ -206,6 +208,81 @@ TEST_F(ServerTest, AConnectionOverTheCapIsRefusedWithAStatusNotTakenForALostOwne
     EXPECT_TRUE(again.has_value());
     EXPECT_FALSE(client->lost());
   }
+}
+
+// Reads `count` response frames from `fd` (however they arrive together) and returns the key of
+// the record each Get answer carries.
+std::vector<std::string> ReadGetAnswers(int fd, std::size_t count) {
+  std::vector<std::string> keys;
+  std::string in;
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  while (keys.size() < count && std::chrono::steady_clock::now() < give_up) {
+    char chunk[4096];
+    const ssize_t n = recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (n <= 0) {
+      std::this_thread::sleep_for(1ms);  // polling a socket, not synchronising
+      continue;
+    }
+    in.append(chunk, static_cast<std::size_t>(n));
+    while (in.size() >= 4 && in.size() >= 4 + idem::sharing::FrameLength(in.data())) {
+      const uint32_t size = idem::sharing::FrameLength(in.data());
+      Status status;
+      idem::sharing::ResponseKind kind{};
+      const std::string payload = in.substr(4, size);
+      auto body = idem::sharing::DecodeResponse(payload, status, kind);
+      auto record = body.ok() ? idem::sharing::DecodeOptionalRecord(*body)
+                              : Result<std::optional<idem::Record>>(body.status());
+      keys.push_back(record.ok() && record->has_value() ? (*record)->key : "(not a record)");
+      in.erase(0, 4 + size);
+    }
+  }
+  return keys;
+}
+
+TEST_F(ServerTest, RequestsSentTogetherOnOneConnectionAreAnsweredInTheirOrder) {
+  StartServer({});
+  const int raw = RawConnect();
+  ASSERT_GE(raw, 0);
+  const auto get = [](std::string_view key) {
+    return idem::sharing::EncodeFrame(idem::sharing::EncodeRequest(idem::sharing::GetMessage{key}));
+  };
+  // Three whole requests and the first half of a fourth, in one write; the rest of it later.
+  const std::string fourth = get("d");
+  const std::string together = get("a") + get("b") + get("c") + fourth.substr(0, 5);
+  ASSERT_EQ(send(raw, together.data(), together.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(together.size()));
+  EXPECT_EQ(ReadGetAnswers(raw, 3), (std::vector<std::string>{"a", "b", "c"}));
+  ASSERT_EQ(send(raw, fourth.data() + 5, fourth.size() - 5, MSG_NOSIGNAL),
+            static_cast<ssize_t>(fourth.size() - 5));
+  EXPECT_EQ(ReadGetAnswers(raw, 1), (std::vector<std::string>{"d"}));
+  close(raw);
+}
+
+TEST_F(ServerTest, TheManyThreadsOfOneProcessShareAFewConnections) {
+  // Fewer connections than the client's threads: with a connection per call in flight, some of
+  // the 24 calls at once would find all 12 busy and be refused. Pipelined on the process's few
+  // shared connections (at most 8) besides the two a call alone may use, none is.
+  StartServer({.max_connections = 12});
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 24; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const std::string key = "nap-" + std::to_string(t) + "-" + std::to_string(i);
+        auto record = client->Get(key);
+        if (!record.ok() || !record->has_value() || (*record)->key != key) {
+          if (!record.ok()) ADD_FAILURE() << record.status().ToString();
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_FALSE(client->lost());
+  EXPECT_EQ(log_.Count("connections have a request running"), 0);
 }
 
 TEST_F(ServerTest, SlowRequestsDoNotHoldUpTheOthers) {

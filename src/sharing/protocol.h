@@ -5,10 +5,13 @@
 //   request  := u8 version | u8 op | body of the op
 //   response := u8 version | u8 status code | bytes message | u8 kind | body (kAnswer, code OK)
 //
-// Every request can be sent again after a lost reply without changing its outcome, so a client
-// resends it to the next owner after a failover. Besides answers, the owner sends a refusal
-// (instead of serving a connection) and a goodbye (before closing an idle one); after either it
-// closes the connection without carrying out any request sent on it.
+// A connection's requests are run one at a time, in the order sent, and answered in that order;
+// a client may send several before the first answer (version 9). Every request can be sent
+// again after a lost reply without changing its outcome, so a client resends it to the next
+// owner after a failover, or on another connection when the one it was sent on ended first. Besides
+// answers, the owner sends a refusal (instead of serving a connection) and a goodbye (before
+// closing an idle one); after either it closes the connection without carrying out any request sent
+// on it.
 //
 // The first three fields of a response keep their layout in every version: a client reads a
 // response of another version as a refusal from an owner that speaks another protocol.
@@ -42,7 +45,9 @@ namespace idem::sharing {
 // progress_total), and the job's answers carry it once the owner has counted it.
 // Version 8: application tables: a Transition carries its table writes; ops 9, GetValue, 10,
 // ScanTable, and 11, ListTables; status code 13, Conflict.
-inline constexpr uint8_t kProtocolVersion = 8;
+// Version 9: a client may send requests on a connection before the answers to its earlier ones
+// (pipelining); the owner runs them one at a time in the order sent and answers in that order.
+inline constexpr uint8_t kProtocolVersion = 9;
 enum class Op : uint8_t {
   kBegin = 1,
   kTransition = 2,

@@ -1,5 +1,9 @@
 // RemoteBackend: a process that does not own a store sends each call to the owner over the
-// store's socket. Connections are pooled (one per concurrent caller).
+// store's socket. Connections are pooled (one per concurrent caller). While several of the
+// process's calls are in flight, a call that does not wait on the owner's disk (a kBuffered
+// Begin or Transition, a Get, a GetValue) goes on one of a few connections the process's
+// threads share instead, pipelined behind the others (sharing/pipelined_connection.h): one
+// wake-up on each side then serves a batch of requests.
 //
 // Every round trip has a deadline (Options::request_timeout). What a call returns:
 //   - the owner's answer;
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "sharing/pipelined_connection.h"
 #include "sharing/protocol.h"
 #include "sharing/socket.h"
 
@@ -62,8 +67,7 @@ class RemoteBackend final : public Backend {
   bool permanent() const override { return false; }
 
  private:
-  RemoteBackend(SocketAddress address, std::chrono::milliseconds request_timeout)
-      : address_(std::move(address)), request_timeout_(request_timeout) {}
+  RemoteBackend(SocketAddress address, std::chrono::milliseconds request_timeout);
   using Clock = std::chrono::steady_clock;
 
   // Polls the job that `message` (a PurgeMessage or BackupMessage) starts until it is done; its
@@ -74,13 +78,19 @@ class RemoteBackend final : public Backend {
                           const std::function<void(uint64_t)>& progress_total);
   // Sends one request and returns the body of an OK answer, or the owner's non-OK status.
   Result<std::string> RoundTrip(const Request& request);
+  // The shared connection this thread sends pipelined requests on, connected now if it has none
+  // or its last one ended; null when no connection could be made by `deadline` (the call then
+  // goes on a connection of its own, which reports why).
+  std::shared_ptr<PipelinedConnection> PipelinedConnectionFor(Clock::time_point deadline);
   // A pooled connection, or a new one by `deadline`; a failure as RoundTrip returns it.
   Result<FileDescriptor> TakeConnection(Clock::time_point deadline);
   // Pools a connection whose answer was read whole.
   void PutBack(FileDescriptor connection);
   // Sends `frame` on `connection` and reads the response frame by `deadline`; a failure as
-  // RoundTrip returns it (the connection is then of no further use).
-  Result<std::string> Exchange(int connection, std::string_view frame, Clock::time_point deadline);
+  // RoundTrip returns it (the connection is then of no further use). `alone`: no other call of
+  // this process was in flight when this one began.
+  Result<std::string> Exchange(int connection, std::string_view frame, Clock::time_point deadline,
+                               bool alone);
   // kTimedOut: the owner did not answer within request_timeout_.
   Status NoAnswerInTime() const;
   // A new connection; remembers the owner's pid (from the kernel) for messages.
@@ -94,9 +104,13 @@ class RemoteBackend final : public Backend {
 
   std::atomic<bool> lost_{false};
   std::atomic<pid_t> owner_pid_{0};
-  std::atomic<int> in_flight_{0};  // requests sent and not yet answered
+  std::atomic<int> in_flight_{0};  // calls begun and not yet answered
+  std::mutex connect_mu_;          // held while connecting a shared connection
   std::mutex mu_;
-  std::vector<FileDescriptor> idle_;  // guarded by mu_
+  // Guarded by mu_.
+  std::vector<FileDescriptor> idle_;
+  // The shared connections, a fixed number; each thread uses one (null until first needed).
+  std::vector<std::shared_ptr<PipelinedConnection>> pipelined_;
 };
 
 }  // namespace idem::sharing

@@ -101,13 +101,19 @@ class Server {
   void RefuseAtCap(int fd, pid_t pid);
   void Sweep();
   void Serve(uint64_t id, uint32_t events);
-  // Reads what has arrived and, once a request is whole, runs it and sends the answer. Returns
-  // the connection's next phase, or nullopt when it must be closed.
+  // Reads what has arrived and runs every request that is whole, in order, then sends their
+  // answers in that order. Returns the connection's next phase, or nullopt when it must be
+  // closed.
   std::optional<Phase> ServeRequest(Connection& connection, uint32_t events);
-  // Reads what has arrived on the connection into its buffer, up to one whole frame; `closed`
-  // is set when the peer closed its side. False when the connection must be dropped: it broke
-  // the protocol (an oversized frame, a second frame before the answer) or failed.
+  // Reads what has arrived on the connection into its buffer (requests, whole or not, read
+  // ahead up to kReadAhead); `closed` is set when the peer closed its side. False when the
+  // connection must be dropped: an oversized frame (refused) or a failed connection.
   bool ReceiveRequest(Connection& connection, bool& closed);
+  // Whether a request frame of `size` bytes is within ServerOptions::max_frame; if not, logs
+  // it and refuses it with a word (the caller closes the connection next).
+  bool FrameSizeAllowed(Connection& connection, uint32_t size);
+  // Sends, without waiting, the answers not sent yet, before a refusal and a close.
+  static void SendBeforeClosing(Connection& connection);
   // Logs why a request `frame` could not be decoded and, for a peer of another protocol version,
   // refuses it with a word (the caller closes the connection next).
   void TurnAway(const Connection& connection, std::string_view frame, const Status& why);

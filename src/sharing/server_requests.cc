@@ -27,6 +27,10 @@ constexpr milliseconds kMaxJobWait{1000};
 // Purge and backup jobs at once, running or finished and not yet collected by their client.
 constexpr std::size_t kMaxJobs = 16;
 
+// How many bytes of requests a connection's thread reads before it runs them: dozens of the
+// small requests a client pipelines, and any one request whole however large.
+constexpr std::size_t kReadAhead = 64 << 10;
+
 // Whether `in` holds a whole frame (its header, then as many bytes as the header announces).
 bool HoldsWholeFrame(const std::string& in) {
   return in.size() >= kFrameHeaderSize && in.size() >= kFrameHeaderSize + FrameLength(in.data());
@@ -37,35 +41,21 @@ bool HoldsWholeFrame(const std::string& in) {
 bool Server::ReceiveRequest(Connection& connection, bool& closed) {
   std::string& in = connection.in;
   for (;;) {
+    // A client may send requests before the answers to its earlier ones: read ahead of the
+    // one to run, so that a batch costs one wake-up, but not without bound.
+    if (in.size() >= kReadAhead && HoldsWholeFrame(in)) return true;
     char chunk[16384];
     const ssize_t n = ::recv(connection.fd.get(), chunk, sizeof chunk, MSG_DONTWAIT);
     if (n > 0) {
       in.append(chunk, static_cast<std::size_t>(n));
-      if (in.size() < kFrameHeaderSize) continue;
-      const uint32_t size = FrameLength(in.data());
-      if (size > options_.max_frame) {
-        log_.Log("oversized frame",
-                 fmt::format("dropped the connection of pid {}: frame of {} bytes is over the "
-                             "limit of {}",
-                             connection.pid, size, options_.max_frame));
-        // Said, not only dropped: a client whose limits are larger than this owner's would take
-        // a silent close for a lost owner, and fail over and resend until it gave up.
-        Say(connection.fd.get(), ResponseKind::kRefusal,
-            Status::InvalidArgument(
-                fmt::format("{} refuses a request of {} bytes: the limit is {} bytes",
-                            OwnerName(::getpid()), size, options_.max_frame)));
+      // Refused at its header, before its body arrives; a later frame is checked when it is
+      // the next to run (ServeRequest).
+      if (in.size() >= kFrameHeaderSize && !FrameSizeAllowed(connection, FrameLength(in.data()))) {
         return false;
       }
-      // Each side sends one frame and waits for the answer: bytes past this frame mean a peer
-      // that does not follow the protocol.
-      if (in.size() > kFrameHeaderSize + size) {
-        log_.Log("extra frame", fmt::format("dropped the connection of pid {}: it sent another "
-                                            "frame before the answer to this one",
-                                            connection.pid));
-        return false;
-      }
-      // Whole: nothing more is due before the answer (a close shows in `events`).
-      if (in.size() == kFrameHeaderSize + size) return true;
+      // Less than asked for: the socket is drained for now (a read that would find nothing
+      // costs a system call per request).
+      if (static_cast<std::size_t>(n) < sizeof chunk) return true;
     } else if (n == 0) {
       closed = true;
       return true;
@@ -74,6 +64,31 @@ bool Server::ReceiveRequest(Connection& connection, bool& closed) {
     } else if (errno != EINTR) {
       return false;  // the connection failed: nobody is there to answer
     }
+  }
+}
+
+bool Server::FrameSizeAllowed(Connection& connection, uint32_t size) {
+  if (size <= options_.max_frame) return true;
+  log_.Log(
+      "oversized frame",
+      fmt::format("dropped the connection of pid {}: frame of {} bytes is over the limit of {}",
+                  connection.pid, size, options_.max_frame));
+  // Said, not only dropped: a client whose limits are larger than this owner's would take a
+  // silent close for a lost owner, and fail over and resend until it gave up. The answers to
+  // the requests before it go first.
+  SendBeforeClosing(connection);
+  Say(connection.fd.get(), ResponseKind::kRefusal,
+      Status::InvalidArgument(fmt::format("{} refuses a request of {} bytes: the limit is {} bytes",
+                                          OwnerName(::getpid()), size, options_.max_frame)));
+  return false;
+}
+
+void Server::SendBeforeClosing(Connection& connection) {
+  // Best effort, without waiting, as Say.
+  const std::string& out = connection.out;
+  if (connection.out_done < out.size()) {
+    static_cast<void>(::send(connection.fd.get(), out.data() + connection.out_done,
+                             out.size() - connection.out_done, MSG_NOSIGNAL | MSG_DONTWAIT));
   }
 }
 
@@ -104,27 +119,43 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
   // A client that closed its connection after sending gave up waiting (its call returned
   // kTimedOut, typically while this owner was stopped): nobody will read the answer.
   const bool abandoned = closed || (events & (EPOLLRDHUP | EPOLLHUP)) != 0;
+  // This thread is busy for as long as the requests run: make sure another one waits.
+  if (!abandoned) AddThreadIfAllBusy();
 
-  const std::string_view frame = std::string_view(in).substr(kFrameHeaderSize);
-  Result<Request> request = DecodeRequest(frame);
-  if (!request.ok()) {
-    TurnAway(connection, frame, request.status());
-    return std::nullopt;
-  }
-  if (abandoned) {
-    // A Begin would leave a claim that holds the key for a lease, and a read is of no use:
-    // they are dropped. A Complete, Fail, Extend, SaveCheckpoint or Forget is carried out: it
-    // may record the result of work already done, which a retry then finds.
-    const bool keeps_work = std::holds_alternative<TransitionMessage>(*request) ||
-                            std::holds_alternative<ForgetMessage>(*request);
-    if (keeps_work) Handle(*request, connection.holder);
-    return std::nullopt;
-  }
-  // This thread is busy for as long as the request runs: make sure another one waits.
-  AddThreadIfAllBusy();
-  connection.out = EncodeFrame(Handle(*request, connection.holder));
+  // Every request that has arrived whole, one at a time in the order sent, each answer after
+  // the one before (a client that pipelines its requests matches answers by their order).
+  connection.out.clear();
   connection.out_done = 0;
-  ReleaseLarge(in);
+  std::size_t used = 0;
+  while (in.size() - used >= kFrameHeaderSize) {
+    const uint32_t size = FrameLength(in.data() + used);
+    if (!FrameSizeAllowed(connection, size)) return std::nullopt;
+    if (in.size() - used < kFrameHeaderSize + size) break;
+    const std::string_view frame = std::string_view(in).substr(used + kFrameHeaderSize, size);
+    used += kFrameHeaderSize + size;
+    Result<Request> request = DecodeRequest(frame);
+    if (!request.ok()) {
+      SendBeforeClosing(connection);
+      TurnAway(connection, frame, request.status());
+      return std::nullopt;
+    }
+    if (abandoned) {
+      // A Begin would leave a claim that holds the key for a lease, and a read is of no use:
+      // they are dropped. A Complete, Fail, Extend, SaveCheckpoint or Forget is carried out: it
+      // may record the result of work already done, which a retry then finds.
+      const bool keeps_work = std::holds_alternative<TransitionMessage>(*request) ||
+                              std::holds_alternative<ForgetMessage>(*request);
+      if (keeps_work) Handle(*request, connection.holder);
+      continue;
+    }
+    connection.out += EncodeFrame(Handle(*request, connection.holder));
+  }
+  if (abandoned) return std::nullopt;
+  if (used == in.size()) {
+    ReleaseLarge(in);
+  } else {
+    in.erase(0, used);  // the start of the next request
+  }
   return SendAnswer(connection);
 }
 
@@ -143,7 +174,8 @@ std::optional<Server::Phase> Server::SendAnswer(Connection& connection) {
   }
   ReleaseLarge(out);
   connection.out_done = 0;
-  return Phase::kIdle;
+  // Part of the next request may have come with the last one.
+  return connection.in.empty() ? Phase::kIdle : Phase::kReading;
 }
 
 std::string Server::Handle(const Request& request, const Holder& peer) {

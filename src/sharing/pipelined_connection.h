@@ -1,0 +1,94 @@
+// PipelinedConnection: one connection to the store's owner that several threads of a client
+// process share, each sending its request without waiting for the answers to the others'. The
+// owner runs a connection's requests one at a time in the order sent and answers in that order
+// (protocol version 9), so answers are matched to their callers by their order alone.
+//
+// Why: with a connection per caller, every answer wakes one client thread and costs the owner a
+// wake-up of its own, and those wake-ups were most of the owner's work per request from 16
+// client threads on (docs/design/speed.md, increment 9). Here one caller at a time reads
+// (the reader), takes whatever answers have arrived at once and hands each to its caller; the
+// owner reads and answers the requests that came together in one go.
+//
+// Only for requests that do not wait on the disk (RemoteBackend decides): a synced write behind
+// another on one connection would not share its fsync with it.
+//
+// When the connection ends before a caller's answer came (the owner closed it, said goodbye or
+// refused it, a send failed, or another caller's request timed out on it), the caller learns
+// that its request may or may not have been carried out, and sends it again on another
+// connection (every request can be resent: sharing/protocol.h). A caller whose own deadline
+// passes gets kTimedOut and ends the connection for the others: the answers behind its own
+// would have waited for it, and an owner that saw the connection close drops the Begins it had
+// not run yet (as it does for a connection per caller).
+
+#ifndef IDEM_SHARING_PIPELINED_CONNECTION_H_
+#define IDEM_SHARING_PIPELINED_CONNECTION_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "sharing/socket.h"
+
+namespace idem::sharing {
+
+class PipelinedConnection {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // At most this many requests wait for their answers on one connection; more go elsewhere.
+  static constexpr std::size_t kMaxWaiting = 64;
+
+  enum class Exchanged {
+    kAnswered,  // `answer` holds the response frame's payload
+    kTimedOut,  // no answer by the deadline; the connection has ended
+    kEnded,     // the connection ended before the answer came: the request may or may not
+                // have been carried out, and can be sent again elsewhere
+    kFull,      // kMaxWaiting requests are waiting here already; nothing was sent
+  };
+
+  explicit PipelinedConnection(FileDescriptor fd) : fd_(std::move(fd)) {}
+  PipelinedConnection(const PipelinedConnection&) = delete;
+  PipelinedConnection& operator=(const PipelinedConnection&) = delete;
+
+  // Sends `frame` (a whole request frame) and waits for its answer by `deadline`.
+  Exchanged Exchange(std::string_view frame, Clock::time_point deadline, std::string& answer);
+  // Whether the connection has ended (a new one is needed).
+  bool ended() const;
+
+ private:
+  struct Waiter {
+    std::string answer;
+    bool answered = false;
+    std::condition_variable turn;  // answered, the connection ended, or its turn to read
+  };
+  enum class Read { kSome, kNothingInTime, kClosed };
+
+  // Ends the connection: the waiters left learn it, and the reader's poll returns. mu_ held.
+  void End();
+  // Waits (at most until `deadline`) for bytes and reads what has arrived into in_; reader only.
+  Read ReadArrived(Clock::time_point deadline);
+  // Hands each whole answer in in_ to the waiter at the front of the queue, in order; ends the
+  // connection at a refusal, a goodbye or a malformed answer. mu_ held, reader only.
+  void HandOutAnswers();
+
+  const FileDescriptor fd_;
+  // One sender at a time, from queueing its waiter to the end of its send: the order of the
+  // queue is the order on the wire. Never held while waiting for an answer, so a sender blocked
+  // on a full socket does not keep the reader from taking the answers that free it.
+  std::mutex send_mu_;
+  mutable std::mutex mu_;
+  // Guarded by mu_.
+  std::deque<Waiter*> waiting_;  // in the order their requests were sent
+  bool reading_ = false;         // a waiter is reading (outside mu_)
+  bool ended_ = false;
+  // Bytes read and not yet handed out: touched only by the reader (reading_ hands it over).
+  std::string in_;
+};
+
+}  // namespace idem::sharing
+
+#endif  // IDEM_SHARING_PIPELINED_CONNECTION_H_
