@@ -815,6 +815,13 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         "1.5% in sync points. idem and raw RocksDB pay them alike, so the raw ratios do not "
         "move; SQLite and Redis do not. A RocksDB built with NDEBUG would not have them; the "
         "project uses Debian's package.")
+    add("- **kSync against raw RocksDB sync at 64 threads** (0.86x-0.91x in three interleaved "
+        "rounds of 3 s on 2026-12-02; at 1 thread 0.87x-0.99x in the same rounds, which is the "
+        "disk). With 64 writers sharing each fsync the run is no longer the disk's alone: over 5 s "
+        "both processes used 7.3-7.5 s of CPU (three quarters of the 2 cores), half of it in the "
+        "kernel (the fsyncs, and waking the write group's threads), and idem's own work per "
+        "lifecycle shows as it does without sync (above): 37 us of CPU a lifecycle against the "
+        "anchor's 32.5 us, and 10-14% fewer lifecycles.")
     add("- **kSync at 1 thread against SQLite FULL**, met or missed by the run: each RocksDB "
         "commit appends to its log, and on ext4 an fdatasync after an append also commits the "
         "file's new size and extents (2,000 times a 300-byte write and fdatasync on this disk: "
