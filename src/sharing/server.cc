@@ -27,6 +27,10 @@ using std::chrono::milliseconds;
 constexpr std::chrono::seconds kJobResultKept{60};
 // How many threads serve requests before any is found busy.
 constexpr std::size_t kInitialThreads = 2;
+// How many times in a row a thread serves requests that were already there when it finished
+// with a connection's last ones, before it hands the connection back to the epoll set (the
+// other connections are served by the other threads meanwhile).
+constexpr int kServedInARow = 8;
 
 // epoll keys: the three fixed descriptors, then connection ids.
 constexpr uint64_t kListenKey = 1;
@@ -385,11 +389,22 @@ void Server::Serve(uint64_t id, uint32_t events) {
   // which polls for it a moment instead of arming the connection and sleeping: the request
   // then costs no thread a wake-up on either side (the client spins for its answer too). Only
   // while no other connection is being served: then the cores have work and wake-ups are cheap.
+  // Otherwise requests that are there already (a client pipelining its threads' calls, which
+  // sent more while this thread ran the last ones) are served by this thread at once, up to
+  // kServedInARow times: arming the connection would wake another thread for them. Measured on
+  // 2 cores, client processes, three interleaved rounds of 3 s: 4 threads 54k-57k lifecycles/s
+  // against 51k-52k, 16 threads 50k-51k against 49k-50k, 64 threads 50k-52k against 48k-49k,
+  // p99 lower at each.
   const auto alone = [this] { return serving_.load(std::memory_order_relaxed) == 1; };
-  while (next == Phase::kIdle && connection->follows_quickly && alone()) {
-    const short ready =
-        SpinUntilReady(connection->fd.get(), POLLIN | POLLRDHUP, kSpinBudget, alone);
-    connection->follows_quickly = ready != 0;
+  for (int served = 0; next == Phase::kIdle; ++served) {
+    short ready = 0;
+    if (connection->follows_quickly && alone()) {
+      ready = SpinUntilReady(connection->fd.get(), POLLIN | POLLRDHUP, kSpinBudget, alone);
+      connection->follows_quickly = ready != 0;
+    } else if (served < kServedInARow) {
+      pollfd there{connection->fd.get(), POLLIN | POLLRDHUP, 0};
+      if (::poll(&there, 1, 0) > 0) ready = there.revents;
+    }
     if (ready == 0) break;
     uint32_t arrived = EPOLLIN;
     if ((ready & POLLRDHUP) != 0) arrived |= EPOLLRDHUP;
