@@ -327,6 +327,39 @@ TEST(Sharing, ThreadsOfAClientProcessRunEachKeyOnceAcrossTheOwnersDeath) {
   for (const auto& [key, count] : runs) EXPECT_EQ(count, 1) << key;
 }
 
+// Answers far larger than a socket's buffer, to many threads of a client process at once: on the
+// connections they share, the owner writes each answer as the client's reader takes it, and
+// every thread gets its whole result.
+TEST(Sharing, ResultsOfAMebibyteReachEveryThreadOfAClientProcess) {
+  TempDir dir;
+  Worker owner({"open", dir.StorePath(), "auto"});
+  ASSERT_EQ(owner.ReadLine(), "open");
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  std::vector<std::string> results;
+  for (int k = 0; k < 4; ++k) {
+    const std::string key = "large-" + std::to_string(k);
+    results.push_back(std::string(idem::Options().max_result_size, static_cast<char>('a' + k)));
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin(key));
+    ASSERT_OK(store->Complete(key, claim.token, results.back()));
+  }
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        const int k = (t + i) % 4;
+        auto record = store->Get("large-" + std::to_string(k));
+        if (!record.ok() || !record->has_value() || (*record)->result != results[k]) {
+          if (!record.ok()) ADD_FAILURE() << record.status().ToString();
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST(Sharing, ExclusiveRefusesASecondProcessNamingTheHolder) {
   TempDir dir;
   idem::Options options = TestOptions();
