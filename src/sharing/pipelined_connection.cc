@@ -9,12 +9,6 @@
 #include "sharing/protocol.h"
 
 namespace idem::sharing {
-namespace {
-
-// Answers are bounded by the owner's own limits; this only guards against a broken peer.
-constexpr std::size_t kMaxAnswer = std::size_t{1} << 30;
-
-}  // namespace
 
 bool PipelinedConnection::ended() const {
   std::lock_guard lock(mu_);
@@ -116,7 +110,7 @@ void PipelinedConnection::HandOutAnswers() {
   std::size_t used = 0;
   while (!ended_ && in_.size() - used >= kFrameHeaderSize) {
     const uint32_t size = FrameLength(in_.data() + used);
-    if (size > kMaxAnswer) {
+    if (size > kMaxResponseFrame) {
       End();
       break;
     }

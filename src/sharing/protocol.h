@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -48,6 +49,9 @@ namespace idem::sharing {
 // Version 9: a client may send requests on a connection before the answers to its earlier ones
 // (pipelining); the owner runs them one at a time in the order sent and answers in that order.
 inline constexpr uint8_t kProtocolVersion = 9;
+// The largest response frame a client reads. Answers are bounded by the owner's own limits; this
+// only guards against a broken peer.
+inline constexpr std::size_t kMaxResponseFrame = std::size_t{1} << 30;
 enum class Op : uint8_t {
   kBegin = 1,
   kTransition = 2,

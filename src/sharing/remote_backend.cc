@@ -13,8 +13,6 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-// Responses are bounded by the owner's own limits; this only guards against a broken peer.
-constexpr std::size_t kMaxResponse = std::size_t{1} << 30;
 // The longest a purge or backup poll asks the owner to wait for the job to end, and its share of
 // the request deadline: the answer must come back well within it.
 constexpr milliseconds kJobPollWait{1000};
@@ -168,7 +166,7 @@ Result<std::string> RemoteBackend::Exchange(int connection, std::string_view fra
   // Even when sending failed, the owner may have said why it closed the connection: read
   // what arrived, without waiting.
   Result<std::string> reply =
-      ReadFrame(connection, kMaxResponse, sent.ok() ? deadline : Clock::now());
+      ReadFrame(connection, kMaxResponseFrame, sent.ok() ? deadline : Clock::now());
   if (reply.ok()) return reply;
   if (sent.ok() && reply.status().code() == Status::Code::kTimedOut) return NoAnswerInTime();
   // Closed without a word: the owner is gone. Every pooled connection is as dead.

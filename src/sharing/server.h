@@ -2,11 +2,13 @@
 // LocalBackend.
 //
 // Connections cost a descriptor and a few bytes, not a thread: a few threads take turns waiting
-// on one epoll set ("leader/followers"); the thread that is woken reads the request, runs it,
-// writes the answer and goes back to waiting. Each connection is armed one-shot, so exactly one
-// thread works on it at a time. While a request runs, another thread waits on the set; when none
-// is left, the pool grows (up to ServerOptions::max_threads), so a slow request (a Scan page, a
-// purge poll) never keeps the others, new connections or timeouts waiting.
+// on one epoll set ("leader/followers"); the thread that is woken reads the requests that have
+// arrived, runs them in the order sent, writes their answers in that order and goes back to
+// waiting (a client may send several before the first answer: protocol version 9). Each
+// connection is armed one-shot, so exactly one thread works on it at a time. While a request runs,
+// another thread waits on the set; when none is left, the pool grows (up to
+// ServerOptions::max_threads), so a slow request (a Scan page, a purge poll) never keeps the
+// others, new connections or timeouts waiting.
 //
 // A connection from another user is refused. A frame over ServerOptions::max_frame is refused
 // too (kInvalidArgument naming its size and the limit), so that a client whose limits are larger

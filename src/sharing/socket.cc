@@ -275,8 +275,8 @@ Result<std::string> ReadFrame(int fd, std::size_t max_size,
     return Status::InvalidArgument(
         fmt::format("frame of {} bytes is over the limit of {}", size, max_size));
   }
-  // Each side sends one frame and waits for the answer: bytes past this frame mean a peer that
-  // does not follow the protocol.
+  // The caller sent one request on this connection and waits for its answer: bytes past this
+  // frame mean a peer that does not follow the protocol.
   if (got - kFrameHeaderSize > size) {
     return Status::InvalidArgument("the peer sent another frame before the answer to this one");
   }

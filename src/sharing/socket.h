@@ -62,8 +62,9 @@ uint32_t FrameLength(const char* header);
 Status SendFrame(int fd, std::string_view frame, std::chrono::steady_clock::time_point deadline);
 // Reads one frame of at most `max_size` bytes, whole, by `deadline`; reads what has arrived even
 // when the deadline has passed already. kUnavailable when the peer closed or the connection
-// failed; kInvalidArgument for an oversized frame, or for bytes past the frame (each side sends
-// one frame, then waits for the answer); kTimedOut when it did not arrive in time. An oversized
+// failed; kInvalidArgument for an oversized frame, or for bytes past the frame (a connection of
+// one caller carries one request at a time; a shared one reads its answers itself:
+// pipelined_connection.h); kTimedOut when it did not arrive in time. An oversized
 // frame is refused at its header, without waiting for its body. After any error the connection
 // is no longer at the start of a frame: its callers close it.
 Result<std::string> ReadFrame(int fd, std::size_t max_size,
