@@ -18,14 +18,14 @@ bool PipelinedConnection::ended() const {
 PipelinedConnection::Exchanged PipelinedConnection::Exchange(std::string_view frame,
                                                              Clock::time_point deadline,
                                                              std::string& answer) {
-  Waiter me;
+  const auto me = std::make_shared<Waiter>();
   {
     std::lock_guard send_lock(send_mu_);
     {
       std::lock_guard lock(mu_);
       if (ended_) return Exchanged::kEnded;
       if (waiting_.size() >= kMaxWaiting) return Exchanged::kFull;
-      waiting_.push_back(&me);
+      waiting_.push_back(me);
     }
     const Status sent = SendFrame(fd_.get(), frame, deadline);
     if (!sent.ok()) {
@@ -35,11 +35,12 @@ PipelinedConnection::Exchanged PipelinedConnection::Exchange(std::string_view fr
       return sent.code() == Status::Code::kTimedOut ? Exchanged::kTimedOut : Exchanged::kEnded;
     }
   }
+  Woken woken;
   std::unique_lock lock(mu_);
   Exchanged outcome = Exchanged::kEnded;
-  while (!me.answered && !ended_) {
+  while (!me->answered && !ended_) {
     if (reading_) {
-      if (me.turn.wait_until(lock, deadline) == std::cv_status::timeout && !me.answered &&
+      if (me->turn.wait_until(lock, deadline) == std::cv_status::timeout && !me->answered &&
           !ended_) {
         outcome = Exchanged::kTimedOut;
         End();
@@ -52,18 +53,27 @@ PipelinedConnection::Exchanged PipelinedConnection::Exchange(std::string_view fr
     lock.lock();
     reading_ = false;
     // What arrived before a close is handed out first: answers, or the owner's word on why.
-    if (!ended_) HandOutAnswers();
+    if (!ended_) HandOutAnswers(woken);
     if (read == Read::kClosed) {
       End();
-    } else if (read == Read::kNothingInTime && !me.answered && !ended_) {
+    } else if (read == Read::kNothingInTime && !me->answered && !ended_) {
       outcome = Exchanged::kTimedOut;
       End();
     }
+    if (!me->answered && !ended_ && !woken.empty()) {
+      // Others' answers came first: wake them now, not after this caller's own arrives.
+      lock.unlock();
+      for (const std::shared_ptr<Waiter>& waiter : woken) waiter->turn.notify_one();
+      woken.clear();
+      lock.lock();
+    }
   }
   // The reader leaves when its own answer came: the next waiter reads from now on.
-  if (!reading_ && !ended_ && !waiting_.empty()) waiting_.front()->turn.notify_one();
-  if (!me.answered) return outcome;
-  answer = std::move(me.answer);
+  if (!reading_ && !ended_ && !waiting_.empty()) woken.push_back(waiting_.front());
+  lock.unlock();
+  for (const std::shared_ptr<Waiter>& waiter : woken) waiter->turn.notify_one();
+  if (!me->answered) return outcome;
+  answer = std::move(me->answer);
   return Exchanged::kAnswered;
 }
 
@@ -73,7 +83,7 @@ void PipelinedConnection::End() {
   // Wakes a reader in poll and a sender waiting for room; the descriptor itself stays open (and
   // its number unused) until the last user lets the connection go.
   static_cast<void>(::shutdown(fd_.get(), SHUT_RDWR));
-  for (Waiter* waiter : waiting_) waiter->turn.notify_one();
+  for (const std::shared_ptr<Waiter>& waiter : waiting_) waiter->turn.notify_one();
   waiting_.clear();
 }
 
@@ -106,7 +116,7 @@ PipelinedConnection::Read PipelinedConnection::ReadArrived(Clock::time_point dea
   }
 }
 
-void PipelinedConnection::HandOutAnswers() {
+void PipelinedConnection::HandOutAnswers(Woken& woken) {
   std::size_t used = 0;
   while (!ended_ && in_.size() - used >= kFrameHeaderSize) {
     const uint32_t size = FrameLength(in_.data() + used);
@@ -126,11 +136,11 @@ void PipelinedConnection::HandOutAnswers() {
       End();
       break;
     }
-    Waiter* waiter = waiting_.front();
+    std::shared_ptr<Waiter> waiter = std::move(waiting_.front());
     waiting_.pop_front();
     waiter->answer.assign(payload);
     waiter->answered = true;
-    waiter->turn.notify_one();
+    woken.push_back(std::move(waiter));
   }
   if (ended_) {
     std::string().swap(in_);
