@@ -441,6 +441,108 @@ std::optional<Closing> ReadClosing(int fd) {
   return closing;
 }
 
+// Reads `count` answers from `fd` (however they arrive together), each response frame's status
+// and body.
+std::vector<std::pair<Status, std::string>> ReadAnswers(int fd, std::size_t count) {
+  std::vector<std::pair<Status, std::string>> answers;
+  std::string in;
+  while (answers.size() < count) {
+    pollfd ready{fd, POLLIN, 0};
+    char chunk[4096];
+    const ssize_t n = poll(&ready, 1, 15000) == 1 ? recv(fd, chunk, sizeof chunk, 0) : -1;
+    if (n <= 0) {
+      ADD_FAILURE() << "the owner sent " << answers.size() << " answers of " << count;
+      break;
+    }
+    in.append(chunk, static_cast<std::size_t>(n));
+    while (in.size() >= 4 && in.size() >= 4 + idem::sharing::FrameLength(in.data())) {
+      const uint32_t size = idem::sharing::FrameLength(in.data());
+      Status status;
+      idem::sharing::ResponseKind kind{};
+      const std::string payload = in.substr(4, size);
+      Result<std::string_view> body = idem::sharing::DecodeResponse(payload, status, kind);
+      answers.emplace_back(body.ok() ? status : body.status(),
+                           body.ok() ? std::string(*body) : std::string());
+      in.erase(0, 4 + size);
+    }
+  }
+  return answers;
+}
+
+// Buffered Begins and Completes that arrive together are run as one write group (the owner
+// writes them as one batch): each is answered as if run alone, in order, a call of a key an
+// earlier one wrote sees that write, and a read or a synced call between them sees the calls
+// before it.
+TEST(Sharing, BufferedCallsSentTogetherAreAnsweredAsIfRunOneByOne) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(owner, dir.StorePath());
+  const int fd = RawConnect(dir.StorePath());
+  ASSERT_GE(fd, 0);
+  uint64_t request_id = 0;
+  const auto begin = [&](std::string_view key, idem::Durability durability) {
+    return idem::sharing::EncodeFrame(
+        idem::sharing::EncodeRequest(idem::sharing::BeginMessage{{.key = key,
+                                                                  .lease = 30s,
+                                                                  .retention = 1h,
+                                                                  .request_id = ++request_id,
+                                                                  .durability = durability}}));
+  };
+  const auto complete = [](std::string_view key, uint64_t token) {
+    idem::sharing::TransitionMessage message;
+    message.call = {.key = key,
+                    .request = {.kind = idem::engine::TransitionKind::kComplete,
+                                .token = token,
+                                .payload = "done"},
+                    .durability = idem::Durability::kBuffered};
+    return idem::sharing::EncodeFrame(idem::sharing::EncodeRequest(message));
+  };
+  const auto get = [](std::string_view key) {
+    return idem::sharing::EncodeFrame(idem::sharing::EncodeRequest(idem::sharing::GetMessage{key}));
+  };
+  const auto outcome = [](const std::pair<Status, std::string>& answer) {
+    Result<idem::Claim> claim = idem::sharing::DecodeClaim(answer.second);
+    return answer.first.ok() && claim.ok() ? claim->outcome : Outcome::kFailed;
+  };
+  const auto send_all = [&](const std::string& bytes) {
+    ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  };
+  constexpr auto kBuffered = idem::Durability::kBuffered;
+
+  send_all(begin("a", kBuffered) + begin("b", kBuffered) + begin("a", kBuffered) + get("a") +
+           begin("c", idem::Durability::kSync) + begin("b", kBuffered));
+  auto answers = ReadAnswers(fd, 6);
+  ASSERT_EQ(answers.size(), 6u);
+  EXPECT_EQ(outcome(answers[0]), Outcome::kAcquired);
+  EXPECT_EQ(outcome(answers[1]), Outcome::kAcquired);
+  EXPECT_EQ(outcome(answers[2]), Outcome::kInProgress) << "a second Begin missed the first";
+  Result<std::optional<idem::Record>> a = idem::sharing::DecodeOptionalRecord(answers[3].second);
+  ASSERT_TRUE(a.ok() && a->has_value()) << "a Get after a Begin sent with it missed its claim";
+  EXPECT_EQ((*a)->state, idem::State::kPending);
+  EXPECT_EQ(outcome(answers[4]), Outcome::kAcquired);
+  EXPECT_EQ(outcome(answers[5]), Outcome::kInProgress);
+  const uint64_t token_a = idem::sharing::DecodeClaim(answers[0].second)->token;
+  const uint64_t token_b = idem::sharing::DecodeClaim(answers[1].second)->token;
+
+  send_all(complete("a", token_a) + complete("b", token_b) + begin("a", kBuffered) +
+           complete("b", token_b) + get("b"));
+  answers = ReadAnswers(fd, 5);
+  ASSERT_EQ(answers.size(), 5u);
+  EXPECT_OK(answers[0].first);
+  EXPECT_OK(answers[1].first);
+  EXPECT_EQ(outcome(answers[2]), Outcome::kReplay) << "a Begin missed the Complete before it";
+  EXPECT_OK(answers[3].first);  // a repeated Complete with the same result is answered OK
+  Result<std::optional<idem::Record>> b = idem::sharing::DecodeOptionalRecord(answers[4].second);
+  ASSERT_TRUE(b.ok() && b->has_value());
+  EXPECT_EQ((*b)->state, idem::State::kDone);
+  close(fd);
+
+  ASSERT_OK_AND_ASSIGN(auto stored, owner->Get("a"));
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->state, idem::State::kDone);
+  EXPECT_EQ(stored->result, "done");
+}
+
 TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
   TempDir dir;
   CapturedLog log;

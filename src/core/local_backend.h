@@ -49,6 +49,11 @@ class LocalBackend final : public Backend {
   Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) override;
   // Live when writable: this process owns the store, since this backend was made.
   Result<OwnerCounters> GetOwnerCounters() override;
+  // The storage's (storage.h). A call is counted when it is decided: one whose grouped write
+  // then fails is counted as if written.
+  void StartWriteGroup() override { storage_->StartWriteGroup(); }
+  std::size_t GroupedWrites() const override { return storage_->GroupedWrites(); }
+  std::vector<Status> FinishWriteGroup() override { return storage_->FinishWriteGroup(); }
   // Counts a call whose token was stale (lease_lost). Transition counts its own; this is for a
   // commit decided beside the backend: ExecuteInTransaction's on PostgreSQL.
   void CountLeaseLost() { counters_.Add<&Counters::lease_lost>(1); }

@@ -8,6 +8,7 @@
 #define IDEM_ENGINE_BACKEND_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -106,6 +107,15 @@ class Backend {
     static_cast<void>(records);
     return Status::Busy("records are imported only by the process that owns the store");
   }
+
+  // A write group (storage/storage.h): the calling thread's buffered Begins and Transitions
+  // without table writes, between StartWriteGroup and FinishWriteGroup, are written together,
+  // each keeping its key locked until then. A caller answers none of them before
+  // FinishWriteGroup, which says, for each call the group took (GroupedWrites counts them), in
+  // order, whether its write failed. The default: a backend that writes each call at once.
+  virtual void StartWriteGroup() {}
+  virtual std::size_t GroupedWrites() const { return 0; }
+  virtual std::vector<Status> FinishWriteGroup() { return {}; }
 
   // True once this backend can no longer reach the store (the owner it talked to is gone):
   // the caller must fail over to a new backend and resend.

@@ -31,8 +31,68 @@ constexpr std::size_t kMaxJobs = 16;
 // small requests a client pipelines, and any one request whole however large.
 constexpr std::size_t kReadAhead = 64 << 10;
 
+// Whether `request` may join a write group (engine/backend.h): a buffered Begin, or a buffered
+// Transition without table writes.
+bool JoinsWriteGroup(const Request& request) {
+  if (const auto* begin = std::get_if<BeginMessage>(&request)) {
+    return begin->call.durability == Durability::kBuffered;
+  }
+  if (const auto* transition = std::get_if<TransitionMessage>(&request)) {
+    return transition->call.durability == Durability::kBuffered && transition->writes.empty();
+  }
+  return false;
+}
+
+// The answers of one connection's requests run in a write group, kept until the group is
+// written: the answer of a call the group took holds only if its write succeeded, and is
+// replaced by the write's error otherwise. Appended to `out` in order when the group ends.
+class GroupedAnswers {
+ public:
+  GroupedAnswers(Backend& backend, std::string& out) : backend_(backend), out_(out) {}
+  GroupedAnswers(const GroupedAnswers&) = delete;
+  GroupedAnswers& operator=(const GroupedAnswers&) = delete;
+  ~GroupedAnswers() { End(); }
+
+  bool started() const { return started_; }
+  // Runs `handle` (which returns a request's response payload) in the group, started if needed.
+  template <typename Handle>
+  void Run(Handle handle) {
+    if (!started_) {
+      backend_.StartWriteGroup();
+      started_ = true;
+    }
+    const std::size_t before = backend_.GroupedWrites();
+    std::string answer = handle();
+    answers_.push_back({std::move(answer), backend_.GroupedWrites() > before});
+  }
+  // Writes what the group holds and appends its answers to `out`.
+  void End() {
+    if (!started_) return;
+    started_ = false;
+    const std::vector<Status> outcomes = backend_.FinishWriteGroup();
+    std::size_t next = 0;
+    for (Answer& answer : answers_) {
+      if (answer.grouped && next < outcomes.size() && !outcomes[next++].ok()) {
+        answer.payload = EncodeResponse(outcomes[next - 1]);
+      }
+      out_ += EncodeFrame(answer.payload);
+    }
+    answers_.clear();
+  }
+
+ private:
+  struct Answer {
+    std::string payload;
+    bool grouped;  // the call's write went into the group
+  };
+  Backend& backend_;
+  std::string& out_;
+  bool started_ = false;
+  std::vector<Answer> answers_;
+};
+
 // Whether `in` holds a whole frame (its header, then as many bytes as the header announces).
-bool HoldsWholeFrame(const std::string& in) {
+bool HoldsWholeFrame(std::string_view in) {
   return in.size() >= kFrameHeaderSize && in.size() >= kFrameHeaderSize + FrameLength(in.data());
 }
 
@@ -124,17 +184,22 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
 
   // Every request that has arrived whole, one at a time in the order sent, each answer after
   // the one before (a client that pipelines its requests matches answers by their order).
+  // Consecutive buffered Begins and Transitions are written as one batch (a write group): the
+  // owner's largest cost per request was its own RocksDB write (docs/design/speed.md).
   connection.out.clear();
   connection.out_done = 0;
+  GroupedAnswers grouped(backend_, connection.out);
   std::size_t used = 0;
   while (in.size() - used >= kFrameHeaderSize) {
     const uint32_t size = FrameLength(in.data() + used);
+    if (size > options_.max_frame) grouped.End();  // the answers before go first
     if (!FrameSizeAllowed(connection, size)) return std::nullopt;
     if (in.size() - used < kFrameHeaderSize + size) break;
     const std::string_view frame = std::string_view(in).substr(used + kFrameHeaderSize, size);
     used += kFrameHeaderSize + size;
     Result<Request> request = DecodeRequest(frame);
     if (!request.ok()) {
+      grouped.End();
       SendBeforeClosing(connection);
       TurnAway(connection, frame, request.status());
       return std::nullopt;
@@ -148,8 +213,17 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
       if (keeps_work) Handle(*request, connection.holder);
       continue;
     }
-    connection.out += EncodeFrame(Handle(*request, connection.holder));
+    // A group costs a lone request more than it saves: one starts only with a second request.
+    if (JoinsWriteGroup(*request) &&
+        (grouped.started() || HoldsWholeFrame(std::string_view(in).substr(used)))) {
+      grouped.Run([&] { return Handle(*request, connection.holder); });
+    } else {
+      // Anything else sees what the requests before it wrote.
+      grouped.End();
+      connection.out += EncodeFrame(Handle(*request, connection.holder));
+    }
   }
+  grouped.End();
   if (abandoned) return std::nullopt;
   if (used == in.size()) {
     ReleaseLarge(in);

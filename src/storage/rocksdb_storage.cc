@@ -93,7 +93,20 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
                               Durability durability, std::optional<uint64_t> absent_since) {
   const ScopedPerfCountersOff counters_off;
   const std::size_t stripe = StripeIndex(key);
-  std::lock_guard lock(stripes_[stripe]);
+  WriteGroup* group = ThreadWriteGroup();
+  const bool grouped = group != nullptr && durability == Durability::kBuffered && writes == nullptr;
+  if (group != nullptr &&
+      (!grouped || group->Holds(stripe) || group->held.size() >= kMostGroupedWrites)) {
+    WriteGroupHeld(*group);
+  }
+  std::unique_lock lock(stripes_[stripe], std::defer_lock);
+  if (grouped && !lock.try_lock()) {
+    // Never wait for a stripe while holding others.
+    WriteGroupHeld(*group);
+    lock.lock();
+  } else if (!grouped) {
+    lock.lock();
+  }
   // The table keys' locks come after the record's (the one lock order: see TableLocks).
   std::optional<TableLocks> table_locks;
   if (writes != nullptr) table_locks.emplace(*this, *writes);
@@ -110,11 +123,29 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
     IDEM_RETURN_IF_ERROR(ReadRecordInto(key, stored));
   }
   // Taken before `decide`, which may move from `stored`.
-  const bool had_record = stored.has_value();
-  const int64_t stored_expires = had_record ? ToMicros(stored->expires) : 0;
+  const std::optional<int64_t> stored_expires =
+      stored ? std::optional<int64_t>(ToMicros(stored->expires)) : std::nullopt;
   // The counter is above every token stored, so `above` needs no check.
   const Record* next = decide(stored, Now(), [this](uint64_t /*above*/) { return NextToken(); });
   if (next == nullptr) return Status::OK();
+  const int64_t expires = ToMicros(next->expires);
+  if (grouped) {
+    // Written with the group's others; the stripe stays locked until then.
+    WriteGroup::Held held{stripe, std::string(key), {}, expires};
+    EncodeRecordInto(*next, held.encoded);
+    group->batch->SetSavePoint();
+    const rocksdb::Status s =
+        AddRecordWrite(*group->batch, key, held.encoded, {}, stored_expires, expires);
+    if (!s.ok()) {
+      // Nothing of this record stays in the group's batch.
+      static_cast<void>(group->batch->RollbackToSavePoint());
+      return FromRocksDb(s, fmt::format("writing record {}", EscapeKey(key)));
+    }
+    static_cast<void>(group->batch->PopSavePoint());
+    group->held.push_back(std::move(held));
+    lock.release();
+    return Status::OK();
+  }
   // The writes' versions are checked, and their tables made, once the record is to be written.
   std::vector<TableWrite> table_writes;
   if (writes != nullptr) {
@@ -127,23 +158,9 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   last.key.clear();
   EncodeRecordInto(*next, last.value);
   thread_local rocksdb::WriteBatch batch;
-  thread_local std::string index_key;
   batch.Clear();
-  rocksdb::Status s = batch.Put(records_, AsSlice(key), last.value);
-  for (const TableWrite& write : table_writes) {
-    if (s.ok()) s = batch.Put(write.family, AsSlice(write.key), write.encoded);
-  }
-  const int64_t expires = ToMicros(next->expires);
-  if (!had_record || stored_expires != expires) {
-    if (had_record && s.ok()) {
-      ExpiryIndexKeyInto(stored_expires, key, index_key);
-      s = batch.Delete(by_expiry_, index_key);
-    }
-    if (s.ok()) {
-      ExpiryIndexKeyInto(expires, key, index_key);
-      s = batch.Put(by_expiry_, index_key, rocksdb::Slice());
-    }
-  }
+  const rocksdb::Status s =
+      AddRecordWrite(batch, key, last.value, table_writes, stored_expires, expires);
   Status written = s.ok() ? Write(durability, &batch, "writing record", key)
                           : FromRocksDb(s, fmt::format("writing record {}", EscapeKey(key)));
   written_at_[stripe] = WriteVersion();
@@ -157,6 +174,89 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   // A large batch is not kept for the thread's next write either.
   if (batch.GetDataSize() > kReadBufferKeepBytes) batch = rocksdb::WriteBatch();
   return written;
+}
+
+rocksdb::Status RocksDbStorage::AddRecordWrite(rocksdb::WriteBatch& batch, std::string_view key,
+                                               const std::string& encoded,
+                                               const std::vector<TableWrite>& table_writes,
+                                               std::optional<int64_t> stored_expires,
+                                               int64_t expires) {
+  thread_local std::string index_key;
+  rocksdb::Status s = batch.Put(records_, AsSlice(key), encoded);
+  for (const TableWrite& write : table_writes) {
+    if (s.ok()) s = batch.Put(write.family, AsSlice(write.key), write.encoded);
+  }
+  if (stored_expires != expires) {
+    if (stored_expires && s.ok()) {
+      ExpiryIndexKeyInto(*stored_expires, key, index_key);
+      s = batch.Delete(by_expiry_, index_key);
+    }
+    if (s.ok()) {
+      ExpiryIndexKeyInto(expires, key, index_key);
+      s = batch.Put(by_expiry_, index_key, rocksdb::Slice());
+    }
+  }
+  return s;
+}
+
+RocksDbStorage::WriteGroup& RocksDbStorage::ThreadGroupSlot() {
+  thread_local WriteGroup group;
+  return group;
+}
+
+bool RocksDbStorage::WriteGroup::Holds(std::size_t stripe) const {
+  return std::ranges::any_of(held, [stripe](const Held& write) { return write.stripe == stripe; });
+}
+
+RocksDbStorage::WriteGroup* RocksDbStorage::ThreadWriteGroup() const {
+  WriteGroup& group = ThreadGroupSlot();
+  return group.storage == this ? &group : nullptr;
+}
+
+void RocksDbStorage::StartWriteGroup() {
+  WriteGroup& group = ThreadGroupSlot();
+  // One group at a time: an unfinished one is written first.
+  if (group.storage != nullptr) {
+    static_cast<void>(group.storage->FinishWriteGroup());
+  }
+  group.storage = this;
+  if (!group.batch) group.batch = std::make_unique<rocksdb::WriteBatch>();
+}
+
+std::size_t RocksDbStorage::GroupedWrites() const {
+  const WriteGroup* group = ThreadWriteGroup();
+  return group == nullptr ? 0 : group->outcomes.size() + group->held.size();
+}
+
+std::vector<Status> RocksDbStorage::FinishWriteGroup() {
+  WriteGroup* group = ThreadWriteGroup();
+  if (group == nullptr) return {};
+  WriteGroupHeld(*group);
+  group->storage = nullptr;
+  // A large batch is not kept for the thread's next group.
+  if (group->batch->GetDataSize() > kReadBufferKeepBytes) group->batch.reset();
+  return std::exchange(group->outcomes, {});
+}
+
+void RocksDbStorage::WriteGroupHeld(WriteGroup& group) {
+  if (group.held.empty()) return;
+  const Status written = Write(Durability::kBuffered, group.batch.get(), "writing records", {});
+  const uint64_t version = WriteVersion();
+  for (WriteGroup::Held& held : group.held) {
+    written_at_[held.stripe] = version;
+    LastWrite& last = last_writes_[held.stripe];
+    if (written.ok() && held.encoded.size() <= kLastWriteMaxBytes) {
+      last.key = std::move(held.key);
+      last.value = std::move(held.encoded);
+      last.expires = held.expires;
+    } else {
+      last.key.clear();
+    }
+    stripes_[held.stripe].unlock();
+    group.outcomes.push_back(written);
+  }
+  group.held.clear();
+  group.batch->Clear();
 }
 
 RocksDbStorage::TimePoint RocksDbStorage::Now() const {
@@ -200,6 +300,7 @@ Status RocksDbStorage::ReadRecordInto(std::string_view key, std::optional<Record
 
 Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability) {
   const ScopedPerfCountersOff counters_off;
+  if (WriteGroup* group = ThreadWriteGroup()) WriteGroupHeld(*group);
   const std::size_t stripe = StripeIndex(key);
   std::lock_guard lock(stripes_[stripe]);
   last_writes_[stripe].Forget(key);
@@ -377,8 +478,10 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
     const std::vector<std::pair<int64_t, std::string>>& entries, int64_t now_micros,
     int64_t verify_up_to, uint64_t seen_at) {
   if (entries.empty()) return uint64_t{0};
-  // Lock the stripes of the whole batch in index order: Update holds one stripe at a time, so
-  // this cannot deadlock, and no Update can re-create a key between our read and our delete.
+  if (WriteGroup* group = ThreadWriteGroup()) WriteGroupHeld(*group);
+  // Lock the stripes of the whole batch in index order: Update waits for one stripe at a time
+  // holding no other (a write group takes more only by try_lock), so this cannot deadlock, and
+  // no Update can re-create a key between our read and our delete.
   std::vector<std::size_t> stripes;
   stripes.reserve(entries.size());
   for (const auto& entry : entries) stripes.push_back(StripeIndex(entry.second));

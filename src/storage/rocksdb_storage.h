@@ -119,6 +119,12 @@ class RocksDbStorage final : public Storage {
   Status Checkpoint(const std::string& destination) override;
   Status ReserveTokensAbove(uint64_t token) override;
   Status Sync() override;
+  // Write groups hold their keys' stripes; a group takes a stripe only by try_lock and writes
+  // what it holds before waiting for one, so it never waits while holding a stripe (no cycle
+  // with Update, Remove or a purge's DeleteDue).
+  void StartWriteGroup() override;
+  std::size_t GroupedWrites() const override;
+  std::vector<Status> FinishWriteGroup() override;
 
   // Writes the memtables to table files and waits (tests use it to get SST files to damage).
   Status Flush();
@@ -192,6 +198,37 @@ class RocksDbStorage final : public Storage {
   // version; otherwise the writes to batch (one per key, the last value given, the version one
   // above the stored one), their tables made first where new.
   Result<std::vector<TableWrite>> PrepareTableWrites(const WriteSet& writes);
+  // Adds to `batch` the record `encoded` under `key`, `table_writes`, and the expiry index's
+  // change (the entry of `stored_expires` deleted when there was a record and its expiry
+  // changes, and one for `expires` put).
+  rocksdb::Status AddRecordWrite(rocksdb::WriteBatch& batch, std::string_view key,
+                                 const std::string& encoded,
+                                 const std::vector<TableWrite>& table_writes,
+                                 std::optional<int64_t> stored_expires, int64_t expires);
+  // A write group's state (StartWriteGroup): one per thread, naming the storage it belongs to.
+  struct WriteGroup {
+    struct Held {
+      std::size_t stripe;
+      std::string key;
+      std::string encoded;
+      int64_t expires;
+    };
+    RocksDbStorage* storage = nullptr;
+    std::unique_ptr<rocksdb::WriteBatch> batch;
+    std::vector<Held> held;        // not yet written, each holding its stripe
+    std::vector<Status> outcomes;  // of the Updates written so far, in order
+    bool Holds(std::size_t stripe) const;
+  };
+  // The calling thread's group, on whichever storage (storage null: none).
+  static WriteGroup& ThreadGroupSlot();
+  // The calling thread's group on this storage; null when it has none.
+  WriteGroup* ThreadWriteGroup() const;
+  // Writes what `group` holds as one batch, notes the outcome for each, and lets their stripes
+  // go.
+  void WriteGroupHeld(WriteGroup& group);
+  // A group writes what it holds once it holds this many (ThreadSanitizer tracks 64 locks a
+  // thread).
+  static constexpr std::size_t kMostGroupedWrites = 32;
   // The column family of `table`; null when it does not exist and `create` is false. Making one
   // raises the store's format version first (kTablesFormatVersion).
   Result<rocksdb::ColumnFamilyHandle*> TableFamily(std::string_view table, bool create);

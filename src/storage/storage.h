@@ -7,6 +7,7 @@
 #define IDEM_STORAGE_STORAGE_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -180,6 +181,22 @@ class Storage {
   virtual Status Sync() {
     return Status::InvalidArgument("this storage cannot sync buffered writes on demand");
   }
+
+  // A write group: the calling thread's buffered Updates, between StartWriteGroup and
+  // FinishWriteGroup, written together as one batch instead of one write each (the owner runs a
+  // client's requests that arrived together this way: sharing/server_requests.cc). Each is
+  // decided under its key's lock as alone, and keeps the lock until the group is written, so
+  // nothing else sees or changes the key meanwhile; a caller answers none of them before
+  // FinishWriteGroup. An Update with table writes or another durability, a second one of a key
+  // (or of a key sharing its lock) and a key whose lock another thread holds first write what
+  // the group holds, as does a group grown to its limit. Reads see only what was written.
+  // The default: a storage that writes each Update at once (GroupedWrites stays 0).
+  virtual void StartWriteGroup() {}
+  // How many Updates the calling thread's group has taken so far (written or not).
+  virtual std::size_t GroupedWrites() const { return 0; }
+  // Writes what the group holds, ends it, and says, for each Update it took in order, whether
+  // its write failed (that Update's error; OK when written).
+  virtual std::vector<Status> FinishWriteGroup() { return {}; }
 
  private:
   static Status NoTables() {
