@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "response_frames.h"
 #include "sharing/log_limiter.h"
 #include "sharing/remote_backend.h"
 #include "test_util.h"
@@ -210,31 +211,14 @@ TEST_F(ServerTest, AConnectionOverTheCapIsRefusedWithAStatusNotTakenForALostOwne
   }
 }
 
-// Reads `count` response frames from `fd` (however they arrive together) and returns the key of
-// the record each Get answer carries.
+// Reads `count` answers to Gets from `fd` (however they arrive together) and returns the key of
+// the record each carries.
 std::vector<std::string> ReadGetAnswers(int fd, std::size_t count) {
   std::vector<std::string> keys;
-  std::string in;
-  const auto give_up = std::chrono::steady_clock::now() + 30s;
-  while (keys.size() < count && std::chrono::steady_clock::now() < give_up) {
-    char chunk[4096];
-    const ssize_t n = recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
-    if (n <= 0) {
-      std::this_thread::sleep_for(1ms);  // polling a socket, not synchronising
-      continue;
-    }
-    in.append(chunk, static_cast<std::size_t>(n));
-    while (in.size() >= 4 && in.size() >= 4 + idem::sharing::FrameLength(in.data())) {
-      const uint32_t size = idem::sharing::FrameLength(in.data());
-      Status status;
-      idem::sharing::ResponseKind kind{};
-      const std::string payload = in.substr(4, size);
-      auto body = idem::sharing::DecodeResponse(payload, status, kind);
-      auto record = body.ok() ? idem::sharing::DecodeOptionalRecord(*body)
-                              : Result<std::optional<idem::Record>>(body.status());
-      keys.push_back(record.ok() && record->has_value() ? (*record)->key : "(not a record)");
-      in.erase(0, 4 + size);
-    }
+  for (const auto& [status, body] : idem_test::ReadAnswers(fd, count)) {
+    auto record = status.ok() ? idem::sharing::DecodeOptionalRecord(body)
+                              : Result<std::optional<idem::Record>>(status);
+    keys.push_back(record.ok() && record->has_value() ? (*record)->key : "(not a record)");
   }
   return keys;
 }

@@ -26,6 +26,7 @@
 #include <set>
 #include <sstream>
 
+#include "response_frames.h"
 #include "sharing/protocol.h"
 #include "sharing/socket.h"
 #include "test_util.h"
@@ -441,34 +442,6 @@ std::optional<Closing> ReadClosing(int fd) {
   return closing;
 }
 
-// Reads `count` answers from `fd` (however they arrive together), each response frame's status
-// and body.
-std::vector<std::pair<Status, std::string>> ReadAnswers(int fd, std::size_t count) {
-  std::vector<std::pair<Status, std::string>> answers;
-  std::string in;
-  while (answers.size() < count) {
-    pollfd ready{fd, POLLIN, 0};
-    char chunk[4096];
-    const ssize_t n = poll(&ready, 1, 15000) == 1 ? recv(fd, chunk, sizeof chunk, 0) : -1;
-    if (n <= 0) {
-      ADD_FAILURE() << "the owner sent " << answers.size() << " answers of " << count;
-      break;
-    }
-    in.append(chunk, static_cast<std::size_t>(n));
-    while (in.size() >= 4 && in.size() >= 4 + idem::sharing::FrameLength(in.data())) {
-      const uint32_t size = idem::sharing::FrameLength(in.data());
-      Status status;
-      idem::sharing::ResponseKind kind{};
-      const std::string payload = in.substr(4, size);
-      Result<std::string_view> body = idem::sharing::DecodeResponse(payload, status, kind);
-      answers.emplace_back(body.ok() ? status : body.status(),
-                           body.ok() ? std::string(*body) : std::string());
-      in.erase(0, 4 + size);
-    }
-  }
-  return answers;
-}
-
 // Buffered Begins and Completes that arrive together are run as one write group (the owner
 // writes them as one batch): each is answered as if run alone, in order, a call of a key an
 // earlier one wrote sees that write, and a read or a synced call between them sees the calls
@@ -511,7 +484,7 @@ TEST(Sharing, BufferedCallsSentTogetherAreAnsweredAsIfRunOneByOne) {
 
   send_all(begin("a", kBuffered) + begin("b", kBuffered) + begin("a", kBuffered) + get("a") +
            begin("c", idem::Durability::kSync) + begin("b", kBuffered));
-  auto answers = ReadAnswers(fd, 6);
+  auto answers = idem_test::ReadAnswers(fd, 6);
   ASSERT_EQ(answers.size(), 6u);
   EXPECT_EQ(outcome(answers[0]), Outcome::kAcquired);
   EXPECT_EQ(outcome(answers[1]), Outcome::kAcquired);
@@ -526,7 +499,7 @@ TEST(Sharing, BufferedCallsSentTogetherAreAnsweredAsIfRunOneByOne) {
 
   send_all(complete("a", token_a) + complete("b", token_b) + begin("a", kBuffered) +
            complete("b", token_b) + get("b"));
-  answers = ReadAnswers(fd, 5);
+  answers = idem_test::ReadAnswers(fd, 5);
   ASSERT_EQ(answers.size(), 5u);
   EXPECT_OK(answers[0].first);
   EXPECT_OK(answers[1].first);
