@@ -233,8 +233,8 @@ std::vector<Status> RocksDbStorage::FinishWriteGroup() {
   if (group == nullptr) return {};
   WriteGroupHeld(*group);
   group->storage = nullptr;
-  // A large batch is not kept for the thread's next group.
-  if (group->batch->GetDataSize() > kReadBufferKeepBytes) group->batch.reset();
+  // A batch grown large is not kept for the thread's next group (Clear keeps its buffer).
+  if (group->batch->Data().capacity() > kGroupBatchKeepBytes) group->batch.reset();
   return std::exchange(group->outcomes, {});
 }
 
