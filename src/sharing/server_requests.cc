@@ -72,8 +72,9 @@ class GroupedAnswers {
     const std::vector<Status> outcomes = backend_.FinishWriteGroup();
     std::size_t next = 0;
     for (Answer& answer : answers_) {
-      if (answer.grouped && next < outcomes.size() && !outcomes[next++].ok()) {
-        answer.payload = EncodeResponse(outcomes[next - 1]);
+      if (answer.grouped && next < outcomes.size()) {
+        const Status& written = outcomes[next++];
+        if (!written.ok()) answer.payload = EncodeResponse(written);
       }
       out_ += EncodeFrame(answer.payload);
     }

@@ -100,11 +100,11 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
     WriteGroupHeld(*group);
   }
   std::unique_lock lock(stripes_[stripe], std::defer_lock);
-  if (grouped && !lock.try_lock()) {
+  if (!grouped) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
     // Never wait for a stripe while holding others.
     WriteGroupHeld(*group);
-    lock.lock();
-  } else if (!grouped) {
     lock.lock();
   }
   // The table keys' locks come after the record's (the one lock order: see TableLocks).
