@@ -103,6 +103,28 @@ TEST(Concurrency, EachKeyIsAcquiredExactlyOnce) {
   }
 }
 
+// The counters are kept in shards, a thread adding to its own: with more threads than shards,
+// some share one, and every call is still counted once.
+TEST(Concurrency, CountersCountEveryCallOfManyThreads) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(store, dir.StorePath(), TestOptions());
+  ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("done", {}));
+  ASSERT_OK(store->Complete("done", claim.token, "result"));
+  const int kThreads = 40;
+  const int kReplays = Scaled(500, 100);
+  std::atomic<int> wrong{0};
+  RunThreads(kThreads, [&](int) {
+    for (int n = 0; n < kReplays; ++n) {
+      auto replay = store->Begin("done", {});
+      if (!replay.ok() || replay->outcome != Outcome::kReplay) wrong.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+  ASSERT_OK_AND_ASSIGN(const idem::Counters counters, store->GetCounters());
+  EXPECT_EQ(counters.claims, 1u);
+  EXPECT_EQ(counters.replays, static_cast<uint64_t>(kThreads) * kReplays);
+}
+
 TEST(Concurrency, ExecuteRunsEachKeyOnce) {
   TempDir dir;
   IDEM_ASSERT_OPEN(store, dir.StorePath(), TestOptions());

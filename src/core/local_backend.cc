@@ -74,10 +74,19 @@ void LocalBackend::AtomicCounters::Count(const Claim& claim) {
   }
 }
 
+LocalBackend::AtomicCounters::Shard& LocalBackend::AtomicCounters::ThreadShard() {
+  static std::atomic<std::size_t> threads_seen{0};
+  thread_local const std::size_t shard =
+      threads_seen.fetch_add(1, std::memory_order_relaxed) % kShards;
+  return shards_[shard];
+}
+
 Counters LocalBackend::AtomicCounters::Snapshot() const {
   Counters counters;
   for (std::size_t i = 0; i < kCounterCount; ++i) {
-    counters.*kCounters[i].field = values_[i].load(std::memory_order_relaxed);
+    uint64_t total = 0;
+    for (const Shard& shard : shards_) total += shard.values[i].load(std::memory_order_relaxed);
+    counters.*kCounters[i].field = total;
   }
   return counters;
 }
