@@ -102,9 +102,10 @@ inline std::vector<Seed> MakeSeeds() {
   for (std::size_t i = 0; i < records.size(); ++i) {
     add("record_decoder", record_names[i], WithKey(records[i]));
   }
-  // Values of the older versions still read: 2, and 1 (idem 0.1).
+  // Values of the older versions still read: 3, 2, and 1 (idem 0.1).
   for (const uint8_t version :
-       {idem::storage::kRecordFormatVersion2, idem::storage::kRecordFormatVersion1}) {
+       {idem::storage::kRecordFormatVersion3, idem::storage::kRecordFormatVersion2,
+        idem::storage::kRecordFormatVersion1}) {
     std::string older(1, static_cast<char>(records[0].key.size()));
     older += records[0].key;
     older += idem::storage::EncodeRecordAtOlderVersion(records[0], version);

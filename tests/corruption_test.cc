@@ -95,11 +95,12 @@ TEST(Corruption, AnUnknownRecordVersionIsNotMisread) {
   EXPECT_EQ(got.status().code(), Status::Code::kCorruption) << got.status().ToString();
 }
 
-// A record written by an older release (format version 2, or 1 by idem 0.1) reads back whole,
-// its claim completes, and the record it becomes is stored in the current format.
+// A record written by an older release (format version 3 or 2, or 1 by idem 0.1) reads back
+// whole, its claim completes, and the record it becomes is stored in the current format.
 TEST(Corruption, ARecordOfAnOlderFormatIsReadAndRewrittenInTheCurrentOne) {
   for (const uint8_t older :
-       {idem::storage::kRecordFormatVersion2, idem::storage::kRecordFormatVersion1}) {
+       {idem::storage::kRecordFormatVersion3, idem::storage::kRecordFormatVersion2,
+        idem::storage::kRecordFormatVersion1}) {
     TempDir dir;
     idem::Record claimed;
     {
@@ -125,6 +126,8 @@ TEST(Corruption, ARecordOfAnOlderFormatIsReadAndRewrittenInTheCurrentOne) {
     ASSERT_TRUE(done.has_value());
     EXPECT_EQ(done->state, idem::State::kDone);
     EXPECT_EQ(done->result, "done after the upgrade");
+    EXPECT_EQ(done->token, claimed.token);
+    EXPECT_EQ(done->holder, idem::Holder{});  // a done record keeps no holder
   }
 }
 

@@ -413,6 +413,23 @@ TEST(Engine, TransitionsNeedTheCurrentTokenOnAPendingRecord) {
   }
 }
 
+// The holder serves a pending claim only: a record that leaves pending keeps none but whether
+// its attempt took over another; a claim that stays pending keeps its holder.
+TEST(Engine, ARecordThatLeavesPendingKeepsNoHolder) {
+  const Holder holder = {
+      .pid = 7, .process_start = 8, .pid_scope = 9, .request_id = 10, .took_over = true};
+  for (Call call : kCalls) {
+    SCOPED_TRACE("call " + std::to_string(static_cast<int>(call)));
+    auto stored = Stored(Situation::kPendingLive, "");
+    stored->holder = holder;
+    const TransitionDecision d =
+        DecideTransition(stored, MakeTransition(call, kStoredToken, "payload"), kNow);
+    ASSERT_TRUE(d.write);
+    const bool ends = call != Call::kExtend && call != Call::kCheckpoint;
+    EXPECT_EQ(d.write->holder, ends ? Holder{.took_over = true} : holder);
+  }
+}
+
 TEST(Engine, RepeatingTheFinalCallWithTheSameTokenAndPayloadIsOk) {
   auto done = Stored(Situation::kDone, "");
   auto same =

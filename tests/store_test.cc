@@ -73,6 +73,34 @@ TEST_P(Store, GetReturnsTheHolderBeginStored) {
   EXPECT_EQ(*got, claim.record);
 }
 
+// The holder serves a pending claim only: once done or failed, a record keeps none (only whether
+// its attempt took over), on every backend, and a later attempt of a retryable failure records
+// its own.
+TEST_P(Store, ARecordThatLeavesPendingKeepsNoHolder) {
+  ClockedStore s(GetParam());
+  ASSERT_NE(s.store, nullptr);
+  for (const bool complete : {true, false}) {
+    const std::string key = complete ? "done" : "failed";
+    ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin(key));
+    ASSERT_NE(claim.record.holder.request_id, 0u);
+    if (complete) {
+      ASSERT_OK(s.store->Complete(key, claim.token, "receipt"));
+    } else {
+      ASSERT_OK(s.store->Fail(key, claim.token, "declined", idem::Failure::kRetryable));
+    }
+    ASSERT_OK_AND_ASSIGN(auto got, s.store->Get(key));
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->holder, idem::Holder{}) << key;
+    EXPECT_EQ(got->token, claim.token);
+  }
+  ASSERT_OK_AND_ASSIGN(auto again, s.store->Begin("failed"));
+  ASSERT_EQ(again.outcome, Outcome::kAcquired);
+  EXPECT_EQ(again.record.holder.pid, static_cast<uint32_t>(::getpid()));
+  ASSERT_OK_AND_ASSIGN(auto got, s.store->Get("failed"));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->holder, again.record.holder);
+}
+
 TEST_P(Store, UsesDefaultLeaseAndRetention) {
   idem::Options options = TestOptions();
   options.default_lease = 7s;

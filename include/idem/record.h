@@ -20,6 +20,7 @@ enum class State : uint8_t { kPending = 0, kDone = 1, kFailed = 2 };
 // after a lost reply gets its own claim back instead of kInProgress.
 //
 // Part of the API, to read: it tells an operator or a tool which process holds a pending claim.
+// Kept only while the record is pending: a Complete or Fail leaves all of it 0 but `took_over`.
 // The pid and start time mean something only on the host, and in the PID and time namespaces,
 // that `pid_scope` names. Set by idem; a value a caller puts in a Record changes nothing stored.
 struct Holder {
@@ -59,7 +60,7 @@ struct Record {
   // again (true), or Failure::kTerminal, final (false). The C API reads it as
   // idem_record_retryable. False in other states.
   bool retryable = false;
-  // The holder of the latest attempt.
+  // The holder of the pending attempt (all 0 but took_over once done or failed).
   Holder holder;
   // Times are stored with microsecond precision. `expires` is the end of retention.
   TimePoint created, updated, lease_deadline, expires;

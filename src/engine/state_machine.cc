@@ -46,6 +46,12 @@ void Acquire(Record next, const BeginRequest& request, TimePoint now, Claim& cla
   claim.record = std::move(next);
 }
 
+// A record that leaves pending keeps no holder: the holder serves a pending claim only (judging
+// whether its process died, giving a resent Begin its own claim back), and a done record is
+// most of what a store holds, so its 20-odd bytes are paid on every read, flush and compaction.
+// Whether the attempt took over another stays: it is one flag bit.
+void ForgetHolder(Record& record) { record.holder = Holder{.took_over = record.holder.took_over}; }
+
 }  // namespace
 
 Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token) {
@@ -199,11 +205,13 @@ void ApplyTransition(Record& record, const TransitionRequest& request, TimePoint
     case TransitionKind::kComplete:
       record.state = State::kDone;
       record.result = std::string(request.payload);
+      ForgetHolder(record);
       break;
     case TransitionKind::kFail:
       record.state = State::kFailed;
       record.result = std::string(request.payload);
       record.retryable = request.failure == Failure::kRetryable;
+      ForgetHolder(record);
       break;
     case TransitionKind::kExtend:
       record.lease_deadline = now + request.lease;

@@ -265,6 +265,10 @@ Result<bool> PgStorage::CompleteIn(PgOpenTransaction& transaction, std::string_v
   return committed.status();
 }
 
+// A record that leaves pending keeps no holder but whether it took over (engine::ApplyTransition).
+constexpr char kForgetHolder[] =
+    "holder_pid = 0, holder_start = 0, holder_scope = 0, holder_request = 0";
+
 PgStatement PgStorage::TransitionStatement(std::string_view key,
                                            const engine::TransitionRequest& request,
                                            Durability durability, bool fail_unless_applied) const {
@@ -274,12 +278,13 @@ PgStatement PgStorage::TransitionStatement(std::string_view key,
   std::string patch;
   switch (request.kind) {
     case engine::TransitionKind::kComplete:
-      patch = fmt::format("state = {}, result = $5", static_cast<int>(State::kDone));
+      patch =
+          fmt::format("state = {}, result = $5, {}", static_cast<int>(State::kDone), kForgetHolder);
       params.push_back(PgParam::Bytea(request.payload));
       break;
     case engine::TransitionKind::kFail:
-      patch =
-          fmt::format("state = {}, result = $5, retryable = $6", static_cast<int>(State::kFailed));
+      patch = fmt::format("state = {}, result = $5, retryable = $6, {}",
+                          static_cast<int>(State::kFailed), kForgetHolder);
       params.push_back(PgParam::Bytea(request.payload));
       params.push_back(PgParam::Bool(request.failure == Failure::kRetryable));
       break;

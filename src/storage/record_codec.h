@@ -30,24 +30,30 @@ using util::StoreFixed64;
 using util::ToMicros;
 using util::TruncateToMicros;
 
-// Never change these values: they are persisted. Version 3 (the one written) keeps the fixed
-// fields first and the times as differences between them; version 2 wrote a fixed header of 75
-// bytes, version 1 (idem 0.1) the same without the holder's pid scope. Both are still read.
-inline constexpr uint8_t kRecordFormatVersion = 3;
+// Never change these values: they are persisted. Version 4 (the one written) stores only what a
+// record has: the holder while it is set (a pending claim's; a done or failed record keeps none)
+// and the text fields that are not empty, each marked by a flag. Version 3 stored every field,
+// the fixed ones first and the times as differences between them; version 2 wrote a fixed
+// header of 75 bytes, version 1 (idem 0.1) the same without the holder's pid scope. All are
+// still read.
+inline constexpr uint8_t kRecordFormatVersion = 4;
+inline constexpr uint8_t kRecordFormatVersion3 = 3;
 inline constexpr uint8_t kRecordFormatVersion2 = 2;
 inline constexpr uint8_t kRecordFormatVersion1 = 1;
 // The retention expiry sits at a fixed offset, the same in every version, so the compaction
 // filter reads it without decoding the whole record.
 inline constexpr std::size_t kExpiresOffset = 1;
-// The fixed part of a version 3 value (its varints follow), and the headers of versions 2 and 1.
-inline constexpr std::size_t kFixedHeaderSize = 35;
+// The fixed part of a version 4 value (its varints follow), of a version 3 value, and the
+// headers of versions 2 and 1.
+inline constexpr std::size_t kFixedHeaderSize = 19;
+inline constexpr std::size_t kFixedHeaderSizeV3 = 35;
 inline constexpr std::size_t kFixedHeaderSizeV2 = 75;
 inline constexpr std::size_t kFixedHeaderSizeV1 = 67;
 
 std::string EncodeRecord(const Record& record);
 // The same into `out`, replacing what it held and reusing its buffer.
 void EncodeRecordInto(const Record& record, std::string& out);
-// `record` in the layout of an older version, 1 if `version` is 1, else 2, as older releases
+// `record` in the layout of an older version (1, 2 or 3; any other value: 3), as older releases
 // wrote it: for the tests and fuzz seeds of the reader. The store never writes it.
 std::string EncodeRecordAtOlderVersion(const Record& record, uint8_t version);
 
