@@ -753,8 +753,9 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         "does not vary between runs; times by this benchmark), while working on the speed issue "
         "(16):")
     add("")
-    add("- **Replay against a raw Get.** Met at the default 20,000 keys since record format 4 "
-        "(2026-12-03), by where the records lie more than by what a replay does. Until then an "
+    add("- **Replay against a raw Get.** At the target's edge since record format 4 "
+        "(2026-12-03: 0.77x-0.79x in the first full run with it, 0.80x-0.84x in interleaved "
+        "rounds), by where the records lie more than by what a replay does. Until then an "
         "idem record was larger than the anchor's value (a header of times, token, lease and "
         "holder: 55 bytes in record format 3, 75 in format 2, and the lengths of empty fields; "
         "the pending claim and the done record both stay in the memtable until it is flushed), "
@@ -772,7 +773,8 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         "with 200,000 keys (table files on both sides) 0.64x-0.68x at 1 thread and 0.65x-0.66x "
         "at 4, with format 3 or 4 alike (the 26 bytes did not change how often a read misses "
         "the block cache there). A replay from a memtable costs about 16k instructions against "
-        "the raw Get's 12k (callgrind, 8,000 keys): decoding the record, the answer's own "
+        "the raw Get's 12k (callgrind, 8,000 keys; 16.3k at 20,000, of them 13.2k RocksDB's Get "
+        "and about 0.9k decoding the record): decoding the record, the answer's own "
         "copies of the key and result (the API returns them in a Claim, two allocations freed "
         "by the caller), and the checks of each call. From 4 threads, anything written by every "
         "call moves between the cores: the handle's mutex and shared_ptr copy per call were 3-5% "
