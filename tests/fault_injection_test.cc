@@ -15,6 +15,7 @@
 #include "core/local_backend.h"
 #include "fault_fs.h"
 #include "index_check.h"
+#include "owner_backend.h"
 #include "storage/rocksdb_storage.h"
 #include "test_util.h"
 
@@ -48,10 +49,7 @@ class FaultyStore {
     auto storage = idem::storage::RocksDbStorage::Open(config);
     if (!storage.ok()) return storage.status();
     storage_ = storage->get();
-    idem::Options options = idem_test::TestOptions(clock_);
-    backend_ = std::make_unique<idem::LocalBackend>(
-        std::move(storage).value(), options,
-        std::make_unique<idem::StallWatch>(options.clock, options.renewal_grace));
+    backend_ = idem_test::OwnerBackend(std::move(storage).value(), idem_test::TestOptions(clock_));
     return Status::OK();
   }
   void Close() {

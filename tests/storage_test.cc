@@ -6,6 +6,7 @@
 #include <rocksdb/perf_level.h>
 
 #include "core/local_backend.h"
+#include "owner_backend.h"
 #include "storage/rocksdb_storage.h"
 #include "test_util.h"
 
@@ -24,10 +25,7 @@ class StorageTest : public ::testing::Test {
     auto storage = idem::storage::RocksDbStorage::Open(config);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     storage_ = storage->get();
-    const idem::Options options = idem_test::TestOptions(clock_);
-    backend_ = std::make_unique<idem::LocalBackend>(
-        std::move(storage).value(), options,
-        std::make_unique<idem::StallWatch>(options.clock, options.renewal_grace));
+    backend_ = idem_test::OwnerBackend(std::move(storage).value(), idem_test::TestOptions(clock_));
   }
 
   idem::Result<idem::Claim> Begin(std::string_view key) {
