@@ -132,7 +132,7 @@ Status LocalBackend::CheckKey(std::string_view key) const {
   return CheckSize("key", key.size(), options_.max_key_size);
 }
 
-engine::BeginDecision LocalBackend::DecideBeginLocked(std::optional<Record> stored,
+engine::BeginDecision LocalBackend::DecideBeginLocked(std::optional<Record>&& stored,
                                                       const engine::BeginRequest& request,
                                                       TimePoint now, engine::NextToken next_token) {
   const bool pending =

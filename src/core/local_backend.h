@@ -103,7 +103,7 @@ class LocalBackend final : public Backend {
   Status CheckImported(const Record& record) const;
   // Begin's decision under the key's lock: whether a pending claim is reserved for its holder (a
   // live lease or a renewal grace) and whether that holder is proven dead.
-  engine::BeginDecision DecideBeginLocked(std::optional<Record> stored,
+  engine::BeginDecision DecideBeginLocked(std::optional<Record>&& stored,
                                           const engine::BeginRequest& request, TimePoint now,
                                           engine::NextToken next_token);
   void PurgeLoop(std::chrono::milliseconds interval);

@@ -89,8 +89,8 @@ milliseconds GraceLeft(const Record& record, std::span<const RenewalGrace> grace
   return left;
 }
 
-BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& request, TimePoint now,
-                          NextToken next_token, bool holder_is_dead,
+BeginDecision DecideBegin(std::optional<Record>&& stored, const BeginRequest& request,
+                          TimePoint now, NextToken next_token, bool holder_is_dead,
                           std::span<const RenewalGrace> graces) {
   BeginDecision decision;
   Claim& claim = decision.claim;
@@ -173,8 +173,8 @@ BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& requ
   return decision;
 }
 
-TransitionDecision DecideTransition(std::optional<Record> stored, const TransitionRequest& request,
-                                    TimePoint now) {
+TransitionDecision DecideTransition(std::optional<Record>&& stored,
+                                    const TransitionRequest& request, TimePoint now) {
   MakeVisible(stored, now);
   if (!stored) return {Status::NotFound("no record for this key"), std::nullopt};
   Record& record = *stored;

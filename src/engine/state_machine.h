@@ -83,12 +83,14 @@ using NextToken = FunctionRef<Result<uint64_t>(uint64_t above)>;
 // let the server add its own time to each (storage/pg_storage.cc).
 Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token);
 
-// Decides Begin. `next_token` is called once when the key is acquired, and only then.
+// Decides Begin. `stored` is moved from (the claim takes the record where the read left it: a
+// replay is little more than that read). `next_token` is called once when the key is acquired,
+// and only then.
 // `holder_is_dead`: the process holding the stored pending claim is proven to have died, so its
 // claim is taken over without waiting for its lease or a grace. `graces`: the renewal graces in
 // force; a pending claim whose lease ran out and that one of them covers is still in progress.
-BeginDecision DecideBegin(std::optional<Record> stored, const BeginRequest& request, TimePoint now,
-                          NextToken next_token, bool holder_is_dead = false,
+BeginDecision DecideBegin(std::optional<Record>&& stored, const BeginRequest& request,
+                          TimePoint now, NextToken next_token, bool holder_is_dead = false,
                           std::span<const RenewalGrace> graces = {});
 
 enum class TransitionKind { kComplete, kFail, kExtend, kSaveCheckpoint };
@@ -108,8 +110,9 @@ struct TransitionDecision {
 
 // Decides Complete, Fail, Extend and SaveCheckpoint: each needs the current token on a pending
 // record (fencing), else kLeaseLost; kNotFound on an absent or retention-expired record.
-TransitionDecision DecideTransition(std::optional<Record> stored, const TransitionRequest& request,
-                                    TimePoint now);
+// `stored` is moved from.
+TransitionDecision DecideTransition(std::optional<Record>&& stored,
+                                    const TransitionRequest& request, TimePoint now);
 
 // The two halves of a transition that DecideTransition writes, for a storage that writes in one
 // step (a guarded UPDATE) and asks DecideTransition only when the guard fails:
