@@ -745,11 +745,13 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         f"structures); its peak RSS (VmHWM) while holding {records:,.0f} records, after loading, "
         f"purging, scanning and the lifecycle runs, was {fig('memory', 'idem', 'peak_rss'):.1f} "
         "MiB. The peak includes the benchmark's own per-operation latency buffers (8 bytes per "
-        "operation of a measurement).")
+        "operation of a measurement), and what glibc's allocator keeps in the arenas it gives "
+        "each thread: this workload run alone on 2026-12-03 peaked at 92.8 MiB, and at 72.1 MiB "
+        "with `MALLOC_ARENA_MAX=2` in its environment (docs/operations.md, \"Memory\").")
     add("")
     add("## What limits the targets still missed")
     add("")
-    add("Profiled on 2026-12-02 on this machine (instructions per operation by callgrind, which "
+    add("Profiled on 2026-12-02 and 2026-12-03 on this machine (instructions per operation by callgrind, which "
         "does not vary between runs; times by this benchmark), while working on the speed issue "
         "(16):")
     add("")
@@ -772,11 +774,17 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         "own work: with 8,000 keys (memtables on both sides) 0.81x at 1 thread and 0.84x at 4; "
         "with 200,000 keys (table files on both sides) 0.64x-0.68x at 1 thread and 0.65x-0.66x "
         "at 4, with format 3 or 4 alike (the 26 bytes did not change how often a read misses "
-        "the block cache there). A replay from a memtable costs about 16k instructions against "
-        "the raw Get's 12k (callgrind, 8,000 keys; 16.3k at 20,000, of them 13.2k RocksDB's Get "
-        "and about 0.9k decoding the record): decoding the record, the answer's own "
-        "copies of the key and result (the API returns them in a Claim, two allocations freed "
-        "by the caller), and the checks of each call. From 4 threads, anything written by every "
+        "the block cache there). A replay from the memtable (callgrind, 20,000 keys, "
+        "2026-12-03) costs 16.6k instructions against the raw replay's 14.1k, and RocksDB's Get "
+        "is about the same in both (13.5k and 13.8k here; two memtables of the same keys differ "
+        "by up to 20% in the skip list's search, whose heights are random). idem's own 2.8k "
+        "(3.1k before that day's trim: the engine's decision took the record by value, one move "
+        "of it more, and the times' range check did not inline) are the answer's copies of the "
+        "key and result (the API returns them in a Claim, two allocations freed by the caller), "
+        "decoding the rest, the answer's move out and the checks of each call. The times differ "
+        "more than the instructions, and what else separates them was not found (no hardware "
+        "counters on this virtual machine); transparent huge pages for the memtables' memory "
+        "(`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`) changed nothing. From 4 threads, anything written by every "
         "call moves between the cores: the handle's mutex and shared_ptr copy per call were 3-5% "
         "of the samples at 4 threads (+11% without them), and the counters' shared cache line "
         "2-4% (now one shard per thread). From table files, callgrind at 200,000 keys counts "
@@ -788,8 +796,15 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         "reads its key once); RocksDB 7.8's HyperClockCache as the block cache, +12% for idem's "
         "replays from table files at 4 and 16 threads, but marked experimental in 7.8 (the "
         "packaged engine) and production-ready only from 7.9.")
-    add("- **Lifecycle against raw RocksDB.** At 1 thread idem costs 48k instructions per "
-        "lifecycle and raw RocksDB 37k. Of idem's, 36.5k are RocksDB writing idem's batches "
+    add("- **Lifecycle against raw RocksDB.** By time (perf at 1 thread, 2026-12-03: 8.3 us "
+        "of the worker thread a lifecycle against 5.3 us): RocksDB's writes took 4.3 us against "
+        "3.2 us, of which the memtable inserts 2.0 us against 1.4 us (three entries against "
+        "two: the record twice, the expiry index once) and the log 1.55 us against 1.2 us; the "
+        "fresh key's Get 0.5 us against 0.4 us; idem's own work about 1.8 us. Without any of "
+        "idem's own work a lifecycle would still take about 6.3 us, 0.85x of the anchor: the "
+        "target needs a lifecycle without the index entry, which is what lets a purge find the "
+        "due records without reading the whole store. By instructions, at 1 thread idem costs "
+        "48k per lifecycle and raw RocksDB 37k. Of idem's, 36.5k are RocksDB writing idem's batches "
         "(against the anchor's 32.8k: the expiry-index entry in a second column family, and "
         "larger values) and about 9k its own work (the decision, encoding and decoding "
         "the record, the key's lock stripe). From 16 threads on 2 cores the client threads share "
