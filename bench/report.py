@@ -746,8 +746,13 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         f"purging, scanning and the lifecycle runs, was {fig('memory', 'idem', 'peak_rss'):.1f} "
         "MiB. The peak includes the benchmark's own per-operation latency buffers (8 bytes per "
         "operation of a measurement), and what glibc's allocator keeps in the arenas it gives "
-        "each thread: this workload run alone on 2026-12-03 peaked at 92.8 MiB, and at 72.1 MiB "
-        "with `MALLOC_ARENA_MAX=2` in its environment (docs/operations.md, \"Memory\").")
+        "each thread. The peak is reached while loading at full speed. Until 2026-12-03 the "
+        "records' table files were RocksDB's 64 MiB, and each compaction kept the index of the "
+        "file it wrote in memory, outside the block cache, until the file was done (heaptrack: "
+        "10.8 MiB of a 37 MiB heap peak); the workload then peaked at 90.0-92.8 MiB (72.1 MiB "
+        "with `MALLOC_ARENA_MAX=2`). The files are now a sixth of the budget, 16 MiB here: "
+        "74.7 and 76.5 MiB in two runs of this workload alone (docs/operations.md, "
+        "\"Memory\").")
     add("")
     add("## What limits the targets still missed")
     add("")
@@ -892,7 +897,8 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         "0.74x to 0.83x at 4 threads against 0.17x to 0.25x, and at 1 thread 0.65x to 0.70x "
         "against 0.77x to 0.78x: the second compaction pays during the 1-thread run the debt "
         "the 4-thread run used to meet as a stall, and takes its share of the 2 cores. Measured, "
-        "not kept: 16 MiB table files (no change); a level-0 slowdown trigger of 36 instead of "
+        "not kept: 16 MiB table files for speed (no change: they were taken later for memory, "
+        "below); a level-0 slowdown trigger of 36 instead of "
         "20 (0.45x; it delays the debt instead of paying it, and every read of a key in no "
         "memtable probes more files' filters). What is left is the compaction a loaded store "
         "needs for the bytes a lifecycle writes; record format 3 writes 10% fewer, and format 4 "

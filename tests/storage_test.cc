@@ -5,6 +5,10 @@
 #include <rocksdb/perf_context.h>
 #include <rocksdb/perf_level.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
 #include "core/local_backend.h"
 #include "owner_backend.h"
 #include "storage/rocksdb_storage.h"
@@ -185,6 +189,46 @@ TEST_F(StorageTest, OnlyAClaimWrittenDrawsAToken) {
   ASSERT_OK_AND_ASSIGN(auto second, Begin("b"));
   ASSERT_EQ(second.outcome, Outcome::kAcquired);
   EXPECT_EQ(second.token, first.token + 1);
+}
+
+// A compaction holds the index of the table file it writes in memory, outside the block cache,
+// until the file is finished, so the records' files are sized from the memory budget: 8 MiB at
+// a 48 MiB budget, where RocksDB's own default (64 MiB) would put this test's 24 MiB of
+// records into one file.
+TEST(StorageTableFiles, ACompactionWritesFilesSizedFromTheMemoryBudget) {
+  TempDir dir;
+  auto clock = std::make_shared<idem_test::ManualClock>();
+  idem::storage::RocksDbConfig config;
+  config.path = dir.Sub("db");
+  config.clock = clock;
+  config.memory_budget = 48 << 20;
+  ASSERT_OK_AND_ASSIGN(auto opened, idem::storage::RocksDbStorage::Open(config));
+  idem::storage::RocksDbStorage* storage = opened.get();
+  auto backend = idem_test::OwnerBackend(std::move(opened), idem_test::TestOptions(clock));
+  // Results that do not compress: what is written is what the files hold.
+  std::mt19937_64 random(7);
+  std::string result(4096, '\0');
+  for (int i = 0; i < 6000; ++i) {
+    for (char& byte : result) byte = static_cast<char>(random());
+    const std::string key = "key-" + std::to_string(i);
+    ASSERT_OK_AND_ASSIGN(auto claim,
+                         backend->Begin({.key = key, .lease = 1s, .retention = 1h, .request_id = 1},
+                                        idem::Holder{}));
+    ASSERT_OK(backend->Transition({.key = key,
+                                   .request = {.kind = idem::engine::TransitionKind::kComplete,
+                                               .token = claim.token,
+                                               .payload = result}}));
+  }
+  ASSERT_OK(storage->Flush());
+  ASSERT_OK(storage->CompactRecords());
+  std::vector<std::uintmax_t> sizes;
+  for (const auto& entry : std::filesystem::directory_iterator(config.path)) {
+    if (entry.path().extension() == ".sst") sizes.push_back(entry.file_size());
+  }
+  const std::uintmax_t largest = sizes.empty() ? 0 : *std::ranges::max_element(sizes);
+  const auto large = std::ranges::count_if(sizes, [](auto size) { return size > (4u << 20); });
+  EXPECT_LE(largest, 10u << 20) << "a table file of " << largest << " bytes";
+  EXPECT_GE(large, 2) << "24 MiB of records compacted into " << sizes.size() << " table files";
 }
 
 }  // namespace
