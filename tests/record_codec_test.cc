@@ -206,6 +206,33 @@ TEST(RecordCodec, AnOverlongNumberIsCorruption) {
       << decoded.status().message();
 }
 
+// A time the value names but a time point cannot hold is damage, and the message names it.
+TEST(RecordCodec, ATimeOutsideTheRangeOfATimePointIsCorruption) {
+  Record r = FullRecord();
+  r.expires = FromMicros(util::kMaxMicros);
+  r.created = FromMicros(util::kMinMicros);
+  const std::string value = EncodeRecord(r);
+  const auto with_expires = [&](int64_t expires) {
+    std::string damaged = value;
+    util::StoreFixed64(damaged.data() + kExpiresOffset, static_cast<uint64_t>(expires));
+    return DecodeRecord(r.key, damaged);
+  };
+  for (const auto& [expires, named] :
+       {std::pair<int64_t, const char*>{util::kMaxMicros + 1, "expires time"},
+        // created is stored as its difference from expires: a microsecond earlier expiry puts
+        // it a microsecond before the first time point.
+        {util::kMaxMicros - 1, "created time"}}) {
+    auto decoded = with_expires(expires);
+    ASSERT_FALSE(decoded.ok()) << named;
+    EXPECT_EQ(decoded.status().code(), Status::Code::kCorruption);
+    EXPECT_NE(decoded.status().message().find(named), std::string::npos)
+        << decoded.status().message();
+    EXPECT_NE(decoded.status().message().find("outside the range of a time point"),
+              std::string::npos)
+        << decoded.status().message();
+  }
+}
+
 // The storage decodes into records whose buffers it reuses: nothing of what a record held may
 // survive into the decoded one.
 TEST(RecordCodec, DecodingIntoAUsedRecordLeavesNothingOfIt) {
