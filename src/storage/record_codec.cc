@@ -283,6 +283,16 @@ std::size_t FixedPartSize(uint8_t version) {
   }
 }
 
+// The part every version starts with, at `p`: the version, the expiry (kExpiresOffset), the
+// state, the flags and the token.
+void StoreCommonPrefix(const Record& record, uint8_t version, uint8_t flags, char* p) {
+  p[0] = static_cast<char>(version);
+  StoreFixed64(p + kExpiresOffset, static_cast<uint64_t>(ToMicros(record.expires)));
+  p[9] = static_cast<char>(record.state);
+  p[10] = static_cast<char>(flags);
+  StoreFixed64(p + 11, record.token);
+}
+
 // The varints that follow the fixed part in versions 3 and 4, written at `p`; returns their end.
 char* StoreAttemptsAndTimes(const Record& record, char* p) {
   p = StoreVarint(p, record.attempts);
@@ -311,11 +321,7 @@ void EncodeRecordInto(const Record& record, std::string& out) {
   for (const TextField& text : kTextFields) {
     if (!(record.*text.field).empty()) flags |= text.flag;
   }
-  header[0] = static_cast<char>(kRecordFormatVersion);
-  StoreFixed64(header + kExpiresOffset, static_cast<uint64_t>(ToMicros(record.expires)));
-  header[9] = static_cast<char>(record.state);
-  header[10] = static_cast<char>(flags);
-  StoreFixed64(header + 11, record.token);
+  StoreCommonPrefix(record, kRecordFormatVersion, flags, header);
   char* p = StoreAttemptsAndTimes(record, header + kFixedHeaderSize);
   if (has_holder) {
     StoreFixed64(p, record.holder.request_id);
@@ -332,11 +338,7 @@ void EncodeRecordInto(const Record& record, std::string& out) {
 std::string EncodeRecordAtOlderVersion(const Record& record, uint8_t requested) {
   if (requested != kRecordFormatVersion1 && requested != kRecordFormatVersion2) {
     char header[kLongestHeader];
-    header[0] = static_cast<char>(kRecordFormatVersion3);
-    StoreFixed64(header + kExpiresOffset, static_cast<uint64_t>(ToMicros(record.expires)));
-    header[9] = static_cast<char>(record.state);
-    header[10] = static_cast<char>(StateFlags(record));
-    StoreFixed64(header + 11, record.token);
+    StoreCommonPrefix(record, kRecordFormatVersion3, StateFlags(record), header);
     StoreFixed64(header + 19, record.holder.request_id);
     StoreFixed64(header + 27, record.holder.pid_scope);
     char* p = StoreAttemptsAndTimes(record, header + kFixedHeaderSizeV3);
@@ -347,15 +349,10 @@ std::string EncodeRecordAtOlderVersion(const Record& record, uint8_t requested) 
     StoreFields(record, /*all=*/true, out.data() + (p - header));
     return out;
   }
-  const uint8_t version = requested;
-  const std::size_t header_size = FixedPartSize(version);
+  const std::size_t header_size = FixedPartSize(requested);
   std::string out(header_size + FieldsSize(record, /*all=*/true), '\0');
   char* p = out.data();
-  p[0] = static_cast<char>(version);
-  StoreFixed64(p + 1, static_cast<uint64_t>(ToMicros(record.expires)));
-  p[9] = static_cast<char>(record.state);
-  p[10] = static_cast<char>(StateFlags(record));
-  StoreFixed64(p + 11, record.token);
+  StoreCommonPrefix(record, requested, StateFlags(record), p);
   StoreFixed32(p + 19, record.attempts);
   StoreFixed64(p + 23, static_cast<uint64_t>(ToMicros(record.created)));
   StoreFixed64(p + 31, static_cast<uint64_t>(ToMicros(record.updated)));
@@ -363,7 +360,7 @@ std::string EncodeRecordAtOlderVersion(const Record& record, uint8_t requested) 
   StoreFixed32(p + 47, record.holder.pid);
   StoreFixed64(p + 51, record.holder.process_start);
   StoreFixed64(p + 59, record.holder.request_id);
-  if (version == kRecordFormatVersion2) StoreFixed64(p + 67, record.holder.pid_scope);
+  if (requested == kRecordFormatVersion2) StoreFixed64(p + 67, record.holder.pid_scope);
   StoreFields(record, /*all=*/true, p + header_size);
   return out;
 }
