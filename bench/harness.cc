@@ -167,13 +167,31 @@ void ResultsFile::Add(std::string_view workload, std::string_view system, int th
     first = false;
   }
   Append(line.str());
+  Print(workload, system, threads, m);
+}
+
+void ResultsFile::Print(std::string_view workload, std::string_view system, int threads,
+                        const Measurement& m, std::string_view note) {
   std::cout << std::left << std::setw(12) << workload << std::setw(16) << system << std::right
             << std::setw(4) << threads << " threads " << std::setw(10) << std::fixed
             << std::setprecision(0) << m.ops_per_second() << " ops/s   p50 " << std::setw(8)
             << std::setprecision(1) << m.p50_us << " us   p99 " << std::setw(8) << m.p99_us
             << " us";
   for (const auto& [name, count] : m.counts) std::cout << "  " << name << '=' << count;
+  if (!note.empty()) std::cout << "  (" << note << ')';
   std::cout << std::endl;
+}
+
+Measurement MedianRound(std::vector<Measurement> rounds) {
+  if (rounds.empty()) return {};
+  std::sort(rounds.begin(), rounds.end(), [](const Measurement& a, const Measurement& b) {
+    return a.ops_per_second() < b.ops_per_second();
+  });
+  Measurement median = rounds[(rounds.size() - 1) / 2];
+  median.counts["rounds"] = rounds.size();
+  median.counts["ops_low"] = static_cast<uint64_t>(rounds.front().ops_per_second());
+  median.counts["ops_high"] = static_cast<uint64_t>(rounds.back().ops_per_second());
+  return median;
 }
 
 void ResultsFile::AddFigure(std::string_view workload, std::string_view system,

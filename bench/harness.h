@@ -69,6 +69,11 @@ Result<Measurement> RunClosedLoop(
     int threads, double seconds,
     const std::function<Result<std::unique_ptr<Worker>>(int thread)>& make_worker);
 
+// Of one pair's measurements taken in rounds, the round of median throughput (the slower of
+// the two middle ones for an even count), its counts joined by `rounds` and the lowest and
+// highest throughput of the rounds (`ops_low`, `ops_high`, operations per second).
+Measurement MedianRound(std::vector<Measurement> rounds);
+
 // Runs fn(thread) on `threads` threads and returns the first error.
 Status RunOnThreads(int threads, const std::function<Status(int thread)>& fn);
 
@@ -78,6 +83,9 @@ class ResultsFile {
  public:
   explicit ResultsFile(std::string path) : path_(std::move(path)) {}
   void Add(std::string_view workload, std::string_view system, int threads, const Measurement& m);
+  // Prints a measurement to stdout only, as Add does, followed by `note`.
+  static void Print(std::string_view workload, std::string_view system, int threads,
+                    const Measurement& m, std::string_view note = {});
   // A single figure (a time, a size): `value` in `unit`.
   void AddFigure(std::string_view workload, std::string_view system, std::string_view name,
                  double value, std::string_view unit);

@@ -72,6 +72,7 @@ struct Flags {
   std::vector<std::string> systems;
   std::vector<int> threads = {1, 4, 16, 64};
   double seconds = 3;
+  int rounds = 1;
   uint64_t records = 10'000'000;
   uint64_t replay_keys = 20'000;
   std::string dir = "bench-data";
@@ -151,27 +152,57 @@ Result<Measurement> RunLifecycle(Subject& subject, int threads, double seconds) 
   });
 }
 
-// Each of flags.systems at each of flags.threads, on a store of its own made fresh: `run`
-// measures the subject (`threads` threads), recorded as `workload`.
-Status MeasureOnFreshStores(
+// Measures each of `systems` at each of flags.threads (`measure`), flags.rounds times, and
+// records for each pair the round of median throughput as `workload`. The rounds are
+// interleaved (every pair once per round, the systems of a thread count one after another), so
+// that whatever else the machine runs slows the systems a ratio compares alike, and the median
+// leaves out a round that something stalled.
+Status MeasureInRounds(
     const Flags& flags, ResultsFile& results, const std::string& workload,
-    const std::function<Result<Measurement>(Subject& subject, int threads)>& run) {
-  for (const std::string& system : flags.systems) {
+    const std::vector<std::string>& systems,
+    const std::function<Result<Measurement>(const std::string& system, int threads)>& measure) {
+  std::map<std::pair<std::string, int>, std::vector<Measurement>> taken;
+  for (int round = 1; round <= flags.rounds; ++round) {
     for (int threads : flags.threads) {
-      const std::string name = workload + "-" + system + "-" + std::to_string(threads);
-      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
-      {
-        IDEM_ASSIGN_OR_RETURN(auto subject,
-                              OpenSubject(system, ConfigFor(flags, dir, name, threads)));
+      for (const std::string& system : systems) {
         IDEM_ASSIGN_OR_RETURN(Measurement m, MeasureCountingStatements(flags, system, [&] {
-                                return run(*subject, threads);
+                                return measure(system, threads);
                               }));
-        results.Add(workload, system, threads, m);
+        if (flags.rounds > 1) {
+          ResultsFile::Print(
+              workload, system, threads, m,
+              "round " + std::to_string(round) + " of " + std::to_string(flags.rounds));
+        }
+        taken[{system, threads}].push_back(std::move(m));
       }
-      RemoveDirectory(dir);
+    }
+  }
+  for (const std::string& system : systems) {
+    for (int threads : flags.threads) {
+      results.Add(workload, system, threads, MedianRound(std::move(taken[{system, threads}])));
     }
   }
   return Status::OK();
+}
+
+// Each of flags.systems at each of flags.threads, in rounds, on a store of its own made fresh
+// for each measurement: `run` measures the subject (`threads` threads), recorded as `workload`.
+Status MeasureOnFreshStores(
+    const Flags& flags, ResultsFile& results, const std::string& workload,
+    const std::function<Result<Measurement>(Subject& subject, int threads)>& run) {
+  return MeasureInRounds(
+      flags, results, workload, flags.systems,
+      [&](const std::string& system, int threads) -> Result<Measurement> {
+        const std::string name = workload + "-" + system + "-" + std::to_string(threads);
+        IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
+        Result<Measurement> m = [&]() -> Result<Measurement> {
+          IDEM_ASSIGN_OR_RETURN(auto subject,
+                                OpenSubject(system, ConfigFor(flags, dir, name, threads)));
+          return run(*subject, threads);
+        }();
+        RemoveDirectory(dir);
+        return m;
+      });
 }
 
 Status Lifecycle(const Flags& flags, ResultsFile& results) {
@@ -226,38 +257,41 @@ Status Replay(const Flags& flags, ResultsFile& results) {
   std::vector<std::string> keys;
   KeyGenerator generator;
   for (uint64_t i = 0; i < flags.replay_keys; ++i) keys.emplace_back(generator.Next());
-  for (const std::string& system : flags.systems) {
-    const std::string name = "replay-" + system;
-    IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
-    {
+  // Every system's store is loaded first and stays open through the rounds.
+  std::map<std::string, std::unique_ptr<Subject>> subjects;
+  std::vector<std::string> dirs;
+  const auto measure_all = [&]() -> Status {
+    for (const std::string& system : flags.systems) {
+      const std::string name = "replay-" + system;
+      IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
+      dirs.push_back(dir);
       const int most_threads = *std::max_element(flags.threads.begin(), flags.threads.end());
-      IDEM_ASSIGN_OR_RETURN(auto subject,
+      IDEM_ASSIGN_OR_RETURN(subjects[system],
                             OpenSubject(system, ConfigFor(flags, dir, name, most_threads)));
+      Subject& subject = *subjects[system];
       constexpr int kLoaders = 2;
       IDEM_RETURN_IF_ERROR(RunOnThreads(kLoaders, [&](int thread) -> Status {
-        IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
+        IDEM_ASSIGN_OR_RETURN(auto session, subject.Connect());
         for (std::size_t i = thread; i < keys.size(); i += kLoaders) {
           IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, session->Begin(keys[i]));
           IDEM_RETURN_IF_ERROR(session->Complete(keys[i], answer.token, ResultPayload()));
         }
         return Status::OK();
       }));
-      for (int threads : flags.threads) {
-        IDEM_ASSIGN_OR_RETURN(Measurement m, MeasureCountingStatements(flags, system, [&] {
-                                return RunClosedLoop(
-                                    threads, flags.seconds,
-                                    [&](int) -> Result<std::unique_ptr<Worker>> {
-                                      IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
-                                      return std::unique_ptr<Worker>(
-                                          std::make_unique<ReplayWorker>(std::move(session), keys));
-                                    });
-                              }));
-        results.Add("replay", system, threads, m);
-      }
     }
-    RemoveDirectory(dir);
-  }
-  return Status::OK();
+    return MeasureInRounds(
+        flags, results, "replay", flags.systems, [&](const std::string& system, int threads) {
+          return RunClosedLoop(threads, flags.seconds, [&](int) -> Result<std::unique_ptr<Worker>> {
+            IDEM_ASSIGN_OR_RETURN(auto session, subjects[system]->Connect());
+            return std::unique_ptr<Worker>(
+                std::make_unique<ReplayWorker>(std::move(session), keys));
+          });
+        });
+  };
+  const Status status = measure_all();
+  subjects.clear();
+  for (const std::string& dir : dirs) RemoveDirectory(dir);
+  return status;
 }
 
 // The key of contention round `round`: UUID-shaped, 36 bytes, unique per run.
@@ -421,11 +455,19 @@ Status Client(const Flags& flags, ResultsFile& results) {
       return Status::Failed("the store's owner is pid " + std::to_string(owner_pid) +
                             ", not the serving child " + std::to_string(owner->pid()));
     }
-    auto subject = StoreSubject(*store);
-    for (int threads : flags.threads) {
-      IDEM_ASSIGN_OR_RETURN(Measurement m, RunLifecycle(*subject, threads, flags.seconds));
-      results.Add("client", "idem-client", threads, m);
+    // Redis, when asked for, runs its lifecycle in the same rounds: the anchor of this ratio.
+    std::map<std::string, std::unique_ptr<Subject>> subjects;
+    subjects["idem-client"] = StoreSubject(*store);
+    std::vector<std::string> systems = {"idem-client"};
+    if (std::find(flags.systems.begin(), flags.systems.end(), "redis") != flags.systems.end()) {
+      IDEM_ASSIGN_OR_RETURN(subjects["redis"],
+                            OpenSubject("redis", ConfigFor(flags, dir, "client-redis", 1)));
+      systems.push_back("redis");
     }
+    IDEM_RETURN_IF_ERROR(MeasureInRounds(
+        flags, results, "client", systems, [&](const std::string& system, int threads) {
+          return RunLifecycle(*subjects[system], threads, flags.seconds);
+        }));
   }
   RemoveDirectory(dir);
   return Status::OK();
@@ -664,6 +706,11 @@ int Main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--seconds", flags.seconds, "Length of each measurement")->capture_default_str();
+  app.add_option("--rounds", flags.rounds,
+                 "Rounds of each measurement, interleaved across the systems; the round of "
+                 "median throughput is recorded")
+      ->check(CLI::Range(1, 99))
+      ->capture_default_str();
   app.add_option("--records", flags.records, "Records stored before the scale and purge runs")
       ->capture_default_str();
   app.add_option("--replay-keys", flags.replay_keys, "Completed keys the replay workload reads")

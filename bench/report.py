@@ -103,6 +103,13 @@ def thread_counts(rows, workload):
     return sorted({t for (w, _, t) in rows if w == workload})
 
 
+def client_anchor(rows, threads):
+    """Redis's lifecycle at `threads` threads as the client workload measured it, in the same
+    rounds; from the lifecycle workload in a run whose client workload measured no Redis."""
+    row = rows.get(("client", "redis", threads)) or rows.get(("lifecycle", "redis", threads))
+    return row["ops"] if row else None
+
+
 def ratio(a, b):
     if a is None or b is None or b == 0:
         return None
@@ -154,7 +161,8 @@ def targets(rows, figures):
                  0.8)
     for t in thread_counts(rows, "client"):
         at_least(f"Client process, {plural(t)} vs Redis from as many clients",
-                 ratio(ops(rows, "client", "idem-client", t), lc("redis", t)), 1.5 if t == 1 else 1)
+                 ratio(ops(rows, "client", "idem-client", t), client_anchor(rows, t)),
+                 1.5 if t == 1 else 1)
     records = figures.get(("scale", "idem-buffered", "records"), (0, ""))[0]
     for t in thread_counts(rows, "scale-empty"):
         at_least(f"Scale: lifecycle at {records:,.0f} records vs an empty store ({plural(t)})",
@@ -198,8 +206,9 @@ def workload_table(rows, workload, anchor, systems=None):
                 continue
             cells.append(f"{fmt_ops(row['ops'])} ({fmt_us(row['p50'])} / {fmt_us(row['p99'])})")
             if anchor:
-                base = rows.get((workload if workload != "client" else "lifecycle", anchor, t))
-                ratios.append(fmt_ratio(ratio(row["ops"], base["ops"] if base else None)))
+                base = (client_anchor(rows, t) if workload == "client" else
+                        ops(rows, workload, anchor, t))
+                ratios.append(fmt_ratio(ratio(row["ops"], base)))
         line = f"| {LABELS.get(system, system)} | " + " | ".join(cells)
         if anchor:
             line += " | " + " / ".join(ratios)
@@ -601,6 +610,13 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         f"p50 {fig('fsync', 'disk', 'fsync_p50'):.0f} us, p99 {fig('fsync', 'disk', 'fsync_p99'):.0f} us")
     add(f"- Each figure: a closed loop of N threads for the measurement time; throughput in "
         "operations per second, and per-operation latency p50 / p99")
+    rounds = max((row["counts"].get("rounds", 1) for row in rows.values()), default=1)
+    if rounds > 1:
+        add(f"- Rounds: every figure of the lifecycle, effects, replay and client workloads was "
+            f"measured {rounds} times, the rounds interleaved (in each round, the systems of a "
+            "workload one after another at each thread count), and the page shows the round of "
+            "median throughput: whatever else the machine ran slowed the systems of a ratio "
+            "alike, and a round something stalled is left out")
     if note:
         add(f"- {note}")
     add("")
@@ -700,7 +716,8 @@ def markdown(rows, figures, command, note, plot_name, run_time):
     add("")
     add("A child process opens the store first and owns it; the benchmark process opens the same "
         "path and becomes its client over the UNIX socket (kBuffered). Lifecycle as above; the "
-        "last column compares with Redis lifecycle at the same thread count. A client with one "
+        "last column compares with Redis lifecycle at the same thread count, measured in the same "
+        "rounds (the Redis row). A client with one "
         "request in flight spins up to 50 us for its answer instead of sleeping, and so does the "
         "owner's thread for that client's next request (Redis and its clients sleep); with more "
         "in flight, the client's threads pipeline their requests on a few shared connections.")

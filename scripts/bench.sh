@@ -2,10 +2,12 @@
 # The benchmark, in one command: idem against raw RocksDB, a SQLite dedup table and a Redis lock,
 # and idem on PostgreSQL against hand-written SQL, side by side in one run (see bench/README.md).
 #
-#   scripts/bench.sh [--records N] [--seconds S] [--smoke] [--postgres-only]
+#   scripts/bench.sh [--records N] [--seconds S] [--rounds R] [--smoke] [--postgres-only]
 #
 #   --records N       records stored before the scale and purge measurements (default 10000000)
 #   --seconds S       length of each measurement (default 3)
+#   --rounds R        rounds of each lifecycle, effects, replay and client figure, interleaved
+#                     across the systems; the page shows the round of median throughput (default 3)
 #   --smoke           tiny sizes, every workload once, a few seconds; checks that the benchmark
 #                     works, exits non-zero if any workload fails, and writes no docs (what CI runs)
 #   --postgres-only   only the PostgreSQL workloads (and fsync): rewrites only the PostgreSQL
@@ -22,6 +24,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 records=10000000
 seconds=3
+rounds=3
 smoke=0
 postgres_only=0
 command_line="scripts/bench.sh${*:+ $*}"
@@ -29,9 +32,10 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --records) records=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
     --postgres-only) postgres_only=1; shift ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +48,7 @@ pg_purge_records=1000000
 if [[ $smoke -eq 1 ]]; then
   records=2000
   seconds=0.05
+  rounds=2
   threads=1,4
   replay_keys=500
   pg_purge_records=2000
@@ -150,7 +155,7 @@ pg_uri="postgresql://postgres@127.0.0.1:$pg_port/postgres"
 # ---- the workloads ------------------------------------------------------------------------------
 results="$run/results.tsv"
 common=(--dir "$data" --results "$results" --redis-port "$port" --seconds "$seconds"
-        --threads "$threads")
+        --rounds "$rounds" --threads "$threads")
 failed=()
 workload() {
   echo "== $*"
