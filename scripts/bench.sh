@@ -123,10 +123,11 @@ fi
 
 # PostgreSQL refuses to run as root: then the server runs as the `postgres` user that Debian's
 # package creates (as tests/pg_server.cc does). Its directory is under /tmp, short enough for
-# the socket's path, and only its user may enter it. fsync stays on (the default, said
-# explicitly): kSync against synchronous_commit=on compares durable commits. pg_stat_statements
-# counts the statements each measurement ran (utility statements such as BEGIN, SET and COMMIT
-# left out). The superuser's password is random, for this run only, and reaches idem_bench
+# the socket's path, and only its user may enter it. max_connections is 200, not 100: the replay
+# workload keeps every system's store open through its rounds, idem's pool of 64 connections
+# beside the 64 of the anchor measured next. fsync stays on (the default, said explicitly):
+# kSync against synchronous_commit=on compares durable commits. pg_stat_statements counts the
+# statements each measurement ran (utility statements such as BEGIN, SET and COMMIT left out). The superuser's password is random, for this run only, and reaches idem_bench
 # through PGPASSWORD, never a command line.
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 if [[ $(id -u) -eq 0 ]]; then
@@ -146,7 +147,7 @@ printf '%s\n' "$PGPASSWORD" | "${as_pg[@]}" tee "$pg_dir/password" >/dev/null
 pg_port=$(free_port)
 "${as_pg[@]}" "$pg_bin/pg_ctl" start --pgdata="$pg_dir/data" --log="$pg_dir/server.log" --wait \
   --silent -o "-c listen_addresses=127.0.0.1 -c port=$pg_port \
-    -c unix_socket_directories=$pg_dir/socket -c fsync=on \
+    -c unix_socket_directories=$pg_dir/socket -c fsync=on -c max_connections=200 \
     -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_utility=off" || {
   cp "$pg_dir/server.log" "$run/postgres.log" 2>/dev/null || true
   echo "bench.sh: PostgreSQL did not start on port $pg_port (see $run/postgres.log)" >&2; exit 1; }
