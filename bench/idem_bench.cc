@@ -14,7 +14,8 @@
 //               which has no atomicity)
 //   client      lifecycle from this process while another process owns the store: the child
 //               `idem_bench --serve DIR` opens the store first, this process opens the same path
-//               and becomes its client over the UNIX socket
+//               and becomes its client over the UNIX socket; with redis among --systems, Redis's
+//               lifecycle too, in the same rounds (the anchor of the client's ratio)
 //   scale       lifecycle (kBuffered, 1 and 4 threads) on an empty store; then --records records
 //               are loaded (1% of them kept for an hour), the process waits until its
 //               background threads go quiet (the load's compaction backlog is cleared), the
@@ -35,7 +36,10 @@
 // --postgres names a server (scripts/bench.sh starts one); each measurement uses a table of its
 // own, dropped first. Their rows also carry the statements the server ran (pg_stat_statements,
 // when the server loaded it): `statements` and `server_exec_us`, their execution time there.
-// Rows go to --results (tab-separated) and to stdout.
+// With --rounds R, each figure of lifecycle, effects, replay and client is measured R times, the
+// rounds interleaved across the systems, and the row recorded is the round of median throughput
+// (with `rounds`, `ops_low` and `ops_high`: the range of the rounds). Rows go to --results
+// (tab-separated) and to stdout, each round's to stdout only.
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -154,9 +158,10 @@ Result<Measurement> RunLifecycle(Subject& subject, int threads, double seconds) 
 
 // Measures each of `systems` at each of flags.threads (`measure`), flags.rounds times, and
 // records for each pair the round of median throughput as `workload`. The rounds are
-// interleaved (every pair once per round, the systems of a thread count one after another), so
-// that whatever else the machine runs slows the systems a ratio compares alike, and the median
-// leaves out a round that something stalled.
+// interleaved (every pair once per round, the systems of a thread count one after another, each
+// round starting one system further on), so that whatever else the machine runs slows the
+// systems a ratio compares alike and no system always runs first, and the median leaves out a
+// round that something stalled.
 Status MeasureInRounds(
     const Flags& flags, ResultsFile& results, const std::string& workload,
     const std::vector<std::string>& systems,
@@ -164,7 +169,8 @@ Status MeasureInRounds(
   std::map<std::pair<std::string, int>, std::vector<Measurement>> taken;
   for (int round = 1; round <= flags.rounds; ++round) {
     for (int threads : flags.threads) {
-      for (const std::string& system : systems) {
+      for (std::size_t i = 0; i < systems.size(); ++i) {
+        const std::string& system = systems[(i + round - 1) % systems.size()];
         IDEM_ASSIGN_OR_RETURN(Measurement m, MeasureCountingStatements(flags, system, [&] {
                                 return measure(system, threads);
                               }));

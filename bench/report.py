@@ -614,7 +614,8 @@ def markdown(rows, figures, command, note, plot_name, run_time):
     if rounds > 1:
         add(f"- Rounds: every figure of the lifecycle, effects, replay and client workloads was "
             f"measured {rounds} times, the rounds interleaved (in each round, the systems of a "
-            "workload one after another at each thread count), and the page shows the round of "
+            "workload one after another at each thread count, each round starting with the next "
+            "system), and the page shows the round of "
             "median throughput: whatever else the machine ran slowed the systems of a ratio "
             "alike, and a round something stalled is left out")
     if note:
