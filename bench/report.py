@@ -71,6 +71,31 @@ def load(path):
     return rows, figures
 
 
+# The workloads that idem_bench --rounds measures in interleaved rounds.
+ROUNDS_WORKLOADS = ("lifecycle", "effects", "replay", "client")
+
+
+def rounds_problems(rows, rounds):
+    """What in a run's rows contradicts idem_bench --rounds `rounds`: a row of the workloads
+    measured in rounds without that many rounds, or outside its rounds' range of throughput,
+    and a client thread count without Redis measured in the same rounds."""
+    problems = []
+    for (workload, system, threads), row in sorted(rows.items()):
+        if workload not in ROUNDS_WORKLOADS:
+            continue
+        counts = row["counts"]
+        where = f"{workload} {system} {threads} threads"
+        if counts.get("rounds") != rounds:
+            problems.append(f"{where}: rounds={counts.get('rounds')}, expected {rounds}")
+        elif not counts["ops_low"] - 1 <= row["ops"] <= counts["ops_high"] + 1:  # whole ops/s
+            problems.append(f"{where}: {row['ops']:.0f} ops/s outside its rounds' range "
+                            f"{counts['ops_low']}-{counts['ops_high']}")
+    for threads in thread_counts(rows, "client"):
+        if ("client", "redis", threads) not in rows:
+            problems.append(f"client {threads} threads: no Redis measured in the same rounds")
+    return problems
+
+
 def fmt_ops(value):
     if value is None:
         return "n/a"
@@ -976,9 +1001,17 @@ def main():
     parser.add_argument("--note", default="")
     parser.add_argument("--postgres-section", metavar="PAGE",
                         help="rewrite only the PostgreSQL section of PAGE from this run")
+    parser.add_argument("--expect-rounds", type=int, metavar="R",
+                        help="fail unless every figure measured in rounds had R of them")
     args = parser.parse_args()
     rows, figures = load(args.results)
     print_summary(rows, figures)
+    if args.expect_rounds is not None:
+        problems = rounds_problems(rows, args.expect_rounds)
+        for problem in problems:
+            print(f"report.py: {problem}", file=sys.stderr)
+        if problems:
+            return 1
     run_time = datetime.datetime.fromtimestamp(os.path.getmtime(args.results),
                                                datetime.timezone.utc)
     if args.postgres_section:

@@ -127,8 +127,9 @@ fi
 # workload keeps every system's store open through its rounds, idem's pool of 64 connections
 # beside the 64 of the anchor measured next. fsync stays on (the default, said explicitly):
 # kSync against synchronous_commit=on compares durable commits. pg_stat_statements counts the
-# statements each measurement ran (utility statements such as BEGIN, SET and COMMIT left out). The superuser's password is random, for this run only, and reaches idem_bench
-# through PGPASSWORD, never a command line.
+# statements each measurement ran (utility statements such as BEGIN, SET and COMMIT left out).
+# The superuser's password is random, for this run only, and reaches idem_bench through
+# PGPASSWORD, never a command line.
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 if [[ $(id -u) -eq 0 ]]; then
   as_pg=(runuser -u postgres --)
@@ -180,7 +181,8 @@ workload pg-purge --pg-purge-records "$pg_purge_records" --postgres "$pg_uri"
 
 # ---- report -------------------------------------------------------------------------------------
 if [[ $smoke -eq 1 ]]; then
-  python3 "$repo/bench/report.py" --results "$results"
+  python3 "$repo/bench/report.py" --results "$results" --expect-rounds "$rounds" ||
+    failed+=("report")
 elif [[ ${#failed[@]} -eq 0 && $postgres_only -eq 1 ]]; then
   python3 "$repo/bench/report.py" --results "$results" \
     --postgres-section "$repo/docs/benchmarks.md" --command "$command_line"
