@@ -221,6 +221,13 @@ int main(void) {
   CHECK_ERROR(err, IDEM_NOT_FOUND, "NotFound: ");
 
   idem_options_set_create_if_missing(options, 1);
+  /* A sync interval that cannot be is refused, naming it. */
+  idem_options_set_durability(options, IDEM_PERIODIC);
+  idem_options_set_sync_interval_ms(options, -5);
+  store = idem_open(path, options, &err);
+  CHECK(store == NULL);
+  CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: sync_interval is -5 ms");
+  idem_options_set_sync_interval_ms(options, 50);
   idem_options_set_durability(options, IDEM_BUFFERED);
   idem_options_set_default_lease_ms(options, 5000);
   idem_options_set_default_retention_ms(options, 3600 * 1000);

@@ -76,6 +76,7 @@ extern "C" {
 /* idem::Durability */
 #define IDEM_SYNC 0
 #define IDEM_BUFFERED 1
+#define IDEM_PERIODIC 2
 
 /* idem::Sharing */
 #define IDEM_SHARING_AUTO 0
@@ -121,7 +122,8 @@ IDEM_EXPORT const char* idem_code_name(int code);
 /* Options for idem_open with the defaults of idem::Options. */
 IDEM_EXPORT idem_options_t* idem_options_create(void);
 IDEM_EXPORT void idem_options_destroy(idem_options_t* options);
-/* IDEM_SYNC (default: fsync before acknowledging) or IDEM_BUFFERED. */
+/* IDEM_SYNC (default: fsync before acknowledging), IDEM_BUFFERED or IDEM_PERIODIC (fsynced by
+ * a background thread within the sync interval). */
 IDEM_EXPORT void idem_options_set_durability(idem_options_t* options, int durability);
 /* IDEM_SHARING_AUTO (default) or IDEM_SHARING_EXCLUSIVE. */
 IDEM_EXPORT void idem_options_set_sharing(idem_options_t* options, int sharing);
@@ -131,6 +133,9 @@ IDEM_EXPORT void idem_options_set_default_lease_ms(idem_options_t* options, int6
 IDEM_EXPORT void idem_options_set_default_retention_ms(idem_options_t* options, int64_t ms);
 /* How long idem_execute waits for another owner. Default: 30000. */
 IDEM_EXPORT void idem_options_set_execute_wait_ms(idem_options_t* options, int64_t ms);
+/* IDEM_PERIODIC: how long after a call its write is fsynced at the latest; positive.
+ * Default: 1000. */
+IDEM_EXPORT void idem_options_set_sync_interval_ms(idem_options_t* options, int64_t ms);
 /* Interval of the background purge; 0 disables it. Default: 10 minutes. */
 IDEM_EXPORT void idem_options_set_auto_purge_interval_ms(idem_options_t* options, int64_t ms);
 /* Create the store directory when missing (default 1). */

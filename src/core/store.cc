@@ -347,6 +347,10 @@ Status CheckOptions(const Options& options) {
   if (options.request_timeout <= milliseconds(0)) {
     return Status::InvalidArgument("request_timeout must be positive");
   }
+  if (options.sync_interval <= milliseconds(0)) {
+    return Status::InvalidArgument(
+        fmt::format("sync_interval is {} ms; it must be positive", options.sync_interval.count()));
+  }
   // Checked for every store, as the rest, though only a store in PostgreSQL has a pool: an
   // option that cannot be right is refused wherever it is given.
   if (options.pool_size <= 0) return Status::InvalidArgument("pool_size must be positive");
@@ -377,6 +381,7 @@ std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const
   compare("take_over_dead_holders", first.take_over_dead_holders, later.take_over_dead_holders);
   compare_ms("auto_purge_interval", first.auto_purge_interval, later.auto_purge_interval);
   compare_ms("renewal_grace", first.renewal_grace, later.renewal_grace);
+  compare_ms("sync_interval", first.sync_interval, later.sync_interval);
   compare_ms("failover_timeout", first.failover_timeout, later.failover_timeout);
   compare_ms("request_timeout", first.request_timeout, later.request_timeout);
   if (first.clock != later.clock) differences.push_back("clock (this Open passed another Clock)");

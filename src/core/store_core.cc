@@ -212,6 +212,7 @@ Result<std::unique_ptr<storage::Storage>> StoreCore::OpenStorage() {
   config.create_if_missing = options_.create_if_missing;
   config.read_only = options_.read_only;
   config.memory_budget = options_.memory_budget;
+  config.sync_interval = options_.sync_interval;
   config.clock = options_.clock;
   config.log = [this](std::string_view message) { Log(message); };
   IDEM_ASSIGN_OR_RETURN(auto storage, OpenStoreDatabase(directory_, std::move(config)));

@@ -205,8 +205,12 @@ const char* idem_code_name(int code) {
 idem_options_t* idem_options_create(void) { return new (std::nothrow) idem_options_t; }
 void idem_options_destroy(idem_options_t* options) { delete options; }
 void idem_options_set_durability(idem_options_t* options, int durability) {
-  options->options.durability =
-      durability == IDEM_BUFFERED ? idem::Durability::kBuffered : idem::Durability::kSync;
+  options->options.durability = durability == IDEM_BUFFERED   ? idem::Durability::kBuffered
+                                : durability == IDEM_PERIODIC ? idem::Durability::kPeriodic
+                                                              : idem::Durability::kSync;
+}
+void idem_options_set_sync_interval_ms(idem_options_t* options, int64_t ms) {
+  options->options.sync_interval = milliseconds(ms);
 }
 void idem_options_set_sharing(idem_options_t* options, int sharing) {
   options->options.sharing =

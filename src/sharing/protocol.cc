@@ -30,7 +30,7 @@ BeginMessage ReadBegin(Reader& r, bool& bad) {
   c.lease = r.Millis();
   c.retention = r.Millis();
   c.request_id = r.U64();
-  c.durability = EnumField(r, Durability::kBuffered, bad);
+  c.durability = EnumField(r, Durability::kPeriodic, bad);
   if (c.lease.count() <= 0 || c.retention.count() <= 0) bad = true;
   return BeginMessage{c};
 }
@@ -43,7 +43,7 @@ TransitionMessage ReadTransition(Reader& r, bool& bad) {
   c.request.payload = r.Bytes();
   c.request.failure = EnumField(r, Failure::kTerminal, bad);
   c.request.lease = r.Millis();
-  c.durability = EnumField(r, Durability::kBuffered, bad);
+  c.durability = EnumField(r, Durability::kPeriodic, bad);
   if (c.request.kind == engine::TransitionKind::kExtend && c.request.lease.count() <= 0) {
     bad = true;
   }
@@ -79,7 +79,7 @@ ScanTableMessage ReadScanTable(Reader& r) {
 ForgetMessage ReadForget(Reader& r, bool& bad) {
   ForgetMessage m;
   m.key = r.Bytes();
-  m.durability = EnumField(r, Durability::kBuffered, bad);
+  m.durability = EnumField(r, Durability::kPeriodic, bad);
   return m;
 }
 

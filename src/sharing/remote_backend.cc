@@ -46,10 +46,10 @@ std::size_t PipelinedConnectionCount() {
 // is answered at once (not a purge or backup poll, a scan page, or a listing).
 bool Pipelinable(const Request& request) {
   if (const auto* begin = std::get_if<BeginMessage>(&request)) {
-    return begin->call.durability == Durability::kBuffered;
+    return !engine::SyncedBeforeReturning(begin->call.durability);
   }
   if (const auto* transition = std::get_if<TransitionMessage>(&request)) {
-    return transition->call.durability == Durability::kBuffered;
+    return !engine::SyncedBeforeReturning(transition->call.durability);
   }
   return std::holds_alternative<GetMessage>(request) ||
          std::holds_alternative<GetValueMessage>(request);

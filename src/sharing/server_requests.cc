@@ -31,14 +31,15 @@ constexpr std::size_t kMaxJobs = 16;
 // small requests a client pipelines, and any one request whole however large.
 constexpr std::size_t kReadAhead = 64 << 10;
 
-// Whether `request` may join a write group (engine/backend.h): a buffered Begin, or a buffered
-// Transition without table writes.
+// Whether `request` may join a write group (engine/backend.h): a Begin, or a Transition
+// without table writes, that returns before a sync (kBuffered, kPeriodic).
 bool JoinsWriteGroup(const Request& request) {
   if (const auto* begin = std::get_if<BeginMessage>(&request)) {
-    return begin->call.durability == Durability::kBuffered;
+    return !engine::SyncedBeforeReturning(begin->call.durability);
   }
   if (const auto* transition = std::get_if<TransitionMessage>(&request)) {
-    return transition->call.durability == Durability::kBuffered && transition->writes.empty();
+    return !engine::SyncedBeforeReturning(transition->call.durability) &&
+           transition->writes.empty();
   }
   return false;
 }
@@ -185,8 +186,9 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
 
   // Every request that has arrived whole, one at a time in the order sent, each answer after
   // the one before (a client that pipelines its requests matches answers by their order).
-  // Consecutive buffered Begins and Transitions are written as one batch (a write group): the
-  // owner's largest cost per request was its own RocksDB write (docs/design/speed.md).
+  // Consecutive unsynced Begins and Transitions (kBuffered, kPeriodic) are written as one batch (a
+  // write group): the owner's largest cost per request was its own RocksDB write
+  // (docs/design/speed.md).
   connection.out.clear();
   connection.out_done = 0;
   GroupedAnswers grouped(backend_, connection.out);

@@ -352,7 +352,7 @@ Result<LogTailCuts> CutLogTails(rocksdb::FileSystem& fs, const std::string& db_p
       cuts.power_cut.push_back(fmt::format(
           "the write-ahead log {} {}cut at byte {} of {}: a power cut left pages there that were "
           "never written; what followed was never synced (calls that were not answered, or "
-          "kBuffered writes)",
+          "kBuffered or kPeriodic writes)",
           EscapeControls(path), verb, scan.intact_end, scan.size));
       cut = true;
       continue;

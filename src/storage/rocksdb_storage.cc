@@ -94,7 +94,8 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   const ScopedPerfCountersOff counters_off;
   const std::size_t stripe = StripeIndex(key);
   WriteGroup* group = ThreadWriteGroup();
-  const bool grouped = group != nullptr && durability == Durability::kBuffered && writes == nullptr;
+  const bool grouped =
+      group != nullptr && !engine::SyncedBeforeReturning(durability) && writes == nullptr;
   if (group != nullptr &&
       (!grouped || group->Holds(stripe) || group->held.size() >= kMostGroupedWrites)) {
     WriteGroupHeld(*group);
@@ -143,6 +144,7 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
     }
     static_cast<void>(group->batch->PopSavePoint());
     group->held.push_back(std::move(held));
+    if (durability == Durability::kPeriodic) group->durability = durability;
     lock.release();
     return Status::OK();
   }
@@ -240,7 +242,8 @@ std::vector<Status> RocksDbStorage::FinishWriteGroup() {
 
 void RocksDbStorage::WriteGroupHeld(WriteGroup& group) {
   if (group.held.empty()) return;
-  const Status written = Write(Durability::kBuffered, group.batch.get(), "writing records", {});
+  const Status written = Write(group.durability, group.batch.get(), "writing records", {});
+  group.durability = Durability::kBuffered;
   const uint64_t version = WriteVersion();
   for (WriteGroup::Held& held : group.held) {
     written_at_[held.stripe] = version;

@@ -44,12 +44,16 @@ namespace idem::storage {
 
 struct DiskErrorFlags;  // log_failure_watch.h
 class InfoLog;          // info_log.h
+class PeriodicSync;     // periodic_sync.h
 
 struct RocksDbConfig {
   std::string path;  // the RocksDB directory
   bool create_if_missing = true;
   bool read_only = false;                // a read-only instance: reads only, never takes the LOCK
   std::size_t memory_budget = 96 << 20;  // Options::memory_budget
+  // Options::sync_interval: writes made with Durability::kPeriodic are synced at most this long
+  // after they return (PeriodicSync). Positive.
+  std::chrono::milliseconds sync_interval{std::chrono::seconds(1)};
   // The time records are judged by (Storage's `now`), and the compaction filter's notion of
   // "expired". Not null.
   std::shared_ptr<const Clock> clock;
@@ -217,6 +221,8 @@ class RocksDbStorage final : public Storage {
     std::unique_ptr<rocksdb::WriteBatch> batch;
     std::vector<Held> held;        // not yet written, each holding its stripe
     std::vector<Status> outcomes;  // of the Updates written so far, in order
+    // kPeriodic once a held write asks for it, so that the batch is synced in time.
+    Durability durability = Durability::kBuffered;
     bool Holds(std::size_t stripe) const;
   };
   // The calling thread's group, on whichever storage (storage null: none).
@@ -332,6 +338,9 @@ class RocksDbStorage final : public Storage {
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
   std::shared_ptr<void> keep_alive_;           // block cache and write-buffer manager
   std::function<void(std::string_view)> log_;  // RocksDbConfig::log
+  // Syncs the log after writes made with kPeriodic; null in a read-only instance. Stopped
+  // (syncing what is due) before the database closes.
+  std::unique_ptr<PeriodicSync> periodic_sync_;
   std::size_t resume_free_bytes_ = 0;  // RocksDB resumes after a full disk once this is free
 
   // What failed writes tell: the next write checks that RocksDB resumed first, under

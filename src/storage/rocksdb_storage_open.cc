@@ -29,6 +29,7 @@
 #include "storage/log_tail.h"
 #include "storage/log_zero_fill.h"
 #include "storage/manifest_mark.h"
+#include "storage/periodic_sync.h"
 #include "storage/private_files.h"
 #include "storage/record_codec.h"
 #include "storage/rocksdb_status.h"
@@ -241,7 +242,11 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   }
   const TimePoint now = config.clock->Now();
   IDEM_RETURN_IF_ERROR(ReserveTokens(now));
-  return LoadFilterHorizon(now);
+  IDEM_RETURN_IF_ERROR(LoadFilterHorizon(now));
+  periodic_sync_ = std::make_unique<PeriodicSync>(
+      config.sync_interval, [this] { return Sync(); },
+      [this](std::string_view message) { Report(fmt::format("store {}: {}", path_, message)); });
+  return Status::OK();
 }
 
 Result<LogTailCuts> RocksDbStorage::PrepareFilesForOpen(rocksdb::FileSystem& file_system,
@@ -401,6 +406,7 @@ Status RocksDbStorage::AdvanceFilterHorizon(TimePoint now) {
 }
 
 RocksDbStorage::~RocksDbStorage() {
+  periodic_sync_.reset();  // syncs what is due while the database is open
   if (db_) {
     for (auto* handle : handles_) db_->DestroyColumnFamilyHandle(handle);
     for (auto& [name, handle] : tables_) db_->DestroyColumnFamilyHandle(handle);

@@ -10,6 +10,7 @@
 
 #include "storage/layout.h"
 #include "storage/log_failure_watch.h"
+#include "storage/periodic_sync.h"
 #include "storage/record_codec.h"
 #include "storage/rocksdb_status.h"
 #include "storage/rocksdb_storage.h"
@@ -27,7 +28,10 @@ Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
   }
   if (disk_errors_->guard_needed.load(std::memory_order_acquire)) WriteResumeGuard();
   const rocksdb::Status s = db_->Write(WriteOptionsFor(durability), batch);
-  if (s.ok()) return Status::OK();
+  if (s.ok()) {
+    if (durability == Durability::kPeriodic) periodic_sync_->Note();
+    return Status::OK();
+  }
   // The batch is one write-ahead log record: either all of it (the record and its expiry-index
   // entry) or none of it is ever visible. It is not visible now; a log record that reached the
   // disk before a failed sync may reappear when the store is reopened, whole.

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/durability.h"
 #include "engine/state_machine.h"
 #include "idem/function_ref.h"
 #include "idem/options.h"
