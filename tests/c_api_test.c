@@ -594,6 +594,28 @@ int main(void) {
     idem_close(store);
   }
 
+  /* A device profile: a small memory budget, periodic syncs, and a disk quota that any store
+   * is past: a new claim is refused as unavailable, naming the quota. */
+  options = idem_options_create();
+  idem_options_set_memory_budget(options, (size_t)8 << 20);
+  idem_options_set_durability(options, IDEM_PERIODIC);
+  idem_options_set_sync_interval_ms(options, 100);
+  idem_options_set_max_disk_bytes(options, 1);
+  store = idem_open(path, options, &err);
+  idem_options_destroy(options);
+  CHECK_NO_ERROR(err);
+  if (store != NULL) {
+    claim = idem_begin(store, "quota-1", 7, NULL, NULL, 0, 0, &err);
+    CHECK(claim == NULL);
+    CHECK_ERROR(err, IDEM_UNAVAILABLE, "Unavailable: store ");
+    /* A replay is still answered. */
+    record = idem_get(store, "exec-1", 6, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(record != NULL && idem_record_state(record) == IDEM_STATE_DONE);
+    idem_record_destroy(record);
+    idem_close(store);
+  }
+
   nftw(dir_template, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (failures != 0) {
     fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);

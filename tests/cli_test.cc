@@ -939,7 +939,8 @@ TEST_F(CliTest, StatsCountersAreTheLiveOwnersAndSaySo) {
   std::vector<std::string> counters;
   for (const auto& item : stats["counters"].items()) counters.push_back(item.key());
   EXPECT_EQ(counters, (std::vector<std::string>{"claims", "replays", "in_progress", "takeovers",
-                                                "failed", "mismatches", "lease_lost", "purged"}));
+                                                "failed", "mismatches", "lease_lost", "purged",
+                                                "quota_refusals", "quota_exceeded"}));
   // The holder's one Begin ("held"), counted by it: this process counted nothing.
   EXPECT_EQ(stats["counters"]["claims"], 1);
 

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "storage/info_log.h"
@@ -362,15 +364,31 @@ TEST(DiskFull, ADiskThatStaysNearlyFullResumesEveryTime) {
   ExpectDone(*reopened, acknowledged);
 }
 
-// Opening a store on a full disk fails cleanly with kIOError naming the store and the cause,
-// as often as it is tried, and loses nothing: once space is freed it opens with everything.
-TEST(DiskFull, OpeningOnAFullDiskFailsCleanlyUntilSpaceIsFreed) {
+int OldInfoLogs(const std::string& db_path) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(db_path)) {
+    if (entry.path().filename().string().rfind("LOG.old.", 0) == 0) ++count;
+  }
+  return count;
+}
+
+// The bytes a file takes on the disk (its allocated blocks); 0 when it does not exist.
+uint64_t AllocatedBytes(const std::string& path) {
+  struct stat seen {};
+  return ::stat(path.c_str(), &seen) == 0 ? static_cast<uint64_t>(seen.st_blocks) * 512 : 0;
+}
+
+// A store whose reserve is gone (spent before, or never made) fails to open on a full disk,
+// cleanly, again and again, without each attempt leaving another file behind; once space is
+// freed it opens with everything acknowledged, and makes its reserve again.
+TEST(DiskFull, WithoutItsReserveOpeningOnAFullDiskFailsCleanlyUntilSpaceIsFreed) {
   TempDir dir;
   SmallDisk disk(dir.Sub("disk"), 8 << 20);
   if (!disk.mounted()) GTEST_SKIP() << disk.error();
   CapturedLog log;
   const idem::Options options = SmallStoreOptions(log);
   const std::string store_path = disk.path() + "/store";
+  const std::string reserve = store_path + "/reserve";
   std::vector<std::string> acknowledged;
   {
     IDEM_ASSERT_OPEN(store, store_path, options);
@@ -379,19 +397,115 @@ TEST(DiskFull, OpeningOnAFullDiskFailsCleanlyUntilSpaceIsFreed) {
       ASSERT_OK(RunRequest(*store, acknowledged.back(), 4096));
     }
   }
+  EXPECT_GE(AllocatedBytes(reserve), 1u << 20) << "a read-write open keeps a reserve";
+  ASSERT_EQ(::unlink(reserve.c_str()), 0);
+  // Filled to the last byte. An open needs little (its logs stay in memory), and trims what its
+  // files had preallocated: fill again what an open that succeeded gave back, until one fails.
   const std::string filler = disk.path() + "/filler";
-  FillDisk(filler);
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  int fills = 0;
+  for (;; ++fills) {
+    ASSERT_LT(fills, 10) << "the store opened every time on a full disk";
+    FillDisk(filler + std::to_string(fills));
+    auto opened = idem::Store::Open(store_path, options);
+    if (!opened.ok()) break;
+    opened->reset();
+    ::unlink(reserve.c_str());  // made again if there was room
+  }
+  for (int attempt = 0; attempt < 8; ++attempt) {
     auto opened = idem::Store::Open(store_path, options);
     ASSERT_FALSE(opened.ok()) << "opened on a full disk";
     EXPECT_EQ(opened.status().code(), Status::Code::kIOError) << opened.status().ToString();
     EXPECT_TRUE(Contains(opened.status().message(), store_path)) << opened.status().ToString();
     EXPECT_TRUE(Contains(opened.status().message(), kNoSpace)) << opened.status().ToString();
   }
-  ASSERT_EQ(::unlink(filler.c_str()), 0);
+  // Each failed open started an info log; only the newest few are kept.
+  EXPECT_LE(OldInfoLogs(store_path + "/db"), 4);
+  for (int i = 0; i <= fills; ++i) ASSERT_EQ(::unlink((filler + std::to_string(i)).c_str()), 0);
   IDEM_ASSERT_OPEN(store, store_path, options);
   ExpectDone(*store, acknowledged);
   ASSERT_OK(RunRequest(*store, "after"));
+  EXPECT_GE(AllocatedBytes(reserve), 1u << 20) << "the reserve is made again";
+}
+
+// A disk filled to its last byte under a closed store: the next open spends the store's reserve
+// and succeeds, saying so; every acknowledged record reads back. Once the operator frees space,
+// writes work and the next open makes the reserve again.
+TEST(DiskFull, AStoreOnADiskFullToTheLastByteOpensThroughItsReserve) {
+  TempDir dir;
+  SmallDisk disk(dir.Sub("disk"), 8 << 20);
+  if (!disk.mounted()) GTEST_SKIP() << disk.error();
+  CapturedLog log;
+  const idem::Options options = SmallStoreOptions(log);
+  const std::string store_path = disk.path() + "/store";
+  const std::string reserve = store_path + "/reserve";
+  std::vector<std::string> acknowledged;
+  {
+    IDEM_ASSERT_OPEN(store, store_path, options);
+    for (int i = 0; i < 40; ++i) {
+      acknowledged.push_back("k" + std::to_string(i));
+      ASSERT_OK(RunRequest(*store, acknowledged.back(), 8192));
+    }
+  }
+  ASSERT_GE(AllocatedBytes(reserve), 1u << 20);
+  const std::string filler = disk.path() + "/filler";
+  FillDisk(filler);
+  {
+    IDEM_ASSERT_OPEN(store, store_path, options);
+    EXPECT_TRUE(log.Contains("deleted the store's reserve")) << "the operator is told";
+    EXPECT_TRUE(log.Contains("free space on the disk"));
+    ExpectDone(*store, acknowledged);
+  }
+  ASSERT_EQ(::unlink(filler.c_str()), 0);
+  IDEM_ASSERT_OPEN(store, store_path, options);
+  ASSERT_OK(RunRequest(*store, "after"));
+  ExpectDone(*store, acknowledged);
+  EXPECT_GE(AllocatedBytes(reserve), 1u << 20) << "the reserve is made again";
+}
+
+// How little must be freed for a store without its reserve to open on a full disk: its logs are
+// recovered into memory, not flushed to table files while it opens (avoid_flush_during_recovery).
+// The figure is docs/operations.md's ("A full disk"); the bound here is a few times it.
+TEST(DiskFull, WithoutAReserveAStoreOpensOnceKilobytesAreFreed) {
+  TempDir dir;
+  SmallDisk disk(dir.Sub("disk"), 16 << 20);
+  if (!disk.mounted()) GTEST_SKIP() << disk.error();
+  CapturedLog log;
+  idem::Options options = SmallStoreOptions(log);
+  options.memory_budget = 32 << 20;  // the logs below stay in one memtable: none is flushed
+  options.durability = idem::Durability::kBuffered;
+  const std::string store_path = disk.path() + "/store";
+  std::vector<std::string> acknowledged;
+  {
+    IDEM_ASSERT_OPEN(store, store_path, options);
+    for (int i = 0; i < 150; ++i) {
+      acknowledged.push_back("k" + std::to_string(i));
+      ASSERT_OK(RunRequest(*store, acknowledged.back(), 4096));
+    }
+  }
+  uint64_t logs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(store_path + "/db")) {
+    if (entry.path().extension() == ".log") logs += std::filesystem::file_size(entry.path());
+  }
+  EXPECT_GE(logs, 500u << 10) << "the store has logs to recover";
+  ASSERT_EQ(::unlink((store_path + "/reserve").c_str()), 0);
+  const std::string filler = disk.path() + "/filler";
+  const std::size_t filled = FillDisk(filler);
+  std::size_t freed = 0;
+  constexpr std::size_t kStep = 4096;
+  for (;;) {
+    auto opened = idem::Store::Open(store_path, options);
+    if (opened.ok()) {
+      ExpectDone(**opened, acknowledged);
+      break;
+    }
+    ASSERT_TRUE(Contains(opened.status().message(), kNoSpace)) << opened.status().ToString();
+    ASSERT_LT(freed, std::size_t{128} << 10)
+        << "still refused after freeing " << freed << " bytes: " << opened.status().ToString();
+    freed += kStep;
+    ASSERT_EQ(::truncate(filler.c_str(), static_cast<off_t>(filled - freed)), 0);
+  }
+  std::cout << "a store with " << logs / 1024 << " KiB of logs opened once " << freed / 1024
+            << " KiB were freed\n";
 }
 
 // The file system under a running store turns read-only (ext4 after a disk error): writes fail
@@ -495,14 +609,12 @@ TEST(DiskFull, NoProcessSharingTheStoreAbortsAndTheNextOwnerWritesOnceSpaceIsFre
 
   // Closing gave back a little space (the log file's unused preallocated tail): fill it too.
   FillDisk(filler + "-more");
-  // This process takes over, and cannot open the store on the full disk: an error, twice.
-  for (int i = 0; i < 2; ++i) {
-    auto claim = store->Begin("after-owner-" + std::to_string(i));
-    ASSERT_FALSE(claim.ok()) << "wrote on a full disk";
-    EXPECT_EQ(claim.status().code(), Status::Code::kIOError) << claim.status().ToString();
-    EXPECT_TRUE(Contains(claim.status().message(), kNoSpace)) << claim.status().ToString();
-  }
-  // Space is freed: the next call opens the store here and writes.
+  // This process takes over on the full disk: it opens the store by spending the store's
+  // reserve, says so, and writes into the room that gave.
+  ASSERT_OK(RunRequest(*store, "after-owner"));
+  acknowledged.push_back("after-owner");
+  EXPECT_TRUE(log.Contains("deleted the store's reserve"));
+  // Space is freed: calls go on writing.
   ASSERT_EQ(::unlink(filler.c_str()), 0);
   ASSERT_EQ(::unlink((filler + "-more").c_str()), 0);
   Status after;
@@ -555,6 +667,36 @@ TEST(InfoLog, StartsANewFileAtEachOpenAndAtItsSizeLimit) {
   EXPECT_GE(old_files(), 3);  // 100 lines of ~140 bytes in files of 4 KiB
   EXPECT_LT(std::filesystem::file_size(dir.path() + "/LOG"), 4096u + 200);
   EXPECT_EQ(log.dropped_lines(), 0u);
+}
+
+// Each start keeps the newest four old files and deletes the rest (RocksDB deletes them only
+// after an open that succeeds: failed opens on a full disk would pile them up).
+TEST(InfoLog, EachStartKeepsTheNewestFourOldFiles) {
+  TempDir dir;
+  std::vector<std::string> made;
+  for (int i = 0; i < 7; ++i) {
+    { idem::storage::InfoLog log(dir.path(), 1 << 20); }
+    std::this_thread::sleep_for(2ms);  // names are the microsecond a file was started at
+  }
+  std::vector<std::string> old_files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("LOG.old.", 0) == 0) old_files.push_back(name);
+  }
+  EXPECT_EQ(old_files.size(), 4u);
+  // The newest: the last start renamed the LOG before it to the newest old file, which stays.
+  { idem::storage::InfoLog log(dir.path(), 1 << 20); }
+  std::vector<std::string> after;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("LOG.old.", 0) == 0) after.push_back(name);
+  }
+  std::sort(old_files.begin(), old_files.end());
+  std::sort(after.begin(), after.end());
+  ASSERT_EQ(after.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(old_files.begin() + 1, old_files.end()),
+            std::vector<std::string>(after.begin(), after.begin() + 3))
+      << "the oldest went, the three newest stayed";
 }
 
 }  // namespace

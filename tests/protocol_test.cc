@@ -145,9 +145,11 @@ TEST(Protocol, CountersAreNumberedFieldsThenTheOwnersStart) {
                           .failed = 5,
                           .mismatches = 6,
                           .lease_lost = 7,
-                          .purged = 0x0102};
-  std::string expected = Bytes("\x08\0\0\0", 4);
-  for (int id = 1; id <= 8; ++id) {
+                          .purged = 0x0102,
+                          .quota_refusals = 9,
+                          .quota_exceeded = 10};
+  std::string expected = Bytes("\x0a\0\0\0", 4);
+  for (int id = 1; id <= 10; ++id) {
     expected += static_cast<char>(id);
     expected +=
         id == 8 ? Bytes("\x02\x01\0\0\0\0\0\0", 8) : static_cast<char>(id) + std::string(7, '\0');

@@ -109,7 +109,8 @@ TEST(Counters, TheTableListsEveryCounterOnceInItsFixedOrder) {
     EXPECT_FALSE(counter.help.empty()) << counter.name;
   }
   EXPECT_EQ(names, (std::vector<std::string>{"claims", "replays", "in_progress", "takeovers",
-                                             "failed", "mismatches", "lease_lost", "purged"}));
+                                             "failed", "mismatches", "lease_lost", "purged",
+                                             "quota_refusals", "quota_exceeded"}));
   idem::Counters counters;
   uint64_t value = 1;
   for (const idem::CounterInfo& counter : idem::kCounters) counters.*counter.field = value++;

@@ -136,6 +136,12 @@ IDEM_EXPORT void idem_options_set_execute_wait_ms(idem_options_t* options, int64
 /* IDEM_PERIODIC: how long after a call its write is fsynced at the latest; positive.
  * Default: 1000. */
 IDEM_EXPORT void idem_options_set_sync_interval_ms(idem_options_t* options, int64_t ms);
+/* The resident memory the process holding the store should stay under, in bytes (see
+ * idem::Options::memory_budget; 8 MiB works for a small device). Default: 96 MiB. */
+IDEM_EXPORT void idem_options_set_memory_budget(idem_options_t* options, size_t bytes);
+/* The disk space the store's database may take, in bytes: past it new claims fail with
+ * IDEM_UNAVAILABLE. 0 (default): no limit. */
+IDEM_EXPORT void idem_options_set_max_disk_bytes(idem_options_t* options, uint64_t bytes);
 /* Interval of the background purge; 0 disables it. Default: 10 minutes. */
 IDEM_EXPORT void idem_options_set_auto_purge_interval_ms(idem_options_t* options, int64_t ms);
 /* Create the store directory when missing (default 1). */

@@ -24,6 +24,8 @@ struct Counters {
   uint64_t mismatches = 0;
   uint64_t lease_lost = 0;
   uint64_t purged = 0;
+  uint64_t quota_refusals = 0;
+  uint64_t quota_exceeded = 0;
 
   friend bool operator==(const Counters&, const Counters&) = default;
 };
@@ -65,6 +67,10 @@ inline constexpr CounterInfo kCounters[] = {
     {"lease_lost", "Complete/Fail/Extend/SaveCheckpoint calls with a stale token.",
      &Counters::lease_lost},
     {"purged", "Records removed by purge.", &Counters::purged},
+    {"quota_refusals", "Begin calls refused because the store was over max_disk_bytes.",
+     &Counters::quota_refusals},
+    {"quota_exceeded", "Times the store's database went over max_disk_bytes.",
+     &Counters::quota_exceeded},
 };
 
 inline constexpr std::size_t kCounterCount = std::size(kCounters);

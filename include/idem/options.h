@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -126,6 +127,18 @@ struct Options {
   // (below ~48 MiB the fixed part dominates); larger speeds up reads of big stores.
   // Default: 96 MiB.
   std::size_t memory_budget = 96 << 20;
+
+  // The disk space the store's database (PATH/db) may take, in bytes; 0: no limit. Past it, a
+  // Begin that would claim a key (a fresh claim or a takeover) returns kUnavailable naming the
+  // quota, which is retryable; replays, Complete, Fail, Extend, SaveCheckpoint, Forget and purge
+  // still work, so that pending work ends and space can be given back (a purge that compacts,
+  // as `idem purge` does, returns it at once). Measured from the files'
+  // sizes (not the space RocksDB preallocates beyond them) at most once a second (and at once after
+  // a purge or Forget): a burst may pass it by about a second's writes, so leave room below the
+  // disk's size. Crossing it and coming back under it are logged once each, and counted
+  // (quota_exceeded, quota_refusals). The owner's quota judges every process's claims. A store kept
+  // in PostgreSQL ignores it. Anchor: etcd's quota-backend-bytes. Default: 0.
+  std::uint64_t max_disk_bytes = 0;
 
   // Take over a pending claim at once, without waiting for its lease, when the process that
   // acquired it is proven dead: the owner judging it runs on the same boot and in the same PID

@@ -92,11 +92,13 @@ Counters LocalBackend::AtomicCounters::Snapshot() const {
 }
 
 LocalBackend::LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
-                           std::unique_ptr<StallWatch> stall_watch)
+                           std::unique_ptr<StallWatch> stall_watch,
+                           std::unique_ptr<DiskQuota> disk_quota)
     : storage_(std::move(storage)),
       options_(options),
       created_(options_.clock ? options_.clock->Now() : std::chrono::system_clock::now()),
-      stall_watch_(std::move(stall_watch)) {
+      stall_watch_(std::move(stall_watch)),
+      disk_quota_(std::move(disk_quota)) {
   if (!options_.read_only && options_.auto_purge_interval > std::chrono::milliseconds(0)) {
     purge_thread_ = std::thread([this] { PurgeLoop(options_.auto_purge_interval); });
   }
@@ -204,6 +206,12 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
       [&](std::optional<Record>& stored, TimePoint now,
           engine::NextToken next_token) -> const Record* {
         decision = DecideBeginLocked(std::move(stored), request, now, next_token);
+        if (decision.write && decision.claim.outcome == Outcome::kAcquired && disk_quota_ &&
+            disk_quota_->Exceeded()) {
+          decision.status = disk_quota_->Refusal();
+          counters_.Add<&Counters::quota_refusals>(1);
+          return nullptr;
+        }
         return decision.write ? &decision.claim.record : nullptr;
       },
       call.durability, absent_since));
@@ -288,6 +296,7 @@ Status LocalBackend::Forget(std::string_view key, Durability durability) {
   if (!removed) {
     return Status::NotFound(fmt::format("no record for key {}", storage::EscapeKey(key)));
   }
+  if (disk_quota_) disk_quota_->MeasureSoon();
   return Status::OK();
 }
 
@@ -358,10 +367,17 @@ Result<uint64_t> LocalBackend::Purge(const PurgeOptions& options) {
   if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_ASSIGN_OR_RETURN(uint64_t count, storage_->Purge(options));
   if (!options.dry_run) counters_.Add<&Counters::purged>(count);
+  if (disk_quota_ && count > 0) disk_quota_->MeasureSoon();
   return count;
 }
 
-Result<Counters> LocalBackend::GetCounters() { return counters_.Snapshot(); }
+Counters LocalBackend::CountersNow() const {
+  Counters counters = counters_.Snapshot();
+  if (disk_quota_) counters.quota_exceeded = disk_quota_->crossings();
+  return counters;
+}
+
+Result<Counters> LocalBackend::GetCounters() { return CountersNow(); }
 
 Status LocalBackend::Backup(const std::string& destination) {
   // A read-only instance cannot flush its memtables, which the copy starts with.
@@ -459,7 +475,7 @@ Result<std::vector<ImportOutcome>> LocalBackend::Import(std::span<const Record> 
 
 Result<OwnerCounters> LocalBackend::GetOwnerCounters() {
   OwnerCounters answer;
-  answer.counters = counters_.Snapshot();
+  answer.counters = CountersNow();
   if (!options_.read_only) {
     answer.live = true;
     answer.pid = ::getpid();

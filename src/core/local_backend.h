@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/disk_quota.h"
 #include "core/stall_watch.h"
 #include "engine/backend.h"
 #include "storage/storage.h"
@@ -23,9 +24,11 @@ class LocalBackend final : public Backend {
   // Uses options.read_only, take_over_dead_holders, auto_purge_interval and the size limits;
   // the time is the storage's. `stall_watch` (null: none) gives the renewal graces: a writable
   // backend on the owner's RocksDB storage is the store's new owner and passes one, which opens
-  // a grace for the claims written before it (see StallWatch).
+  // a grace for the claims written before it (see StallWatch). `disk_quota` (null: none) refuses
+  // new claims while the database is over Options::max_disk_bytes.
   LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
-               std::unique_ptr<StallWatch> stall_watch);
+               std::unique_ptr<StallWatch> stall_watch,
+               std::unique_ptr<DiskQuota> disk_quota = nullptr);
   ~LocalBackend() override;
 
   Result<Claim> Begin(const BeginCall& call, const Holder& holder) override;
@@ -91,6 +94,9 @@ class LocalBackend final : public Backend {
 
   using TimePoint = std::chrono::system_clock::time_point;
 
+  // The counters, with the quota's crossings.
+  Counters CountersNow() const;
+
   Status CheckWritable() const;
   Status CheckKey(std::string_view key) const;
   // kInvalidArgument naming the first bad write of a transition's table writes.
@@ -116,6 +122,8 @@ class LocalBackend final : public Backend {
 
   // Null when read-only, or when the storage has no owner whose stalls would matter.
   const std::unique_ptr<StallWatch> stall_watch_;
+  // Null without a quota.
+  const std::unique_ptr<DiskQuota> disk_quota_;
 
   AtomicCounters counters_;
 

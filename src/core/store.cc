@@ -378,6 +378,7 @@ std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const
   compare("max_label_size", first.max_label_size, later.max_label_size);
   compare("pool_size", first.pool_size, later.pool_size);
   compare("memory_budget", first.memory_budget, later.memory_budget);
+  compare("max_disk_bytes", first.max_disk_bytes, later.max_disk_bytes);
   compare("take_over_dead_holders", first.take_over_dead_holders, later.take_over_dead_holders);
   compare_ms("auto_purge_interval", first.auto_purge_interval, later.auto_purge_interval);
   compare_ms("renewal_grace", first.renewal_grace, later.renewal_grace);

@@ -117,8 +117,8 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at)
       // ask it instead.
       if (read_files()) {
         if (!storage.ok()) return storage.status();
-        return std::shared_ptr<Backend>(
-            std::make_shared<LocalBackend>(std::move(storage).value(), options_, NewStallWatch()));
+        return std::shared_ptr<Backend>(std::make_shared<LocalBackend>(
+            std::move(storage).value(), options_, NewStallWatch(), NewDiskQuota()));
       }
     }
     if (std::chrono::steady_clock::now() >= give_up_at) {
@@ -175,7 +175,7 @@ Result<std::shared_ptr<Backend>> StoreCore::BecomeOwner(
   ownership->lock = std::move(owner_lock);
   IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
   ownership->backend =
-      std::make_shared<LocalBackend>(std::move(storage), options_, NewStallWatch());
+      std::make_shared<LocalBackend>(std::move(storage), options_, NewStallWatch(), NewDiskQuota());
   if (options_.sharing == Sharing::kAuto) {
     sharing::ServerOptions server_options;
     // A request carries at most a key, a label or two and one payload.
@@ -205,6 +205,12 @@ Status StoreCore::CheckNoOwnerUnasked() const {
 std::unique_ptr<StallWatch> StoreCore::NewStallWatch() const {
   if (options_.read_only) return nullptr;
   return std::make_unique<StallWatch>(options_.clock, options_.renewal_grace);
+}
+
+std::unique_ptr<DiskQuota> StoreCore::NewDiskQuota() const {
+  if (options_.read_only || options_.max_disk_bytes == 0) return nullptr;
+  return std::make_unique<DiskQuota>(options_.max_disk_bytes, directory_ / kDatabaseDir,
+                                     [this](std::string_view message) { Log(message); });
 }
 
 Result<std::unique_ptr<storage::Storage>> StoreCore::OpenStorage() {

@@ -159,6 +159,8 @@ class StoreCore {
   // The renewal graces of a writable backend on this store's RocksDB storage (it has just become
   // the only writer); null for a read-only one.
   std::unique_ptr<StallWatch> NewStallWatch() const;
+  // The quota of a writable backend, when Options::max_disk_bytes sets one.
+  std::unique_ptr<DiskQuota> NewDiskQuota() const;
 
   // LogTo with the first opener's options.
   void Log(std::string_view message) const { LogTo(options_, message); }

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/disk_reserve.h"
 #include "sharing/owner_lock.h"
 #include "sharing/socket.h"
 #include "storage/format_file.h"
@@ -114,11 +115,16 @@ Status MakeStoreDirectory(const fs::path& path, bool* created) {
 }
 
 // Whether `name` is something idem itself leaves in a store directory that has no database
-// yet (an owner died while creating it), or lost+found.
+// yet (an owner died while creating it; the reserve of a database removed since), or
+// lost+found.
 bool LeftByCreation(std::string_view name) {
-  static const std::array<std::string, 5> kNames = {
-      sharing::kOwnerLockFile, sharing::kSocketFile,
-      std::string(sharing::kSocketFile) + sharing::kSocketBindSuffix, kNewDatabaseDir,
+  static const std::array<std::string, 7> kNames = {
+      sharing::kOwnerLockFile,
+      sharing::kSocketFile,
+      std::string(sharing::kSocketFile) + sharing::kSocketBindSuffix,
+      kNewDatabaseDir,
+      kReserveFile,
+      std::string(kReserveFile) + ".new",
       "lost+found"};
   return std::find(kNames.begin(), kNames.end(), name) != kNames.end();
 }
@@ -286,7 +292,29 @@ Result<std::unique_ptr<storage::RocksDbStorage>> OpenStoreDatabase(const fs::pat
   }
   config.path = database.string();
   config.create_if_missing = false;
-  return RocksDbStorage::Open(config);
+  if (config.read_only) return RocksDbStorage::Open(config);
+  // An open that fails for want of space leaves files that would take more of the space freed
+  // for the next attempt.
+  const auto open = [&] {
+    Result<std::unique_ptr<RocksDbStorage>> opened = RocksDbStorage::Open(config);
+    if (!opened.ok() && IsNoSpace(opened.status())) {
+      RocksDbStorage::DeleteLeftoversOfAFailedOpen(config.path);
+    }
+    return opened;
+  };
+  Result<std::unique_ptr<RocksDbStorage>> opened = open();
+  if (!opened.ok() && IsNoSpace(opened.status()) && SpendReserve(directory)) {
+    if (config.log) {
+      config.log(fmt::format(
+          "store {}: the disk is full ({}); deleted the store's reserve {} ({} bytes) to open it, "
+          "and it is made again by an open with room: free space on the disk",
+          Shown(directory), opened.status().message(), Shown(directory / kReserveFile),
+          kReserveBytes));
+    }
+    opened = open();
+  }
+  if (opened.ok()) KeepReserve(directory);
+  return opened;
 }
 
 Status WriteBackup(storage::Storage& storage, const fs::path& destination) {

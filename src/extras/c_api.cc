@@ -209,6 +209,12 @@ void idem_options_set_durability(idem_options_t* options, int durability) {
                                 : durability == IDEM_PERIODIC ? idem::Durability::kPeriodic
                                                               : idem::Durability::kSync;
 }
+void idem_options_set_memory_budget(idem_options_t* options, size_t bytes) {
+  options->options.memory_budget = bytes;
+}
+void idem_options_set_max_disk_bytes(idem_options_t* options, uint64_t bytes) {
+  options->options.max_disk_bytes = bytes;
+}
 void idem_options_set_sync_interval_ms(idem_options_t* options, int64_t ms) {
   options->options.sync_interval = milliseconds(ms);
 }

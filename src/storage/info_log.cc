@@ -1,7 +1,9 @@
 #include "storage/info_log.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -10,12 +12,15 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace idem::storage {
 namespace {
 
 constexpr std::string_view kDamageMarker = ": dropping ";
+constexpr std::string_view kOldPrefix = "LOG.old.";
 
 const char* LevelPrefix(rocksdb::InfoLogLevel level) {
   switch (level) {
@@ -40,6 +45,26 @@ InfoLog::InfoLog(std::string db_path, std::size_t max_file_size)
       max_file_size_(max_file_size) {
   std::lock_guard lock(mu_);
   StartFileLocked();
+  DeleteOldFiles();
+}
+
+void InfoLog::DeleteOldFiles() const {
+  if (db_path_.empty()) return;
+  DIR* dir = ::opendir(db_path_.c_str());
+  if (dir == nullptr) return;
+  std::vector<std::string> old_files;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (std::string_view(entry->d_name).starts_with(kOldPrefix))
+      old_files.emplace_back(entry->d_name);
+  }
+  ::closedir(dir);
+  if (old_files.size() <= kKeptInfoLogFiles) return;
+  // Named by the microsecond they were started at, with as many digits until the year 2286:
+  // the names sort as their times do.
+  std::sort(old_files.begin(), old_files.end());
+  for (std::size_t i = 0; i + kKeptInfoLogFiles < old_files.size(); ++i) {
+    (void)::unlink((db_path_ + "/" + old_files[i]).c_str());
+  }
 }
 
 InfoLog::~InfoLog() {
@@ -48,6 +73,17 @@ InfoLog::~InfoLog() {
 
 void InfoLog::StartFileLocked() {
   if (db_path_.empty()) return;
+  // Counted from here even when no file could be opened: the next attempt comes after as many
+  // bytes of lines, not at every line.
+  file_size_ = 0;
+  // On a nearly full disk the lines would take the space an operator frees before RocksDB's own
+  // files could (an open writes some 50 KiB of them): no new file then, and lines go on into
+  // the current one, if any, or are dropped.
+  struct statvfs disk {};
+  if (::statvfs(db_path_.c_str(), &disk) == 0 &&
+      static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < kLeastFreeBytes) {
+    return;
+  }
   const std::string name = db_path_ + "/LOG";
   struct timeval now {};
   ::gettimeofday(&now, nullptr);
@@ -62,9 +98,6 @@ void InfoLog::StartFileLocked() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = fd;
   }
-  // Counted from here even when no file could be opened: the next attempt comes after as many
-  // bytes of lines, not at every line.
-  file_size_ = 0;
 }
 
 void InfoLog::Logv(rocksdb::InfoLogLevel level, const char* format, va_list ap) {

@@ -7,8 +7,10 @@
 // (opening logs a lot). This logger writes each line with one write(2) and drops a line that
 // cannot be written: it never fails, never retries, never syncs, and holds no state that a
 // failed write could corrupt. Like RocksDB's, it starts a new LOG at each open (the previous one
-// becomes LOG.old.<micros>, which RocksDB deletes beyond DBOptions::keep_log_file_num), and it
-// starts another when the file reaches its size limit.
+// becomes LOG.old.<micros>), and it starts another when the file reaches its size limit. RocksDB
+// deletes the old files beyond DBOptions::keep_log_file_num, but only once an open succeeds: on
+// a full disk every failed open would leave one more. So each start also deletes all but the
+// newest kKeptInfoLogFiles of them.
 //
 // It also remembers the last file that recovery reported damaged: RocksDB's status for a damaged
 // write-ahead log is a bare "Corruption: checksum mismatch", and the file is named only in the
@@ -27,12 +29,17 @@
 
 namespace idem::storage {
 
+// How many LOG.old files a store keeps (DBOptions::keep_log_file_num too).
+inline constexpr std::size_t kKeptInfoLogFiles = 4;
+// A new LOG file is started only with this much free on its disk.
+inline constexpr uint64_t kLeastFreeBytes = 256 << 10;
+
 class InfoLog final : public rocksdb::Logger {
  public:
   // Writes to `db_path`/LOG, keeping each file under `max_file_size` bytes. When the file
-  // cannot be created (full or read-only disk), lines are dropped until the next rotation
-  // manages to create one. Empty `db_path`: writes nothing (read-only instances), and still
-  // notes damaged files.
+  // cannot be created (full or read-only disk, or less than kLeastFreeBytes free), lines are
+  // dropped until the next rotation manages to create one. Empty `db_path`: writes nothing
+  // (read-only instances), and still notes damaged files.
   InfoLog(std::string db_path, std::size_t max_file_size);
   ~InfoLog() override;
   InfoLog(const InfoLog&) = delete;
@@ -50,8 +57,11 @@ class InfoLog final : public rocksdb::Logger {
   uint64_t dropped_lines() const;
 
  private:
-  // mu_ held. Renames the current LOG (if any) to LOG.old.<micros> and opens a new one.
+  // mu_ held. Renames the current LOG (if any) to LOG.old.<micros> and opens a new one, unless
+  // the disk has less than kLeastFreeBytes free.
   void StartFileLocked();
+  // Deletes the LOG.old files but the newest kKeptInfoLogFiles.
+  void DeleteOldFiles() const;
   void WriteLine(rocksdb::InfoLogLevel level, const char* format, va_list ap);
 
   // Constant after construction.

@@ -91,6 +91,13 @@ class RocksDbStorage final : public Storage {
   // cannot be read.
   static Result<Contents> Inspect(const std::string& path);
 
+  // Deletes what a failed open leaves in the database `path`: temporary files (*.dbtmp, a
+  // CURRENT or OPTIONS file being written) and MANIFEST files that CURRENT does not name (one
+  // written before CURRENT could be switched to it). On a full disk each attempt leaves a few
+  // pages of them, which would take the space an operator frees before the next attempt could.
+  // Only while no process has the database open (the caller holds the store's owner lock).
+  static void DeleteLeftoversOfAFailedOpen(const std::string& path);
+
   // Puts a database built at `staging` (and closed) in place at `destination`, renaming it and
   // syncing their parent directory, through the file system `config` names, so that a power cut
   // leaves either no database at `destination` or the whole one.
