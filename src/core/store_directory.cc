@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "sharing/owner_lock.h"
-#include "sharing/socket.h"
+#include "sharing/socket_address.h"
 #include "storage/format_file.h"
 #include "util/escape.h"
 
