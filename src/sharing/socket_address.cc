@@ -203,7 +203,10 @@ Result<Listener> Listen(const SocketAddress& address) {
     }
     return in_store;
   }
-  if (address.in_store.unusable.empty() && !NoSocketInodes(bind_error)) return in_store.status();
+  // Too long for an address without /proc: the directory is there (and held), only unreachable.
+  // A store directory that could not be opened, or was replaced, is an error of its own.
+  const bool unreachable = !address.in_store.unusable.empty() && address.in_store.directory;
+  if (!unreachable && !NoSocketInodes(bind_error)) return in_store.status();
   const std::string why = in_store.status().message();
   const auto neither = [&](const Status& runtime) {
     return Status::IOError(fmt::format(
