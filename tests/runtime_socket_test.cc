@@ -208,6 +208,8 @@ TEST(RuntimeSocket, ProcessesShareAStoreWhoseDirectoryCannotHoldASocketAndFailOv
   ASSERT_EQ(::stat((runtime.path() + "/idem").c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0700u);
   EXPECT_FALSE(fs::exists(store + "/socket"));
+  // What the failed bind may have made there (exfat-fuse makes a regular file) is gone.
+  EXPECT_FALSE(fs::exists(store + "/socket.new"));
 
   // Two clients: this process and another, both answered by the owner through that socket.
   CapturedLog log;
@@ -231,6 +233,9 @@ TEST(RuntimeSocket, ProcessesShareAStoreWhoseDirectoryCannotHoldASocketAndFailOv
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   ASSERT_TRUE(after->has_value());
   EXPECT_EQ((*after)->result, "done");
+  auto now = client->GetOwnerCounters();
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_EQ(now->pid, ::getpid()) << "this process did not take over";
   EXPECT_TRUE(IsSocket(socket)) << "the new owner serves no runtime socket";
   EXPECT_TRUE(Contains(log.All(), "the store's socket cannot be in its directory (")) << log.All();
   EXPECT_TRUE(Contains(log.All(), "serving at " + socket)) << log.All();
