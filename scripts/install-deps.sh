@@ -24,6 +24,12 @@ packages=(
                     # the package's own cluster, if it makes one, is not used
   pgbouncer         # PgBouncer in transaction pooling mode in front of those servers
   groff-base        # the man_page test renders docs/idem.1 with groff -man -ww
+  # runtime_socket_test mounts a file system without socket inodes: a kernel vfat image
+  # (mkfs.vfat) where the kernel has vfat, else an exFAT image through FUSE (mkfs.exfat and
+  # mount.exfat-fuse; CI's kernel has no vfat)
+  dosfstools
+  exfatprogs
+  exfat-fuse
 )
 
 missing=()

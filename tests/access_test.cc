@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "idem/idem.h"
+#include "sharing/runtime_directory.h"
 #include "test_util.h"
 #include "util/escape.h"
 
@@ -332,25 +333,37 @@ TEST(Access, TheLockFileIsARegularFileOfThisUserOnly) {
       << opened.status().ToString();
 }
 
-// A long store path reaches its socket through /proc/self/fd; without /proc it cannot, and
-// says so, while an exclusive store (no socket) and a short path still open.
-TEST(Access, WithoutProcALongStorePathSaysWhyItCannotShare) {
+// A long store path reaches its socket through /proc/self/fd. Without /proc it cannot, and the
+// owner serves the socket in the runtime directory instead (before: Open failed, saying why),
+// where a client finds it; an exclusive store (no socket) and a short path open as ever.
+TEST(Access, WithoutProcALongStorePathIsServedInTheRuntimeDirectory) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to unmount /proc in a mount namespace";
   if (idem_test::UnderTsan()) GTEST_SKIP() << "fork of a multi-threaded process under TSan";
   TempDir dir;
+  TempDir runtime;
+  idem_test::RuntimeDirectoryOverride private_runtime(runtime.path());
   const std::string long_path = LongStorePath(dir);
+  { IDEM_ASSERT_OPEN(created, long_path); }
+  struct stat store {};
+  ASSERT_EQ(::stat(long_path.c_str(), &store), 0);
+  const std::string runtime_socket =
+      runtime.path() + "/idem/" + idem::sharing::RuntimeSocketName(store.st_dev, store.st_ino);
   const pid_t child = ::fork();
   if (child == 0) {
     if (::unshare(CLONE_NEWNS) != 0) ::_exit(20);  // no namespaces here: reported as a skip
     if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ::_exit(21);
     if (::umount2("/proc", MNT_DETACH) != 0) ::_exit(22);
-    auto shared = idem::Store::Open(long_path, TestOptions());
-    if (shared.ok()) ::_exit(1);
-    if (shared.status().message().find("/proc") == std::string::npos) ::_exit(2);
-    idem::Options exclusive = TestOptions();
-    exclusive.sharing = idem::Sharing::kExclusive;
-    if (!idem::Store::Open(long_path, exclusive).ok()) ::_exit(3);
-    if (!idem::Store::Open(dir.StorePath(), TestOptions()).ok()) ::_exit(4);
+    std::vector<std::string> log;
+    idem::Options options = TestOptions();
+    options.log = [&](std::string_view line) { log.emplace_back(line); };
+    auto shared = idem::Store::Open(long_path, options);
+    if (!shared.ok()) ::_exit(1);
+    struct stat info {};
+    if (::lstat(runtime_socket.c_str(), &info) != 0 || !S_ISSOCK(info.st_mode)) ::_exit(2);
+    if (log.empty() || log[0].find("/proc") == std::string::npos) ::_exit(3);
+    if (!(*shared)->Begin("k").ok()) ::_exit(4);
+    shared.value().reset();
+    if (::lstat(runtime_socket.c_str(), &info) == 0) ::_exit(5);
     ::_exit(0);
   }
   int status = 0;
@@ -359,8 +372,14 @@ TEST(Access, WithoutProcALongStorePathSaysWhyItCannotShare) {
   if (WEXITSTATUS(status) >= 20)
     GTEST_SKIP() << "cannot unmount /proc here: step " << WEXITSTATUS(status);
   EXPECT_EQ(WEXITSTATUS(status), 0)
-      << "1: a long path opened for sharing without /proc; 2: the message did not name /proc; "
-         "3: an exclusive open failed; 4: a short path failed";
+      << "1: a long path did not open for sharing without /proc; 2: no socket in the runtime "
+         "directory; 3: the log did not say why (/proc); 4: the store did not work; 5: closed, it "
+         "left its socket in the runtime directory";
+  // The store opens as ever.
+  idem::Options exclusive = TestOptions();
+  exclusive.sharing = idem::Sharing::kExclusive;
+  { IDEM_ASSERT_OPEN(alone, long_path, exclusive); }
+  { IDEM_ASSERT_OPEN(short_path, dir.StorePath()); }
 }
 
 // ---- Item 7: what is not an idem store is left alone -----------------------------------------

@@ -146,7 +146,7 @@ class ServerTest : public ::testing::Test {
     const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, address_.path.data(), address_.path.size());
+    std::memcpy(addr.sun_path, address_.in_store.path.data(), address_.in_store.path.size());
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
       close(fd);
       return -1;

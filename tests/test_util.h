@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -65,6 +66,49 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Sets XDG_RUNTIME_DIR to `path` for this process and the processes it starts from now on, and
+// puts the previous value back on destruction.
+class RuntimeDirectoryOverride {
+ public:
+  explicit RuntimeDirectoryOverride(const std::string& path) {
+    if (const char* previous = std::getenv("XDG_RUNTIME_DIR")) previous_ = previous;
+    ::setenv("XDG_RUNTIME_DIR", path.c_str(), 1);
+  }
+  ~RuntimeDirectoryOverride() {
+    if (previous_) {
+      ::setenv("XDG_RUNTIME_DIR", previous_->c_str(), 1);
+    } else {
+      ::unsetenv("XDG_RUNTIME_DIR");
+    }
+  }
+  RuntimeDirectoryOverride(const RuntimeDirectoryOverride&) = delete;
+  RuntimeDirectoryOverride& operator=(const RuntimeDirectoryOverride&) = delete;
+
+ private:
+  std::optional<std::string> previous_;
+};
+
+// Every test process (and the processes it starts) has a runtime directory of its own: a store
+// whose directory cannot hold its socket serves it in the user's runtime directory
+// (sharing/runtime_directory.h), and tests run in parallel must never meet in, or change, the
+// machine's (/run/idem, /tmp/idem-0, /run/user/<uid>). Made before main; removed at the exit of
+// the process that made it (not of a forked child).
+inline const bool kPrivateRuntimeDirectory = [] {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/idem_runtime_XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) return false;
+  static const std::string made = pattern;
+  static const pid_t maker = ::getpid();
+  ::setenv("XDG_RUNTIME_DIR", made.c_str(), 1);
+  std::atexit([] {
+    if (::getpid() != maker) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(made, ignored);
+  });
+  return true;
+}();
 
 // A thread-safe manual clock for idem::Options::clock. Starts at a fixed time with microsecond
 // precision (records store microseconds, so times read back compare equal).

@@ -96,9 +96,11 @@ Result<std::shared_ptr<Backend>> StoreCore::ConnectToOwner(SteadyTime give_up_at
 
 Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at) {
   util::Backoff backoff(kFirstPause, kLongestPause);
+  Status last_error;
   for (;;) {
     Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
     if (remote.ok() || !Unreachable(remote.status())) return remote;
+    last_error = remote.status();
 
     const std::optional<sharing::OwnerInfo> owner =
         sharing::OwnerLock::ReadOwner(directory_.string());
@@ -122,9 +124,10 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at)
       }
     }
     if (std::chrono::steady_clock::now() >= give_up_at) {
-      return Status::Unavailable(fmt::format(
-          "the owner of store {}{} holds it but did not answer within {} ms", directory_.string(),
-          owner ? fmt::format(" (pid {})", owner->pid) : "", options_.failover_timeout.count()));
+      return Status::Unavailable(
+          fmt::format("the owner of store {}{} holds it but did not answer within {} ms: {}",
+                      directory_.string(), owner ? fmt::format(" (pid {})", owner->pid) : "",
+                      options_.failover_timeout.count(), last_error.message()));
     }
     std::this_thread::sleep_for(backoff.Next());
   }

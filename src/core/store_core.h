@@ -26,7 +26,7 @@
 #include "sharing/log_limiter.h"
 #include "sharing/owner_lock.h"
 #include "sharing/server.h"
-#include "sharing/socket.h"
+#include "sharing/socket_address.h"
 #include "storage/storage.h"
 #include "util/process.h"
 

@@ -17,7 +17,7 @@
 
 #include "core/disk_reserve.h"
 #include "sharing/owner_lock.h"
-#include "sharing/socket.h"
+#include "sharing/socket_address.h"
 #include "storage/format_file.h"
 #include "util/escape.h"
 

@@ -33,7 +33,7 @@
 #include "engine/backend.h"
 #include "sharing/pipelined_connection.h"
 #include "sharing/protocol.h"
-#include "sharing/socket.h"
+#include "sharing/socket_address.h"
 
 namespace idem::sharing {
 

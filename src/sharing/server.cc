@@ -75,8 +75,13 @@ Result<std::unique_ptr<Server>> Server::Start(const SocketAddress& address, Back
     return Status::IOError(
         fmt::format("cannot set up the store's socket server: {}", std::strerror(errno)));
   }
-  IDEM_ASSIGN_OR_RETURN(int listen_fd, Listen(address));
-  server->listen_fd_ = FileDescriptor(listen_fd);
+  IDEM_ASSIGN_OR_RETURN(server->listener_, Listen(address));
+  const int listen_fd = server->listener_.fd.get();
+  if (!server->listener_.not_in_store.empty()) {
+    server->options_.log(
+        fmt::format("the store's socket cannot be in its directory ({}): serving at {}",
+                    server->listener_.not_in_store, server->listener_.place.shown));
+  }
   const int flags = ::fcntl(listen_fd, F_GETFL);
   if (flags < 0 || ::fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) != 0) {
     return Status::IOError(
@@ -119,6 +124,7 @@ Server::~Server() {
   // Closing the connections tells their clients that this owner is gone.
   std::lock_guard lock(mu_);
   connections_.clear();
+  RemoveRuntimeSocket(listener_);
 }
 
 void Server::RunThread() {
@@ -189,7 +195,7 @@ void Server::ArmTimer(bool on) {
 
 void Server::AcceptAll() {
   for (;;) {
-    const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    const int fd = ::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
       if (!Admit(fd)) return;  // stopping: the listening socket is not armed again
       continue;
@@ -203,7 +209,7 @@ void Server::AcceptAll() {
     }
     if (!ShedForDescriptors()) break;
   }
-  static_cast<void>(EpollControl(epoll_fd_.get(), EPOLL_CTL_MOD, listen_fd_.get(),
+  static_cast<void>(EpollControl(epoll_fd_.get(), EPOLL_CTL_MOD, listener_.fd.get(),
                                  EPOLLIN | EPOLLONESHOT, kListenKey));
 }
 
@@ -229,7 +235,7 @@ bool Server::ShedForDescriptors() {
   {
     std::lock_guard lock(mu_);
     spare_fd_ = FileDescriptor();
-    refused = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    refused = ::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (refused >= 0) {
       Say(refused, ResponseKind::kRefusal,
           Status::Busy(

@@ -40,7 +40,7 @@
 #include "engine/backend.h"
 #include "sharing/log_limiter.h"
 #include "sharing/protocol.h"
-#include "sharing/socket.h"
+#include "sharing/socket_address.h"
 
 namespace idem::sharing {
 
@@ -62,12 +62,13 @@ struct ServerOptions {
 
 class Server {
  public:
-  // Listens at `address` (the caller holds the owner lock) and serves `backend`, which must
-  // outlive the server.
+  // Listens at `address` (the caller holds the owner lock; Listen) and serves `backend`, which
+  // must outlive the server. Logs where it serves when that is not the store directory.
   static Result<std::unique_ptr<Server>> Start(const SocketAddress& address, Backend& backend,
                                                ServerOptions options);
-  // Stops serving, lets running requests and jobs (purges, backups) finish, and closes every
-  // connection.
+  // Stops serving, lets running requests and jobs (purges, backups) finish, closes every
+  // connection, and removes a socket it served in the runtime directory (RemoveRuntimeSocket: the
+  // caller still holds the owner lock).
   ~Server();
 
   Server(const Server&) = delete;
@@ -143,7 +144,7 @@ class Server {
   Backend& backend_;
   const ServerOptions options_;
   std::size_t max_connections_ = 0;
-  FileDescriptor listen_fd_;
+  Listener listener_;
   FileDescriptor epoll_fd_;
   FileDescriptor stop_fd_;   // an eventfd: readable once the server stops
   FileDescriptor timer_fd_;  // ticks while there are connections, for the timeouts

@@ -21,22 +21,6 @@
 namespace idem::sharing {
 namespace {
 
-// Fills `addr` with `path`; returns the length to pass to bind/connect. The caller made sure
-// that `path` fits.
-socklen_t ToSockaddr(const std::string& path, sockaddr_un& addr) {
-  std::memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
-}
-
-bool Fits(const std::string& path) { return path.size() < sizeof(sockaddr_un::sun_path); }
-
-// The longest store directory path whose socket is bound by its own path.
-constexpr std::size_t kMaxDirectLength =
-    sizeof(sockaddr_un::sun_path) - 1 -
-    (1 + sizeof(kSocketFile) - 1 + sizeof(kSocketBindSuffix) - 1);
-
 // Waits until `fd` is ready for `events` or `deadline` passes (kTimedOut: `what`).
 Status WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadline,
                std::string_view what) {
@@ -76,43 +60,6 @@ Status ReadExactly(int fd, char* out, std::size_t size,
 
 }  // namespace
 
-SocketAddress SocketAddressFor(const std::string& directory, unsigned long device,
-                               unsigned long inode) {
-  SocketAddress address;
-  const std::string direct = directory + "/" + kSocketFile;
-  address.shown = EscapeControls(direct);
-  if (Fits(direct + kSocketBindSuffix)) {
-    address.path = direct;
-    return address;
-  }
-  // Too long for a socket address: through a descriptor of the directory.
-  const int fd = ::open(directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    address.unusable = fmt::format("cannot open the store directory {}: {}",
-                                   EscapeControls(directory), std::strerror(errno));
-    return address;
-  }
-  auto held = std::make_shared<const FileDescriptor>(fd);
-  const std::string via = fmt::format("/proc/self/fd/{}", fd);
-  struct stat opened {};
-  struct stat seen {};
-  if (::fstat(fd, &opened) != 0 || opened.st_dev != device || opened.st_ino != inode) {
-    address.unusable = fmt::format("the store directory {} was replaced while it was being opened",
-                                   EscapeControls(directory));
-  } else if (::stat(via.c_str(), &seen) != 0 || seen.st_dev != device || seen.st_ino != inode) {
-    address.unusable = fmt::format(
-        "the store path {} is {} bytes, too long for its socket's address (at most {} bytes), "
-        "and /proc/self/fd, through which idem reaches the socket of such a store, is not "
-        "available in this process (is /proc mounted, for this PID namespace?): use a shorter "
-        "store path, or mount /proc",
-        EscapeControls(directory), directory.size(), kMaxDirectLength);
-  } else {
-    address.path = via + "/" + kSocketFile;
-    address.directory = std::move(held);
-  }
-  return address;
-}
-
 FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
@@ -123,90 +70,6 @@ FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
 
 FileDescriptor::~FileDescriptor() {
   if (fd_ >= 0) ::close(fd_);
-}
-
-Result<int> Listen(const SocketAddress& address) {
-  if (!address.unusable.empty()) return Status::IOError(address.unusable);
-  FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return Status::IOError(fmt::format("socket: {}", std::strerror(errno)));
-  // bind() creates the file with the process's umask: under a temporary name, so that nobody
-  // can connect before it is 0600 (the directory is the owner's only as well). A dead owner may
-  // have left the temporary name behind.
-  const std::string bound = address.path + kSocketBindSuffix;
-  ::unlink(bound.c_str());
-  sockaddr_un addr;
-  const socklen_t length = ToSockaddr(bound, addr);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
-    return Status::IOError(fmt::format("cannot bind the store socket {}{}: {}", address.shown,
-                                       kSocketBindSuffix, std::strerror(errno)));
-  }
-  if (::chmod(bound.c_str(), S_IRUSR | S_IWUSR) != 0) {
-    const int error = errno;
-    ::unlink(bound.c_str());
-    return Status::IOError(fmt::format("cannot restrict the store socket {}: {}", address.shown,
-                                       std::strerror(error)));
-  }
-  if (::listen(fd.get(), 128) != 0) {
-    const int error = errno;
-    ::unlink(bound.c_str());
-    return Status::IOError(
-        fmt::format("cannot listen on {}: {}", address.shown, std::strerror(error)));
-  }
-  // Replaces a dead owner's socket file in one step (rename never follows a symbolic link).
-  if (::rename(bound.c_str(), address.path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(bound.c_str());
-    return Status::IOError(fmt::format("cannot put the store socket in place at {}: {}",
-                                       address.shown, std::strerror(error)));
-  }
-  return fd.release();
-}
-
-Result<OwnerConnection> Connect(const SocketAddress& address, std::chrono::milliseconds timeout) {
-  if (!address.unusable.empty()) return Status::IOError(address.unusable);
-  // Only the owner's user can put anything in the store directory, and the peer's credentials
-  // are checked below; a symbolic link in place of the socket is refused all the same.
-  struct stat info {};
-  if (::lstat(address.path.c_str(), &info) == 0 && S_ISLNK(info.st_mode)) {
-    return Status::IOError(
-        fmt::format("the store socket {} is a symbolic link; idem never follows one inside a store",
-                    address.shown));
-  }
-  FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return Status::IOError(fmt::format("socket: {}", std::strerror(errno)));
-  // connect() on a UNIX socket waits for room in the listener's backlog, which a stopped owner
-  // never makes; the send timeout bounds that wait (frames are sent without blocking anyway).
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
-      std::max(timeout, std::chrono::milliseconds(1)));
-  const timeval limit{static_cast<time_t>(micros.count() / 1'000'000),
-                      static_cast<suseconds_t>(micros.count() % 1'000'000)};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-  sockaddr_un addr;
-  const socklen_t length = ToSockaddr(address.path, addr);
-  while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN) {
-      return Status::TimedOut(
-          fmt::format("the store's owner at {} accepted no connection within {} ms", address.shown,
-                      timeout.count()));
-    }
-    return Status::Unavailable(fmt::format("cannot connect to the store's owner at {}: {}",
-                                           address.shown, std::strerror(errno)));
-  }
-  // The kernel's record of who listens (as of its listen()), not anything the peer says.
-  ucred peer{};
-  socklen_t size = sizeof(peer);
-  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
-    return Status::IOError(fmt::format("cannot read the credentials of the process serving {}: {}",
-                                       address.shown, std::strerror(errno)));
-  }
-  if (peer.uid != ::geteuid()) {
-    return Status::IOError(fmt::format(
-        "the store socket {} is served by pid {} of uid {}, not by this process's user (uid {}): "
-        "refusing to send it anything",
-        address.shown, peer.pid, peer.uid, ::geteuid()));
-  }
-  return OwnerConnection{std::move(fd), peer.pid};
 }
 
 std::string EncodeFrame(std::string_view payload) {

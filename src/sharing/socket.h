@@ -1,4 +1,5 @@
-// UNIX stream sockets and length-prefixed frames, for the owner's server and its clients.
+// Length-prefixed frames over UNIX stream sockets, for the owner's server and its clients. Where
+// the owner's socket is, and connecting to it: socket_address.h.
 
 #ifndef IDEM_SHARING_SOCKET_H_
 #define IDEM_SHARING_SOCKET_H_
@@ -16,39 +17,6 @@
 #include "idem/status.h"
 
 namespace idem::sharing {
-
-class FileDescriptor;
-
-// The socket's name in the store directory, and the suffix of the name Listen binds first.
-inline constexpr char kSocketFile[] = "socket";
-inline constexpr char kSocketBindSuffix[] = ".new";
-
-// Where a store's owner listens: the socket file `socket` in the store directory, mode 0600.
-// Never a name in Linux's abstract namespace: that has no permissions (any local user could
-// connect to it) and no owner (after the owner died, any local user could bind the name and
-// answer the other processes).
-//
-// A socket address holds at most 107 bytes. For a longer store path this process reaches the
-// same file through a descriptor of the store directory that the address keeps open:
-// `/proc/self/fd/N/socket`. Where /proc is not mounted (or belongs to another PID namespace),
-// such an address is unusable and says why: Listen and Connect then fail with that reason (a
-// Sharing::kExclusive store, which serves no socket, still opens).
-struct SocketAddress {
-  std::string path;      // what bind and connect use
-  std::string shown;     // `directory`/socket, for messages (control characters escaped)
-  std::string unusable;  // not empty: why this process cannot use the socket
-  std::shared_ptr<const FileDescriptor> directory;  // held open for a /proc/self/fd path
-  const std::string& ToString() const { return shown; }
-};
-// `device` and `inode` identify `directory` (as the caller checked it): a long path's directory
-// descriptor must be that directory, not one put in its place since.
-SocketAddress SocketAddressFor(const std::string& directory, unsigned long device,
-                               unsigned long inode);
-
-// A listening socket at `address`, mode 0600 from the moment anyone can connect to it: it is
-// bound under a temporary name, restricted, then renamed over `socket` (which also replaces a
-// stale socket file left by a dead owner). Call only while holding the owner lock.
-Result<int> Listen(const SocketAddress& address);
 
 // Frames: u32 little-endian length, then that many bytes.
 inline constexpr std::size_t kFrameHeaderSize = 4;
@@ -107,22 +75,6 @@ class FileDescriptor {
  private:
   int fd_ = -1;
 };
-
-// A connection to a store's owner, and the owner's pid as the kernel names it (from the same
-// SO_PEERCRED read that checked its user; 0 when it runs in a PID namespace this process cannot
-// see).
-struct OwnerConnection {
-  FileDescriptor fd;
-  pid_t owner_pid = 0;
-};
-
-// A connection to the owner at `address`. Before anything is sent, checks that the process
-// serving it runs as this process's effective user (SO_PEERCRED): kIOError otherwise, so that
-// no request (or result) ever reaches another user's process. Waits at most `timeout` for room
-// in the owner's queue of connections to accept (it fills up while the owner is stopped):
-// kTimedOut then. kUnavailable when nobody listens there. Any other error is final for the
-// callers (RemoteBackend, StoreCore): they do not fail over for it.
-Result<OwnerConnection> Connect(const SocketAddress& address, std::chrono::milliseconds timeout);
 
 }  // namespace idem::sharing
 
