@@ -1,5 +1,8 @@
 #include "harness.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -223,6 +226,31 @@ Memory ReadMemory() {
     if (name == "VmRSS:") memory.rss = kib * 1024;
   }
   return memory;
+}
+
+BytesWritten ReadBytesWritten(const std::string& directory) {
+  BytesWritten written;
+  {
+    std::ifstream io("/proc/self/io");
+    std::string name;
+    uint64_t value = 0;
+    while (io >> name >> value) {
+      if (name == "wchar:") written.handed_to_os = value;
+    }
+  }
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return written;
+  ::syncfs(fd);
+  struct stat info {};
+  const bool known = ::fstat(fd, &info) == 0;
+  ::close(fd);
+  if (!known) return written;
+  std::ifstream stat("/sys/dev/block/" + std::to_string(major(info.st_dev)) + ":" +
+                     std::to_string(minor(info.st_dev)) + "/stat");
+  uint64_t fields[7] = {};
+  for (uint64_t& field : fields) stat >> field;
+  if (stat) written.device = fields[6] * 512;  // the 7th field: sectors written
+  return written;
 }
 
 double SecondsSince(Clock::time_point start) {

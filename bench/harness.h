@@ -102,6 +102,21 @@ struct Memory {
 };
 Memory ReadMemory();
 
+// What a workload writes, two ways:
+//   handed_to_os   the bytes this process passed to write(2) and its kin (/proc/self/io wchar):
+//                  records, logs, table files and the zeros written ahead of logs, as asked;
+//   device         the bytes the disk under `directory` wrote (/sys/dev/block/M:N/stat, sectors
+//                  written), after syncfs(2): what wears a flash device, page rewrites after each
+//                  sync and the file system's journal included, and so is any other process's
+//                  writing to that disk meanwhile. (/proc/self/io's write_bytes is not used: with
+//                  large folios the kernel charges a whole folio, up to 1 MiB, for a 100-byte
+//                  write into it, while the disk wrote a few kilobytes.)
+struct BytesWritten {
+  uint64_t handed_to_os = 0;
+  uint64_t device = 0;
+};
+BytesWritten ReadBytesWritten(const std::string& directory);
+
 using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point start);
 

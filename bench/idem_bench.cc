@@ -27,6 +27,11 @@
 //               write (idem: an application table; raw RocksDB: a key beside the records); one
 //               balance per thread, so no conflicts: the cost of the table write itself
 //   fsync       the latency of a 4 KiB write + fdatasync in the data directory
+//   wear        flash wear: the bytes each system writes per lifecycle, as the disk wrote them
+//               and as handed to the OS (harness.h, BytesWritten), one thread,
+//               --wear-lifecycles fresh keys, the store's close included
+//   device      a small device: kPeriodic under --memory-budget, --records records loaded, then
+//               lifecycles from one thread; peak RSS against the budget, size on disk
 //   pg-purge    (needs --postgres) --pg-purge-records rows in idem's table on PostgreSQL, 1% of
 //               them expired, written by SQL from one record idem wrote (a load through idem's
 //               kSync calls would take minutes); after a VACUUM ANALYZE, as autovacuum would
@@ -88,6 +93,7 @@ struct Flags {
   // as many as the hand-written anchors hold (one per thread).
   int pg_pool_size = 0;
   std::size_t memory_budget = Options{}.memory_budget;
+  uint64_t wear_lifecycles = 100'000;
   std::string serve;  // internal: be the owner process of this store until stdin closes
 };
 
@@ -580,6 +586,88 @@ Status Scale(const Flags& flags, ResultsFile& results) {
   return Status::OK();
 }
 
+// Flash wear: the bytes each system writes per lifecycle (harness.h, BytesWritten), from one
+// thread, over --wear-lifecycles fresh keys and the store's close (what its open writes is left
+// out). The
+// stores use the default memory budget, so memtables fill and flush during the run, as they
+// would over a device's day.
+Status Wear(const Flags& flags, ResultsFile& results) {
+  for (const std::string& system : flags.systems) {
+    const std::string name = "wear-" + system;
+    IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, name));
+    BytesWritten before, after;
+    {
+      IDEM_ASSIGN_OR_RETURN(auto subject, OpenSubject(system, ConfigFor(flags, dir, name, 1)));
+      IDEM_ASSIGN_OR_RETURN(auto session, subject->Connect());
+      before = ReadBytesWritten(dir);
+      KeyGenerator keys;
+      for (uint64_t i = 0; i < flags.wear_lifecycles; ++i) {
+        const std::string_view key = keys.Next();
+        IDEM_ASSIGN_OR_RETURN(BeginAnswer answer, session->Begin(key));
+        if (answer.answer != Answer::kAcquired) {
+          return Status::Failed("a fresh key " + std::string(key) + " was not acquired");
+        }
+        IDEM_RETURN_IF_ERROR(session->Complete(key, answer.token, ResultPayload()));
+      }
+      session.reset();
+      subject.reset();
+      after = ReadBytesWritten(dir);
+    }
+    RemoveDirectory(dir);
+    const auto per_lifecycle = [&](uint64_t from, uint64_t to) {
+      return static_cast<double>(to - from) / static_cast<double>(flags.wear_lifecycles);
+    };
+    results.AddFigure("wear", system, "device_bytes_per_lifecycle",
+                      per_lifecycle(before.device, after.device), "B");
+    results.AddFigure("wear", system, "os_bytes_per_lifecycle",
+                      per_lifecycle(before.handed_to_os, after.handed_to_os), "B");
+  }
+  return Status::OK();
+}
+
+// A small device's profile: kPeriodic under --memory-budget (scripts/bench.sh: 8 MiB), --records
+// records loaded (flushes and compactions included), then lifecycles from one thread on the full
+// store; the process's peak RSS against the budget, and the store's size on disk.
+Status Device(const Flags& flags, ResultsFile& results) {
+  Options options;
+  options.durability = Durability::kPeriodic;
+  options.memory_budget = flags.memory_budget;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "device"));
+  {
+    IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(dir, options));
+    results.AddFigure("device", "idem-periodic", "baseline_rss", ReadMemory().rss / 1048576.0,
+                      "MiB");
+    const auto load_start = bench::Clock::now();
+    KeyGenerator keys;
+    for (uint64_t i = 0; i < flags.records; ++i) {
+      const std::string_view key = keys.Next();
+      IDEM_ASSIGN_OR_RETURN(Claim claim, store->Begin(key));
+      IDEM_RETURN_IF_ERROR(store->Complete(key, claim.token, ResultPayload()));
+    }
+    results.AddFigure("device", "idem-periodic", "load_rate",
+                      static_cast<double>(flags.records) / SecondsSince(load_start), "records/s");
+    results.AddFigure("device", "idem-periodic", "settle_seconds",
+                      WaitUntilQuiet(std::chrono::minutes(10)), "s");
+    auto subject = StoreSubject(*store);
+    IDEM_ASSIGN_OR_RETURN(Measurement m, RunLifecycle(*subject, 1, flags.seconds));
+    results.Add("device", "idem-periodic", 1, m);
+    uint64_t disk_bytes = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+      if (entry.is_regular_file()) disk_bytes += entry.file_size();
+    }
+    results.AddFigure("device", "idem-periodic", "records", static_cast<double>(flags.records),
+                      "records");
+    results.AddFigure("device", "idem-periodic", "disk_bytes", disk_bytes / 1048576.0, "MiB");
+    results.AddFigure("device", "idem-periodic", "peak_rss", ReadMemory().peak_rss / 1048576.0,
+                      "MiB");
+    results.AddFigure("device", "idem-periodic", "memory_budget", flags.memory_budget / 1048576.0,
+                      "MiB");
+  }
+  RemoveDirectory(dir);
+  return Status::OK();
+}
+
 Status PgPurge(const Flags& flags, ResultsFile& results) {
   const std::string table = PgTableName("purge");
   IDEM_ASSIGN_OR_RETURN(auto admin, PgConnection::Connect(flags.postgres));
@@ -703,7 +791,8 @@ int Main(int argc, char** argv) {
       "idem_bench: idem against raw RocksDB, SQLite and Redis; see bench/README.md.\n"
       "Run it through scripts/bench.sh, which starts Redis and writes docs/benchmarks.md."};
   const std::vector<std::string> workloads = {"lifecycle", "replay", "contention", "client",
-                                              "scale",     "fsync",  "pg-purge",   "effects"};
+                                              "scale",     "fsync",  "pg-purge",   "effects",
+                                              "wear",      "device"};
   app.add_option("--workload", flags.workload, "What to measure")->check(CLI::IsMember(workloads));
   app.add_option("--systems", flags.systems, "Systems, comma-separated (default: all)")
       ->delimiter(',')
@@ -736,6 +825,9 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--memory-budget", flags.memory_budget, "Options::memory_budget, bytes")
       ->capture_default_str();
+  app.add_option("--wear-lifecycles", flags.wear_lifecycles,
+                 "Lifecycles each system runs in the wear workload")
+      ->capture_default_str();
   app.add_option("--serve", flags.serve, "Internal: own this store until stdin closes");
   CLI11_PARSE(app, argc, argv);
 
@@ -767,6 +859,8 @@ int Main(int argc, char** argv) {
   if (flags.workload == "scale") status = Scale(flags, results);
   if (flags.workload == "fsync") status = Fsync(flags, results);
   if (flags.workload == "pg-purge") status = PgPurge(flags, results);
+  if (flags.workload == "wear") status = Wear(flags, results);
+  if (flags.workload == "device") status = Device(flags, results);
   if (!status.ok()) {
     std::cerr << "idem_bench --workload " << flags.workload << ": " << status.ToString()
               << std::endl;

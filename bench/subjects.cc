@@ -579,9 +579,19 @@ class RedisSubject final : public Subject {
 
 const std::vector<std::string>& AllSystems() {
   static const std::vector<std::string> systems = {
-      "idem-buffered", "idem-sync",         "rocksdb",         "rocksdb-sync",
-      "sqlite-off",    "sqlite-full",       "redis",           "idem-pg",
-      "pg-sql",        "pg-sql-read-first", "pg-sql-prepared", "pg-sql-read-first-prepared",
+      "idem-buffered",
+      "idem-sync",
+      "idem-periodic",
+      "rocksdb",
+      "rocksdb-sync",
+      "sqlite-off",
+      "sqlite-full",
+      "redis",
+      "idem-pg",
+      "pg-sql",
+      "pg-sql-read-first",
+      "pg-sql-prepared",
+      "pg-sql-read-first-prepared",
   };
   return systems;
 }
@@ -593,6 +603,7 @@ bool IsPostgresSystem(std::string_view system) {
 Result<std::unique_ptr<Subject>> OpenSubject(std::string_view system, const SubjectConfig& config) {
   if (system == "idem-buffered") return OpenIdem(config, Durability::kBuffered);
   if (system == "idem-sync") return OpenIdem(config, Durability::kSync);
+  if (system == "idem-periodic") return OpenIdem(config, Durability::kPeriodic);
   if (system == "rocksdb") return RocksDbSubject::Open(config, /*sync=*/false);
   if (system == "rocksdb-sync") return RocksDbSubject::Open(config, /*sync=*/true);
   if (system == "sqlite-off") return SqliteSubject::Open(config, "OFF");

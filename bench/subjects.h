@@ -1,7 +1,8 @@
 // The systems measured, behind one interface: "claim this key" (Begin) and "store its result"
 // (Complete), as idem does it and as the usual alternatives do it.
 //
-//   idem-sync, idem-buffered   idem::Store, Durability::kSync / kBuffered
+//   idem-sync, idem-buffered,  idem::Store, Durability::kSync / kBuffered / kPeriodic (synced
+//   idem-periodic              within the default sync_interval, 1 s)
 //   rocksdb-sync, rocksdb      raw RocksDB, Get then Put (pending) then Put (done): the same
 //                              reads and writes without any atomicity (two threads may both
 //                              claim a key), WriteOptions::sync on / off

@@ -45,7 +45,12 @@ replay_keys=20000
 # The PostgreSQL purge's table: its own size, not --records (10,000,000 rows written through SQL
 # would take several minutes and ~3 GB; the target is set at 1,000,000).
 pg_purge_records=1000000
+# The edge workloads: lifecycles per system for the bytes written, records of the 8 MiB device.
+wear_lifecycles=100000
+device_records=1000000
 if [[ $smoke -eq 1 ]]; then
+  wear_lifecycles=300
+  device_records=2000
   records=2000
   seconds=0.05
   rounds=2
@@ -80,7 +85,7 @@ fi
 build="$repo/build-bench"
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DIDEM_BUILD_BENCHMARKS=ON \
   -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build "$build" -j2 --target idem_bench
+cmake --build "$build" -j2 --target idem_bench idem_minimal idem_tool
 bench="$build/bench/idem_bench"
 
 # ---- Redis and PostgreSQL on free loopback ports -------------------------------------------------
@@ -165,6 +170,20 @@ workload() {
 }
 workload fsync
 if [[ $postgres_only -eq 0 ]]; then
+  # Sizes on a device's disk, stripped as a package ships them: the smallest program using idem
+  # (idem linked statically), the shared libraries it loads, and the idem command.
+  stripped_size() { strip -o "$run/stripped" "$1" && stat -c %s "$run/stripped" && rm -f "$run/stripped"; }
+  minimal="$build/bench/idem_minimal"
+  "$minimal" "$data/minimal" >/dev/null || failed+=("minimal")
+  shared_libraries=$(ldd "$minimal" | awk '$3 ~ /^\// {print $3}' | xargs -r stat -L -c %s |
+                     awk '{s += $1} END {print s + 0}')
+  printf 'sizes\tidem\tfigure\t%s\t%s\tbytes\n' \
+    minimal_program "$(stripped_size "$minimal")" \
+    minimal_program_shared_libraries "$shared_libraries" \
+    idem_command "$(stripped_size "$build/tools/idem")" >>"$results"
+  workload wear --systems idem-sync,idem-periodic,idem-buffered,rocksdb-sync,rocksdb,sqlite-full,sqlite-off \
+    --wear-lifecycles "$wear_lifecycles"
+  workload device --records "$device_records" --memory-budget $((8 << 20))
   workload lifecycle
   workload effects --systems idem-buffered,idem-sync,rocksdb,rocksdb-sync
   workload replay --systems idem-buffered,rocksdb,sqlite-off,redis --replay-keys "$replay_keys"

@@ -37,40 +37,13 @@
 namespace {
 
 using idem::Status;
+using idem_test::CapturedLog;
 using idem_test::TempDir;
 using namespace std::chrono_literals;
 
 bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
-
-// Collects the lines given to Options::log.
-class CapturedLog {
- public:
-  std::function<void(std::string_view)> Sink() {
-    return [this](std::string_view line) {
-      std::lock_guard lock(mu_);
-      lines_.emplace_back(line);
-    };
-  }
-  bool Contains(const std::string& part) const {
-    std::lock_guard lock(mu_);
-    for (const auto& line : lines_) {
-      if (line.find(part) != std::string::npos) return true;
-    }
-    return false;
-  }
-  std::string All() const {
-    std::lock_guard lock(mu_);
-    std::string all;
-    for (const auto& line : lines_) all += line + "\n";
-    return all;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> lines_;
-};
 
 // A tmpfs of `bytes` mounted on `dir` (created), unmounted on destruction.
 class SmallDisk {

@@ -6,8 +6,6 @@
 #include "core/disk_quota.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <mutex>
@@ -23,29 +21,10 @@ namespace {
 
 using idem::Outcome;
 using idem::Status;
+using idem_test::CapturedLog;
 using idem_test::ManualClock;
 using idem_test::TempDir;
 using namespace std::chrono_literals;
-
-class CapturedLog {
- public:
-  std::function<void(std::string_view)> Sink() {
-    return [this](std::string_view line) {
-      std::lock_guard lock(mu_);
-      lines_.emplace_back(line);
-    };
-  }
-  int Count(const std::string& part) const {
-    std::lock_guard lock(mu_);
-    int count = 0;
-    for (const auto& line : lines_) count += line.find(part) != std::string::npos;
-    return count;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> lines_;
-};
 
 // A result RocksDB cannot compress, so that it takes its size on disk.
 std::string Incompressible(std::size_t bytes, uint64_t seed) {
@@ -149,32 +128,20 @@ TEST(DiskQuota, TheOwnersQuotaRefusesAClientProcesssClaims) {
   idem::Options options = idem_test::TestOptions();
   options.max_disk_bytes = 1;  // any store is past it
   options.log = [](std::string_view) {};
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    // Forked before the owner starts its threads; a client once the owner is open. Its own
-    // options set no quota: the owner's judges.
-    ::close(ready[1]);
-    char byte = 0;
-    if (::read(ready[0], &byte, 1) != 1) ::_exit(1);
-    auto client = idem::Store::Open(dir.StorePath(), idem_test::TestOptions());
-    if (!client.ok()) ::_exit(2);
-    auto claim = (*client)->Begin("from-the-client");
-    if (claim.ok()) ::_exit(3);
-    if (claim.status().code() != Status::Code::kUnavailable) ::_exit(4);
-    if (claim.status().message().find("max_disk_bytes 1") == std::string::npos) ::_exit(5);
-    ::_exit(0);
-  }
-  ::close(ready[0]);
+  // A client once the owner is open. Its own options set no quota: the owner's judges.
+  idem_test::WaitingChild client([&] {
+    auto opened = idem::Store::Open(dir.StorePath(), idem_test::TestOptions());
+    if (!opened.ok()) return 2;
+    auto claim = (*opened)->Begin("from-the-client");
+    if (claim.ok()) return 3;
+    if (claim.status().code() != Status::Code::kUnavailable) return 4;
+    return claim.status().message().find("max_disk_bytes 1") == std::string::npos ? 5 : 0;
+  });
+  ASSERT_TRUE(client.started());
   auto owner = idem_test::OpenStore(dir.StorePath(), options);
-  EXPECT_EQ(::write(ready[1], "go", 1), 1);
-  ::close(ready[1]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the client failed at step " << WEXITSTATUS(status);
+  client.Start();
+  const int failed_step = client.Wait();
+  EXPECT_EQ(failed_step, 0) << "the client failed at step " << failed_step;
   ASSERT_NE(owner, nullptr);
   ASSERT_OK_AND_ASSIGN(auto counters, owner->GetOwnerCounters());
   EXPECT_EQ(counters.counters.quota_refusals, 1u);

@@ -7,8 +7,6 @@
 #include "storage/periodic_sync.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -146,19 +144,21 @@ TEST(PeriodicSync, WritersAndTheSyncRaceWithoutLosingANote) {
       },
       nullptr);
   std::vector<std::thread> writers;
-  constexpr uint64_t kWrites = 20'000;
+  // Long enough for many syncs of 1 ms to run among the writes.
+  const auto until = Clock::now() + 200ms;
   for (int t = 0; t < 4; ++t) {
     writers.emplace_back([&] {
-      for (uint64_t i = 0; i < kWrites; ++i) {
+      while (Clock::now() < until) {
         written.fetch_add(1);
         periodic.Note();
       }
     });
   }
   for (auto& writer : writers) writer.join();
+  const uint64_t total = written.load();
   // Every write was noted, so a sync must come that saw them all, without a later write.
-  ASSERT_TRUE(Eventually([&] { return synced_up_to.load() == 4 * kWrites; }))
-      << synced_up_to.load() << " of " << 4 * kWrites << " writes synced, after " << syncs.load()
+  ASSERT_TRUE(Eventually([&] { return synced_up_to.load() == total; }))
+      << synced_up_to.load() << " of " << total << " writes synced, after " << syncs.load()
       << " syncs";
   EXPECT_GT(syncs.load(), 1u);
 }
@@ -179,28 +179,20 @@ TEST(PeriodicDurability, CallsWorkAndABadIntervalIsRefused) {
 
   options.sync_interval = 10ms;
   // A child process is a client of this process's store: its kPeriodic calls travel over the
-  // socket. It is forked before the store starts its threads, and waits for it to be open.
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ready[1]);
-    char byte = 0;
-    if (::read(ready[0], &byte, 1) != 1) ::_exit(1);
-    auto client = idem::Store::Open(dir.StorePath(), options);
-    if (!client.ok()) ::_exit(2);
-    auto replay = (*client)->Begin("pay-1", {});
+  // socket.
+  idem_test::WaitingChild client([&] {
+    auto opened = idem::Store::Open(dir.StorePath(), options);
+    if (!opened.ok()) return 2;
+    auto replay = (*opened)->Begin("pay-1", {});
     if (!replay.ok() || replay->outcome != idem::Outcome::kReplay ||
         replay->record.result != "charged") {
-      ::_exit(3);
+      return 3;
     }
-    auto fresh = (*client)->Begin("pay-2", {});
-    if (!fresh.ok() || fresh->outcome != idem::Outcome::kAcquired) ::_exit(4);
-    if (!(*client)->Complete("pay-2", fresh->token, "charged too").ok()) ::_exit(5);
-    ::_exit(0);
-  }
-  ::close(ready[0]);
+    auto fresh = (*opened)->Begin("pay-2", {});
+    if (!fresh.ok() || fresh->outcome != idem::Outcome::kAcquired) return 4;
+    return (*opened)->Complete("pay-2", fresh->token, "charged too").ok() ? 0 : 5;
+  });
+  ASSERT_TRUE(client.started());
   auto store = idem_test::OpenStore(dir.StorePath(), options);
   if (store != nullptr) {
     auto claim = store->Begin("pay-1", {});
@@ -209,12 +201,9 @@ TEST(PeriodicDurability, CallsWorkAndABadIntervalIsRefused) {
       EXPECT_TRUE(store->Complete("pay-1", claim->token, "charged").ok());
     }
   }
-  EXPECT_EQ(::write(ready[1], "go", 1), 1);
-  ::close(ready[1]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the client process failed at step " << WEXITSTATUS(status);
+  client.Start();
+  const int failed_step = client.Wait();
+  EXPECT_EQ(failed_step, 0) << "the client process failed at step " << failed_step;
   ASSERT_NE(store, nullptr);
   auto record = store->Get("pay-2");
   ASSERT_TRUE(record.ok()) << record.status().ToString();

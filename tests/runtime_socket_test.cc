@@ -36,6 +36,7 @@
 namespace {
 
 using idem::Status;
+using idem_test::CapturedLog;
 using idem_test::RuntimeDirectoryOverride;
 using idem_test::TempDir;
 using idem_test::TestOptions;
@@ -155,24 +156,6 @@ bool IsSocket(const std::string& path) {
   struct stat info {};
   return ::lstat(path.c_str(), &info) == 0 && S_ISSOCK(info.st_mode);
 }
-
-// Collects the lines given to Options::log.
-struct CapturedLog {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  std::function<void(std::string_view)> Sink() {
-    return [this](std::string_view line) {
-      std::lock_guard lock(mu);
-      lines.emplace_back(line);
-    };
-  }
-  std::string All() {
-    std::lock_guard lock(mu);
-    std::string all;
-    for (const auto& line : lines) all += line + "\n";
-    return all;
-  }
-};
 
 TEST(RuntimeSocket, TheRuntimeDirectoryIsXdgThenRunUserThenRunIdemThenTmp) {
   using idem::sharing::ChooseRuntimeDirectory;

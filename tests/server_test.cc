@@ -29,6 +29,7 @@ using idem::Status;
 using idem::sharing::RemoteBackend;
 using idem::sharing::Server;
 using idem::sharing::ServerOptions;
+using idem_test::CapturedLog;
 using idem_test::TempDir;
 using namespace std::chrono_literals;
 
@@ -109,25 +110,11 @@ class ControlledBackend final : public idem::Backend {
   std::atomic<int> totals_counted_{0};
 };
 
-struct CapturedLog {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  int Count(std::string_view text) {
-    std::lock_guard lock(mu);
-    int count = 0;
-    for (const auto& line : lines) count += line.find(text) != std::string::npos;
-    return count;
-  }
-};
-
 // A server on a socket in a temporary directory, over a ControlledBackend.
 class ServerTest : public ::testing::Test {
  protected:
   void StartServer(ServerOptions options) {
-    options.log = [this](std::string_view line) {
-      std::lock_guard lock(log_.mu);
-      log_.lines.emplace_back(line);
-    };
+    options.log = log_.Sink();
     struct stat info {};
     ASSERT_EQ(stat(dir_.path().c_str(), &info), 0);
     address_ = idem::sharing::SocketAddressFor(dir_.path(), info.st_dev, info.st_ino);

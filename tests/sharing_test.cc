@@ -49,6 +49,7 @@ const std::string kGetK("\x03\x01\x00\x00\x00k", 6);
 using idem::Outcome;
 using idem::Result;
 using idem::Status;
+using idem_test::CapturedLog;
 using idem_test::TempDir;
 using idem_test::TestOptions;
 using idem_test::Worker;
@@ -61,25 +62,6 @@ std::map<std::string, int> CountLines(const std::string& path) {
   while (std::getline(file, line)) ++counts[line];
   return counts;
 }
-
-// A store opened by this process, with the log captured.
-struct CapturedLog {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  std::function<void(std::string_view)> Sink() {
-    return [this](std::string_view line) {
-      std::lock_guard lock(mu);
-      lines.emplace_back(line);
-    };
-  }
-  bool Contains(std::string_view text) {
-    std::lock_guard lock(mu);
-    for (const auto& line : lines) {
-      if (line.find(text) != std::string::npos) return true;
-    }
-    return false;
-  }
-};
 
 TEST(Sharing, AClientProcessSeesTheOwnersStoreAndTheOwnerSeesItsClaims) {
   TempDir dir;
@@ -975,10 +957,7 @@ TEST(Sharing, ACrowdOfIdleConnectionsNeitherLocksOutANewProcessNorMakesTheOwnerS
   const std::optional<Closing> first = ReadClosing(crowd.front());
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->kind, idem::sharing::ResponseKind::kGoodbye);
-  std::lock_guard lock(log.mu);
-  int room_lines = 0;
-  for (const auto& logged : log.lines)
-    room_lines += logged.find("to serve pid") != std::string::npos;
+  const int room_lines = log.Count("to serve pid");
   EXPECT_GE(room_lines, 1);
   EXPECT_LE(room_lines, 3);
 }

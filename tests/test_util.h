@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,10 +20,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -301,6 +304,85 @@ inline std::map<std::string, std::string> TreeSnapshot(const std::string& root) 
   }
   return entries;
 }
+
+// Collects the lines given to Options::log (or a server's log), from any thread.
+class CapturedLog {
+ public:
+  std::function<void(std::string_view)> Sink() {
+    return [this](std::string_view line) {
+      std::lock_guard lock(mu_);
+      lines_.emplace_back(line);
+    };
+  }
+  // How many lines hold `text`.
+  int Count(std::string_view text) const {
+    std::lock_guard lock(mu_);
+    int count = 0;
+    for (const auto& line : lines_) count += line.find(text) != std::string::npos;
+    return count;
+  }
+  bool Contains(std::string_view text) const { return Count(text) > 0; }
+  // Every line, each ended by a newline (for a failure's message).
+  std::string All() const {
+    std::lock_guard lock(mu_);
+    std::string all;
+    for (const auto& line : lines_) all += line + "\n";
+    return all;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+// A child process forked when this is made, before the test opens a store (a child forked from
+// a process whose threads run may find one of their locks held for ever), that waits until
+// Start() and then exits with what `body` returns: for a client process of the store the test
+// then opens.
+class WaitingChild {
+ public:
+  explicit WaitingChild(const std::function<int()>& body) {
+    int go[2];
+    if (::pipe(go) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(go[1]);
+      char byte = 0;
+      ::_exit(::read(go[0], &byte, 1) == 1 ? body() : 100);
+    }
+    ::close(go[0]);
+    go_ = go[1];
+  }
+  ~WaitingChild() {
+    if (go_ >= 0) ::close(go_);
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      Wait();
+    }
+  }
+  WaitingChild(const WaitingChild&) = delete;
+  WaitingChild& operator=(const WaitingChild&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  void Start() {
+    if (go_ >= 0 && ::write(go_, "g", 1) == 1) {
+      ::close(go_);
+      go_ = -1;
+    }
+  }
+  // The child's exit code once it has ended; -1 when a signal ended it (or it never started).
+  int Wait() {
+    int status = 0;
+    if (pid_ <= 0 || ::waitpid(pid_, &status, 0) != pid_) return -1;
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int go_ = -1;
+  bool reaped_ = false;
+};
 
 }  // namespace idem_test
 

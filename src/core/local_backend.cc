@@ -200,14 +200,16 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
       return std::move(final_answer.claim);
     }
   }
+  // Measured (now and then) before the key is locked: never a directory read under the lock.
+  const bool over_quota = disk_quota_ && disk_quota_->Exceeded();
   engine::BeginDecision decision;
   IDEM_RETURN_IF_ERROR(storage_->Update(
       call.key,
       [&](std::optional<Record>& stored, TimePoint now,
           engine::NextToken next_token) -> const Record* {
         decision = DecideBeginLocked(std::move(stored), request, now, next_token);
-        if (decision.write && decision.claim.outcome == Outcome::kAcquired && disk_quota_ &&
-            disk_quota_->Exceeded()) {
+        // A claim that would be written is refused; a resent Begin gets its own claim back.
+        if (over_quota && decision.write && decision.claim.outcome == Outcome::kAcquired) {
           decision.status = disk_quota_->Refusal();
           counters_.Add<&Counters::quota_refusals>(1);
           return nullptr;
@@ -219,6 +221,7 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
   counters_.Count(decision.claim);
   return std::move(decision.claim);
 }
+
 Status LocalBackend::CheckWrites(const TransitionCall& call) const {
   if (call.request.kind != engine::TransitionKind::kComplete) {
     return Status::InvalidArgument("table writes are applied only with a Complete");
