@@ -351,6 +351,17 @@ uint64_t AllocatedBytes(const std::string& path) {
   return ::stat(path.c_str(), &seen) == 0 ? static_cast<uint64_t>(seen.st_blocks) * 512 : 0;
 }
 
+// Opens the store at `store_path`, runs `count` requests with results of `result_bytes`, and
+// closes it; appends their keys to `acknowledged`. Use with ASSERT_NO_FATAL_FAILURE.
+void WriteAndClose(const std::string& store_path, const idem::Options& options, int count,
+                   std::size_t result_bytes, std::vector<std::string>& acknowledged) {
+  IDEM_ASSERT_OPEN(store, store_path, options);
+  for (int i = 0; i < count; ++i) {
+    acknowledged.push_back("k" + std::to_string(i));
+    ASSERT_OK(RunRequest(*store, acknowledged.back(), result_bytes));
+  }
+}
+
 // A store whose reserve is gone (spent before, or never made) fails to open on a full disk,
 // cleanly, again and again, without each attempt leaving another file behind; once space is
 // freed it opens with everything acknowledged, and makes its reserve again.
@@ -363,13 +374,7 @@ TEST(DiskFull, WithoutItsReserveOpeningOnAFullDiskFailsCleanlyUntilSpaceIsFreed)
   const std::string store_path = disk.path() + "/store";
   const std::string reserve = store_path + "/reserve";
   std::vector<std::string> acknowledged;
-  {
-    IDEM_ASSERT_OPEN(store, store_path, options);
-    for (int i = 0; i < 20; ++i) {
-      acknowledged.push_back("k" + std::to_string(i));
-      ASSERT_OK(RunRequest(*store, acknowledged.back(), 4096));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteAndClose(store_path, options, 20, 4096, acknowledged));
   EXPECT_GE(AllocatedBytes(reserve), 1u << 20) << "a read-write open keeps a reserve";
   ASSERT_EQ(::unlink(reserve.c_str()), 0);
   // Filled to the last byte. An open needs little (its logs stay in memory), and trims what its
@@ -412,13 +417,7 @@ TEST(DiskFull, AStoreOnADiskFullToTheLastByteOpensThroughItsReserve) {
   const std::string store_path = disk.path() + "/store";
   const std::string reserve = store_path + "/reserve";
   std::vector<std::string> acknowledged;
-  {
-    IDEM_ASSERT_OPEN(store, store_path, options);
-    for (int i = 0; i < 40; ++i) {
-      acknowledged.push_back("k" + std::to_string(i));
-      ASSERT_OK(RunRequest(*store, acknowledged.back(), 8192));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteAndClose(store_path, options, 40, 8192, acknowledged));
   ASSERT_GE(AllocatedBytes(reserve), 1u << 20);
   const std::string filler = disk.path() + "/filler";
   FillDisk(filler);
@@ -448,13 +447,7 @@ TEST(DiskFull, WithoutAReserveAStoreOpensOnceKilobytesAreFreed) {
   options.durability = idem::Durability::kBuffered;
   const std::string store_path = disk.path() + "/store";
   std::vector<std::string> acknowledged;
-  {
-    IDEM_ASSERT_OPEN(store, store_path, options);
-    for (int i = 0; i < 150; ++i) {
-      acknowledged.push_back("k" + std::to_string(i));
-      ASSERT_OK(RunRequest(*store, acknowledged.back(), 4096));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteAndClose(store_path, options, 150, 4096, acknowledged));
   uint64_t logs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(store_path + "/db")) {
     if (entry.path().extension() == ".log") logs += std::filesystem::file_size(entry.path());
