@@ -5,7 +5,8 @@
 #                   API test built, and only the tests a shared build changes run (exports,
 #                   C API, installed package); then each fuzzer for 15 s (scripts/fuzz.sh, in
 #                   build-fuzz/) and a smoke run of the benchmark (scripts/bench.sh --smoke,
-#                   in build-bench/)
+#                   in build-bench/); then the core tests cross-built for arm64 and run under
+#                   qemu (scripts/cross.sh arm64 --quick, in build-cross-arm64/)
 #   2. build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer: all tests
 #   3. build-tsan/  ThreadSanitizer: the tests labelled "concurrency"
 # Each build is a preset of CMakePresets.json (default, shared, asan, tsan); the default and
@@ -62,6 +63,13 @@ scripts/fuzz.sh --seconds 15
 # every workload must run: a tiny smoke run of each, against a Redis it starts and stops itself.
 step "benchmark: smoke run of every workload"
 scripts/bench.sh --smoke
+
+# The library, the idem command and the core tests (ctest -L core: the store API, the engine, the
+# codecs, the storage and the portability tests) cross-built for 64-bit ARM and run under qemu
+# user mode, in a sysroot of Debian's arm64 packages cached in /var/cache/idem-cross (docs/cross.md;
+# the full passes, `scripts/cross.sh arm64` and `scripts/cross.sh armhf`, are not part of CI).
+step "cross: arm64, the library and the core tests under qemu-aarch64"
+scripts/cross.sh arm64 --quick
 
 if [[ "${IDEM_SKIP_SANITIZERS:-0}" == 1 ]]; then
   step "sanitizer builds skipped (IDEM_SKIP_SANITIZERS=1)"

@@ -275,8 +275,16 @@ inline bool UnderTsan() {
 #endif
 }
 
-// `normal` normally, `small` under ThreadSanitizer.
-inline int Scaled(int normal, int small) { return UnderTsan() ? small : normal; }
+// True when the tests run under an emulator: scripts/cross.sh sets IDEM_UNDER_EMULATOR=1 for
+// the tests of another architecture under qemu user mode, where everything costs ten to fifty
+// times as long.
+inline bool UnderEmulator() {
+  const char* value = std::getenv("IDEM_UNDER_EMULATOR");
+  return value != nullptr && *value != '\0' && std::string(value) != "0";
+}
+
+// `normal` normally, `small` under ThreadSanitizer or an emulator.
+inline int Scaled(int normal, int small) { return UnderTsan() || UnderEmulator() ? small : normal; }
 
 // Everything about the tree at `root` that a write could change: for each entry (the root
 // included) its type and mode, owner, size, modification time to the nanosecond, and for a file

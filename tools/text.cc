@@ -241,20 +241,16 @@ std::string DisplayEscape(std::string_view s) {
 }
 
 std::string FormatRfc3339(std::chrono::system_clock::time_point t) {
-  const int64_t micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-  int64_t seconds = micros / 1000000;
-  int64_t fraction = micros % 1000000;
-  if (fraction < 0) {
-    fraction += 1000000;
-    seconds -= 1;
-  }
-  const std::time_t time = static_cast<std::time_t>(seconds);
-  std::tm tm{};
-  ::gmtime_r(&time, &tm);
-  char buffer[64];
-  const std::size_t length = std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%S", &tm);
-  return fmt::format("{}.{:06}Z", std::string_view(buffer, length), fraction);
+  // The calendar of <chrono>, not gmtime_r: no time_t on the way, so that a 32-bit time_t (a
+  // build without _TIME_BITS=64 on armhf) cannot wrap the dates after 2038.
+  const auto micros = std::chrono::floor<std::chrono::microseconds>(t);
+  const auto day = std::chrono::floor<std::chrono::days>(micros);
+  const std::chrono::year_month_day date(day);
+  const std::chrono::hh_mm_ss<std::chrono::microseconds> time(micros - day);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", static_cast<int>(date.year()),
+                     static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
+                     time.hours().count(), time.minutes().count(), time.seconds().count(),
+                     time.subseconds().count());
 }
 
 std::string FormatLocalTime(std::chrono::system_clock::time_point t) {

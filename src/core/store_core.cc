@@ -181,9 +181,8 @@ Result<std::shared_ptr<Backend>> StoreCore::BecomeOwner(
       std::make_shared<LocalBackend>(std::move(storage), options_, NewStallWatch(), NewDiskQuota());
   if (options_.sharing == Sharing::kAuto) {
     sharing::ServerOptions server_options;
-    // A request carries at most a key, a label or two and one payload.
-    server_options.max_frame =
-        options_.max_key_size + 2 * options_.max_label_size + options_.max_result_size + 4096;
+    server_options.max_frame = sharing::MaxRequestFrame(
+        options_.max_key_size, options_.max_label_size, options_.max_result_size);
     server_options.log = [this](std::string_view message) { Log(message); };
     IDEM_ASSIGN_OR_RETURN(ownership->server,
                           sharing::Server::Start(address_, *ownership->backend, server_options));

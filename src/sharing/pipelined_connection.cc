@@ -124,7 +124,7 @@ void PipelinedConnection::HandOutAnswers(Woken& woken) {
       End();
       break;
     }
-    if (in_.size() - used < kFrameHeaderSize + size) break;
+    if (!FrameIsWhole(in_.size() - used, size)) break;
     const std::string_view payload(in_.data() + used + kFrameHeaderSize, size);
     used += kFrameHeaderSize + size;
     Status status;

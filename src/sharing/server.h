@@ -29,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,20 @@
 #include "sharing/socket_address.h"
 
 namespace idem::sharing {
+
+// The largest request frame an owner with these size limits needs to take: a key, two labels
+// (a type and a fingerprint) and one payload, and room for the rest. Saturates where the limits
+// add up past what a size_t holds (4 GiB on a 32-bit target) instead of wrapping to a small one.
+inline std::size_t MaxRequestFrame(std::size_t max_key, std::size_t max_label,
+                                   std::size_t max_payload) {
+  constexpr std::size_t kMost = std::numeric_limits<std::size_t>::max();
+  std::size_t total = 4096;  // the request's other fields and its framing
+  for (const std::size_t part : {max_key, max_label, max_label, max_payload}) {
+    if (part > kMost - total) return kMost;
+    total += part;
+  }
+  return total;
+}
 
 struct ServerOptions {
   std::size_t max_frame = 4 << 20;  // bytes; larger request frames are refused

@@ -95,7 +95,7 @@ class GroupedAnswers {
 
 // Whether `in` holds a whole frame (its header, then as many bytes as the header announces).
 bool HoldsWholeFrame(std::string_view in) {
-  return in.size() >= kFrameHeaderSize && in.size() >= kFrameHeaderSize + FrameLength(in.data());
+  return in.size() >= kFrameHeaderSize && FrameIsWhole(in.size(), FrameLength(in.data()));
 }
 
 }  // namespace
@@ -197,7 +197,7 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
     const uint32_t size = FrameLength(in.data() + used);
     if (size > options_.max_frame) grouped.End();  // the answers before go first
     if (!FrameSizeAllowed(connection, size)) return std::nullopt;
-    if (in.size() - used < kFrameHeaderSize + size) break;
+    if (!FrameIsWhole(in.size() - used, size)) break;
     const std::string_view frame = std::string_view(in).substr(used + kFrameHeaderSize, size);
     used += kFrameHeaderSize + size;
     Result<Request> request = DecodeRequest(frame);

@@ -24,6 +24,11 @@ inline constexpr std::size_t kFrameHeaderSize = 4;
 std::string EncodeFrame(std::string_view payload);
 // The payload length announced by a frame header (kFrameHeaderSize bytes at `header`).
 uint32_t FrameLength(const char* header);
+// Whether `available` bytes, from a frame's header on, hold the whole frame of a payload of
+// `length` bytes. Never adds to `length`: kFrameHeaderSize + length wraps a 32-bit size_t.
+inline bool FrameIsWhole(std::size_t available, uint32_t length) {
+  return available >= kFrameHeaderSize && available - kFrameHeaderSize >= length;
+}
 
 // Sends a whole frame (from EncodeFrame) by `deadline`. kTimedOut when the peer does not take
 // it in time (it stopped reading); kUnavailable when the connection failed or was closed.

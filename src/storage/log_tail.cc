@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -56,8 +57,11 @@ uint32_t Crc32c(std::string_view data) {
 }
 uint32_t Masked(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
+// memcmp of the bytes with themselves shifted by one: as fast as memcmp (a byte loop took
+// seconds per GiB of a log's zeros, and ten times that under emulation).
 bool AllZero(std::string_view bytes) {
-  return std::all_of(bytes.begin(), bytes.end(), [](char c) { return c == 0; });
+  return bytes.empty() ||
+         (bytes[0] == 0 && std::memcmp(bytes.data(), bytes.data() + 1, bytes.size() - 1) == 0);
 }
 
 // Where pages never written end in [begin, end) of `block` (a record that is not whole and

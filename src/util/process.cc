@@ -57,8 +57,10 @@ uint64_t Mix(uint64_t x) {
 
 // A small file of /proc read whole through one descriptor: `buffer` filled, the size returned;
 // nullopt when it cannot be opened or read (no such file, no descriptor left: EMFILE).
-std::optional<std::string_view> ReadProcFile(const char* path, char* buffer, std::size_t size) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+// `directory`: a descriptor `path` is relative to, or AT_FDCWD.
+std::optional<std::string_view> ReadProcFile(const char* path, char* buffer, std::size_t size,
+                                             int directory = AT_FDCWD) {
+  const int fd = ::openat(directory, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return std::nullopt;
   std::size_t got = 0;
   while (got < size) {
@@ -201,10 +203,17 @@ uint64_t RandomRequestId() {
 std::optional<uint64_t> ProcessStartTime(pid_t pid) {
   // Only a /proc of this PID namespace names the process that `pid` names here.
   if (pid <= 0 || PidScope() == 0) return std::nullopt;
+  // Opened relative to a descriptor of /proc, not as "/proc/PID/stat": qemu user mode answers
+  // an open of its own process's /proc/self/stat or /proc/PID/stat by path with a stat of its
+  // own making, whose start time is not the kernel's, so that a process under qemu would read
+  // another start time for itself than other processes read for it, and pass for dead.
+  const int proc = ::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (proc < 0) return std::nullopt;
   char path[32];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  std::snprintf(path, sizeof path, "%d/stat", static_cast<int>(pid));
   char buffer[4096];
-  const std::optional<std::string_view> stat = ReadProcFile(path, buffer, sizeof buffer);
+  const std::optional<std::string_view> stat = ReadProcFile(path, buffer, sizeof buffer, proc);
+  ::close(proc);
   if (!stat) return std::nullopt;
   // Field 2 is the command name in parentheses and may hold spaces: count from the last ')'.
   const std::size_t close = stat->rfind(')');
