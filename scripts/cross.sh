@@ -131,8 +131,11 @@ make_sysroot() {
   done < <(find "$new/usr" -type l -lname '/*' -print0)
   # Debian's CMake package files name absolute paths under /usr (RocksDB's list of libraries,
   # Snappy's and GTest's imported locations): they are made to name the sysroot's.
-  find "$new/usr/lib/$triplet/cmake" "$new/usr/share/cmake" "$new/usr/lib/cmake" \
-    -name '*.cmake' -print0 2>/dev/null |
+  local dirs=() dir
+  for dir in "$new/usr/lib/$triplet/cmake" "$new/usr/share/cmake" "$new/usr/lib/cmake"; do
+    if [[ -d "$dir" ]]; then dirs+=("$dir"); fi
+  done
+  find "${dirs[@]}" -name '*.cmake' -print0 |
     xargs -0 -r "${as_root[@]}" sed -i -e "s#\\([\";]\\)/usr/#\\1$sysroot/usr/#g" \
       -e "s#\"/usr\"#\"$sysroot/usr\"#g"
   echo "$stamp" | "${as_root[@]}" tee "$new/.idem-sysroot" >/dev/null

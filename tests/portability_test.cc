@@ -25,6 +25,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,14 +74,21 @@ std::string Hex(std::string_view bytes) { return idem::util::ToHex(bytes); }
 
 // ---- Times past 2038 and 2106 ------------------------------------------------------------------
 
-class FarTimes : public ::testing::TestWithParam<TimePoint> {};
+// A time to set the clock to, named for the test's name.
+struct FarTime {
+  const char* name;
+  TimePoint time;
+};
+void PrintTo(const FarTime& far, std::ostream* out) { *out << far.name; }
+
+class FarTimes : public ::testing::TestWithParam<FarTime> {};
 
 // A claim, its lease running out, a takeover, a result, the retention running out and a purge,
 // on a clock set near or past the ends of 32-bit times.
 TEST_P(FarTimes, LeasesRetentionAndPurgeKeepEveryTime) {
   idem_test::ClockedStore s;
   ASSERT_NE(s.store, nullptr);
-  const TimePoint start = GetParam();
+  const TimePoint start = GetParam().time;
   s.clock->Set(start);
   const idem::BeginOptions options{.type = "t", .lease = 10s, .retention = 1h};
   auto first = s.store->Begin("k", options);
@@ -120,12 +128,14 @@ TEST_P(FarTimes, LeasesRetentionAndPurgeKeepEveryTime) {
   EXPECT_EQ(*s.store->Purge(), 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Portability, FarTimes,
-                         ::testing::Values(k2038 - 5s,  // the lease ends past 2^31 s
-                                           At(year(2040) / January / 1, 0s, 500000us),
-                                           k2106 - 5s,  // the lease ends past 2^32 s
-                                           At(year(2107) / February / 3, 4s, 5us),
-                                           At(year(2250) / January / 1)));
+INSTANTIATE_TEST_SUITE_P(
+    Portability, FarTimes,
+    ::testing::Values(FarTime{"LeaseEndsPast2To31Seconds", k2038 - 5s},
+                      FarTime{"In2040", At(year(2040) / January / 1, 0s, 500000us)},
+                      FarTime{"LeaseEndsPast2To32Seconds", k2106 - 5s},
+                      FarTime{"In2107", At(year(2107) / February / 3, 4s, 5us)},
+                      FarTime{"In2250", At(year(2250) / January / 1)}),
+    [](const ::testing::TestParamInfo<FarTime>& info) { return std::string(info.param.name); });
 
 // The expiry index orders by time, past 2038 and 2106 too, and its keys are the same bytes on
 // every architecture.
