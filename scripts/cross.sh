@@ -109,7 +109,7 @@ cache="${IDEM_CROSS_CACHE:-/var/cache/idem-cross}"
 sysroot="$cache/$arch"
 # The stamp names what made the sysroot: the packages, the mirrors and the sysroot's own path
 # (the fix-ups below write it into CMake's package files).
-stamp="sysroot v1 $arch ${target_packages[*]} $mirror $security_mirror $sysroot"
+stamp="sysroot v2 $arch ${target_packages[*]} $mirror $security_mirror $sysroot"
 
 make_sysroot() {
   local new="$sysroot.new"
@@ -138,6 +138,16 @@ make_sysroot() {
   find "${dirs[@]}" -name '*.cmake' -print0 |
     xargs -0 -r "${as_root[@]}" sed -i -e "s#\\([\";]\\)/usr/#\\1$sysroot/usr/#g" \
       -e "s#\"/usr\"#\"$sysroot/usr\"#g"
+  # Only usr/ and lib/ (the dynamic loader's path) stay: qemu looks every absolute path up in
+  # QEMU_LD_PREFIX first, so that the sysroot's dev/ptmx, dev/shm, etc/ or tmp/ would stand in
+  # for the host's (posix_openpt failed on dev/ptmx, a dangling link there).
+  local entry
+  for entry in "$new"/* "$new"/.[!.]*; do
+    case "${entry##*/}" in
+      usr | lib | lib64 | bin | sbin) ;;
+      *) "${as_root[@]}" rm -rf "$entry" ;;
+    esac
+  done
   echo "$stamp" | "${as_root[@]}" tee "$new/.idem-sysroot" >/dev/null
   "${as_root[@]}" rm -rf "$sysroot"
   "${as_root[@]}" mv "$new" "$sysroot"
@@ -176,6 +186,7 @@ fi
 # ---- Tests ------------------------------------------------------------------------------------
 tmp=$(mktemp -d /dev/shm/idem-cross-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+chmod 1777 "$tmp"  # as /tmp: the tests that run a process as another user need to reach it
 export TMPDIR="$tmp"
 export QEMU_LD_PREFIX="$sysroot"
 # Tests that stress processes for a while (kill storms, crowds of connections) do fewer rounds:

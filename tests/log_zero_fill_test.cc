@@ -272,10 +272,15 @@ TEST(ZeroFilledLogs, AReadOnlyOpenWhileTheOwnerWritesReadsAPrefix) {
   constexpr int kKeys = 600;
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
+  // Halfway, the writer waits for the reader's second open: so that opens race the writes
+  // however fast either side runs (under emulation, an open costs as much as the whole write).
+  int halfway[2];
+  ASSERT_EQ(pipe(halfway), 0);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     close(ready[0]);
+    close(halfway[1]);
     idem::Options options = idem_test::TestOptions();
     options.sharing = idem::Sharing::kExclusive;  // kSync: the log is zero-filled
     options.memory_budget = 256 << 20;            // no flush: the records stay in the log
@@ -285,11 +290,14 @@ TEST(ZeroFilledLogs, AReadOnlyOpenWhileTheOwnerWritesReadsAPrefix) {
       auto claim = (*store)->Begin(Key(i), {.lease = 30s});
       if (!claim.ok() || !(*store)->Complete(Key(i), claim->token, Result(i)).ok()) _exit(2);
       if (i == 2 && write(ready[1], "r", 1) != 1) _exit(3);
+      char go = 0;
+      if (i == kKeys / 2 && read(halfway[0], &go, 1) != 1) _exit(4);
       std::this_thread::sleep_for(std::chrono::microseconds(100 * (i % 3)));
     }
     _exit(0);
   }
   close(ready[1]);
+  close(halfway[0]);
   char byte = 0;
   ASSERT_EQ(read(ready[0], &byte, 1), 1);
   close(ready[0]);
@@ -306,8 +314,12 @@ TEST(ZeroFilledLogs, AReadOnlyOpenWhileTheOwnerWritesReadsAPrefix) {
     EXPECT_GE(present, last_present);
     last_present = present;
     ++opens;
+    if (opens == 2) {
+      EXPECT_EQ(write(halfway[1], "g", 1), 1);
+    }
     if (HasFailure() || writer_done) break;
   }
+  close(halfway[1]);
   if (!HasFailure()) {
     ASSERT_TRUE(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) << wait_status;
   } else {
