@@ -85,6 +85,7 @@ TEST(PgStore, HandlesShareAStorePerConnectionAndTable) {
   EXPECT_EQ(elsewhere.outcome, Outcome::kAcquired);  // tokens are per store: it may be the same
   ASSERT_OK(first->Complete("k", claim.token, "done"));
   ASSERT_OK_AND_ASSIGN(auto in_other, other->Get("k"));
+  ASSERT_TRUE(in_other.has_value());
   EXPECT_EQ(in_other->state, idem::State::kPending);
 }
 
