@@ -173,7 +173,8 @@ static void* fail_on_another_thread(void* store) {
 }
 
 int main(void) {
-  char dir_template[] = "/tmp/idem_c_api_test_XXXXXX";
+  char dir_template[200];
+  const char* tmpdir = getenv("TMPDIR");
   char path[256];
   char* err = NULL;
   idem_options_t* options;
@@ -184,6 +185,9 @@ int main(void) {
   const char* text;
   uint64_t token;
 
+  /* $TMPDIR, as the other tests (scripts/cross.sh points it at a tmpfs), or /tmp. */
+  snprintf(dir_template, sizeof(dir_template), "%s/idem_c_api_test_XXXXXX",
+           tmpdir != NULL && tmpdir[0] != '\0' ? tmpdir : "/tmp");
   if (mkdtemp(dir_template) == NULL) {
     perror("mkdtemp");
     return 2;

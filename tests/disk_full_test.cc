@@ -99,8 +99,14 @@ class Ext4Disk {
       const int fd = ::open(image_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
       if (fd >= 0) ::close(fd);
     }
+    // Under qemu-arm (32-bit code on a 64-bit kernel), readdir in a hashed (dir_index) ext4
+    // directory fails with EOVERFLOW: its positions are 64-bit hashes, which the 32-bit getdents
+    // that qemu emulates cannot return (a 32-bit kernel interface gets 32-bit ones). Without
+    // dir_index they are offsets. Nothing that this test checks depends on it.
+    const std::string features =
+        sizeof(void*) == 4 && idem_test::UnderEmulator() ? "-O ^dir_index " : "";
     if (::truncate(image_.c_str(), static_cast<off_t>(bytes)) != 0 ||
-        std::system(("mkfs.ext4 -q -F " + image_ + " >/dev/null 2>&1").c_str()) != 0) {
+        std::system(("mkfs.ext4 -q -F " + features + image_ + " >/dev/null 2>&1").c_str()) != 0) {
       error_ = "cannot make an ext4 file system in " + image_;
       return;
     }
