@@ -141,6 +141,9 @@ class RocksDbStorage final : public Storage {
   Status Flush();
   // Compacts all table files of the records, running the expiry filter over them (tests).
   Status CompactRecords();
+  // Compacts every column family, so that no compaction starts on its own until a few more
+  // flushes (tests that copy the files).
+  Status CompactAll();
   // Moves the filter horizon (see filter_horizon_) to a day before `now` if it is older.
   // Opening the store and every purge call it.
   Status AdvanceFilterHorizon(TimePoint now);

@@ -189,4 +189,13 @@ void RocksDbStorage::NoteResumedLocked(std::chrono::steady_clock::time_point now
   stop_noted_ = false;
 }
 
+Status RocksDbStorage::CompactAll() {
+  for (rocksdb::ColumnFamilyHandle* family : handles_) {
+    IDEM_RETURN_IF_ERROR(
+        FromRocksDb(db_->CompactRange(rocksdb::CompactRangeOptions(), family, nullptr, nullptr),
+                    fmt::format("compacting store {}", path_)));
+  }
+  return Status::OK();
+}
+
 }  // namespace idem::storage
