@@ -5,7 +5,7 @@
 #   scripts/cross.sh armhf            the same for 32-bit ARM (armv7, hard float)
 #   scripts/cross.sh arm64 --quick    the library, the idem command and the tests labelled core
 # Options: --quick as above; --jobs N (default IDEM_JOBS or 2); --postgres: also the PostgreSQL
-# tests (the arm client against the host's own x86-64 server binaries; slow, see docs/cross.md).
+# tests (the ARM client against the host's own x86-64 server binaries; see docs/cross.md).
 #
 # It needs root (or sudo) for what it sets up once:
 #   - host packages, installed with apt-get when missing: crossbuild-essential-<arch>,
