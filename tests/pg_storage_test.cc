@@ -579,4 +579,109 @@ TEST(PgStorage, ABeginThatWaitedOnAnotherInsertOfItsKeyReadsTheRowItLostTo) {
   EXPECT_EQ(*next.created_token, first.token + 1);
 }
 
+// Issue 39, item 1: an Update reads a row, lets the engine decide, and writes only if the row is
+// unchanged. When, in that window, the row is deleted (Forget, a purge) and the key claimed afresh
+// by another process, the new row starts again at version 1: a write decided on the old row must
+// apply to nothing, and the engine decide again on the new one. `window` names the decision.
+enum class Decided { kTakeover, kClaimOverExpiredRecord, kComplete };
+
+void CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided decided) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto deciding = PgStore::Open(server->Uri());
+  auto other = PgStore::Open(server->Uri());
+  ASSERT_TRUE(deciding && other);
+  ASSERT_OK_AND_ASSIGN(Claim first, deciding->Begin("k", 1s));
+  ASSERT_EQ(first.outcome, Outcome::kAcquired);
+  // The lease ran out (a takeover is due), or the whole retention did (a fresh claim is due); a
+  // Complete is decided while the claim is current. Both processes' servers agree on the time.
+  const std::chrono::microseconds later = decided == Decided::kTakeover                 ? 2s
+                                          : decided == Decided::kClaimOverExpiredRecord ? 1h + 2s
+                                                                                        : 0s;
+  deciding->Advance(later);
+  other->Advance(later);
+
+  const idem::engine::BeginRequest request{
+      .key = "k", .lease = 10s, .retention = 1h, .holder = {.pid = 7, .process_start = 8}};
+  int decisions = 0;
+  Claim successor;
+  idem::engine::BeginDecision begin;
+  idem::engine::TransitionDecision transition;
+  ASSERT_OK(deciding->storage().Update(
+      "k",
+      [&](std::optional<Record>& stored, Record::TimePoint now,
+          idem::engine::NextToken next_token) -> const Record* {
+        if (++decisions == 1) {
+          // The window: the row removed, and the key claimed afresh by another process.
+          EXPECT_TRUE(stored.has_value() && stored->token == first.token);
+          auto removed = other->storage().Remove("k", idem::Durability::kSync);
+          EXPECT_TRUE(removed.ok() && *removed);
+          auto claimed = other->Begin("k", 10s);
+          EXPECT_TRUE(claimed.ok() && claimed->outcome == Outcome::kAcquired &&
+                      !claimed->took_over);
+          if (claimed.ok()) successor = *claimed;
+        }
+        if (decided == Decided::kComplete) {
+          transition = idem::engine::DecideTransition(std::move(stored),
+                                                      {.kind = TransitionKind::kComplete,
+                                                       .token = first.token,
+                                                       .payload = "decided on the old row"},
+                                                      now);
+          return transition.write ? &*transition.write : nullptr;
+        }
+        begin = idem::engine::DecideBegin(std::move(stored), request, now, next_token);
+        return begin.write ? &begin.claim.record : nullptr;
+      },
+      idem::Durability::kSync, std::nullopt));
+
+  // Decided again on the successor's claim, which is current: nothing is written over it.
+  EXPECT_EQ(decisions, 2);
+  if (decided == Decided::kComplete) {
+    EXPECT_CODE(transition.status, kLeaseLost);
+  } else {
+    EXPECT_EQ(begin.claim.outcome, Outcome::kInProgress);
+  }
+  ASSERT_OK_AND_ASSIGN(auto stored, other->backend().Get("k"));
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->token, successor.token);
+  EXPECT_EQ(stored->state, idem::State::kPending);
+  EXPECT_EQ(stored->holder, successor.record.holder);
+  ASSERT_OK(other->End("k", successor.token, TransitionKind::kComplete, "the successor's"));
+}
+
+TEST(PgStorage, ATakeoverDecidedOnARowRecreatedInItsWindowIsDecidedAgain) {
+  CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided::kTakeover);
+}
+
+TEST(PgStorage, AClaimOverAnExpiredRecordRecreatedInItsWindowIsDecidedAgain) {
+  CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided::kClaimOverExpiredRecord);
+}
+
+TEST(PgStorage, ACompleteDecidedOnARowRecreatedInItsWindowIsDecidedAgain) {
+  CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided::kComplete);
+}
+
+// ExecuteInTransaction's fenced UPDATE (CompleteIn) names the token: a row recreated while the
+// application's transaction ran is not completed by it, and the transaction rolls back.
+TEST(PgStorage, AFencedCompleteInTheApplicationsTransactionSkipsARowRecreatedMeanwhile) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  auto other = PgStore::Open(server->Uri());
+  ASSERT_TRUE(store && other);
+  ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("k"));
+  ASSERT_OK_AND_ASSIGN(auto transaction, store->storage().OpenTransaction());
+  ASSERT_OK(transaction->Run({{"SELECT 1", {}}}).status());
+  ASSERT_OK_AND_ASSIGN(bool removed, other->storage().Remove("k", idem::Durability::kSync));
+  ASSERT_TRUE(removed);
+  ASSERT_OK_AND_ASSIGN(Claim successor, other->Begin("k"));
+  ASSERT_EQ(successor.outcome, Outcome::kAcquired);
+  ASSERT_OK_AND_ASSIGN(bool completed,
+                       store->storage().CompleteIn(*transaction, "k", first.token, "stale",
+                                                   idem::Durability::kSync));
+  EXPECT_FALSE(completed);
+  ASSERT_OK_AND_ASSIGN(auto stored, other->backend().Get("k"));
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->token, successor.token);
+  EXPECT_EQ(stored->state, idem::State::kPending);
+}
+
 }  // namespace

@@ -159,7 +159,8 @@ Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key) 
        {NowParam(), PgParam::Bytea(key)}});
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
   VersionedRead result;
-  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &result.version));
+  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &result.row.version));
+  if (result.read.record) result.row.token = result.read.record->token;
   IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
   result.read.now = util::FromMicros(now);
   return result;
@@ -316,26 +317,27 @@ PgStatement PgStorage::TransitionStatement(std::string_view key,
   return {sql, std::move(params)};
 }
 
-Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& next, int64_t version,
+Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& next, RowSeen seen,
                                          Durability durability) {
   PgTransaction transaction{.resendable = true};
   transaction.statements.push_back({std::string(SynchronousCommit(durability)), {}});
   std::vector<PgParam> params = RowParams(key, next);
-  if (version == 0) {
+  if (seen.version == 0) {
     transaction.statements.push_back(
         {fmt::format("INSERT INTO {} ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
                      "$12, $13, $14, $15, $16, $17, $18, 1) ON CONFLICT (key) DO NOTHING",
                      names_.records, kColumns),
          std::move(params)});
   } else {
-    params.push_back(PgParam::Int8(version));
+    params.push_back(PgParam::Int8(seen.version));
+    params.push_back(PgParam::Int8(BitCast(seen.token)));
     transaction.statements.push_back(
         {fmt::format("UPDATE {} SET type = $2, fingerprint = $3, result = $4, checkpoint = $5, "
                      "state = $6, retryable = $7, token = $8, attempts = $9, holder_pid = $10, "
                      "holder_start = $11, holder_scope = $12, holder_request = $13, "
                      "holder_took_over = $14, created = $15, updated = $16, "
                      "lease_deadline = $17, expires = $18, version = version + 1 "
-                     "WHERE key = $1 AND version = $19",
+                     "WHERE key = $1 AND version = $19 AND token = $20",
                      names_.records),
          std::move(params)});
   }
@@ -354,7 +356,7 @@ Status PgStorage::Update(std::string_view key, Decide decide, Durability durabil
     const Record* next = decide(read.read.record, read.read.now,
                                 [this](uint64_t above) { return NextToken(above); });
     if (next == nullptr) return Status::OK();
-    IDEM_ASSIGN_OR_RETURN(bool written, WriteIfUnchanged(key, *next, read.version, durability));
+    IDEM_ASSIGN_OR_RETURN(bool written, WriteIfUnchanged(key, *next, read.row, durability));
     if (written) return Status::OK();
     if (std::chrono::steady_clock::now() >= give_up) {
       return Status::TimedOut(fmt::format(

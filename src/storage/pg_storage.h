@@ -7,9 +7,11 @@
 //   - Read: the row and the server's time in one statement.
 //   - Update: optimistic, with no lock held between round trips. It reads the row (with its
 //     version) and the server's time, lets `decide` choose, and writes only if the row still has
-//     that version (an INSERT when there was none): UPDATE ... SET ..., version = version + 1
-//     WHERE key = $1 AND version = $v. When another writer got there first, it reads again and
-//     `decide` chooses again. So a stale holder, on any host, never overwrites its successor.
+//     that version and token (an INSERT when there was none): UPDATE ... SET ...,
+//     version = version + 1 WHERE key = $1 AND version = $v AND token = $t (the token tells a row
+//     deleted and created again, whose version starts again at 1). When another writer got there
+//     first, it reads again and `decide` chooses again. So a stale holder, on any host, never
+//     overwrites its successor.
 //   - The usual calls as hand-written SQL would make them (docs/design/postgresql.md, sec. 3):
 //     Begin's ReadOrCreate reads the row and, in the same round trip, inserts the engine's fresh
 //     claim when there is none (a replay and a fresh key: one round trip each);
@@ -135,15 +137,21 @@ class PgStorage final : public Storage {
   PgParam NowParam() const;
   // The rows expired now (through the index on expires).
   Result<uint64_t> CountExpired();
-  // The row under `key` with its version, and the server's time (read-only when asked).
+  // Which row a write was decided on. The version alone does not tell: a key deleted (Forget, a
+  // purge) and claimed afresh starts again at version 1. Its token does, as tokens never repeat.
+  struct RowSeen {
+    int64_t version = 0;  // 0: there was none
+    uint64_t token = 0;
+  };
+  // The row under `key` as seen, and the server's time (read-only when asked).
   struct VersionedRead {
     ReadResult read;
-    int64_t version = 0;  // of the row read; 0 when there was none
+    RowSeen row;
   };
   Result<VersionedRead> ReadVersioned(std::string_view key);
-  // Writes `next` if the row under `key` still has `version` (0: still absent). False when
-  // another writer changed it first.
-  Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, int64_t version,
+  // Writes `next` if the row under `key` is still the one `seen` (or still absent). False when
+  // another writer changed, deleted or re-created it first.
+  Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, RowSeen seen,
                                 Durability durability);
   // The server's time, and when idem first saw the server's current incarnation (its
   // postmaster's start) take writes, noting it in the meta table (a row 'server started <its
