@@ -100,6 +100,13 @@ TEST(PgOutageGrace, AClaimWhoseLeaseRanOutAcrossARestartKeepsItsHolderForAGrace)
                      [&] { EXPECT_OK(server->Restart(PgServer::Shutdown::kImmediate)); });
 }
 
+// A crash restart: one backend killed with SIGKILL. The postmaster ends every session and
+// recovers from its log without restarting, so pg_postmaster_start_time() stays the same.
+TEST(PgOutageGrace, AClaimWhoseLeaseRanOutAcrossACrashRestartKeepsItsHolderForAGrace) {
+  IDEM_START_PG_OR_SKIP(server);
+  CheckTheGraceAfter(server->Uri(), [&] { EXPECT_OK(server->CrashABackend()); });
+}
+
 // A failover: the primary killed, its synchronous standby promoted. The standby started before
 // the claim was written, so only its being another server tells the outage.
 TEST(PgOutageGrace, AClaimWhoseLeaseRanOutAcrossAFailoverKeepsItsHolderForAGrace) {

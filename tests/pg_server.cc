@@ -682,6 +682,43 @@ Status PgServer::Kill() {
   }
 }
 
+Status PgServer::CrashABackend() {
+  PGconn* conn = PQconnectdb(AdminConninfo().c_str());
+  PGresult* result = PQexec(conn, "SELECT pg_backend_pid()");
+  const pid_t backend = PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) == 1
+                            ? static_cast<pid_t>(std::stol(PQgetvalue(result, 0, 0)))
+                            : 0;
+  const std::string error = PQerrorMessage(conn);
+  PQclear(result);
+  // The postmaster's other children, which its crash handling ends: once none runs, the crash
+  // was seen (a connection accepted before that could be the old incarnation's).
+  std::vector<std::pair<pid_t, ProcessStat>> others;
+  for (const auto& child : ChildrenOf(pid_)) {
+    if (child.first != backend) others.push_back(child);
+  }
+  const bool killed = backend > 0 && ::kill(backend, SIGKILL) == 0;
+  const int kill_errno = errno;
+  PQfinish(conn);
+  if (backend == 0) return Status::IOError("finding a backend to kill: " + error);
+  if (!killed) {
+    return Status::IOError("killing backend " + std::to_string(backend) + ": " +
+                           ErrnoText(kill_errno));
+  }
+  const auto deadline = Clock::now() + kStopTimeout;
+  for (milliseconds pause{1};; pause = std::min(pause * 2, milliseconds(50))) {
+    const bool any_left = std::ranges::any_of(
+        others, [](const auto& child) { return StillRuns(child.first, child.second); });
+    if (!any_left) break;
+    if (Clock::now() >= deadline) {
+      return Status::TimedOut("the server did not end its processes after backend " +
+                              std::to_string(backend) + " was killed; its log:\n" + LogTail());
+    }
+    std::this_thread::sleep_for(pause);
+  }
+  return WaitForAdminValue("waiting for the server to recover from a crashed backend", "SELECT 1",
+                           "1", kReadyTimeout);
+}
+
 Status PgServer::Stop(Shutdown mode) {
   if (mode == Shutdown::kKill) return Kill();
   // The signals that `pg_ctl stop -m fast` and `-m immediate` send to the postmaster, which

@@ -119,6 +119,12 @@ class PgServer {
   // after kImmediate) and waits until it accepts connections.
   idem::Status Restart(Shutdown mode);
 
+  // SIGKILL to one backend (a session opened for it), as the OOM killer or a crash in an
+  // extension would: the postmaster takes a child's death by a signal for a crash, ends every
+  // other process, recovers from its log and takes connections again, without restarting (its
+  // pid and pg_postmaster_start_time() stay). Returns once it accepts connections again.
+  idem::Status CrashABackend();
+
   // The last `lines` lines of the server's log, for failure messages.
   std::string LogTail(int lines = 30) const;
 

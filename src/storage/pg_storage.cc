@@ -431,16 +431,23 @@ Status PgStorage::Sync() {
 }
 
 Result<PgStorage::ServerWritable> PgStorage::NoteServerIncarnation(bool prune) {
-  // The server's incarnation is its postmaster's start time: a restart changes it, and so does
-  // a failover, since the promoted standby is another postmaster (promotion does not restart
-  // one, and when it happened is not shown to ordinary roles: pg_control_checkpoint is not
-  // granted to them). The meta table keeps, per incarnation, when idem first saw it, in the
+  // The server's incarnation is its postmaster's start time and the time its statistics were
+  // last reset. A restart changes the first, and so does a failover, since the promoted standby
+  // is another postmaster (promotion does not restart one, and when it happened is not shown to
+  // ordinary roles: pg_control_checkpoint is not granted to them). A crash restart (a backend
+  // killed: the postmaster ends every session and recovers without restarting) changes only the
+  // second: every recovery at start resets the statistics (PostgreSQL's documentation,
+  // "Statistics Collection Configuration"), and ordinary roles may read when. A reset that an
+  // administrator asks for (pg_stat_reset_shared('bgwriter')) opens a grace too: harmless.
+  // The meta table keeps, per incarnation, when idem first saw it, in the
   // server's time: never before the server took writes again, so waiting one grace from then is
   // never too short. A row per incarnation, not one row for the latest: servers that answer the
   // same store at once (the nodes of a distributed engine) would otherwise take turns resetting
   // it, and the grace would never end.
   constexpr std::string_view kIncarnationRow =
-      "'server started ' || (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+      "'server started ' || (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint || "
+      "' recovered ' || COALESCE((extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time()) * "
+      "1000000)::bigint, 0)";
   const std::string note = fmt::format(
       "WITH n AS MATERIALIZED (SELECT {now} AS now, {row} AS name), "
       "noted AS (INSERT INTO {meta} (name, value) "

@@ -154,8 +154,9 @@ class PgStorage final : public Storage {
   Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, RowSeen seen,
                                 Durability durability);
   // The server's time, and when idem first saw the server's current incarnation (its
-  // postmaster's start) take writes, noting it in the meta table (a row 'server started <its
-  // start in microseconds>') if no process had. `prune`: also deletes the rows of incarnations
+  // postmaster's start and its last recovery) take writes, noting it in the meta table (a row
+  // 'server started <its start> recovered <its statistics' reset>', in microseconds) if no
+  // process had. `prune`: also deletes the rows of incarnations
   // first seen more than kIncarnationsKept ago (Open).
   struct ServerWritable {
     TimePoint now;
