@@ -297,5 +297,35 @@ TEST(PgFailover, CallersRetryAcrossAFailoverLongerThanTheirTimeout) {
   RunFailover(/*failover_timeout=*/1s, /*promote_when_every_caller_failed=*/true);
 }
 
+// While the synchronous standby is down, every commit that waits for it hangs (until the
+// standby is back, or a cancel commits it locally, unreplicated). Opening a store writes (it
+// raises the token sequence to the clock, and notes the server's incarnation) but needs none of
+// that to wait: a new process opens the store and reads it. A write that must be durable waits,
+// as it should, and so does a process's first Begin, which reserves a block of tokens
+// (issue 39).
+TEST(PgFailover, AStoreOpensAndReadsWhileItsSynchronousStandbyIsDown) {
+  IDEM_START_PG_OR_SKIP(primary);
+  auto standby = primary->StartSynchronousStandby();
+  ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+  idem::Options options;
+  options.auto_purge_interval = 0ms;
+  options.request_timeout = 3s;
+  options.failover_timeout = 3s;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(primary->Uri(), options));
+    ASSERT_OK_AND_ASSIGN(idem::Claim claim, store->Begin("paid"));
+    ASSERT_OK(store->Complete("paid", claim.token, "receipt"));
+  }
+  ASSERT_OK((*standby)->Stop(PgServer::Shutdown::kFast));
+
+  const auto opening = SteadyClock::now();
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(primary->Uri(), options));
+  ASSERT_OK_AND_ASSIGN(std::optional<idem::Record> paid, store->Get("paid"));
+  // Well within the request timeout, which a wait for the standby would have run into.
+  EXPECT_LT(SteadyClock::now() - opening, options.request_timeout);
+  ASSERT_TRUE(paid.has_value());
+  EXPECT_EQ(paid->result, "receipt");
+}
+
 }  // namespace
 }  // namespace idem_test

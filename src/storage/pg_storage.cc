@@ -402,8 +402,12 @@ Status PgStorage::ReserveTokensAbove(uint64_t token) {
 
 Status PgStorage::RaiseTokenSequence(std::string_view token, PgParam param) {
   PgTransaction transaction{.resendable = true};  // raising to the same floor twice is harmless
+  // Not a synchronous commit, so that an open does not wait for a synchronous standby that is
+  // down (the floor moves with the clock, so almost every open raises it). No token is drawn
+  // from the raised sequence but by a reservation, a synchronous commit that comes later in the
+  // server's log: the log is flushed past the raise before any such token is handed out.
   transaction.statements = {
-      {"SET LOCAL synchronous_commit = on", {}},
+      {"SET LOCAL synchronous_commit = off", {}},
       {fmt::format("SELECT pg_advisory_xact_lock({})", kTokenLockKey),
        {PgParam::Text(names_.sequence)}},
       // Every later block b hands out tokens from b * kTokenBlock: above the token once b is above
@@ -449,17 +453,21 @@ Result<PgStorage::ServerWritable> PgStorage::NoteServerIncarnation(bool prune) {
       "' recovered ' || COALESCE((extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time()) * "
       "1000000)::bigint, 0)";
   const std::string note = fmt::format(
-      "WITH n AS MATERIALIZED (SELECT {now} AS now, {row} AS name), "
+      "WITH n AS MATERIALIZED (SELECT {now} AS now, {row} AS name, {durability} AS durability), "
       "noted AS (INSERT INTO {meta} (name, value) "
       "SELECT name, (extract(epoch FROM now) * 1000000)::bigint FROM n "
       "ON CONFLICT (name) DO NOTHING RETURNING value) "
       "SELECT n.now, timestamptz 'epoch' + COALESCE((SELECT value FROM noted), "
       "(SELECT value FROM {meta} m WHERE m.name = n.name))::bigint * interval '1 microsecond' "
       "FROM n",
-      fmt::arg("now", kNow), fmt::arg("row", kIncarnationRow), fmt::arg("meta", names_.meta));
-  // Resent after its first send committed, it finds the incarnation noted and reads it.
+      fmt::arg("now", kNow), fmt::arg("row", kIncarnationRow), fmt::arg("meta", names_.meta),
+      fmt::arg("durability", kSetSynchronousCommit));
+  // Resent after its first send committed, it finds the incarnation noted and reads it. Not a
+  // synchronous commit, so that an open does not wait for a synchronous standby that is down: a
+  // note lost in a crash is made again later, and a grace that starts later is never too short.
   PgTransaction transaction{.resendable = true, .alone = !prune};
-  transaction.statements.push_back({note, {NowParam()}});
+  transaction.statements.push_back(
+      {note, {NowParam(), SynchronousCommitParam(Durability::kBuffered)}});
   if (prune) {
     // Other incarnations first seen over kIncarnationsKept ago: their servers restarted since,
     // or are seen again and noted anew (a grace that starts late, once).
