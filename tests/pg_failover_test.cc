@@ -7,10 +7,12 @@
 // could have passed.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -325,6 +327,57 @@ TEST(PgFailover, AStoreOpensAndReadsWhileItsSynchronousStandbyIsDown) {
   EXPECT_LT(SteadyClock::now() - opening, options.request_timeout);
   ASSERT_TRUE(paid.has_value());
   EXPECT_EQ(paid->result, "receipt");
+}
+
+// SIGSTOP (or SIGCONT) to the server's walsenders: the synchronous standby stops receiving its
+// log while the primary and the standby both run, as when the standby's disk or network stalls.
+void SignalWalSenders(const PgServer& server, int signal) {
+  int signalled = 0;
+  for (const pid_t pid : server.Processes()) {
+    std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string title;
+    std::getline(cmdline, title);
+    if (title.find("walsender") != std::string::npos && ::kill(pid, signal) == 0) ++signalled;
+  }
+  EXPECT_GT(signalled, 0) << "no walsender found";
+}
+
+// A Complete whose commit waited for the synchronous standby that had stalled returns no answer
+// in time: idem cancels it, and PostgreSQL keeps the commit on the primary alone ("committed
+// locally, but might not have been replicated"). A retry must not be answered from that commit:
+// once the primary dies and the standby is promoted, the record there is still pending, and an
+// answer given from the primary's copy would be lost (issue 39).
+TEST(PgFailover, AResultTheStandbyNeverGotIsNeverAnsweredFromThePrimary) {
+  IDEM_START_PG_OR_SKIP(primary);
+  auto standby_started = primary->StartSynchronousStandby();
+  ASSERT_TRUE(standby_started.ok()) << standby_started.status().ToString();
+  std::unique_ptr<PgServer> standby = std::move(standby_started).value();
+  idem::Options options;
+  options.auto_purge_interval = 0ms;
+  options.request_timeout = 1s;
+  options.failover_timeout = 1s;
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(primary->Uri(), options));
+  ASSERT_OK_AND_ASSIGN(idem::Claim claim, store->Begin("charge", {.lease = 2s}));
+  ASSERT_EQ(claim.outcome, idem::Outcome::kAcquired);
+
+  SignalWalSenders(*primary, SIGSTOP);
+  const idem::Status completed = store->Complete("charge", claim.token, "charged");
+  EXPECT_FALSE(completed.ok()) << "a commit the standby never got was acknowledged";
+  // The retry: the primary has the done record, the standby does not.
+  const auto retried = store->Begin("charge", {.lease = 2s});
+  EXPECT_FALSE(retried.ok() && retried->outcome == idem::Outcome::kReplay)
+      << "answered from a commit the standby never got: " << retried->record.result;
+  if (!retried.ok()) {
+    EXPECT_TRUE(idem::IsRetryable(retried.status())) << retried.status().ToString();
+  }
+
+  // The primary dies; the promoted standby never saw the Complete, and nobody was told it ran.
+  ASSERT_OK(primary->Stop(PgServer::Shutdown::kKill));
+  ASSERT_OK(standby->Promote());
+  ASSERT_OK_AND_ASSIGN(auto promoted, Store::Open(standby->Uri(), options));
+  ASSERT_OK_AND_ASSIGN(std::optional<idem::Record> record, promoted->Get("charge"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, idem::State::kPending);
 }
 
 }  // namespace

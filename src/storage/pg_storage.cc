@@ -28,13 +28,29 @@ std::string_view SynchronousCommit(Durability durability) {
                                          : "SET LOCAL synchronous_commit = off";
 }
 
-// The same, for a statement sent alone (PgTransaction::alone), as its parameter $2 of this SQL:
+// The same, for a statement sent alone (PgTransaction::alone), as its parameter $2 (or $3) of
+// this SQL:
 constexpr std::string_view kSetSynchronousCommit = "set_config('synchronous_commit', $2, true)";
+constexpr std::string_view kSetSynchronousCommitOf3 = "set_config('synchronous_commit', $3, true)";
 PgParam SynchronousCommitParam(Durability durability) {
   return PgParam::Text(durability == Durability::kSync ? "on" : "off");
 }
 
 int64_t BitCast(uint64_t value) { return std::bit_cast<int64_t>(value); }
+
+// SQL, in a statement whose parameter $3 is SynchronousCommitParam: under kSync, when the server
+// has a synchronous standby, makes the transaction's commit wait until the standby has the
+// server's log up to it. A commit is visible on the primary before the standby has it, and stays
+// so when that wait is cancelled ("committed locally, but might not have been replicated"). A
+// row read in such a transaction was committed before it, so once its commit returns, the
+// standby has the row too: an answer read from it (a replay, a repeated Complete) survives a
+// failover, as the write it reports would have. A commit waits only when its transaction wrote
+// to the log (an id alone does not), hence the smallest record there is: a transactional logical
+// message (prefix "idem", empty), which logical decoding shows and other readers never see.
+// Without a synchronous standby it is NULL and costs nothing.
+constexpr std::string_view kWaitForTheStandby =
+    "CASE WHEN $3 = 'on' AND current_setting('synchronous_standby_names') <> '' "
+    "THEN pg_logical_emit_message(true, 'idem', '') END";
 
 // What TransitionStatement's guard raises when its UPDATE applied to nothing.
 constexpr std::string_view kDivisionByZero = "22012";
@@ -151,12 +167,15 @@ PgParam PgStorage::NowParam() const {
                        : PgParam::Null(kPgTimestamptzOid);
 }
 
-Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key) {
+Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key,
+                                                          Durability answered) {
   PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
+  if (config_.read_only) answered = Durability::kBuffered;  // it writes nothing to wait for
   transaction.statements.push_back(
-      {fmt::format("SELECT {}, n.now FROM (SELECT {} AS now) n LEFT JOIN {} ON key = $2", kColumns,
-                   kNow, names_.records),
-       {NowParam(), PgParam::Bytea(key)}});
+      {fmt::format("SELECT {}, n.now, n.waited FROM (SELECT {} AS now, {} AS durability, {} AS "
+                   "waited) n LEFT JOIN {} ON key = $2",
+                   kColumns, kNow, kSetSynchronousCommitOf3, kWaitForTheStandby, names_.records),
+       {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(answered)}});
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
   VersionedRead result;
   IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &result.row.version));
@@ -167,7 +186,7 @@ Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key) 
 }
 
 Result<Storage::ReadResult> PgStorage::Read(std::string_view key) {
-  IDEM_ASSIGN_OR_RETURN(VersionedRead read, ReadVersioned(key));
+  IDEM_ASSIGN_OR_RETURN(VersionedRead read, ReadVersioned(key, Durability::kBuffered));
   return std::move(read.read);
 }
 
@@ -190,9 +209,11 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
                                        fresh.expires};
   for (int i = 0; i < 4; ++i) params[16 + i] = PgParam::Int8(util::ToMicros(offsets[i]));
   PgTransaction read_or_insert{.resendable = true, .alone = true};
+  // A replay is answered only once its row is on a synchronous standby (kWaitForTheStandby).
   read_or_insert.statements.push_back(
-      {fmt::format("SELECT {}, {} FROM {} WHERE key = $2", kColumns, kNow, names_.records),
-       {NowParam(), PgParam::Bytea(key)}});
+      {fmt::format("SELECT {}, {}, {}, {} FROM {} WHERE key = $2", kColumns, kNow,
+                   kSetSynchronousCommitOf3, kWaitForTheStandby, names_.records),
+       {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(durability)}});
   read_or_insert.statements.push_back(
       {fmt::format("INSERT INTO {table} ({columns}) SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, "
                    "$12, $13, $14, $15, $16, {created}, {updated}, {lease_deadline}, {expires}, 1 "
@@ -352,7 +373,9 @@ Status PgStorage::Update(std::string_view key, Decide decide, Durability durabil
   // answers the same (a Begin's own claim, a repeated Complete) without writing it again.
   const auto give_up = std::chrono::steady_clock::now() + config_.pool.request_timeout;
   for (int attempt = 1;; ++attempt) {
-    IDEM_ASSIGN_OR_RETURN(VersionedRead read, ReadVersioned(key));
+    // What `decide` answers without writing (a resent Begin's own claim, a repeated Complete)
+    // is given only once it is on a synchronous standby, as what it writes would be.
+    IDEM_ASSIGN_OR_RETURN(VersionedRead read, ReadVersioned(key, durability));
     const Record* next = decide(read.read.record, read.read.now,
                                 [this](uint64_t above) { return NextToken(above); });
     if (next == nullptr) return Status::OK();

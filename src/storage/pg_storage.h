@@ -143,12 +143,14 @@ class PgStorage final : public Storage {
     int64_t version = 0;  // 0: there was none
     uint64_t token = 0;
   };
-  // The row under `key` as seen, and the server's time (read-only when asked).
+  // The row under `key` as seen, and the server's time (read-only when asked). `answered`
+  // kSync: returns only once the row is on the server's synchronous standby, if it has one, so
+  // that an answer read from it is as durable as a kSync write.
   struct VersionedRead {
     ReadResult read;
     RowSeen row;
   };
-  Result<VersionedRead> ReadVersioned(std::string_view key);
+  Result<VersionedRead> ReadVersioned(std::string_view key, Durability answered);
   // Writes `next` if the row under `key` is still the one `seen` (or still absent). False when
   // another writer changed, deleted or re-created it first.
   Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, RowSeen seen,
