@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "idem/idem.h"
+#include "idem/sql.h"
 #include "pg_server.h"
 #include "test_util.h"
 #include "util/backoff.h"
@@ -378,6 +379,42 @@ TEST(PgFailover, AResultTheStandbyNeverGotIsNeverAnsweredFromThePrimary) {
   ASSERT_OK_AND_ASSIGN(std::optional<idem::Record> record, promoted->Get("charge"));
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, idem::State::kPending);
+}
+
+// The same for ExecuteInTransaction, whose COMMIT is sent inside a transaction that set the
+// server's statement_timeout: a COMMIT whose wait for the stalled standby the server cancels
+// (PostgreSQL then warns, and the COMMIT succeeds on the primary alone) is no acknowledgement.
+TEST(PgFailover, AnApplicationsTransactionTheStandbyNeverGotIsNeverAcknowledged) {
+  IDEM_START_PG_OR_SKIP(primary);
+  auto standby_started = primary->StartSynchronousStandby();
+  ASSERT_TRUE(standby_started.ok()) << standby_started.status().ToString();
+  std::unique_ptr<PgServer> standby = std::move(standby_started).value();
+  idem::Options options;
+  options.auto_purge_interval = 0ms;
+  options.request_timeout = 1s;
+  options.failover_timeout = 1s;
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(primary->Uri(), options));
+
+  // The claim is on the standby; the transaction's COMMIT will not be.
+  const auto paid = store->ExecuteInTransaction(
+      "pay", [&](idem::Attempt&, idem::SqlTransaction&) -> idem::Result<std::string> {
+        SignalWalSenders(*primary, SIGSTOP);
+        return std::string("paid");
+      });
+  EXPECT_FALSE(paid.ok()) << "a commit the standby never got was acknowledged: " << paid->result;
+  const auto retried = store->ExecuteInTransaction(
+      "pay", [&](idem::Attempt&, idem::SqlTransaction&) -> idem::Result<std::string> {
+        return std::string("paid again");
+      });
+  EXPECT_FALSE(retried.ok()) << "answered from a commit the standby never got: " << retried->result;
+
+  ASSERT_OK(primary->Stop(PgServer::Shutdown::kKill));
+  ASSERT_OK(standby->Promote());
+  ASSERT_OK_AND_ASSIGN(auto promoted, Store::Open(standby->Uri(), options));
+  ASSERT_OK_AND_ASSIGN(std::optional<idem::Record> record, promoted->Get("pay"));
+  if (record.has_value()) {
+    EXPECT_NE(record->state, idem::State::kDone);
+  }
 }
 
 }  // namespace
