@@ -39,8 +39,11 @@ check() {
 }
 
 # ---- Start the server -------------------------------------------------------------------------
-# 500 ms per payment, so that parallel duplicates overlap the first request.
-"$server_bin" "$work/store" --port 0 --work-ms 500 --faults >"$work/server.log" 2>&1 &
+# 500 ms per payment, so that parallel duplicates overlap the first request. The log is made
+# first: the background job opens its redirection only once it runs, which may be after the
+# loop below first reads the file (seen: "sed: can't read .../server.log" at once).
+: >"$work/server.log"
+"$server_bin" "$work/store" --port 0 --work-ms 500 --faults >>"$work/server.log" 2>&1 &
 server_pid=$!
 port=
 for _ in $(seq 100); do
