@@ -596,6 +596,15 @@ TEST(ExportImport, ImportRefusesABadLineOrAKeyTheStoreHoldsAndWritesNothing) {
       {R"({"key":{"hex":"0g"},"state":"done"})", "line 1: key: \"hex\" is not pairs of hex"},
       {R"({"key":")" + std::string(513, 'k') + R"(","state":"done"})",
        "line 1: key: 513 bytes; the limit is 512"},
+      // What a lenient reader takes silently (issue 40): a NUL byte, where a reader that stops
+      // there imports the first record and drops the second; a member named twice.
+      {good + "\n" + R"({"key":"n1","state":"done"})" + std::string(1, '\0') +
+           R"({"key":"n2","state":"done"})",
+       "line 2: a NUL byte at byte 28 of the line"},
+      {R"({"key":"a1","key":"b1","state":"done"})", "line 1: key: is given twice"},
+      {R"({"key":"h","state":"done","holder":{"pid":1,"pid":2}})", "line 1: pid: is given twice"},
+      {R"({"table":"t","table":"u","key":"k","value":"v","version":1})",
+       "line 1: table: is given twice"},
   };
   for (const Case& c : cases) {
     const std::string input = dir.Sub("input.jsonl");

@@ -6,7 +6,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "cli.h"
 #include "json_writer.h"
@@ -162,13 +165,41 @@ std::string TableValueToExportJson(std::string_view table, std::string_view key,
   return out;
 }
 
-Result<std::optional<ExportedTableValue>> ParseTableValueLine(std::string_view line) {
+// One line of an export as JSON, refusing what a lenient reader takes silently: a NUL byte
+// (where readers that stop at one see a shorter line: the rest of it was dropped) and a member
+// named twice in one object (readers disagree on which one counts; nlohmann keeps the last).
+Result<Json> ParseLine(std::string_view line) {
+  if (const std::size_t nul = line.find('\0'); nul != std::string_view::npos) {
+    return Status::InvalidArgument(fmt::format("a NUL byte at byte {} of the line", nul + 1));
+  }
+  std::vector<std::set<std::string>> names_seen;  // per object being read, innermost last
+  std::optional<std::string> repeated;
+  const auto check_names = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) {
+      names_seen.emplace_back();
+    } else if (event == Json::parse_event_t::object_end) {
+      names_seen.pop_back();
+    } else if (event == Json::parse_event_t::key && !repeated &&
+               !names_seen.back().insert(parsed.get<std::string>()).second) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
   Json object;
   try {
-    object = Json::parse(line);
-  } catch (const Json::exception&) {
-    return std::optional<ExportedTableValue>();  // ParseExportLine says what is wrong
+    object = Json::parse(line, check_names);
+  } catch (const Json::exception& e) {
+    // nlohmann's message says where ("... at line 1, column 12: ...").
+    return Status::InvalidArgument(fmt::format("not JSON: {}", e.what()));
   }
+  if (repeated) return Bad(*repeated, "is given twice");
+  return object;
+}
+
+Result<std::optional<ExportedTableValue>> ParseTableValueLine(std::string_view line) {
+  Result<Json> json = ParseLine(line);
+  if (!json.ok()) return std::optional<ExportedTableValue>();  // ParseExportLine says why
+  const Json& object = *json;
   if (!object.is_object() || !object.contains("table")) return std::optional<ExportedTableValue>();
   ExportedTableValue parsed;
   bool has_key = false, has_value = false;
@@ -198,13 +229,7 @@ Result<std::optional<ExportedTableValue>> ParseTableValueLine(std::string_view l
 }
 
 Result<Record> ParseExportLine(std::string_view line, TimePoint now) {
-  Json object;
-  try {
-    object = Json::parse(line);
-  } catch (const Json::exception& e) {
-    // nlohmann's message says where ("... at line 1, column 12: ...").
-    return Status::InvalidArgument(fmt::format("not JSON: {}", e.what()));
-  }
+  IDEM_ASSIGN_OR_RETURN(const Json object, ParseLine(line));
   if (!object.is_object()) return Status::InvalidArgument("not a JSON object");
   Record record;
   record.attempts = 1;
