@@ -155,6 +155,32 @@ TEST(Tables, AWriteAppliesWithTheCompleteAndRaisesTheVersion) {
 
 // A conditional write whose key moved on applies nothing, the record's Complete included: the
 // claim stays pending with its token, and a Complete on fresh reads then succeeds.
+// A version never wraps (issue 40): a key imported at the largest version takes no more writes,
+// so a write conditional on "never written" (version 0) can never apply to it; an import above
+// the largest is refused.
+TEST(Tables, AKeyAtTheLargestVersionTakesNoMoreWritesAndNothingAboveItIsImported) {
+  TempDir dir;
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  const uint64_t largest = TableValue::kLargestVersion;
+  const std::vector<std::pair<std::string, TableValue>> above = {{"k", {"v", largest + 1}}};
+  EXPECT_CODE(store->ImportValues("t", above).status(), kInvalidArgument);
+  const std::vector<std::pair<std::string, TableValue>> at = {{"k", {"v", largest}}};
+  ASSERT_OK(store->ImportValues("t", at).status());
+  EXPECT_EQ(ValueOf(*store, "t", "k"), (TableValue{"v", largest}));
+
+  ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("m"));
+  for (const std::optional<uint64_t> if_version :
+       {std::optional<uint64_t>(), std::optional<uint64_t>(0), std::optional<uint64_t>(largest)}) {
+    WriteSet writes;
+    writes.Put("t", "k", "wrapped", if_version);
+    const idem::Status refused = store->Complete("m", claim.token, "ok", writes);
+    EXPECT_FALSE(refused.ok());
+    EXPECT_EQ(ValueOf(*store, "t", "k"), (TableValue{"v", largest}));
+  }
+  ASSERT_OK_AND_ASSIGN(auto record, store->Get("m"));
+  EXPECT_EQ(record->state, idem::State::kPending);
+}
+
 TEST(Tables, AConflictWritesNothingAndLeavesTheClaimToCompleteAgain) {
   TempDir dir;
   IDEM_ASSERT_OPEN(store, dir.StorePath());

@@ -214,8 +214,7 @@ Result<std::optional<ExportedTableValue>> ParseTableValueLine(std::string_view l
       IDEM_ASSIGN_OR_RETURN(parsed.value, ReadBytes(value, name));
       has_value = true;
     } else if (name == "version") {
-      IDEM_ASSIGN_OR_RETURN(parsed.version,
-                            ReadWhole(value, name, std::numeric_limits<uint64_t>::max()));
+      IDEM_ASSIGN_OR_RETURN(parsed.version, ReadWhole(value, name, TableValue::kLargestVersion));
       if (parsed.version == 0) return Bad(name, "must be at least 1 (the value was written)");
     } else {
       return Bad(name, "is not a field of a table value (see docs/format.md, \"Export format\")");

@@ -34,8 +34,10 @@ namespace idem {
 struct TableValue {
   std::optional<std::string> value;  // nullopt: absent (never written, or deleted)
   // 0 while the key was never written; raised by every write of the key, a Delete included, so
-  // a version is never seen twice for one key.
+  // a version is never seen twice for one key. At most kLargestVersion: a key there takes no
+  // more writes (kInvalidArgument), rather than wrap to 0, where "never written" would match.
   uint64_t version = 0;
+  static constexpr uint64_t kLargestVersion = (uint64_t{1} << 63) - 1;
 
   friend bool operator==(const TableValue&, const TableValue&) = default;
 };

@@ -322,6 +322,11 @@ Result<std::vector<ImportOutcome>> LocalBackend::ImportValues(
           "value {} of table {} is absent or at version 0: only written values are imported",
           storage::EscapeKey(key), table));
     }
+    if (value.version > TableValue::kLargestVersion) {
+      return Status::InvalidArgument(
+          fmt::format("value {} of table {} is at version {}, above the largest, {}",
+                      storage::EscapeKey(key), table, value.version, TableValue::kLargestVersion));
+    }
   }
   IDEM_ASSIGN_OR_RETURN(std::vector<ImportOutcome> outcomes, storage_->ImportValues(table, values));
   if (std::find(outcomes.begin(), outcomes.end(), ImportOutcome::kImported) != outcomes.end()) {

@@ -120,6 +120,14 @@ Result<std::vector<RocksDbStorage::TableWrite>> RocksDbStorage::PrepareTableWrit
     }
     entry.value = &write.value;
   }
+  for (const auto& [name, entry] : staged) {
+    if (entry.stored_version >= TableValue::kLargestVersion) {
+      return Status::InvalidArgument(fmt::format(
+          "key {} of table {} is at version {}, the largest: it takes no more writes (a version "
+          "never wraps back to 0, \"never written\"); nothing was written",
+          EscapeKey(name.second), EscapeControls(name.first), entry.stored_version));
+    }
+  }
   std::vector<TableWrite> batch;
   batch.reserve(staged.size());
   for (auto& [name, entry] : staged) {
