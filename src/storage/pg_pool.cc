@@ -263,23 +263,30 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
 
 PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds timeout,
                              TimePoint give_up) {
+  // Alone, a statement has no server-side timeout to come first.
+  const milliseconds answer_wait = transaction.alone ? timeout : timeout + kAnswerGrace;
   Result<pg_conn*> checked_out = Checkout(timeout);
   if (!checked_out.ok()) return {.result = checked_out.status()};
+  // One deadline for connecting and for the answer: a server that accepts connections but does
+  // not answer (stopped, frozen, or cut off by the network without a reset) holds the caller no
+  // longer than one that stops answering on a connection already made.
+  const TimePoint deadline = Clock::now() + answer_wait;
   Lease lease(this, *checked_out);
   if (lease.conn() == nullptr) {
-    Result<pg_conn*> connected = Connect(give_up);
+    Result<pg_conn*> connected = Connect(std::min(give_up, deadline));
     if (!connected.ok()) {
-      const bool final = connected.status().code() != Status::Code::kUnavailable;
+      // Refused at once (a server restarting, a standby not yet promoted): try again within
+      // failover_timeout. No answer until the deadline: trying again would wait as long again.
+      const bool final =
+          connected.status().code() != Status::Code::kUnavailable || Clock::now() >= deadline;
       return {.next = final ? Step::Next::kReturn : Step::Next::kReconnect,
               .result = connected.status()};
     }
     lease.conn() = *connected;
   }
   sent_.fetch_add(1, std::memory_order_relaxed);
-  // Alone, a statement has no server-side timeout to come first.
-  const milliseconds answer_wait = transaction.alone ? timeout : timeout + kAnswerGrace;
-  PgPipelineOutcome outcome = RunPipeline(lease.conn(), PreparedOn(lease.conn()), transaction,
-                                          timeout, Clock::now() + answer_wait);
+  PgPipelineOutcome outcome =
+      RunPipeline(lease.conn(), PreparedOn(lease.conn()), transaction, timeout, deadline);
   Step step = Judge(std::move(outcome), transaction, answer_wait, lease.conn());
   if (transaction.keep_open && step.result.ok()) step.kept = lease.Release();
   return step;
@@ -422,10 +429,13 @@ void PgPool::Discard(pg_conn* conn, bool cancel) {
   }
 }
 
-Result<pg_conn*> PgPool::Connect(TimePoint give_up) {
+Result<pg_conn*> PgPool::Connect(TimePoint deadline) {
   std::string failures;
-  for (int host = 0; host < conninfo_.host_count(); ++host) {
-    TimePoint until = give_up;
+  const int hosts = conninfo_.host_count();
+  for (int host = 0; host < hosts; ++host) {
+    // Each host that does not answer gets its share of what is left, so that a dead first host
+    // (a primary powered off) leaves time for the next one.
+    TimePoint until = Clock::now() + (deadline - Clock::now()) / (hosts - host);
     if (const milliseconds limit = conninfo_.connect_timeout(); limit > milliseconds(0)) {
       until = std::min(until, Clock::now() + limit);
     }
