@@ -64,7 +64,7 @@ class LeaseKeeper {
     Guard(const Guard&) = delete;
     Guard& operator=(const Guard&) = delete;
     // Stops the renewals and waits for one still in flight, so `store` may be closed right
-    // after. Stop first to release the claim without that wait.
+    // after. Execute calls Stop first, so that its Complete or Fail does not wait too.
     ~Guard() { keeper_->Remove(id_); }
     // Stops the renewals at once: none starts after this returns, and `status` hears no more.
     // Does not wait for a renewal in flight (which ends by the store's own deadline), so that

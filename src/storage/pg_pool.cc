@@ -234,6 +234,7 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
   const Clock::time_point give_up = start + options_.failover_timeout;
   util::Backoff backoff(milliseconds(10), milliseconds(500));
   for (int attempts = 1;; ++attempts) {
+    const Clock::time_point attempt_start = Clock::now();
     Step step = Attempt(transaction, timeout, give_up);
     if (step.next == Step::Next::kReturn) return step;
     const Status why = step.result.status();
@@ -241,6 +242,16 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
       return {.result = Status::Unavailable(fmt::format(
                   "{}; the transaction may or may not have been committed, and was not sent again",
                   why.message()))};
+    }
+    // A connection that failed only after the whole timeout failed for want of an answer (a
+    // connect that timed out, tcp_user_timeout on a network that drops packets), not because
+    // the server refused: trying again would wait as long again, past the call's deadline.
+    // Failures that come back at once (a restart, a failover) are tried until give_up.
+    const milliseconds attempt_took =
+        std::chrono::duration_cast<milliseconds>(Clock::now() - attempt_start);
+    if (step.next != Step::Next::kRetry && attempt_took >= timeout) {
+      return {.result = Status::Unavailable(fmt::format("{}; no answer for {} ms, not tried again",
+                                                        why.message(), attempt_took.count()))};
     }
     const milliseconds pause = backoff.Next();
     if (Clock::now() + pause >= give_up) {
@@ -275,10 +286,7 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
   if (lease.conn() == nullptr) {
     Result<pg_conn*> connected = Connect(std::min(give_up, deadline));
     if (!connected.ok()) {
-      // Refused at once (a server restarting, a standby not yet promoted): try again within
-      // failover_timeout. No answer until the deadline: trying again would wait as long again.
-      const bool final =
-          connected.status().code() != Status::Code::kUnavailable || Clock::now() >= deadline;
+      const bool final = connected.status().code() != Status::Code::kUnavailable;
       return {.next = final ? Step::Next::kReturn : Step::Next::kReconnect,
               .result = connected.status()};
     }

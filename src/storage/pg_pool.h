@@ -21,10 +21,11 @@
 //     failover_timeout.
 //   - 57014 (the server's statement_timeout) and no answer within the timeout: kTimedOut; in the
 //     second case the query is cancelled and the connection closed, never reused.
-//   - no connection made by the deadline (a server frozen, or cut off without a reset):
-//     kUnavailable at once, not tried again. Each attempt has one deadline, the timeout plus
-//     a second (the timeout alone for PgTransaction::alone), for connecting and for the
-//     answer together; every wait on the server is a poll against it.
+//   - no connection made by the deadline (a server frozen, or cut off without a reset), or a
+//     connection lost only after the whole timeout: kUnavailable at once, not tried again. Each
+//     attempt has one deadline, the timeout plus a second (the timeout alone for
+//     PgTransaction::alone), for connecting and for the answer together; every wait on the server
+//     is a poll against it.
 //   - authentication refused (class 28) or no such database (3D000): kInvalidArgument at once;
 //     the message is libpq's, naming host, port and user, never the password.
 //   - any other error: the server's message, its SQLSTATE and the statement: kIOError for
