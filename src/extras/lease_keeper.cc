@@ -42,6 +42,9 @@ void LeaseKeeper::ResetInChild() {
 }
 
 void LeaseKeeper::StartWorker() {
+  // Past this many renewals hanging at once, the next ones wait for a worker: a thread per
+  // attempt would not renew them any sooner from a store that does not answer.
+  if (workers_ >= kMaxWorkers) return;
   try {
     std::thread([this] { Work(); }).detach();
   } catch (const std::system_error&) {

@@ -81,6 +81,8 @@ class LeaseKeeper {
   static constexpr std::chrono::milliseconds kRetryFailedRenewal{100};
   // How long a worker beyond the one watching for due leases stays without work before it ends.
   static constexpr std::chrono::seconds kSpareWorkerLife{10};
+  // The most workers at once, that is renewals in flight at once.
+  static constexpr int kMaxWorkers = 64;
 
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
