@@ -159,6 +159,8 @@ struct PgPool::Step {
   Result<std::vector<PgRows>> result = Status::Unavailable("not run");
   pg_conn* kept = nullptr;  // a transaction's connection left open (keep_open), checked out
   std::string sqlstate;     // the server's error, if that is what failed
+  // A connection that failed only after the whole timeout: how long it was silent (else 0).
+  std::chrono::milliseconds silent_for{0};
 };
 
 // A checked-out connection (or a place for one), returned to the pool when it goes.
@@ -234,7 +236,6 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
   const Clock::time_point give_up = start + options_.failover_timeout;
   util::Backoff backoff(milliseconds(10), milliseconds(500));
   for (int attempts = 1;; ++attempts) {
-    const Clock::time_point attempt_start = Clock::now();
     Step step = Attempt(transaction, timeout, give_up);
     if (step.next == Step::Next::kReturn) return step;
     const Status why = step.result.status();
@@ -243,15 +244,11 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
                   "{}; the transaction may or may not have been committed, and was not sent again",
                   why.message()))};
     }
-    // A connection that failed only after the whole timeout failed for want of an answer (a
-    // connect that timed out, tcp_user_timeout on a network that drops packets), not because
-    // the server refused: trying again would wait as long again, past the call's deadline.
-    // Failures that come back at once (a restart, a failover) are tried until give_up.
-    const milliseconds attempt_took =
-        std::chrono::duration_cast<milliseconds>(Clock::now() - attempt_start);
-    if (step.next != Step::Next::kRetry && attempt_took >= timeout) {
+    // Trying again would wait as long again, past the call's deadline. Failures that come back
+    // at once (a restart, a failover) are tried until give_up.
+    if (step.silent_for > milliseconds(0)) {
       return {.result = Status::Unavailable(fmt::format("{}; no answer for {} ms, not tried again",
-                                                        why.message(), attempt_took.count()))};
+                                                        why.message(), step.silent_for.count()))};
     }
     const milliseconds pause = backoff.Next();
     if (Clock::now() + pause >= give_up) {
@@ -281,14 +278,23 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
   // One deadline for connecting and for the answer: a server that accepts connections but does
   // not answer (stopped, frozen, or cut off by the network without a reset) holds the caller no
   // longer than one that stops answering on a connection already made.
-  const TimePoint deadline = Clock::now() + answer_wait;
+  const TimePoint base = Clock::now();
+  const TimePoint deadline = base + answer_wait;
+  // A connection that failed only after the whole timeout failed for want of an answer (a
+  // connect that timed out, tcp_user_timeout on a network that drops packets), not because the
+  // server refused.
+  const auto silence = [&] {
+    const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - base);
+    return waited >= timeout ? waited : milliseconds(0);
+  };
   Lease lease(this, *checked_out);
   if (lease.conn() == nullptr) {
     Result<pg_conn*> connected = Connect(std::min(give_up, deadline));
     if (!connected.ok()) {
       const bool final = connected.status().code() != Status::Code::kUnavailable;
       return {.next = final ? Step::Next::kReturn : Step::Next::kReconnect,
-              .result = connected.status()};
+              .result = connected.status(),
+              .silent_for = silence()};
     }
     lease.conn() = *connected;
   }
@@ -297,6 +303,7 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
       RunPipeline(lease.conn(), PreparedOn(lease.conn()), transaction, timeout, deadline);
   Step step = Judge(std::move(outcome), transaction, answer_wait, lease.conn());
   if (transaction.keep_open && step.result.ok()) step.kept = lease.Release();
+  if (step.next == Step::Next::kResend) step.silent_for = silence();
   return step;
 }
 
