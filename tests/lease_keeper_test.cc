@@ -1,6 +1,7 @@
 // The lease keeper in-process, over a store whose Extend the test scripts: when it renews, what
-// it does with each answer, and that removing a lease waits for a renewal in flight. Times are
-// real (the keeper runs on the steady clock) but short, and every wait is for a condition.
+// it does with each answer, that removing a lease waits for a renewal in flight, and that a
+// renewal that hangs or fails slowly holds up neither its attempt's end nor other leases. Times
+// are real (the keeper runs on the steady clock) but short, and every wait is for a condition.
 
 #include "extras/lease_keeper.h"
 
@@ -22,8 +23,9 @@ using idem::Status;
 using namespace std::chrono_literals;
 using Steady = std::chrono::steady_clock;
 
-// A store whose Extend answers from a script (then OK), records each call, and can be held
-// inside a call until released. Every other call is unused by the keeper.
+// A store whose Extend answers from a script (then OK, or what AnswerAfterScript says), records
+// each call, takes `delay` over each, and can be held inside a call until released. Every other
+// call is unused by the keeper.
 class ScriptedStore final : public idem::Store {
  public:
   struct Call {
@@ -36,6 +38,14 @@ class ScriptedStore final : public idem::Store {
   void Script(std::vector<Status> answers) {
     std::lock_guard lock(mu_);
     answers_.assign(answers.begin(), answers.end());
+  }
+  void AnswerAfterScript(Status answer) {
+    std::lock_guard lock(mu_);
+    after_script_ = std::move(answer);
+  }
+  void Delay(std::chrono::milliseconds delay) {
+    std::lock_guard lock(mu_);
+    delay_ = delay;
   }
   void HoldCalls(bool hold) {
     std::lock_guard lock(mu_);
@@ -67,8 +77,14 @@ class ScriptedStore final : public idem::Store {
     inside_ = true;
     changed_.notify_all();
     changed_.wait(lock, [&] { return !hold_; });
+    if (delay_ > 0ms) {
+      const auto delay = delay_;
+      lock.unlock();
+      std::this_thread::sleep_for(delay);
+      lock.lock();
+    }
     inside_ = false;
-    Status answer;
+    Status answer = after_script_;
     if (!answers_.empty()) {
       answer = answers_.front();
       answers_.pop_front();
@@ -101,6 +117,8 @@ class ScriptedStore final : public idem::Store {
   std::condition_variable changed_;
   std::deque<Status> answers_;
   std::vector<Call> calls_;
+  Status after_script_;
+  std::chrono::milliseconds delay_{0};
   bool hold_ = false;
   bool inside_ = false;
   idem::Options options_;
@@ -220,6 +238,71 @@ TEST(LeaseKeeper, RemovingALeaseWaitsForItsRenewalInFlight) {
   owner.join();
   EXPECT_TRUE(removed);
   EXPECT_FALSE(store.inside());
+}
+
+TEST(LeaseKeeper, ARenewalThatFailsSlowerThanAPeriodDoesNotHoldUpTheGuard) {
+  // A server that does not answer: each renewal fails only at the store's deadline, longer than
+  // a renewal period, so the next one is due as soon as it ends. The guard still goes as soon as
+  // the renewal in flight ends, not when the store answers again.
+  ScriptedStore store;
+  constexpr auto kLease = 150ms;
+  store.AnswerAfterScript(Status::TimedOut("no answer within the request timeout"));
+  store.Delay(kLease);
+  LeaseStatus status(Steady::now() + kLease);
+  std::atomic<bool> removed{false};
+  std::thread owner([&] {
+    {
+      auto guard = LeaseKeeper::Instance().Keep(&store, "frozen", 4, kLease, &status);
+      store.WaitForCalls(2);
+    }
+    removed = true;
+  });
+  const bool removed_in_time = idem_test::WaitFor([&] { return removed.load(); }, 3s);
+  // Whatever happened, end the renewals so that the test ends.
+  store.AnswerAfterScript(Status::LeaseLost("taken over"));
+  store.Delay(0ms);
+  owner.join();
+  EXPECT_TRUE(removed_in_time) << "the guard waited while renewals kept failing slowly";
+}
+
+TEST(LeaseKeeper, AStoppedGuardDoesNotWaitForItsRenewalInFlight) {
+  ScriptedStore store;
+  constexpr auto kLease = 60ms;
+  LeaseStatus status(Steady::now() + kLease);
+  store.HoldCalls(true);
+  {
+    auto kept = LeaseKeeper::Instance().Keep(&store, "held", 8, kLease, &status);
+    ASSERT_TRUE(store.WaitForHeldCall());
+    const auto stopping = Steady::now();
+    kept.Stop();  // the claim's release goes out now, not when the renewal ends
+    EXPECT_LT(Steady::now() - stopping, 100ms);
+    EXPECT_TRUE(store.inside());
+    store.HoldCalls(false);
+  }  // the destructor waits for the renewal that was in flight
+  EXPECT_FALSE(store.inside());
+  const std::size_t calls = store.calls().size();
+  std::this_thread::sleep_for(kLease * 2);
+  EXPECT_EQ(store.calls().size(), calls);  // stopped: no renewal after
+  EXPECT_EQ(calls, 1u);
+}
+
+TEST(LeaseKeeper, ARenewalThatHangsDoesNotHoldUpOtherLeases) {
+  // One frozen store (its Extend hangs) must not cost the attempts on other stores their leases.
+  ScriptedStore frozen;
+  frozen.HoldCalls(true);
+  constexpr auto kLease = 90ms;
+  LeaseStatus frozen_status(Steady::now() + kLease);
+  auto frozen_guard = LeaseKeeper::Instance().Keep(&frozen, "frozen", 1, kLease, &frozen_status);
+  ASSERT_TRUE(frozen.WaitForHeldCall());
+  ScriptedStore other;
+  LeaseStatus other_status(Steady::now() + kLease);
+  {
+    auto other_guard = LeaseKeeper::Instance().Keep(&other, "other", 2, kLease, &other_status);
+    EXPECT_TRUE(other.WaitForCalls(4)) << "no renewal of another lease while one hangs";
+    EXPECT_TRUE(other_status.Held());
+    frozen_guard.Stop();
+    frozen.HoldCalls(false);
+  }
 }
 
 }  // namespace

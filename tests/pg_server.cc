@@ -523,6 +523,7 @@ Status PgServer::Launch() {
 }
 
 PgServer::~PgServer() {
+  if (!frozen_.empty()) static_cast<void>(Thaw());  // a stopped server cannot shut down
   if (const Status stopped = Stop(Shutdown::kFast); !stopped.ok()) {
     ADD_FAILURE() << "stopping the test's PostgreSQL server: " << stopped.ToString();
   }
@@ -719,7 +720,30 @@ Status PgServer::CrashABackend() {
                            "1", kReadyTimeout);
 }
 
+Status PgServer::Freeze() {
+  if (pid_ == 0) return Status::InvalidArgument("the server does not run");
+  // The postmaster first: stopped, it starts no process that the list below would miss.
+  if (::kill(pid_, SIGSTOP) != 0) {
+    return Status::IOError("stopping postgres (pid " + std::to_string(pid_) +
+                           "): " + ErrnoText(errno));
+  }
+  frozen_ = Processes();
+  for (const pid_t process : frozen_) ::kill(process, SIGSTOP);
+  return Status::OK();
+}
+
+Status PgServer::Thaw() {
+  std::string failed;
+  for (const pid_t process : frozen_) {
+    if (::kill(process, SIGCONT) != 0 && errno != ESRCH) failed += " " + std::to_string(process);
+  }
+  frozen_.clear();
+  if (!failed.empty()) return Status::IOError("cannot resume postgres processes:" + failed);
+  return Status::OK();
+}
+
 Status PgServer::Stop(Shutdown mode) {
+  if (!frozen_.empty()) IDEM_RETURN_IF_ERROR(Thaw());
   if (mode == Shutdown::kKill) return Kill();
   // The signals that `pg_ctl stop -m fast` and `-m immediate` send to the postmaster, which
   // exits after all its children.

@@ -108,6 +108,12 @@ class PgServer {
   // The server's processes now: the postmaster and its children (backends, checkpointer, ...).
   std::vector<pid_t> Processes() const;
 
+  // Stops every process of the server (SIGSTOP to the postmaster, then to each of its
+  // children): a server frozen as by a debugger or a paused VM. The kernel still accepts
+  // connections on its port and acknowledges what clients send; nothing answers. Thaw (SIGCONT
+  // to each) resumes them; Stop, Restart and the destructor thaw a frozen server first.
+  idem::Status Freeze();
+  idem::Status Thaw();
   // Runs `sql` (one or more statements) as the superuser; an error names the statement.
   idem::Status Admin(std::string_view sql) const;
 
@@ -160,6 +166,7 @@ class PgServer {
   std::string password_;
   int port_ = 0;
   pid_t pid_ = 0;
+  std::vector<pid_t> frozen_;  // the processes Freeze stopped
   std::chrono::milliseconds start_time_{0};
 };
 

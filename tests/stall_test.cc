@@ -202,4 +202,37 @@ TEST(Stall, ExecuteRunsOnceAcrossAStallAndTheAttemptSeesItsLease) {
   EXPECT_TRUE(back_after.load()) << "the lease was not renewed after the stall";
 }
 
+// An Execute whose owner stops while fn runs: each lease renewal then waits out
+// request_timeout, longer than a renewal period, and the next is due as soon as it ends. The
+// attempt's end waited for the keeper, whose lock went from one renewal to the next, until the
+// owner resumed (issue 39); now Execute ends by the deadline of its Complete.
+TEST(Stall, AnExecuteWhoseRenewalsHangOnAStoppedOwnerEndsByItsDeadline) {
+  TempDir dir;
+  OwnerProcess owner(dir.StorePath());
+  ASSERT_TRUE(owner.ready());
+  idem::Options options = TestOptions();
+  options.request_timeout = 1s;
+  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  // Should the call hang, the owner resumes after a while, so that the test fails instead.
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    Eventually([&] { return done.load(); }, 30s);
+    owner.Continue();
+  });
+  std::chrono::steady_clock::time_point fn_returned;
+  auto execution = store->Execute("order-1", {.lease = 600ms}, [&](idem::Attempt&) {
+    owner.Stop();
+    std::this_thread::sleep_for(1500ms);  // renewals every 200 ms, each taking 1 s
+    fn_returned = std::chrono::steady_clock::now();
+    return idem::Result<std::string>("charge-1");
+  });
+  const auto took = std::chrono::steady_clock::now() - fn_returned;
+  done = true;
+  watchdog.join();
+  EXPECT_LT(took, options.request_timeout + 1500ms);
+  ASSERT_FALSE(execution.ok());
+  EXPECT_EQ(execution.status().code(), idem::Status::Code::kTimedOut)
+      << execution.status().ToString();
+}
+
 }  // namespace

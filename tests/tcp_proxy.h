@@ -1,7 +1,9 @@
 // TcpProxy: a loopback TCP proxy in front of a server's port, for tests that must see or stop
 // the traffic of a client library they do not control (libpq). It counts the client's turns (a
 // transfer from the client after the server last spoke on that connection: one per round trip,
-// without timing anything) and can freeze (forward nothing, close nothing: a server that hangs).
+// without timing anything) and can freeze (forward nothing, close nothing: a server that hangs),
+// or freeze only the connections open now (half-open connections: their peer is gone without a
+// reset, while new connections get through).
 
 #ifndef IDEM_TESTS_TCP_PROXY_H_
 #define IDEM_TESTS_TCP_PROXY_H_
@@ -59,6 +61,9 @@ class TcpProxy {
   void ResetTurns() { turns_ = 0; }
   // While frozen, nothing is forwarded in either direction and nothing is closed.
   void Freeze(bool frozen) { frozen_ = frozen; }
+  // From now on the connections open now forward nothing and are not closed (until the proxy
+  // goes); later ones work.
+  void FreezeOpenConnections() { frozen_below_ = accepted_.load(); }
 
  private:
   static sockaddr_in Loopback(int port) {
@@ -85,22 +90,24 @@ class TcpProxy {
         continue;
       }
       std::lock_guard lock(mu_);
-      threads_.emplace_back([this, client, server] { Pump(client, server); });
+      const uint64_t serial = accepted_++;
+      threads_.emplace_back([this, client, server, serial] { Pump(client, server, serial); });
     }
   }
 
-  void Pump(int client, int server) {
+  void Pump(int client, int server, uint64_t serial) {
     bool server_spoke_last = true;
     char buffer[1 << 16];
+    const auto frozen = [&] { return frozen_ || serial < frozen_below_; };
     while (!stop_) {
-      if (frozen_) {
+      if (frozen()) {
         ::poll(nullptr, 0, 20);
         continue;
       }
       pollfd ends[2] = {{.fd = client, .events = POLLIN, .revents = 0},
                         {.fd = server, .events = POLLIN, .revents = 0}};
       if (::poll(ends, 2, 20) <= 0) continue;
-      if (frozen_) continue;  // frozen while polling: leave the data where it is
+      if (frozen()) continue;  // frozen while polling: leave the data where it is
       bool closed = false;
       for (int from = 0; from < 2 && !closed; ++from) {
         if (ends[from].revents == 0) continue;
@@ -130,6 +137,8 @@ class TcpProxy {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> frozen_{false};
+  std::atomic<uint64_t> accepted_{0};      // connections accepted
+  std::atomic<uint64_t> frozen_below_{0};  // connections accepted before this one are frozen
   std::atomic<uint64_t> turns_{0};
   std::mutex mu_;
   std::vector<std::thread> threads_;  // guarded by mu_

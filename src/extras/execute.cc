@@ -217,15 +217,17 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
     }
     std::optional<Result<std::string>> outcome;
     std::exception_ptr error;
-    {
-      LeaseKeeper::Guard renewal =
-          LeaseKeeper::Instance().Keep(&store, key, claim.token, lease, &lease_status);
-      try {
-        outcome.emplace(runner.Run(attempt));
-      } catch (...) {
-        error = std::current_exception();
-      }
+    // Stopped when fn returns, so that a renewal still in flight (a store slow to answer) does
+    // not hold up the claim's release; its destructor, after the release, waits for that
+    // renewal, so that the store may be closed once Execute returns.
+    LeaseKeeper::Guard renewal =
+        LeaseKeeper::Instance().Keep(&store, key, claim.token, lease, &lease_status);
+    try {
+      outcome.emplace(runner.Run(attempt));
+    } catch (...) {
+      error = std::current_exception();
     }
+    renewal.Stop();
     if (error) {
       runner.Abandon();
       // Recorded so that the next caller retries at once instead of waiting for the lease; the

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <new>
+#include <system_error>
+#include <thread>
 
 namespace idem {
 namespace {
@@ -29,22 +31,35 @@ LeaseKeeper& LeaseKeeper::Instance() {
 }
 
 void LeaseKeeper::ResetInChild() {
-  // The thread object names a thread that exists only in the parent: neither join it nor let
-  // it be destroyed joinable.
-  if (thread_.joinable()) new std::thread(std::move(thread_));
-  // The condition variable may still count the parent's thread among its waiters (it waits
-  // there between renewals): a notify in the child would wait for that thread forever. No
-  // thread of the child waits on it, so a fresh one takes its place.
+  // The workers are threads of the parent only (detached: nothing to join). The condition
+  // variable may still count them among its waiters: a notify in the child would wait for them
+  // forever. No thread of the child waits on it, so a fresh one takes its place.
   new (&changed_) std::condition_variable();
   leases_.clear();
-  renewing_ = 0;
+  workers_ = 0;
+  waiting_ = 0;
   mu_.unlock();
+}
+
+void LeaseKeeper::StartWorker() {
+  // Past this many renewals hanging at once, the next ones wait for a worker: a thread per
+  // attempt would not renew them any sooner from a store that does not answer.
+  if (workers_ >= kMaxWorkers) return;
+  try {
+    std::thread([this] { Work(); }).detach();
+  } catch (const std::system_error&) {
+    // No thread to spare: the workers there are serve every lease, one renewal at a time.
+    if (workers_ == 0) throw;
+    return;
+  }
+  ++workers_;
+  ++waiting_;
 }
 
 LeaseKeeper::Guard LeaseKeeper::Keep(Store* store, std::string_view key, uint64_t token,
                                      std::chrono::milliseconds lease, LeaseStatus* status) {
   std::lock_guard lock(mu_);
-  if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  if (waiting_ == 0) StartWorker();
   const uint64_t id = next_id_++;
   leases_.emplace(id, Lease{store, std::string(key), token, lease,
                             std::chrono::steady_clock::now() + RenewalPeriod(lease), status});
@@ -52,39 +67,61 @@ LeaseKeeper::Guard LeaseKeeper::Keep(Store* store, std::string_view key, uint64_
   return Guard(this, id);
 }
 
-void LeaseKeeper::Remove(uint64_t id) {
-  std::unique_lock lock(mu_);
-  changed_.wait(lock, [&] { return renewing_ != id; });
-  leases_.erase(id);
+void LeaseKeeper::Stop(uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  if (it->second.renewing) {
+    it->second.stopped = true;  // its worker erases it
+  } else {
+    leases_.erase(it);
+  }
 }
 
-void LeaseKeeper::Run() {
+void LeaseKeeper::Remove(uint64_t id) {
+  Stop(id);
   std::unique_lock lock(mu_);
+  changed_.wait(lock, [&] { return !leases_.contains(id); });
+}
+
+void LeaseKeeper::Work() {
+  using Clock = std::chrono::steady_clock;
+  std::unique_lock lock(mu_);
+  auto idle_since = Clock::now();
   for (;;) {
-    if (leases_.empty()) {
-      changed_.wait(lock);
-      continue;
+    auto due = leases_.end();
+    for (auto it = leases_.begin(); it != leases_.end(); ++it) {
+      if (it->second.renewing || it->second.stopped) continue;
+      if (due == leases_.end() || it->second.next_renewal < due->second.next_renewal) due = it;
     }
-    auto due = std::min_element(leases_.begin(), leases_.end(), [](const auto& a, const auto& b) {
-      return a.second.next_renewal < b.second.next_renewal;
-    });
-    const auto now = std::chrono::steady_clock::now();
-    if (due->second.next_renewal > now) {
-      // A copy: the lease may be removed while this thread waits.
-      const auto wake_at = due->second.next_renewal;
-      if (wake_at == std::chrono::steady_clock::time_point::max()) {
-        changed_.wait(lock);  // only lost leases left: they wait for their attempts to end
+    const auto now = Clock::now();
+    if (due == leases_.end() || due->second.next_renewal > now) {
+      // One waiting worker is enough; a spare one stays a while, for the next renewal that
+      // hangs, then ends.
+      const bool spare = waiting_ > 1;
+      if (spare && now - idle_since >= kSpareWorkerLife) {
+        --waiting_;
+        --workers_;
+        return;
+      }
+      // Only lost leases left (next_renewal max) wait for their attempts to end.
+      auto wake_at = due == leases_.end() ? Clock::time_point::max() : due->second.next_renewal;
+      if (spare) wake_at = std::min(wake_at, idle_since + kSpareWorkerLife);
+      if (wake_at == Clock::time_point::max()) {
+        changed_.wait(lock);
       } else {
         changed_.wait_until(lock, wake_at);
       }
       continue;
     }
     const uint64_t id = due->first;
-    Lease lease = due->second;
-    renewing_ = id;
+    due->second.renewing = true;
+    const Lease lease = due->second;  // a copy: the map changes while the lock is released
+    // Someone must watch the other leases while this renewal runs, however long it takes.
+    if (--waiting_ == 0) StartWorker();
     lock.unlock();
     // Sent now: if it succeeds, the lease runs at least until now + lease.
-    const auto sent = std::chrono::steady_clock::now();
+    const auto sent = Clock::now();
     const Status renewed = lease.store->Extend(lease.key, lease.token, lease.lease);
     // Counted from when this renewal was sent, not from its answer: a renewal that waited long
     // (a synced write behind a busy disk, an owner slow to answer) must not push the next one
@@ -92,22 +129,29 @@ void LeaseKeeper::Run() {
     // for its write: counted from the answer, one slow renewal and one late start after it
     // could outlast the lease. One slower than a period is followed by the next at once.
     auto next = sent + RenewalPeriod(lease.lease);
-    if (renewed.ok()) {
-      lease.status->Renewed(sent + lease.lease);
-    } else if (renewed.code() == Status::Code::kLeaseLost ||
-               renewed.code() == Status::Code::kNotFound) {
+    const bool lost =
+        renewed.code() == Status::Code::kLeaseLost || renewed.code() == Status::Code::kNotFound;
+    if (lost) {
       // Taken over, ended or forgotten: nothing left to renew. The attempt's own Complete or
       // Fail reports it.
-      lease.status->Lost();
-      next = std::chrono::steady_clock::time_point::max();
-    } else {
+      next = Clock::time_point::max();
+    } else if (!renewed.ok()) {
       // The owner did not answer in time, is failing over, or could not write: the lease may
       // still be held, and the grace after a stall lasts only so long.
-      next = std::min(next, std::chrono::steady_clock::now() + kRetryFailedRenewal);
+      next = std::min(next, Clock::now() + kRetryFailedRenewal);
     }
     lock.lock();
-    if (auto it = leases_.find(id); it != leases_.end()) it->second.next_renewal = next;
-    renewing_ = 0;
+    ++waiting_;
+    idle_since = Clock::now();
+    auto it = leases_.find(id);  // still there: a lease being renewed is only marked stopped
+    it->second.renewing = false;
+    if (it->second.stopped) {
+      leases_.erase(it);  // its attempt is over: its status may be gone
+    } else {
+      if (renewed.ok()) it->second.status->Renewed(sent + lease.lease);
+      if (lost) it->second.status->Lost();
+      it->second.next_renewal = next;
+    }
     changed_.notify_all();
   }
 }

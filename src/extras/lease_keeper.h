@@ -1,6 +1,9 @@
 // LeaseKeeper renews the leases of attempts that Store::Execute is running, so that a slow
-// request is not taken over while its process is alive. One thread per process serves every
-// store and every attempt: renewals are rare (every lease/3) and cheap.
+// request is not taken over while its process is alive. One process-wide keeper serves every
+// store and every attempt: renewals are rare (every lease/3) and usually cheap. Each renewal runs
+// on a thread of a small pool, so that one that hangs (a frozen server, a cut network: it lasts
+// until the store's request_timeout) holds up neither other attempts' renewals nor the end of
+// its own attempt.
 
 #ifndef IDEM_EXTRAS_LEASE_KEEPER_H_
 #define IDEM_EXTRAS_LEASE_KEEPER_H_
@@ -12,14 +15,13 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "idem/store.h"
 
 namespace idem {
 
 // What the lease keeper knows of one attempt's lease: until when it is surely held, and whether
-// a renewal found it lost. Written by the keeper's thread, read by the attempt's (Attempt::
+// a renewal found it lost. Written by the keeper's workers, read by the attempt's (Attempt::
 // LeaseHeld).
 class LeaseStatus {
  public:
@@ -48,20 +50,26 @@ class LeaseStatus {
 
 class LeaseKeeper {
  public:
-  // The process-wide keeper; its thread starts on first use.
+  // The process-wide keeper; its first worker starts on first use.
   static LeaseKeeper& Instance();
 
   // Renews (store, key, token) to `lease` every lease/3 while the returned guard lives, and
   // reports each outcome to `status` (which must outlive the guard). A renewal that fails
   // without losing the lease (the owner stalled, failing over, or out of disk) is retried
-  // within kRetryFailedRenewal; one that finds the lease lost stops the renewals. The guard's
-  // destructor waits for a renewal in flight, so `store` may be closed right after.
+  // within kRetryFailedRenewal; one that finds the lease lost stops the renewals. At most one
+  // renewal of a lease is in flight at a time; the renewals of other leases go on meanwhile.
   class Guard {
    public:
     Guard(LeaseKeeper* keeper, uint64_t id) : keeper_(keeper), id_(id) {}
     Guard(const Guard&) = delete;
     Guard& operator=(const Guard&) = delete;
+    // Stops the renewals and waits for one still in flight, so `store` may be closed right
+    // after. Execute calls Stop first, so that its Complete or Fail does not wait too.
     ~Guard() { keeper_->Remove(id_); }
+    // Stops the renewals at once: none starts after this returns, and `status` hears no more.
+    // Does not wait for a renewal in flight (which ends by the store's own deadline), so that
+    // the attempt's Complete or Fail goes out without waiting for a slow renewal.
+    void Stop() { keeper_->Stop(id_); }
 
    private:
     LeaseKeeper* keeper_;
@@ -71,6 +79,10 @@ class LeaseKeeper {
              LeaseStatus* status);
 
   static constexpr std::chrono::milliseconds kRetryFailedRenewal{100};
+  // How long a worker beyond the one watching for due leases stays without work before it ends.
+  static constexpr std::chrono::seconds kSpareWorkerLife{10};
+  // The most workers at once, that is renewals in flight at once.
+  static constexpr int kMaxWorkers = 64;
 
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
@@ -83,11 +95,17 @@ class LeaseKeeper {
     std::chrono::milliseconds lease;
     std::chrono::steady_clock::time_point next_renewal;
     LeaseStatus* status;
+    bool renewing = false;  // a renewal is in flight, outside the lock
+    bool stopped = false;   // its guard stopped it: erased once its renewal in flight ends
   };
 
   LeaseKeeper() = default;
+  void Stop(uint64_t id);
   void Remove(uint64_t id);
-  void Run();
+  // A worker's loop: waits for the next lease due that no other worker renews, renews it
+  // outside the lock, reports. Returns when the worker is no longer needed.
+  void Work();
+  void StartWorker();   // with mu_ held
   void ResetInChild();  // in a child of fork(), with mu_ held since the fork
 
   std::mutex mu_;
@@ -95,8 +113,8 @@ class LeaseKeeper {
   // Guarded by mu_.
   std::map<uint64_t, Lease> leases_;
   uint64_t next_id_ = 1;
-  uint64_t renewing_ = 0;  // id of the lease being renewed outside the lock, 0 if none
-  std::thread thread_;
+  int workers_ = 0;  // threads running Work
+  int waiting_ = 0;  // of them, those not renewing: one of them watches for the next lease due
 };
 
 }  // namespace idem

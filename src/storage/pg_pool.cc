@@ -159,6 +159,8 @@ struct PgPool::Step {
   Result<std::vector<PgRows>> result = Status::Unavailable("not run");
   pg_conn* kept = nullptr;  // a transaction's connection left open (keep_open), checked out
   std::string sqlstate;     // the server's error, if that is what failed
+  // A connection that failed only after the whole timeout: how long it was silent (else 0).
+  std::chrono::milliseconds silent_for{0};
 };
 
 // A checked-out connection (or a place for one), returned to the pool when it goes.
@@ -242,6 +244,12 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
                   "{}; the transaction may or may not have been committed, and was not sent again",
                   why.message()))};
     }
+    // Trying again would wait as long again, past the call's deadline. Failures that come back
+    // at once (a restart, a failover) are tried until give_up.
+    if (step.silent_for > milliseconds(0)) {
+      return {.result = Status::Unavailable(fmt::format("{}; no answer for {} ms, not tried again",
+                                                        why.message(), step.silent_for.count()))};
+    }
     const milliseconds pause = backoff.Next();
     if (Clock::now() + pause >= give_up) {
       return {
@@ -263,25 +271,39 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
 
 PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds timeout,
                              TimePoint give_up) {
+  // Alone, a statement has no server-side timeout to come first.
+  const milliseconds answer_wait = transaction.alone ? timeout : timeout + kAnswerGrace;
   Result<pg_conn*> checked_out = Checkout(timeout);
   if (!checked_out.ok()) return {.result = checked_out.status()};
+  // One deadline for connecting and for the answer: a server that accepts connections but does
+  // not answer (stopped, frozen, or cut off by the network without a reset) holds the caller no
+  // longer than one that stops answering on a connection already made.
+  const TimePoint base = Clock::now();
+  const TimePoint deadline = base + answer_wait;
+  // A connection that failed only after the whole timeout failed for want of an answer (a
+  // connect that timed out, tcp_user_timeout on a network that drops packets), not because the
+  // server refused.
+  const auto silence = [&] {
+    const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - base);
+    return waited >= timeout ? waited : milliseconds(0);
+  };
   Lease lease(this, *checked_out);
   if (lease.conn() == nullptr) {
-    Result<pg_conn*> connected = Connect(give_up);
+    Result<pg_conn*> connected = Connect(std::min(give_up, deadline));
     if (!connected.ok()) {
       const bool final = connected.status().code() != Status::Code::kUnavailable;
       return {.next = final ? Step::Next::kReturn : Step::Next::kReconnect,
-              .result = connected.status()};
+              .result = connected.status(),
+              .silent_for = silence()};
     }
     lease.conn() = *connected;
   }
   sent_.fetch_add(1, std::memory_order_relaxed);
-  // Alone, a statement has no server-side timeout to come first.
-  const milliseconds answer_wait = transaction.alone ? timeout : timeout + kAnswerGrace;
-  PgPipelineOutcome outcome = RunPipeline(lease.conn(), PreparedOn(lease.conn()), transaction,
-                                          timeout, Clock::now() + answer_wait);
+  PgPipelineOutcome outcome =
+      RunPipeline(lease.conn(), PreparedOn(lease.conn()), transaction, timeout, deadline);
   Step step = Judge(std::move(outcome), transaction, answer_wait, lease.conn());
   if (transaction.keep_open && step.result.ok()) step.kept = lease.Release();
+  if (step.next == Step::Next::kResend) step.silent_for = silence();
   return step;
 }
 
@@ -422,10 +444,13 @@ void PgPool::Discard(pg_conn* conn, bool cancel) {
   }
 }
 
-Result<pg_conn*> PgPool::Connect(TimePoint give_up) {
+Result<pg_conn*> PgPool::Connect(TimePoint deadline) {
   std::string failures;
-  for (int host = 0; host < conninfo_.host_count(); ++host) {
-    TimePoint until = give_up;
+  const int hosts = conninfo_.host_count();
+  for (int host = 0; host < hosts; ++host) {
+    // Each host that does not answer gets its share of what is left, so that a dead first host
+    // (a primary powered off) leaves time for the next one.
+    TimePoint until = Clock::now() + (deadline - Clock::now()) / (hosts - host);
     if (const milliseconds limit = conninfo_.connect_timeout(); limit > milliseconds(0)) {
       until = std::min(until, Clock::now() + limit);
     }

@@ -21,6 +21,11 @@
 //     failover_timeout.
 //   - 57014 (the server's statement_timeout) and no answer within the timeout: kTimedOut; in the
 //     second case the query is cancelled and the connection closed, never reused.
+//   - no connection made by the deadline (a server frozen, or cut off without a reset), or a
+//     connection lost only after the whole timeout: kUnavailable at once, not tried again. Each
+//     attempt has one deadline, the timeout plus a second (the timeout alone for
+//     PgTransaction::alone), for connecting and for the answer together; every wait on the server
+//     is a poll against it.
 //   - authentication refused (class 28) or no such database (3D000): kInvalidArgument at once;
 //     the message is libpq's, naming host, port and user, never the password.
 //   - any other error: the server's message, its SQLSTATE and the statement: kIOError for
@@ -164,8 +169,9 @@ struct PgPoolOptions {
   // A transaction's timeout when it gives none (PgTransaction::timeout). Default: 10 s.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
   // How long one Run keeps connecting (each host of the URI at most its connect_timeout),
-  // reconnecting and resending after the connection was lost (a server restart, a failover),
-  // and retrying after serialization failures. Default: 10 s.
+  // reconnecting and resending after the connection was lost or refused (a server restart, a
+  // failover), and retrying after serialization failures. A server that does not answer at
+  // all ends the Run at its attempt's deadline instead. Default: 10 s.
   std::chrono::milliseconds failover_timeout{std::chrono::seconds(10)};
 };
 
@@ -281,7 +287,9 @@ class PgPool {
   // Gives back what Checkout gave (`conn` null: the connection was closed), to the oldest
   // waiter if there is one.
   void Return(pg_conn* conn);
-  Result<pg_conn*> Connect(TimePoint give_up);
+  // Connects to the first host of the URI that accepts (each one within its connect_timeout
+  // and its share of the time left), by `deadline` at the latest.
+  Result<pg_conn*> Connect(TimePoint deadline);
   // Closes `conn` (asking the server to cancel what it runs first, when `cancel`) and forgets
   // what was prepared on it.
   void Discard(pg_conn* conn, bool cancel);

@@ -5,6 +5,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -18,6 +19,9 @@ namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
+
+// Cancel requests sent at once, at most (CancelAndCloseSession).
+constexpr int kMaxCancelsInFlight = 4;
 
 struct ResultClear {
   void operator()(PGresult* result) const { PQclear(result); }
@@ -259,18 +263,29 @@ PgConnectResult ConnectSession(const PgConnectParams& params, PgDeadline deadlin
 void CloseSession(pg_conn* conn) { PQfinish(conn); }
 
 void CancelAndCloseSession(pg_conn* conn) {
-  if (PGcancel* cancel = PQgetCancel(conn); cancel != nullptr) {
+  // PQcancel blocks with no deadline of its own: against a frozen server it waits until the
+  // server runs again (the kernel accepts its connection, nobody answers), against a network
+  // that drops packets until the connect gives up. So it runs on a thread of its own, and only
+  // so many at once: while they hang, a cancel more would only add a stuck thread, and the
+  // query is ended anyway when the server finds its connection closed.
+  static std::atomic<int> in_flight{0};
+  PGcancel* cancel = in_flight.fetch_add(1) < kMaxCancelsInFlight ? PQgetCancel(conn) : nullptr;
+  if (cancel == nullptr) {
+    --in_flight;
+  } else {
     try {
       std::thread([cancel] {
         char error[256];
         PQcancel(cancel, error, sizeof error);  // best effort: the connection is gone either way
         PQfreeCancel(cancel);
+        --in_flight;
       }).detach();
     } catch (const std::system_error&) {  // no thread to spare: the server finds out later
       PQfreeCancel(cancel);
+      --in_flight;
     }
   }
-  PQfinish(conn);
+  PQfinish(conn);  // the connection is nonblocking: its farewell is not waited for either
 }
 
 bool SessionReusable(pg_conn* conn) {

@@ -54,7 +54,8 @@ PgConnectResult ConnectSession(const PgConnectParams& params, PgDeadline deadlin
 // Closes `conn` (PQfinish: tells the server the session ends).
 void CloseSession(pg_conn* conn);
 // Asks the server to cancel what `conn` runs, from a thread of its own (PQcancel connects anew
-// and blocks), and closes `conn` at once.
+// and blocks, for as long as the server does not answer), and closes `conn` at once. While 4
+// cancels still wait for their servers, it only closes.
 void CancelAndCloseSession(pg_conn* conn);
 // True when `conn` can be used for the next transaction: connected, idle outside a
 // transaction, nothing unread from the server (a server that shut down sent its farewell).
