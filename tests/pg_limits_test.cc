@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "idem/idem.h"
 #include "idem/sql.h"
@@ -65,6 +66,49 @@ TEST(PgLimits, ANulByteInATextParameterIsRefusedNamingIt) {
       << statement_refused.ToString();
   EXPECT_EQ(length_after, "4");
   EXPECT_EQ(decoded_length, "5");
+}
+
+// ---- Invalid URI options ----------------------------------------------------------------------
+
+// An option libpq cannot use is the caller's mistake, not an outage: kInvalidArgument at once,
+// naming it, instead of kUnavailable after failover_timeout of retries.
+TEST(PgLimits, AnInvalidUriOptionIsRefusedAtOnce) {
+  IDEM_START_PG_OR_SKIP(server);
+  const std::string uri = server->Uri();
+  const std::string base = uri.substr(0, uri.find('?'));
+  struct Case {
+    std::string uri;
+    std::string named;  // what the message names
+  };
+  const std::vector<Case> cases = {
+      {base + "?port=notaport", "port"},
+      {base + "?sslmode=bogus", "sslmode"},
+      {base + "?bogus=1", "bogus"},
+      {base + "?connect_timeout=soon", "connect_timeout"},
+      {base + "?target_session_attrs=writable", "target_session_attrs"},
+      {base + "?gssencmode=maybe", "gssencmode"},
+      {base + "?hostaddr=not.an.address", "hostaddr"},
+  };
+  for (const Case& bad : cases) {
+    SCOPED_TRACE(bad.uri);
+    idem::Options options = TestOptions();
+    options.failover_timeout = 5s;
+    const auto started = std::chrono::steady_clock::now();
+    auto store = idem::Store::Open(bad.uri, options);
+    const auto took = std::chrono::steady_clock::now() - started;
+    EXPECT_CODE(store.status(), kInvalidArgument);
+    EXPECT_TRUE(Contains(store.status(), bad.named)) << store.status().ToString();
+    EXPECT_FALSE(Contains(store.status(), server->password())) << store.status().ToString();
+    EXPECT_LT(took, 1s);
+  }
+  // The valid spellings still open.
+  idem::Options options = TestOptions();
+  for (const std::string& good :
+       {base + "?sslmode=disable", base + "?sslmode=prefer&connect_timeout=%205%20",
+        base + "?target_session_attrs=any&gssencmode=disable"}) {
+    SCOPED_TRACE(good);
+    EXPECT_OK(idem::Store::Open(good, options).status());
+  }
 }
 
 }  // namespace
