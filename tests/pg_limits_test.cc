@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "idem/idem.h"
 #include "idem/sql.h"
 #include "pg_server.h"
+#include "storage/pg_schema.h"
 #include "test_util.h"
 
 namespace {
@@ -109,6 +111,88 @@ TEST(PgLimits, AnInvalidUriOptionIsRefusedAtOnce) {
     SCOPED_TRACE(good);
     EXPECT_OK(idem::Store::Open(good, options).status());
   }
+}
+
+// ---- A schema in Options::table
+// ------------------------------------------------------------------
+
+TEST(PgLimits, ATableNameSplitsIntoSchemaAndTableUnlessQuoted) {
+  using idem::storage::ParsePgTableName;
+  struct Case {
+    std::string given, schema, table;
+  };
+  for (const Case& good : std::vector<Case>{
+           {"idem_records", "", "idem_records"},
+           {"billing.idem", "billing", "idem"},
+           {"Billing.Idem", "Billing", "Idem"},  // kept as written, not folded
+           {"\"billing.idem\"", "", "billing.idem"},
+           {"billing.\"my.table\"", "billing", "my.table"},
+           {"\"we\"\"ird\".t", "we\"ird", "t"},
+           {"Odd \"name\"; DROP TABLE x", "", "Odd \"name\"; DROP TABLE x"},  // no dot: as is
+       }) {
+    SCOPED_TRACE(good.given);
+    ASSERT_OK_AND_ASSIGN(const auto parsed, ParsePgTableName(good.given));
+    EXPECT_EQ(parsed.schema, good.schema);
+    EXPECT_EQ(parsed.table, good.table);
+  }
+  for (const std::string bad : {"a.b.c", ".t", "s.", "s..t", "\"unclosed.t", "s.\"\"", "a\"b.c",
+                                "\"s\"x.t", "s. t", "s .t"}) {
+    SCOPED_TRACE(bad);
+    const Status status = ParsePgTableName(bad).status();
+    EXPECT_CODE(status, kInvalidArgument);
+    EXPECT_TRUE(Contains(status, "is ambiguous")) << status.ToString();
+  }
+}
+
+// "billing.idem" used to create a table literally named so in the current schema.
+TEST(PgLimits, ASchemaCanBeNamed) {
+  IDEM_START_PG_OR_SKIP(server);
+  ASSERT_OK(server->Admin("CREATE SCHEMA billing AUTHORIZATION idem"));
+  const auto tables_in = [&](idem::Store& store, const std::string& schema) {
+    std::string names;
+    static_cast<void>(store.ExecuteInTransaction(
+        "list-" + schema + std::to_string(std::rand()),
+        [&](Attempt&, SqlTransaction& sql) -> Result<std::string> {
+          IDEM_ASSIGN_OR_RETURN(
+              SqlRows rows,
+              sql.Exec("SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables "
+                       "WHERE schemaname = $1",
+                       {schema}));
+          names = std::string(rows.Get(0, 0).value_or(""));
+          return std::string();
+        }));
+    return names;
+  };
+
+  idem::Options options = TestOptions();
+  options.table = "billing.idem";
+  auto store = OpenStore(server->Uri(), options);
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k"));
+  ASSERT_OK(store->Complete("k", claim.token, "done"));
+  EXPECT_EQ(tables_in(*store, "billing"), "idem,idem_meta");
+  EXPECT_EQ(tables_in(*store, "idem"), "");
+  store.reset();
+  auto again = OpenStore(server->Uri(), options);
+  ASSERT_NE(again, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto replay, again->Begin("k"));
+  EXPECT_EQ(replay.outcome, idem::Outcome::kReplay);
+
+  // Quoted whole, the dot is the table's: in the current schema, as before.
+  options.table = "\"billing.idem\"";
+  auto dotted = OpenStore(server->Uri(), options);
+  ASSERT_NE(dotted, nullptr);
+  EXPECT_EQ(tables_in(*dotted, "idem"), "billing.idem,billing.idem_meta");
+
+  options.table = "nowhere.idem";
+  const Status missing = idem::Store::Open(server->Uri(), options).status();
+  EXPECT_CODE(missing, kInvalidArgument);
+  EXPECT_TRUE(Contains(missing, "names schema nowhere, which does not exist"))
+      << missing.ToString();
+  EXPECT_TRUE(Contains(missing, "\"nowhere.idem\"")) << missing.ToString();
+
+  options.table = "a.b.c";
+  EXPECT_CODE(idem::Store::Open(server->Uri(), options).status(), kInvalidArgument);
 }
 
 }  // namespace
