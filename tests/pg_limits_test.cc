@@ -195,4 +195,26 @@ TEST(PgLimits, ASchemaCanBeNamed) {
   EXPECT_CODE(idem::Store::Open(server->Uri(), options).status(), kInvalidArgument);
 }
 
+// ---- Tokens at the top of their range --------------------------------------------------------
+
+// A token sequence at the top of its range (raised by an import before imports were limited, or
+// by hand): Begin refuses to hand out a token above 2^63-1 instead of storing one that reads back
+// as Corruption.
+TEST(PgLimits, TheTokenSequenceNeverHandsOutATokenAbove2To63Minus1) {
+  IDEM_START_PG_OR_SKIP(server);
+  idem::Options options = TestOptions();
+  options.table = "top_tokens";
+  auto store = OpenStore(server->Uri(), options);
+  ASSERT_NE(store, nullptr);
+  // Blocks of 1024 tokens: block 2^53 - 1 ends at 2^63 - 1, block 2^53 starts at 2^63.
+  ASSERT_OK(server->Admin("SELECT setval('idem.top_tokens_token_seq', 9007199254740991)"));
+  auto opened = OpenStore(server->Uri(), options);  // draws its first block afresh
+  ASSERT_NE(opened, nullptr);
+  const Status refused = opened->Begin("k").status();
+  EXPECT_CODE(refused, kIOError);
+  EXPECT_TRUE(Contains(refused, "(2^63-1)")) << refused.ToString();
+  ASSERT_OK_AND_ASSIGN(auto nothing, store->Get("k"));
+  EXPECT_FALSE(nothing.has_value());
+}
+
 }  // namespace
