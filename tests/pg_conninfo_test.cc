@@ -189,11 +189,57 @@ TEST(PgConninfo, SeveralHostsAreTriedOneByOneOnlyOnAPrimary) {
   EXPECT_EQ(ParamsOf(*parsed, 1).at("target_session_attrs"), "any");
   EXPECT_EQ(parsed->display_name(), "postgresql://h1:6000,h2:6000/db?target_session_attrs=any");
 
-  // Counts that do not match are left whole, for libpq to name the mismatch.
+  // Counts that do not match are refused here: libpq would refuse them only when connecting.
   parsed = PgConninfo::Parse("postgresql:///db?host=h1,h2,h3&port=1,2");
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  EXPECT_EQ(parsed->host_count(), 1);
-  EXPECT_EQ(ParamsOf(*parsed).at("host"), "h1,h2,h3");
+  EXPECT_EQ(parsed.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(parsed.status().message(),
+            "invalid PostgreSQL connection URI postgresql:///db: 2 port numbers for 3 hosts "
+            "(give one, or one per host)");
+}
+
+// libpq checks these values only when it connects, where a bad one passed for an unreachable
+// server (kUnavailable after failover_timeout of retries). Parse refuses them, naming the option.
+TEST(PgConninfo, RefusesAValueLibpqWouldRefuseOnlyWhenConnecting) {
+  const std::map<std::string, std::string> refused = {
+      {"postgresql://u:Sup3rKept5ecret@h:notaport/db",
+       "port \"notaport\" is not a number from 1 to 65535"},
+      {"postgresql://h/db?port=70000", "port \"70000\" is not a number from 1 to 65535"},
+      {"postgresql://h1:5432,h2:x/db", "port \"x\" is not a number from 1 to 65535"},
+      {"postgresql://h/db?sslmode=bogus",
+       "sslmode=\"bogus\" is not one of disable, allow, prefer, require, verify-ca, verify-full"},
+      {"postgresql://h/db?gssencmode=maybe",
+       "gssencmode=\"maybe\" is not one of disable, prefer, require"},
+      {"postgresql://h/db?channel_binding=yes",
+       "channel_binding=\"yes\" is not one of disable, prefer, require"},
+      {"postgresql://h/db?target_session_attrs=writable",
+       "target_session_attrs=\"writable\" is not one of any, read-write, read-only, primary, "
+       "standby, prefer-standby"},
+      {"postgresql://h/db?ssl_min_protocol_version=TLSv9",
+       "ssl_min_protocol_version=\"TLSv9\" is not one of TLSv1, TLSv1.1, TLSv1.2, TLSv1.3"},
+      {"postgresql://h/db?connect_timeout=soon", "connect_timeout=\"soon\" is not an integer"},
+      {"postgresql://h/db?keepalives_idle=1.5", "keepalives_idle=\"1.5\" is not an integer"},
+      {"postgresql://h/db?tcp_user_timeout=99999999999",
+       "tcp_user_timeout=\"99999999999\" is not an integer"},
+      {"postgresql://h/db?hostaddr=not.an.address",
+       "hostaddr \"not.an.address\" is not a numeric IPv4 or IPv6 address"},
+      {"postgresql:///db?host=h1,h2&hostaddr=10.0.0.1", "2 host names but 1 hostaddr values"},
+  };
+  for (const auto& [uri, reason] : refused) {
+    SCOPED_TRACE(uri);
+    Result<PgConninfo> parsed = PgConninfo::Parse(uri);
+    EXPECT_EQ(parsed.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(reason), std::string::npos)
+        << parsed.status().ToString();
+    ExpectNoSecret(parsed.status().message(), uri);
+  }
+  for (const std::string uri :
+       {"postgresql://h:5432/db?sslmode=verify-full&gssencmode=disable&channel_binding=require",
+        "postgresql://h/db?connect_timeout=%205%20&keepalives=0&tcp_user_timeout=-1",
+        "postgresql://h/db?target_session_attrs=prefer-standby&ssl_max_protocol_version=TLSv1.3",
+        "postgresql://h1,h2/db?port=&hostaddr=10.0.0.1,::1", "postgresql://h/db?sslmode="}) {
+    EXPECT_TRUE(PgConninfo::Parse(uri).ok())
+        << uri << ": " << PgConninfo::Parse(uri).status().ToString();
+  }
 }
 
 TEST(PgConninfo, SpellingsOfOneConnectionShareOneName) {

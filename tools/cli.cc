@@ -67,7 +67,8 @@ void AddStore(CLI::App* command, std::string& path, std::string& table) {
   command->add_option("PATH", path, "Store directory, or a postgresql:// connection URI")
       ->required();
   command->add_option("--table", table,
-                      "The store's table, for a postgresql:// PATH (default idem_records); for "
+                      "The store's table, for a postgresql:// PATH (default idem_records; "
+                      "SCHEMA.TABLE names its schema); for "
                       "dump and get of a store directory, an application table to show");
 }
 

@@ -152,8 +152,9 @@ IDEM_EXPORT void idem_options_set_read_only(idem_options_t* options, unsigned ch
 IDEM_EXPORT void idem_options_set_max_key_size(idem_options_t* options, size_t bytes);
 /* Longest result, error text or checkpoint, in bytes. Default: 1 MiB. */
 IDEM_EXPORT void idem_options_set_max_result_size(idem_options_t* options, size_t bytes);
-/* A store in PostgreSQL: the table, in the connection's current schema (copied; NULL restores
- * the default "idem_records"). Ignored for a store directory. */
+/* A store in PostgreSQL: the table, in the connection's current schema, or "schema.table"
+ * (docs/postgresql.md, "Naming a schema"; copied; NULL restores the default "idem_records").
+ * Ignored for a store directory. */
 IDEM_EXPORT void idem_options_set_table(idem_options_t* options, const char* table);
 /* A store in PostgreSQL: how many connections this process keeps at most. Default: 8. */
 IDEM_EXPORT void idem_options_set_pool_size(idem_options_t* options, int size);

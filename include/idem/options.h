@@ -188,7 +188,10 @@ struct Options {
 
   // A store kept in PostgreSQL only (Store::Open with a postgresql:// URI; docs/postgresql.md):
   // the table of its records, in the connection's current schema (its meta table and token
-  // sequence are named after it). At most 53 bytes. Default: "idem_records".
+  // sequence are named after it), or "schema.table" in that schema; either part may be quoted as
+  // SQL quotes identifiers ("\"my.table\"": a dot inside quotes is the name's), and ambiguous
+  // names are kInvalidArgument (docs/postgresql.md, "Naming a schema"). The table's own name is
+  // at most 53 bytes. Default: "idem_records".
   std::string table = "idem_records";
   // A store kept in PostgreSQL only: how many connections this process keeps to the server at
   // most (one per call in progress; ExecuteInTransaction holds one while its fn runs, and its

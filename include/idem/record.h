@@ -51,8 +51,10 @@ struct Record {
   // Recovery point saved by the owner while pending; kept across takeovers so that the next
   // owner can reconcile.
   std::string checkpoint;
-  // Fencing token of the latest attempt. Strictly increasing per key, and never reused by a
-  // store even after the key is forgotten or purged.
+  // Fencing token of the latest attempt, 1 to 2^63-1. Strictly increasing per key while the
+  // record lives, and never reused by a store even after the key is forgotten or purged (in a
+  // store directory it keeps increasing across those too; docs/semantics.md, "Complete, Fail,
+  // Extend, SaveCheckpoint: fencing tokens").
   uint64_t token = 0;
   // How many times the key was acquired.
   uint32_t attempts = 0;

@@ -62,8 +62,11 @@ class IDEM_EXPORT SqlTransaction {
   // Runs one statement in the transaction (one round trip). Its text names parameters $1, $2,
   // ...; `params` gives them in their text form, nullopt for NULL, and the server infers each
   // one's type from where it is used (cast where it cannot: $1::bigint). Values never go into
-  // the text. The first error ends the transaction: the server rolled it back, this call and
-  // every later one return it, and fn should return it:
+  // the text. A NUL byte in the statement or in a parameter (text, which cannot hold one) is
+  // kInvalidArgument naming it (the parameter's $n and the offset), refused before anything is
+  // sent, so the transaction goes on; send bytes as hex (decode($1, 'hex')). Otherwise, the
+  // first error ends the transaction: the server rolled it back, this call and every later one
+  // return it, and fn should return it:
   //   kConflict        a deadlock or a serialization failure (SQLSTATE 40P01, 40001):
   //                    ExecuteInTransaction runs fn again in a new transaction
   //   kTimedOut        the statement ran past Options::request_timeout

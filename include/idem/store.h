@@ -267,7 +267,8 @@ class IDEM_EXPORT Store {
   // (each record is written only if its key is still free, in one conditional write).
   // Every record is checked before any is written: kInvalidArgument naming the first bad one
   // (an empty or oversized key or field, retryable set on a record that is not kFailed,
-  // attempts 0, a token above 2^63-1) writes nothing; so do a read-only handle
+  // attempts 0, a token above 2^63-1 less 2^48, which would leave the store no room to hand out
+  // tokens up to their limit of 2^63-1) writes nothing; so do a read-only handle
   // (kInvalidArgument) and kBusy. An I/O error (kIOError) part way may leave the records before
   // it written.
   virtual Result<std::vector<ImportOutcome>> Import(std::span<const Record> records);
@@ -283,7 +284,10 @@ class IDEM_EXPORT Store {
   // status is recorded as a retryable failure and returned, except kFailed (made by
   // idem::Terminal), which is recorded as terminal, and kConflict, which runs fn again as a
   // conflict of its staged writes does (Attempt::Read). An exception thrown by fn is recorded as a
-  // retryable failure and rethrown.
+  // retryable failure and rethrown. A result over Options::max_result_size is recorded as a
+  // terminal failure (fn's effects may be done) and returned as kInvalidArgument naming both
+  // sizes; staged writes the store refuses are recorded as a retryable failure and returned; an
+  // error text over the limit is recorded cut to it (docs/semantics.md, "Execute").
   template <class Fn>
   Result<Execution> Execute(std::string_view key, const BeginOptions& options, Fn&& fn) {
     return ExecuteAttempts(key, options,
@@ -299,9 +303,11 @@ class IDEM_EXPORT Store {
   // which idem then completes the record, fenced by the claim's token, and commits; so the
   // application's writes and the record commit together or not at all. A stale attempt (its
   // claim taken over) gets kLeaseLost and none of its writes apply; so does an error or an
-  // exception from fn (recorded as Execute records them). kConflict from fn (a deadlock or a
-  // serialization failure, or fn's own) rolls back and runs fn again in a new transaction, on
-  // fresh reads, up to Options::conflict_retries times, then is recorded as a retryable failure.
+  // exception from fn (recorded as Execute records them), and a result over
+  // Options::max_result_size (kInvalidArgument, recorded as a retryable failure: nothing of fn's
+  // SQL applied). kConflict from fn (a deadlock or a serialization failure, or fn's own) rolls
+  // back and runs fn again in a new transaction, on fresh reads, up to Options::conflict_retries
+  // times, then is recorded as a retryable failure.
   // A connection lost at COMMIT is resolved by reading the record: done with this claim's token
   // (committed: its result is returned), or still pending (fn runs again). The transaction holds
   // a connection of the pool while fn runs: Options::pool_size must leave one for the lease's

@@ -422,8 +422,11 @@ Status LocalBackend::CheckImported(const Record& record) const {
     return bad("only a failed record can be retryable");
   }
   if (record.attempts == 0) return bad("attempts is 0; a record was acquired at least once");
-  if (record.token > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return bad(fmt::format("token {} is above 2^63-1", record.token));
+  if (record.token > storage::kMaxImportedToken) {
+    return bad(fmt::format(
+        "token {} is above {} (2^63-1 less 2^48), the largest a store takes: tokens go up to "
+        "2^63-1, and the store must have room to hand out more",
+        record.token, storage::kMaxImportedToken));
   }
   return Status::OK();
 }

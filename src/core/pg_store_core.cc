@@ -54,6 +54,28 @@ Result<std::shared_ptr<PgStoreCore>> PgStoreCore::Open(std::string_view uri,
 
 namespace {
 
+// libpq takes the statement as a C string and PostgreSQL's text values hold no NUL byte: the
+// server would see only what comes before it. Refused before anything is sent, so the
+// transaction goes on.
+Status CheckNoNul(std::string_view sql, const std::vector<std::optional<std::string>>& params) {
+  if (const std::size_t at = sql.find('\0'); at != std::string_view::npos) {
+    return Status::InvalidArgument(fmt::format(
+        "the statement holds a NUL byte at offset {} of {}; PostgreSQL's text ends there", at,
+        sql.size()));
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i]) continue;
+    if (const std::size_t at = params[i]->find('\0'); at != std::string::npos) {
+      return Status::InvalidArgument(fmt::format(
+          "parameter ${} holds a NUL byte at offset {} of {}; parameters are sent as text, which "
+          "cannot hold one: send bytes as hex and decode them in the statement "
+          "(decode(${}, 'hex'))",
+          i + 1, at, params[i]->size(), i + 1));
+    }
+  }
+  return Status::OK();
+}
+
 // ExecuteInTransaction's transaction: the application's statements in their text form, then the
 // record's fenced Complete and COMMIT.
 class PgClaimTransaction final : public ClaimTransaction {
@@ -71,6 +93,7 @@ class PgClaimTransaction final : public ClaimTransaction {
 
   Result<SqlRows> Exec(std::string_view sql,
                        const std::vector<std::optional<std::string>>& params) override {
+    IDEM_RETURN_IF_ERROR(CheckNoNul(sql, params));
     storage::PgStatement statement{.sql = std::string(sql), .text_results = true, .prepare = false};
     for (const std::optional<std::string>& param : params) {
       statement.params.push_back(storage::PgParam::Untyped(

@@ -126,6 +126,8 @@ class AttemptRunner {
   virtual void Abandon() = 0;
   // Records `result` with this run's effects. kConflict: nothing applied, run fn again.
   virtual Status Commit(std::string_view result) = 0;
+  // How a result over Options::max_result_size fails the claim (after Abandon).
+  virtual Failure OversizedResult() const = 0;
 };
 
 // Execute's: fn stages table writes (Attempt::Read, Put, Delete); Complete applies them.
@@ -147,6 +149,8 @@ class StagedRunner final : public AttemptRunner {
   Status Commit(std::string_view result) override {
     return store_.Complete(key_, token_, result, staged_.writes());
   }
+  // fn's effects outside the store may be done: running it again could repeat them.
+  Failure OversizedResult() const override { return Failure::kTerminal; }
 
  private:
   Store& store_;
@@ -184,6 +188,8 @@ class TransactionRunner final : public AttemptRunner {
     }
     return committed;
   }
+  // fn's effects are its SQL, rolled back by Abandon: running it again repeats nothing.
+  Failure OversizedResult() const override { return Failure::kRetryable; }
 
  private:
   Store& store_;
@@ -193,6 +199,43 @@ class TransactionRunner final : public AttemptRunner {
   FunctionRef<Result<std::string>(Attempt&, SqlTransaction&)> fn_;
   std::unique_ptr<ClaimTransaction> transaction_;
 };
+
+// Fail with `error` cut to what the store holds (Options::max_result_size, which limits error
+// texts too): an error text too long to record must not leave the claim pending.
+Status FailWithin(Store& store, std::string_view key, uint64_t token, std::string_view error,
+                  Failure kind) {
+  const std::size_t limit = store.options().max_result_size;
+  if (error.size() <= limit) return store.Fail(key, token, error, kind);
+  constexpr std::string_view kCut = "...";
+  std::size_t kept = limit >= kCut.size() ? limit - kCut.size() : limit;
+  // Not inside a UTF-8 sequence: back to the byte that starts it.
+  while (kept > 0 && (static_cast<unsigned char>(error[kept]) & 0xC0) == 0x80) --kept;
+  std::string cut(error.substr(0, kept));
+  if (kept + kCut.size() <= limit) cut += kCut;
+  return store.Fail(key, token, cut, kind);
+}
+
+// fn returned a result the store cannot hold. The claim is failed as `kind` says (the runner's
+// OversizedResult), never left pending: the next caller would wait out the lease, then run fn
+// again.
+Status FailOversizedResult(Store& store, std::string_view key, uint64_t token,
+                           std::size_t result_size, Failure kind) {
+  const std::string why =
+      fmt::format("result is {} bytes; the limit is {} (Options::max_result_size)", result_size,
+                  store.options().max_result_size);
+  const std::string_view what = kind == Failure::kTerminal
+                                    ? "fn ran, but its result could not be stored"
+                                    : "fn's transaction was rolled back";
+  const Status recorded = FailWithin(store, key, token, fmt::format("{}: {}", why, what), kind);
+  // The size is what the caller must fix, whether or not the failure could be recorded.
+  if (!recorded.ok()) {
+    return Status::InvalidArgument(
+        fmt::format("{}; recording the failure failed too: {}", why, recorded.ToString()));
+  }
+  return Status::InvalidArgument(
+      fmt::format("{}: {}; the claim is recorded as a {} failure", why, what,
+                  kind == Failure::kTerminal ? "terminal" : "retryable"));
+}
 
 // Runs fn for an acquired claim, whose Begin was sent at `sent`, and records its outcome with
 // its effects, run again while they conflict.
@@ -212,7 +255,8 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
   for (int reruns = 0;; ++reruns) {
     if (const Status started = runner.Start(); !started.ok()) {
       // Recorded, so that the next caller runs it again at once.
-      static_cast<void>(store.Fail(key, claim.token, started.message(), Failure::kRetryable));
+      static_cast<void>(
+          FailWithin(store, key, claim.token, started.message(), Failure::kRetryable));
       return started;
     }
     std::optional<Result<std::string>> outcome;
@@ -232,7 +276,8 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
       runner.Abandon();
       // Recorded so that the next caller retries at once instead of waiting for the lease; the
       // caller's exception matters more than a failure to record it.
-      static_cast<void>(store.Fail(key, claim.token, ExceptionText(error), Failure::kRetryable));
+      static_cast<void>(
+          FailWithin(store, key, claim.token, ExceptionText(error), Failure::kRetryable));
       std::rethrow_exception(error);
     }
     Status conflict;  // why fn runs again
@@ -242,16 +287,28 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
       if (status.code() != Status::Code::kConflict) {
         const Failure kind =
             status.code() == Status::Code::kFailed ? Failure::kTerminal : Failure::kRetryable;
-        IDEM_RETURN_IF_ERROR(store.Fail(key, claim.token, status.message(), kind));
+        IDEM_RETURN_IF_ERROR(FailWithin(store, key, claim.token, status.message(), kind));
         return status;
       }
       conflict = status;
+    } else if (outcome->value().size() > store.options().max_result_size) {
+      runner.Abandon();
+      return FailOversizedResult(store, key, claim.token, outcome->value().size(),
+                                 runner.OversizedResult());
     } else {
       const Status committed = runner.Commit(outcome->value());
       if (committed.ok()) {
         return Execution{.result = std::move(outcome->value()),
                          .replayed = false,
                          .attempts = claim.record.attempts};
+      }
+      if (committed.code() == Status::Code::kInvalidArgument) {
+        // Refused before anything applied (a staged write with a bad table name or an oversized
+        // value): released, so that the next caller runs fn at once instead of waiting out the
+        // lease. The refusal matters more to the caller than a failure to record it.
+        static_cast<void>(
+            FailWithin(store, key, claim.token, committed.message(), Failure::kRetryable));
+        return committed;
       }
       if (committed.code() != Status::Code::kConflict) return committed;
       conflict = committed;
@@ -261,7 +318,8 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
       continue;
     }
     // Recorded, so that the next caller runs it again at once.
-    IDEM_RETURN_IF_ERROR(store.Fail(key, claim.token, conflict.message(), Failure::kRetryable));
+    IDEM_RETURN_IF_ERROR(
+        FailWithin(store, key, claim.token, conflict.message(), Failure::kRetryable));
     return Status::Conflict(fmt::format("{} (fn ran {} times)", conflict.message(), reruns + 1));
   }
 }

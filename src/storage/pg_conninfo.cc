@@ -2,11 +2,17 @@
 
 #include <fmt/format.h>
 #include <libpq-fe.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <initializer_list>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "util/escape.h"
 #include "util/pg_uri.h"
@@ -92,6 +98,106 @@ std::string Tidy(std::string message) {
   return EscapeControls(message);
 }
 
+// The values libpq accepts for the options whose values it checks only when connecting (libpq
+// 15's connectOptions2 and PQconnectPoll), where a bad one looks like a server that cannot be
+// reached and would be retried for the whole failover_timeout. PQconninfoParse checks only the
+// keywords. An option a later libpq adds is left to it.
+const std::vector<std::string_view>* AllowedValues(std::string_view keyword) {
+  static const auto* const allowed =
+      new std::vector<std::pair<std::string_view, std::vector<std::string_view>>>{
+          {"sslmode", {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}},
+          {"gssencmode", {"disable", "prefer", "require"}},
+          {"channel_binding", {"disable", "prefer", "require"}},
+          {"target_session_attrs",
+           {"any", "read-write", "read-only", "primary", "standby", "prefer-standby"}},
+          {"ssl_min_protocol_version", {"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}},
+          {"ssl_max_protocol_version", {"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}},
+      };
+  for (const auto& [name, values] : *allowed) {
+    if (name == keyword) return &values;
+  }
+  return nullptr;
+}
+// Integers as libpq's parse_int_param reads them (blanks around them allowed).
+constexpr std::string_view kIntegerOptions[] = {"connect_timeout",  "keepalives",
+                                                "keepalives_idle",  "keepalives_interval",
+                                                "keepalives_count", "tcp_user_timeout"};
+
+std::string_view TrimBlanks(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+bool IsInteger(std::string_view text) {
+  text = TrimBlanks(text);
+  if (!text.empty() && (text.front() == '-' || text.front() == '+')) text.remove_prefix(1);
+  int value = 0;  // libpq's range
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return !text.empty() && error == std::errc() && end == text.data() + text.size();
+}
+
+// A port as PQconnectPoll takes it: empty (the default), or 1 to 65535.
+bool IsPort(std::string_view text) {
+  if (text.empty()) return true;
+  text = TrimBlanks(text);
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return error == std::errc() && end == text.data() + text.size() && value >= 1 && value <= 65535;
+}
+
+// A numeric address as libpq resolves hostaddr (getaddrinfo with AI_NUMERICHOST); empty: none.
+bool IsNumericAddress(const std::string& text) {
+  if (text.empty()) return true;
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(text.c_str(), nullptr, &hints, &found) != 0) return false;
+  freeaddrinfo(found);
+  return true;
+}
+
+// Why the value of `keyword` cannot be used, or nothing.
+std::optional<std::string> BadValue(std::string_view keyword, std::string_view value) {
+  const auto quoted = [](std::string_view text) { return "\"" + EscapeControls(text) + "\""; };
+  // An empty value is libpq's to judge (for most options it means the default).
+  if (value.empty()) return std::nullopt;
+  if (const std::vector<std::string_view>* allowed = AllowedValues(keyword)) {
+    if (std::find(allowed->begin(), allowed->end(), value) != allowed->end()) return std::nullopt;
+    std::string listed;
+    for (const std::string_view one : *allowed) {
+      listed += (listed.empty() ? "" : ", ") + std::string(one);
+    }
+    return fmt::format("{}={} is not one of {}", keyword, quoted(value), listed);
+  }
+  if (std::find(std::begin(kIntegerOptions), std::end(kIntegerOptions), keyword) !=
+          std::end(kIntegerOptions) &&
+      !IsInteger(value)) {
+    return fmt::format("{}={} is not an integer", keyword, quoted(value));
+  }
+  if (keyword == "port") {
+    for (const std::string& port : Split(value)) {
+      if (!IsPort(port)) {
+        return fmt::format("port {} is not a number from 1 to 65535", quoted(port));
+      }
+    }
+  }
+  if (keyword == "hostaddr") {
+    for (const std::string& address : Split(value)) {
+      if (!IsNumericAddress(address)) {
+        return fmt::format("hostaddr {} is not a numeric IPv4 or IPv6 address", quoted(address));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<PgConninfo> PgConninfo::Parse(std::string_view uri, const PgConnDefaults& defaults) {
@@ -129,16 +235,28 @@ Result<PgConninfo> PgConninfo::Parse(std::string_view uri, const PgConnDefaults&
     if (secret && option->val[0] != '\0') info.secrets_.emplace_back(option->val);
   }
   SortLongestFirst(info.secrets_);
+  for (const Option& option : info.options_) {
+    if (option.secret) continue;  // never quoted; libpq checks none of them before connecting
+    if (std::optional<std::string> bad = BadValue(option.keyword, option.value)) {
+      return Status::InvalidArgument(invalid + info.Redact(*bad));
+    }
+  }
 
   const std::size_t hosts = Split(info.Value("host")).size();
   const std::size_t addresses = Split(info.Value("hostaddr")).size();
   const std::size_t ports = Split(info.Value("port")).size();
   const std::size_t count = std::max({hosts, addresses, std::size_t{1}});
-  // Counts that do not match are left to libpq, which names the mismatch when connecting.
-  if ((hosts == 0 || hosts == count) && (addresses == 0 || addresses == count) &&
-      (ports <= 1 || ports == count)) {
-    info.host_count_ = static_cast<int>(count);
+  // libpq would refuse these only when connecting, where they would pass for an outage.
+  if (hosts != 0 && addresses != 0 && hosts != addresses) {
+    return Status::InvalidArgument(
+        invalid + fmt::format("{} host names but {} hostaddr values", hosts, addresses));
   }
+  if (ports > 1 && ports != count) {
+    return Status::InvalidArgument(
+        invalid +
+        fmt::format("{} port numbers for {} hosts (give one, or one per host)", ports, count));
+  }
+  info.host_count_ = static_cast<int>(count);
   info.AddDefaults(defaults);
   info.display_name_ = info.DisplayName();
   return info;

@@ -47,7 +47,10 @@ class PgConninfo {
   // connect_timeout, keepalives and tcp_user_timeout from `defaults`. Adds no startup `options`
   // (PgBouncer refuses them).
   // Errors: kInvalidArgument "invalid PostgreSQL connection URI <scheme://hosts/db>: <reason>",
-  // libpq's reason with every piece of the URI that may be secret replaced; also for an '@'
+  // libpq's reason with every piece of the URI that may be secret replaced; also for a value
+  // libpq would refuse only when connecting (a port, hostaddr or integer that does not parse,
+  // an sslmode, gssencmode, channel_binding, target_session_attrs or TLS version it does not
+  // know, host, hostaddr and port lists of different lengths); for an '@'
   // that libpq would read as part of a host or port ("u:p@ss@host": write '@' as %40), and for
   // a string that is not such a URI (it is not quoted: a keyword=value string may hold a
   // password).

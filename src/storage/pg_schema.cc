@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "util/escape.h"
@@ -196,12 +199,66 @@ Status CheckSequence(PgPool& pool, const PgTableNames& names) {
 
 }  // namespace
 
-Result<PgTableNames> ResolvePgTableNames(PgPool& pool, std::string_view table) {
-  if (table.empty()) return Status::InvalidArgument("the store's table name is empty");
-  if (table.find('\0') != std::string_view::npos) {
-    return Status::InvalidArgument(
-        fmt::format("the store's table name {} holds a NUL byte", EscapeControls(table)));
+Result<PgTableName> ParsePgTableName(std::string_view name) {
+  const auto refuse = [&](std::string_view why) {
+    return Status::InvalidArgument(fmt::format(
+        "the store's table name {} is ambiguous: {}; write table or schema.table, quoting a part "
+        "that holds a '.' or a '\"' as SQL does (\"my.table\", with '\"' doubled inside)",
+        EscapeControls(name), why));
+  };
+  if (name.find('.') == std::string_view::npos && !name.starts_with('"')) {
+    return PgTableName{.schema = "", .table = std::string(name)};
   }
+  std::vector<std::string> parts;
+  std::size_t at = 0;
+  for (;;) {
+    std::string part;
+    if (at < name.size() && name[at] == '"') {
+      for (++at;; ++at) {
+        if (at == name.size()) return refuse("a quote is not closed");
+        if (name[at] != '"') {
+          part += name[at];
+        } else if (at + 1 < name.size() && name[at + 1] == '"') {
+          part += '"';
+          ++at;
+        } else {
+          ++at;
+          break;
+        }
+      }
+      if (part.empty()) return refuse("a quoted part is empty");
+    } else {
+      const std::size_t end = std::min(name.find('.', at), name.size());
+      part = std::string(name.substr(at, end - at));
+      at = end;
+      if (part.empty()) return refuse("a part is empty");
+      if (part.find('"') != std::string::npos) return refuse("a '\"' inside an unquoted part");
+      if (std::isspace(static_cast<unsigned char>(part.front())) ||
+          std::isspace(static_cast<unsigned char>(part.back()))) {
+        return refuse("an unquoted part starts or ends with a blank");
+      }
+    }
+    parts.push_back(std::move(part));
+    if (at == name.size()) break;
+    if (name[at] != '.') return refuse("a quoted part is followed by something other than '.'");
+    ++at;
+    if (at == name.size()) return refuse("a part is empty");
+  }
+  if (parts.size() > 2) {
+    return refuse(fmt::format("it has {} parts (a database cannot be named here)", parts.size()));
+  }
+  if (parts.size() == 1) return PgTableName{.schema = "", .table = std::move(parts[0])};
+  return PgTableName{.schema = std::move(parts[0]), .table = std::move(parts[1])};
+}
+
+Result<PgTableNames> ResolvePgTableNames(PgPool& pool, std::string_view given) {
+  if (given.empty()) return Status::InvalidArgument("the store's table name is empty");
+  if (given.find('\0') != std::string_view::npos) {
+    return Status::InvalidArgument(
+        fmt::format("the store's table name {} holds a NUL byte", EscapeControls(given)));
+  }
+  IDEM_ASSIGN_OR_RETURN(PgTableName parsed, ParsePgTableName(given));
+  const std::string& table = parsed.table;
   if (table.size() + kPgLongestSuffix > kPgMaxIdentifierBytes) {
     return Status::InvalidArgument(fmt::format(
         "the store's table name {} is {} bytes; the names idem derives from it (up to {} bytes "
@@ -209,15 +266,42 @@ Result<PgTableNames> ResolvePgTableNames(PgPool& pool, std::string_view table) {
         EscapeControls(table), table.size(), kPgLongestSuffix, kPgMaxIdentifierBytes,
         kPgMaxIdentifierBytes - kPgLongestSuffix));
   }
-  IDEM_ASSIGN_OR_RETURN(PgRows schema, RunOne(pool, "SELECT current_schema()::text"));
-  if (schema.size() != 1 || schema.IsNull(0, 0)) {
+  if (parsed.schema.size() > kPgMaxIdentifierBytes) {
     return Status::InvalidArgument(
-        "the connection has no current schema (its search_path is empty or names no existing "
-        "schema): set search_path for the role, or name a schema that exists");
+        fmt::format("the schema name {} of the store's table is {} bytes; PostgreSQL's "
+                    "identifiers are at most {}",
+                    EscapeControls(parsed.schema), parsed.schema.size(), kPgMaxIdentifierBytes));
   }
   PgTableNames names;
-  names.schema = std::string(schema.Bytes(0, 0));
-  names.table = std::string(table);
+  if (parsed.schema.empty()) {
+    IDEM_ASSIGN_OR_RETURN(PgRows schema, RunOne(pool, "SELECT current_schema()::text"));
+    if (schema.size() != 1 || schema.IsNull(0, 0)) {
+      return Status::InvalidArgument(
+          "the connection has no current schema (its search_path is empty or names no existing "
+          "schema): set search_path for the role, or name a schema that exists "
+          "(Options::table = \"schema.table\")");
+    }
+    names.schema = std::string(schema.Bytes(0, 0));
+  } else {
+    IDEM_ASSIGN_OR_RETURN(PgRows found,
+                          RunOne(pool, "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+                                 {PgParam::Text(parsed.schema)}));
+    IDEM_ASSIGN_OR_RETURN(int64_t count, found.Int(0, 0));
+    if (count == 0) {
+      // A store made before schemas could be named may have a '.' in its table's name.
+      const std::string quote_hint =
+          given.find('"') == std::string_view::npos
+              ? fmt::format(", or quote the whole name (\"{}\") for a table with a '.' in its name",
+                            EscapeControls(given))
+              : "";
+      return Status::InvalidArgument(fmt::format(
+          "the store's table name {} names schema {}, which does not exist: create it (CREATE "
+          "SCHEMA){}",
+          EscapeControls(given), EscapeControls(parsed.schema), quote_hint));
+    }
+    names.schema = parsed.schema;
+  }
+  names.table = table;
   const std::string quoted_schema = QuoteIdentifier(names.schema);
   names.records = quoted_schema + "." + QuoteIdentifier(names.table);
   names.meta = quoted_schema + "." + QuoteIdentifier(names.table + "_meta");

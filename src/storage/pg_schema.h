@@ -3,7 +3,8 @@
 // knows. Run once per store, at open, through the store's pool; nothing else in idem creates or
 // alters a table, and no table that is not an idem store's is ever changed.
 //
-// A store named `T` (Options::table) in the connection's current schema `S` is:
+// A store named `T` (Options::table) in schema `S` (named as "S.T", or the connection's current
+// schema) is:
 //   "S"."T"            the records, one row per key (bytea primary key), an index on expiry,
 //                      and a version raised by every write
 //   "S"."T_meta"       name -> value: format = "idem records", schema_version = kPgSchemaVersion,
@@ -37,8 +38,8 @@ inline constexpr std::size_t kPgLongestSuffix = 10;
 inline constexpr std::size_t kPgMaxIdentifierBytes = 63;
 
 struct PgTableNames {
-  std::string schema;  // the connection's current_schema(), as PostgreSQL spells it
-  std::string table;   // Options::table
+  std::string schema;  // the schema named, or the connection's current_schema()
+  std::string table;   // the table's own name (Options::table without its schema or quotes)
   // Schema-qualified and quoted, ready for SQL text (identifiers cannot be parameters).
   std::string records;
   std::string meta;
@@ -48,10 +49,24 @@ struct PgTableNames {
   std::string display;
 };
 
-// The names of the store `table` in the connection's current schema. kInvalidArgument when
-// `table` is empty, holds a NUL byte or is too long for its derived names, or when the
-// connection has no current schema (an empty search_path, or one naming no existing schema);
-// otherwise the pool's errors.
+// Options::table split into its schema (empty: the connection's current schema) and table.
+// A name with no '.' that does not start with '"' is the table's name as it is (quotes and all,
+// as before schemas could be named). Otherwise it is `table` or `schema.table`, each part either
+// unquoted (no '.' or '"', no blank at either end, kept as written: not folded to lower case) or
+// quoted as SQL quotes an identifier ("my.table", a '"' inside doubled), so a dot inside quotes
+// belongs to the name. Anything else is ambiguous and kInvalidArgument says why: more than two
+// parts, an empty part, a quote inside an unquoted part, an unclosed quote, a blank around a dot.
+struct PgTableName {
+  std::string schema;
+  std::string table;
+};
+Result<PgTableName> ParsePgTableName(std::string_view name);
+
+// The names of the store `table` in the schema it names, or the connection's current schema.
+// kInvalidArgument when `table` is empty, holds a NUL byte, is ambiguous (ParsePgTableName) or is
+// too long for its derived names, when it names a schema that does not exist, or when it names none
+// and the connection has no current schema (an empty search_path, or one naming no existing
+// schema); otherwise the pool's errors.
 Result<PgTableNames> ResolvePgTableNames(PgPool& pool, std::string_view table);
 
 // Makes sure the store's tables are there and are an idem store's: creates them in one

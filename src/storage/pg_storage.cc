@@ -402,6 +402,12 @@ Result<uint64_t> PgStorage::NextToken(uint64_t above) {
         {"SELECT nextval($1::regclass)", {PgParam::Text(names_.sequence)}}};
     IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
     IDEM_ASSIGN_OR_RETURN(int64_t block, rows[2].Int(0, 0));
+    // Every token of the block must fit the int8 column (kMaxToken).
+    if (block < 0 || static_cast<uint64_t>(block) > (kMaxToken - (kTokenBlock - 1)) / kTokenBlock) {
+      return Status::IOError(
+          fmt::format("the token sequence of {} is at block {}: its tokens would pass {} (2^63-1)",
+                      names_.display, block, kMaxToken));
+    }
     next_token_ = static_cast<uint64_t>(block) * kTokenBlock;
     block_end_ = next_token_ + kTokenBlock;
   }

@@ -48,11 +48,10 @@ Status RocksDbStorage::Checkpoint(const std::string& destination) {
 }
 
 Status RocksDbStorage::ReserveTokensAbove(uint64_t token) {
-  // Far below the top, so that the counter and its ceiling never wrap.
-  constexpr uint64_t kLargest = std::numeric_limits<int64_t>::max();
-  if (token > kLargest) {
-    return Status::InvalidArgument(
-        fmt::format("token {} is too large; tokens go up to {}", token, kLargest));
+  // Far below the top, so that the counter and its ceiling never wrap, and tokens are left.
+  if (token > kMaxImportedToken) {
+    return Status::InvalidArgument(fmt::format(
+        "token {} is too large; a store takes tokens up to {}", token, kMaxImportedToken));
   }
   std::lock_guard lock(token_mu_);
   // The ceiling first: a restart starts at it, so once it is above `token`, no token up to

@@ -454,6 +454,11 @@ Status RocksDbStorage::PersistTokenCeiling(uint64_t ceiling) {
 
 Result<uint64_t> RocksDbStorage::NextToken() {
   const uint64_t token = next_token_.fetch_add(1);
+  if (token > kMaxToken) {
+    return Status::IOError(
+        fmt::format("store {} has handed out every token up to {} (2^63-1): it cannot claim again",
+                    path_, kMaxToken));
+  }
   if (token >= token_ceiling_.load()) {
     std::lock_guard lock(token_mu_);
     while (token >= token_ceiling_.load()) {

@@ -26,6 +26,15 @@
 
 namespace idem::storage {
 
+// The largest fencing token a store hands out (docs/format.md): PostgreSQL keeps tokens as int8,
+// and the export format reads them as such. A storage whose counter would pass it refuses to
+// hand out tokens (kIOError) rather than one that its own export could not import.
+inline constexpr uint64_t kMaxToken = (uint64_t{1} << 63) - 1;
+// The largest token Import accepts: it leaves a store that took it 2^48 tokens to hand out (nine
+// years at a million claims a second; tokens drawn from the clock reach it in the year 292,000).
+inline constexpr uint64_t kTokenRoom = uint64_t{1} << 48;
+inline constexpr uint64_t kMaxImportedToken = kMaxToken - kTokenRoom;
+
 class Storage {
  public:
   using TimePoint = std::chrono::system_clock::time_point;
