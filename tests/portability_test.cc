@@ -599,7 +599,13 @@ TEST(Portability, AStoreWrittenHereHoldsTheCommittedBytes) {
   const TempDir dir;
   ASSERT_TRUE(WritePortableStore(dir.Sub("here")).ok());
   const std::string committed = CopyOfPortableStore(dir);
-  EXPECT_EQ(RawContents(dir.Sub("here")), RawContents(committed));
+  // Left out: the directory the files were last opened in (where they live, not what they
+  // hold), and the token lead, which the committed store (written before it) has none of.
+  std::map<std::string, std::string> here = RawContents(dir.Sub("here"));
+  std::erase_if(here, [](const auto& entry) {
+    return entry.first.starts_with("meta/home_") || entry.first == "meta/token_lead";
+  });
+  EXPECT_EQ(here, RawContents(committed));
 }
 
 Record KnownRecord() {

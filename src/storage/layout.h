@@ -25,6 +25,10 @@ inline constexpr char kTableFamilyPrefix[] = "app.";
 // Keys of the meta column family.
 inline constexpr char kFormatVersionKey[] = "format_version";
 inline constexpr char kTokenCeilingKey[] = "token_ceiling";
+inline constexpr char kTokenLeadKey[] = "token_lead";
+// The directory the files were last opened in (st_dev, st_ino): another one means a copy.
+inline constexpr char kHomeDeviceKey[] = "home_device";
+inline constexpr char kHomeInodeKey[] = "home_inode";
 inline constexpr char kFilterHorizonKey[] = "filter_horizon";
 // Never written: only deleted, unlogged, to keep a memtable non-empty after a resume.
 inline constexpr char kResumeGuardKey[] = "resume_guard";

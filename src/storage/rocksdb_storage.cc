@@ -127,7 +127,9 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   const std::optional<int64_t> stored_expires =
       stored ? std::optional<int64_t>(ToMicros(stored->expires)) : std::nullopt;
   // The counter is above every token stored, so `above` needs no check.
-  const Record* next = decide(stored, Now(), [this](uint64_t /*above*/) { return NextToken(); });
+  const TimePoint now = Now();
+  const Record* next =
+      decide(stored, now, [this, now](uint64_t /*above*/) { return NextToken(now); });
   if (next == nullptr) return Status::OK();
   const int64_t expires = ToMicros(next->expires);
   if (grouped) {

@@ -158,9 +158,17 @@ class RocksDbStorage final : public Storage {
   // The newest version this release reads and writes.
   static constexpr uint32_t kStoreFormatVersion = kTablesFormatVersion;
   // Tokens are reserved in blocks: the ceiling is persisted (fsynced) once per block, and a
-  // reopened store starts at the last persisted ceiling (or the time in microseconds, when that
-  // is higher), so a token is never handed out twice.
+  // reopened store starts at the last persisted ceiling (or the time in microseconds plus the
+  // lead, when that is higher), so a token is never handed out twice
+  // (rocksdb_storage_tokens.cc).
   static constexpr uint64_t kTokenBlock = 1 << 16;
+  // The block an open reserves: small, so that a store reopened at once starts little ahead of
+  // the clock, and its lead stays small.
+  static constexpr uint64_t kFirstTokenBlock = 1 << 10;
+  // How much further ahead of the clock (in microseconds: 71 minutes) a copy of the files
+  // starts than its lead: room for the clock of the host it was copied from, and for a lead the
+  // original grew after the copy was made.
+  static constexpr uint64_t kCopyMargin = uint64_t{1} << 32;
 
  private:
   RocksDbStorage() = default;
@@ -268,18 +276,23 @@ class RocksDbStorage final : public Storage {
   // The record under `key`, decoded into `record` (reusing its buffers); nullopt when there is
   // none. On an error `record` may be left partly assigned.
   Status ReadRecordInto(std::string_view key, std::optional<Record>& record);
-  // A fencing token never handed out before, even across restarts: from a counter whose ceiling
-  // is persisted a block ahead (kTokenBlock). Already above every stored token.
-  Result<uint64_t> NextToken();
-  // Starts the counter above the persisted ceiling and the time `now` (in microseconds), and
-  // persists the next ceiling.
+  // A fencing token never handed out before, even across restarts and copies: from a counter
+  // whose ceiling is persisted a block ahead (kTokenBlock), and at most the lead ahead of `now`
+  // (the lead is raised first when it would be more). Already above every stored token.
+  Result<uint64_t> NextToken(TimePoint now);
+  // Starts the counter above the persisted ceiling and above the time `now` (in microseconds)
+  // plus the lead (and a margin more when the files are a copy: their directory is not the one
+  // they were last opened in), and persists the next ceiling, the lead and the directory.
   Status ReserveTokens(TimePoint now);
   Status LoadFilterHorizon(TimePoint now);
   // The fixed-width value `bytes` long (4 or 8) at `key` of the meta column family, if any;
   // kCorruption naming `what` when it has another size.
   Result<std::optional<uint64_t>> ReadMeta(const char* key, std::size_t bytes,
                                            std::string_view what);
-  Status PersistTokenCeiling(uint64_t ceiling);
+  // Persists (fsyncs) the token ceiling and lead, and the directory the files are in when given.
+  // Called with token_mu_ held.
+  Status PersistTokens(uint64_t ceiling, uint64_t lead, std::optional<uint64_t> device,
+                       std::optional<uint64_t> inode);
   // Every write goes through here. After a failed write (or a failed flush: the next write then
   // fails) RocksDB refuses further writes (its background error state): the next write first
   // checks that RocksDB has resumed (ResumeAfterDiskError), and fails with kIOError saying why
@@ -432,6 +445,9 @@ class RocksDbStorage final : public Storage {
   std::atomic<uint64_t> next_token_{1};
   std::mutex token_mu_;
   std::atomic<uint64_t> token_ceiling_{0};  // written under token_mu_
+  // How far ahead of the clock (microseconds) any token handed out may lie; written under
+  // token_mu_.
+  std::atomic<uint64_t> token_lead_{0};
 };
 
 }  // namespace idem::storage

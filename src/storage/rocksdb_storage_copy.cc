@@ -1,5 +1,5 @@
 // What lets a store be copied and filled from outside: a consistent copy of the database
-// (Checkpoint, for `idem backup`), tokens reserved above those of imported records, and one sync
+// (Checkpoint, for `idem backup`) and one sync
 // for a batch of buffered writes (`idem import`).
 
 #include <fmt/format.h>
@@ -43,24 +43,6 @@ Status RocksDbStorage::Checkpoint(const std::string& destination) {
     if (synced.ok()) synced = handle->Fsync(rocksdb::IOOptions(), nullptr);
     IDEM_RETURN_IF_ERROR(
         FromRocksDb(synced, fmt::format("syncing the backup {}", EscapeControls(directory))));
-  }
-  return Status::OK();
-}
-
-Status RocksDbStorage::ReserveTokensAbove(uint64_t token) {
-  // Far below the top, so that the counter and its ceiling never wrap, and tokens are left.
-  if (token > kMaxImportedToken) {
-    return Status::InvalidArgument(fmt::format(
-        "token {} is too large; a store takes tokens up to {}", token, kMaxImportedToken));
-  }
-  std::lock_guard lock(token_mu_);
-  // The ceiling first: a restart starts at it, so once it is above `token`, no token up to
-  // `token` is ever handed out again, even if this process dies before the records are written.
-  if (token_ceiling_.load() <= token) {
-    IDEM_RETURN_IF_ERROR(PersistTokenCeiling(token + 1 + token_block_));
-  }
-  uint64_t next = next_token_.load();
-  while (next <= token && !next_token_.compare_exchange_weak(next, token + 1)) {
   }
   return Status::OK();
 }

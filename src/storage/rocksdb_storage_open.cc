@@ -1,6 +1,6 @@
 // Opening, creating and inspecting a store's RocksDB, and the meta values read at open (format
-// version, token ceiling, filter horizon). The reads and writes of records are in
-// rocksdb_storage.cc.
+// version, filter horizon; the token ceiling in rocksdb_storage_tokens.cc). The reads and writes of
+// records are in rocksdb_storage.cc.
 
 #include <fmt/format.h>
 #include <malloc.h>
@@ -386,20 +386,6 @@ Status RocksDbStorage::CheckFormatVersion(bool read_only) {
   return Status::OK();
 }
 
-Status RocksDbStorage::ReserveTokens(TimePoint now) {
-  IDEM_ASSIGN_OR_RETURN(const std::optional<uint64_t> ceiling,
-                        ReadMeta(kTokenCeilingKey, 8, "token ceiling"));
-  // Tokens below the stored ceiling may have been handed out before a crash: skip them all.
-  // And start no lower than the time in microseconds. Files that went back in time (a store
-  // restored from a backup or a file-system snapshot) hold a ceiling below tokens that the store
-  // handed out after the copy was made; those were handed out at less than one a microsecond
-  // since it was opened, so they lie below the time now, and no token comes twice.
-  const uint64_t start =
-      std::max(ceiling.value_or(1), static_cast<uint64_t>(std::max<int64_t>(ToMicros(now), 1)));
-  next_token_ = start;
-  return PersistTokenCeiling(start + token_block_);
-}
-
 Status RocksDbStorage::LoadFilterHorizon(TimePoint now) {
   IDEM_ASSIGN_OR_RETURN(const std::optional<uint64_t> horizon,
                         ReadMeta(kFilterHorizonKey, 8, "filter horizon"));
@@ -439,33 +425,6 @@ RocksDbStorage::~RocksDbStorage() {
     db_->Close().PermitUncheckedError();
     db_.reset();
   }
-}
-
-Status RocksDbStorage::PersistTokenCeiling(uint64_t ceiling) {
-  std::string encoded;
-  PutFixed64(encoded, ceiling);
-  rocksdb::WriteBatch batch;
-  IDEM_RETURN_IF_ERROR(
-      FromRocksDb(batch.Put(meta_, kTokenCeilingKey, encoded), "saving the token ceiling"));
-  IDEM_RETURN_IF_ERROR(Write(Durability::kSync, &batch, "saving the token ceiling"));
-  token_ceiling_.store(ceiling);
-  return Status::OK();
-}
-
-Result<uint64_t> RocksDbStorage::NextToken() {
-  const uint64_t token = next_token_.fetch_add(1);
-  if (token > kMaxToken) {
-    return Status::IOError(
-        fmt::format("store {} has handed out every token up to {} (2^63-1): it cannot claim again",
-                    path_, kMaxToken));
-  }
-  if (token >= token_ceiling_.load()) {
-    std::lock_guard lock(token_mu_);
-    while (token >= token_ceiling_.load()) {
-      IDEM_RETURN_IF_ERROR(PersistTokenCeiling(token_ceiling_.load() + token_block_));
-    }
-  }
-  return token;
 }
 
 Status RocksDbStorage::Install(const RocksDbConfig& config, const std::string& staging,
