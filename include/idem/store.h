@@ -153,8 +153,10 @@ class IDEM_EXPORT Store {
   // this one), kNewerVersion (written by a newer release of idem; nothing in it is changed),
   // kCorruption (unreadable, or of a format no release wrote), kInvalidArgument (not a
   // directory, or not an idem store: nothing in it is changed), kIOError (the directory
-  // belongs to another user or others can write it, a symbolic link inside it, the process
-  // serving its socket runs as another user, or the file system failed).
+  // belongs to another user or others can write it, a symbolic link inside it, a path through a
+  // symbolic link of a user other than this process's and root, a file in the socket's place
+  // that is not this user's socket, the process serving its socket runs as another user, or the
+  // file system failed).
   static Result<std::unique_ptr<Store>> Open(std::string_view path, const Options& options = {});
 
   Store() = default;

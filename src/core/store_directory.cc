@@ -20,6 +20,7 @@
 #include "sharing/socket_address.h"
 #include "storage/format_file.h"
 #include "util/escape.h"
+#include "util/links.h"
 
 namespace idem {
 namespace {
@@ -171,6 +172,17 @@ Status CreateDatabase(const fs::path& directory, storage::RocksDbConfig config) 
 Result<sharing::FileDescriptor> OpenStoreDirectory(const fs::path& path, bool create,
                                                    bool* created) {
   *created = false;
+  // A link another user owns could point the store anywhere, at this user's other files
+  // included, whose `socket` the owner would replace (as protected_symlinks refuses in sticky
+  // directories, refused on the whole path).
+  if (const auto link = util::FindForeignLink(path.string(), ::geteuid())) {
+    return Status::IOError(fmt::format(
+        "store path {} passes through the symbolic link {} (to {}), which belongs to uid {}, not "
+        "to uid {}, the user of this process, nor to root: its owner could point it anywhere. "
+        "Give the path it points to, if you trust it",
+        Shown(path), EscapeControls(link->link), EscapeControls(link->target), link->owner,
+        ::geteuid()));
+  }
   sharing::FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0 && errno == ENOENT) {
     if (!create) return Status::NotFound(fmt::format("store {} does not exist", Shown(path)));

@@ -67,13 +67,18 @@ SocketPlace PlaceIn(const std::string& directory_path,
   return place;
 }
 
-// Removes the socket file `name` in `directory`, if there is one (never anything else).
-void RemoveSocketFile(int directory, const std::string& name) {
+// True when `name` in `directory` is a socket of this process's user: the only kind of file idem
+// removes or replaces in a store or runtime directory (even one reached through a path that
+// another user pointed at this user's files).
+bool IsOwnSocket(int directory, const std::string& name) {
   struct stat info {};
-  if (::fstatat(directory, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 &&
-      S_ISSOCK(info.st_mode)) {
-    ::unlinkat(directory, name.c_str(), 0);
-  }
+  return ::fstatat(directory, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 &&
+         S_ISSOCK(info.st_mode) && info.st_uid == ::geteuid();
+}
+
+// Removes the socket file `name` in `directory`, if it is this user's (never anything else).
+void RemoveSocketFile(int directory, const std::string& name) {
+  if (IsOwnSocket(directory, name)) ::unlinkat(directory, name.c_str(), 0);
 }
 
 // Listen at `place`; `bind_error` is errno when bind failed.
@@ -86,12 +91,29 @@ Result<Listener> ListenAt(const SocketPlace& place, int* bind_error) {
   // can connect before it is 0600 (the directory is the owner's only as well). A dead owner may
   // have left the temporary name behind.
   const std::string temporary = place.name + kSocketBindSuffix;
-  ::unlinkat(directory, temporary.c_str(), 0);
+  RemoveSocketFile(directory, temporary);
+  // Anything else in the socket's place is not idem's to replace.
+  for (const std::string& name : {temporary, place.name}) {
+    struct stat info {};
+    if (::fstatat(directory, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !IsOwnSocket(directory, name)) {
+      return Status::IOError(fmt::format(
+          "{}/{} is {} of uid {}, not a socket of uid {}, the user of this process: idem replaces "
+          "only its own sockets. Remove it if it is left over",
+          place.shown.substr(0, place.shown.rfind('/')), EscapeControls(name),
+          S_ISSOCK(info.st_mode) ? "a socket" : "a file", info.st_uid, ::geteuid()));
+    }
+  }
   sockaddr_un addr;
   const socklen_t length = ToSockaddr(place.path + kSocketBindSuffix, addr);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
     *bind_error = errno;
-    ::unlinkat(directory, temporary.c_str(), 0);  // what a FUSE file system may have made
+    // What a FUSE file system may have made before failing (nothing was there: checked above).
+    struct stat made {};
+    if (::fstatat(directory, temporary.c_str(), &made, AT_SYMLINK_NOFOLLOW) == 0 &&
+        made.st_uid == ::geteuid()) {
+      ::unlinkat(directory, temporary.c_str(), 0);
+    }
     return Status::IOError(fmt::format("cannot bind the store socket {}{}: {}", place.shown,
                                        kSocketBindSuffix, std::strerror(*bind_error)));
   }
