@@ -60,6 +60,10 @@ bool IsNewStoreDirectory(const std::string& path) {
   struct stat info {};
   if (::lstat(path.c_str(), &info) != 0) return errno == ENOENT;
   if (!S_ISDIR(info.st_mode)) return false;
+  // An empty mount point cannot be renamed over: the import goes into it as into a store.
+  struct stat parent {};
+  const fs::path above = fs::absolute(fs::path(path)).parent_path();
+  if (::stat(above.c_str(), &parent) != 0 || parent.st_dev != info.st_dev) return false;
   std::error_code error;
   return fs::is_empty(path, error) && !error;
 }

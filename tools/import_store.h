@@ -37,7 +37,7 @@ inline constexpr char kStagingDirectory[] = "import-staging";
 std::string StoreDirectoryPath(const std::string& path);
 
 // Whether `path` names no store yet: nothing is there, or an empty directory (not a symbolic
-// link to one).
+// link to one, nor the root of another file system).
 bool IsNewStoreDirectory(const std::string& path);
 
 // Opens `staging` (made empty: what a killed import left there is removed first) as a new store
