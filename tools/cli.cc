@@ -204,6 +204,10 @@ CLI::App* AddImport(CLI::App& app, Arguments& args) {
           "FILE or -"));
   command->add_flag("--create", import.create,
                     "Make the store when PATH has none (a restore into a new directory)");
+  command->add_flag("--finish", import.finish,
+                    "Finish an import into the store directory PATH that was stopped part way "
+                    "(the store refuses to open until then), from the checked input it left in "
+                    "PATH/import-staging; FILE is not read");
   command->add_flag("--skip-existing", import.skip_existing,
                     "Leave a record the store holds as it is and go on, instead of refusing "
                     "the input");

@@ -1,75 +1,40 @@
-// `idem import`: records from JSON Lines (docs/format.md, "Export format") into a store directory
-// that no other process uses, or a store in PostgreSQL. The whole input is checked before anything
-// is written: a bad line, or a key the store holds already, is named with its line number and
-// nothing is imported.
+// `idem import`: records and table values from JSON Lines (docs/format.md, "Export format") into
+// a store directory that no other process uses, or a store in PostgreSQL. All or nothing: the
+// input is read once, a line at a time in bounded memory (import_input.h), checked line by line
+// and written into a staging store (import_store.h); a bad line, or a key the store holds
+// already, is named with its line number and nothing is imported. Only a whole, checked input
+// reaches the store: a new store directory is the staging store renamed into place; an existing
+// one is marked unfinished while the staged import is copied into it.
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <fstream>
-#include <iostream>
-#include <iterator>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <unordered_map>
 #include <vector>
 
+#include "cli.h"
 #include "commands.h"
 #include "export_format.h"
+#include "import_input.h"
+#include "import_store.h"
 #include "text.h"
+#include "util/pg_uri.h"
 
 namespace idem::cli {
 namespace {
 
-// Records written per Store::Import call (one sync each), and the bytes that end a batch sooner.
+namespace fs = std::filesystem;
+
+// Records (or table values) staged per Import call, and the bytes that end a batch sooner.
 constexpr std::size_t kBatchRecords = 1000;
 constexpr std::size_t kBatchBytes = 16 << 20;
-
-// The input, read twice: once to check every line, once to write. A file is opened twice;
-// standard input is kept in memory.
-class Input {
- public:
-  explicit Input(const std::string& name) : name_(name) {}
-
-  // Starts (again) at the first line. False when the file cannot be read.
-  bool Rewind() {
-    if (name_ == "-") {
-      if (!stdin_) {
-        stdin_ = std::make_unique<std::string>(std::istreambuf_iterator<char>(std::cin),
-                                               std::istreambuf_iterator<char>());
-      }
-      stream_ = std::make_unique<std::istringstream>(*stdin_);
-    } else {
-      stream_ = std::make_unique<std::ifstream>(name_, std::ios::binary);
-    }
-    number_ = 0;
-    return stream_->good() || stream_->eof();
-  }
-
-  // The next line that is not empty, and its number (from 1); false at the end.
-  bool Next(std::string& line, uint64_t& number) {
-    while (std::getline(*stream_, line)) {
-      ++number_;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      number = number_;
-      return true;
-    }
-    return false;
-  }
-
-  // True when reading stopped at the end of the input, not at an error.
-  bool AtEnd() const { return stream_->eof(); }
-
-  std::string Shown() const { return name_ == "-" ? "standard input" : DisplayEscape(name_); }
-
- private:
-  const std::string name_;
-  std::unique_ptr<std::string> stdin_;
-  std::unique_ptr<std::istream> stream_;
-  uint64_t number_ = 0;
-};
 
 // The limits the store's owner (this process) checks, checked before anything is written.
 Status CheckLimits(const Record& record, const Options& options) {
@@ -89,171 +54,171 @@ Status CheckLimits(const Record& record, const Options& options) {
   return Status::OK();
 }
 
-}  // namespace
+// Reads the input once, checks every line (against `target` too, when the import goes into an
+// existing store) and writes it into `staging`, which started empty: a key present there is a
+// key an earlier line gave. kExitOk, or the exit code after saying why (nothing was imported
+// into the store: the caller throws the staging store away).
+class Stager {
+ public:
+  Stager(const Context& ctx, const ImportArgs& args, ImportInput& input, Store& staging,
+         Store* target)
+      : ctx_(ctx), args_(args), input_(input), staging_(staging), target_(target) {}
 
-int Import(const Context& ctx, const ImportArgs& args) {
-  const std::string& path = args.path;
-  Options options = ctx.StoreOptions(/*read_only=*/false);
-  // With --create, a new store may be made for the import (a restore into a new directory, or
-  // new tables). Nobody else may use a store directory meanwhile: the check of every key before
-  // the first write stays true, and no application sees half an import. (A store in PostgreSQL
-  // has no owner to exclude others: a key an application takes meanwhile is left as it is.)
-  options.create_if_missing = args.create;
-  options.sharing = Sharing::kExclusive;
-  auto store = Store::Open(path, options);
-  if (!store.ok()) {
-    if (store.status().code() == Status::Code::kBusy) {
-      return ctx.Fail(kExitStoreError,
-                      fmt::format("store {} is in use ({}); import needs the store to itself: "
-                                  "stop the applications that use it, or import into a new "
-                                  "store",
-                                  DisplayEscape(ctx.StoreName(path)), store.status().message()));
+  int Run() {
+    std::string line;
+    uint64_t number = 0;
+    for (;;) {
+      switch (input_.Next(line, number)) {
+        case ImportInput::Read::kLine:
+          break;
+        case ImportInput::Read::kEnd:
+          return Flush();
+        case ImportInput::Read::kTooLong:
+          return Refuse(number, fmt::format("the line is longer than {} bytes, the longest a "
+                                            "record can take in this store (docs/format.md)",
+                                            LongestLine(staging_.options())));
+        case ImportInput::Read::kError:
+          return ctx_.Fail(kExitStoreError,
+                           fmt::format("cannot read {}: {}; nothing was imported", input_.Shown(),
+                                       std::strerror(input_.error())));
+      }
+      if (const int code = Take(line, number); code != kExitOk) return code;
+      if (batched_ >= kBatchRecords || batch_bytes_ >= kBatchBytes) {
+        if (const int code = Flush(); code != kExitOk) return code;
+      }
     }
-    return ctx.StoreError(path, store.status());
   }
-  const Options& limits = (*store)->options();
 
-  Input input(args.input);
-  const auto unreadable = [&] {
-    return ctx.Fail(kExitStoreError, fmt::format("cannot read {}", input.Shown()));
-  };
-  const auto refuse = [&](uint64_t number, std::string_view why) {
-    return ctx.Fail(kExitInputRefused, fmt::format("{} line {}: {}; nothing was imported",
-                                                   input.Shown(), number, why));
-  };
-  // Every line's defaults (`created` absent) are this one moment.
-  const TimePoint now = ctx.Now();
+  uint64_t imported = 0, expired = 0, values_imported = 0;
 
-  // Pass 1: every line parses, fits the limits, names a key no other line names, and (unless
-  // --skip-existing) a key the store does not hold.
-  if (!input.Rewind()) return unreadable();
-  std::unordered_map<std::string, uint64_t> first_line;  // key -> the line that names it
-  // Per table, its keys and the line that names each.
-  std::map<std::string, std::unordered_map<std::string, uint64_t>> first_value_line;
-  std::string line;
-  uint64_t number = 0;
-  while (input.Next(line, number)) {
+ private:
+  int Refuse(uint64_t number, std::string_view why) {
+    return ctx_.Fail(kExitInputRefused, fmt::format("{} line {}: {}; nothing was imported",
+                                                    input_.Shown(), number, why));
+  }
+
+  // Whether `key` (of `table`, or a record's when empty) is given on an earlier line of this
+  // batch: the store's answer does not say which line, this batch's does.
+  int Repeated(const std::string& table, const std::string& key, uint64_t number) {
+    const auto [seen, added] = batch_lines_.emplace(table + '\0' + key, number);
+    if (added) return kExitOk;
+    return Refuse(number, table.empty() ? fmt::format("key '{}' is also on line {}",
+                                                      DisplayEscape(key), seen->second)
+                                        : fmt::format("key '{}' of table {} is also on line {}",
+                                                      DisplayEscape(key), table, seen->second));
+  }
+
+  int Take(const std::string& line, uint64_t number) {
+    const Options& limits = staging_.options();
     Result<std::optional<ExportedTableValue>> value = ParseTableValueLine(line);
-    if (!value.ok()) return refuse(number, value.status().message());
+    if (!value.ok()) return Refuse(number, value.status().message());
     if (*value) {
-      const ExportedTableValue& v = **value;
+      ExportedTableValue& v = **value;
       if (v.key.size() > limits.max_key_size || v.value.size() > limits.max_result_size) {
-        return refuse(number, fmt::format("key or value of table {} above the store's limits "
+        return Refuse(number, fmt::format("key or value of table {} above the store's limits "
                                           "(max_key_size {}, max_result_size {})",
                                           v.table, limits.max_key_size, limits.max_result_size));
       }
-      const auto [seen, added] = first_value_line[v.table].emplace(v.key, number);
-      if (!added) {
-        return refuse(number, fmt::format("key '{}' of table {} is also on line {}",
-                                          DisplayEscape(v.key), v.table, seen->second));
-      }
-      // Read even with --skip-existing: a bad table name or key is refused here, before
-      // anything is written.
-      Result<TableValue> stored = (*store)->GetValue(v.table, v.key);
+      // Read even with --skip-existing: a bad table name or key is refused here, with its line.
+      Result<TableValue> stored = (target_ ? *target_ : staging_).GetValue(v.table, v.key);
       if (!stored.ok()) {
         if (stored.status().code() == Status::Code::kInvalidArgument) {
-          return refuse(number, stored.status().message());
+          return Refuse(number, stored.status().message());
         }
-        return ctx.StoreError(path, stored.status());
+        return ctx_.StoreError(args_.path, stored.status());
       }
-      if (!args.skip_existing && stored->version != 0) {
-        return refuse(number, fmt::format("key '{}' of table {} was written in the store already "
+      if (target_ && !args_.skip_existing && stored->version != 0) {
+        return Refuse(number, fmt::format("key '{}' of table {} was written in the store already "
                                           "(--skip-existing leaves such values as they are)",
                                           DisplayEscape(v.key), v.table));
       }
-      continue;
+      if (const int code = Repeated(v.table, v.key, number); code != kExitOk) return code;
+      batch_bytes_ += line.size();
+      ++batched_;
+      value_batches_[v.table].push_back(
+          {{std::move(v.key), TableValue{std::move(v.value), v.version}}, number});
+      return kExitOk;
     }
-    Result<Record> record = ParseExportLine(line, now);
-    if (!record.ok()) return refuse(number, record.status().message());
+    Result<Record> record = ParseExportLine(line, now_);
+    if (!record.ok()) return Refuse(number, record.status().message());
     if (Status fits = CheckLimits(*record, limits); !fits.ok()) {
-      return refuse(number, fits.message());
+      return Refuse(number, fits.message());
     }
-    const auto [seen, added] = first_line.emplace(record->key, number);
-    if (!added) {
-      return refuse(number, fmt::format("key '{}' is also on line {}", DisplayEscape(record->key),
-                                        seen->second));
-    }
-    if (!args.skip_existing) {
-      Result<std::optional<Record>> stored = (*store)->Get(record->key);
-      if (!stored.ok()) return ctx.StoreError(path, stored.status());
+    if (target_ && !args_.skip_existing) {
+      Result<std::optional<Record>> stored = target_->Get(record->key);
+      if (!stored.ok()) return ctx_.StoreError(args_.path, stored.status());
       if (stored->has_value()) {
-        return refuse(number, fmt::format("key '{}' is in the store already (--skip-existing "
+        return Refuse(number, fmt::format("key '{}' is in the store already (--skip-existing "
                                           "leaves such records as they are)",
                                           DisplayEscape(record->key)));
       }
     }
+    if (const int code = Repeated("", record->key, number); code != kExitOk) return code;
+    batch_bytes_ += line.size();
+    ++batched_;
+    records_.push_back(std::move(*record));
+    record_lines_.push_back(number);
+    return kExitOk;
   }
-  if (!input.AtEnd()) return unreadable();
-  first_line = {};
-  first_value_line = {};
 
-  // Pass 2: the same lines, written in batches.
-  if (!input.Rewind()) return unreadable();
-  uint64_t imported = 0, present = 0, expired = 0, values_imported = 0, values_present = 0;
-  std::vector<Record> batch;
-  std::size_t batch_bytes = 0;
-  // Table values, batched per table the same way.
-  std::map<std::string, std::vector<std::pair<std::string, TableValue>>> value_batches;
-  std::size_t values_batched = 0;
-  const auto write_values = [&]() -> Status {
-    for (auto& [table, values] : value_batches) {
-      IDEM_ASSIGN_OR_RETURN(std::vector<ImportOutcome> outcomes,
-                            (*store)->ImportValues(table, values));
-      for (const ImportOutcome outcome : outcomes) {
-        values_imported += outcome == ImportOutcome::kImported ? 1 : 0;
-        values_present += outcome == ImportOutcome::kPresent ? 1 : 0;
+  int Flush() {
+    if (!records_.empty()) {
+      Result<std::vector<ImportOutcome>> outcomes = staging_.Import(records_);
+      if (!outcomes.ok()) return ctx_.StoreError(args_.path, outcomes.status());
+      for (std::size_t i = 0; i < outcomes->size(); ++i) {
+        if ((*outcomes)[i] == ImportOutcome::kPresent) {
+          return Refuse(record_lines_[i], fmt::format("key '{}' is also on an earlier line",
+                                                      DisplayEscape(records_[i].key)));
+        }
+        imported += (*outcomes)[i] == ImportOutcome::kImported ? 1 : 0;
+        expired += (*outcomes)[i] == ImportOutcome::kExpired ? 1 : 0;
       }
     }
-    value_batches.clear();
-    values_batched = 0;
-    return Status::OK();
-  };
-  const auto write = [&]() -> Status {
-    IDEM_ASSIGN_OR_RETURN(std::vector<ImportOutcome> outcomes, (*store)->Import(batch));
-    for (const ImportOutcome outcome : outcomes) {
-      imported += outcome == ImportOutcome::kImported ? 1 : 0;
-      present += outcome == ImportOutcome::kPresent ? 1 : 0;
-      expired += outcome == ImportOutcome::kExpired ? 1 : 0;
-    }
-    batch.clear();
-    batch_bytes = 0;
-    return Status::OK();
-  };
-  // The input read again differs only if it changed meanwhile; the batches before are written.
-  const auto changed = [&](uint64_t at) {
-    return ctx.Fail(kExitStoreError,
-                    fmt::format("{} changed while it was imported (line {} could not be read "
-                                "again); {} records were imported before it",
-                                input.Shown(), at, imported));
-  };
-  while (input.Next(line, number)) {
-    Result<std::optional<ExportedTableValue>> value = ParseTableValueLine(line);
-    if (!value.ok()) return changed(number);
-    if (*value) {
-      ExportedTableValue& v = **value;
-      value_batches[v.table].emplace_back(std::move(v.key),
-                                          TableValue{std::move(v.value), v.version});
-      if (++values_batched >= kBatchRecords) {
-        if (Status written = write_values(); !written.ok()) return ctx.StoreError(path, written);
+    for (const auto& [table, entries] : value_batches_) {
+      std::vector<std::pair<std::string, TableValue>> values;
+      values.reserve(entries.size());
+      for (const auto& entry : entries) values.push_back(entry.value);
+      Result<std::vector<ImportOutcome>> outcomes = staging_.ImportValues(table, values);
+      if (!outcomes.ok()) return ctx_.StoreError(args_.path, outcomes.status());
+      for (std::size_t i = 0; i < outcomes->size(); ++i) {
+        if ((*outcomes)[i] == ImportOutcome::kPresent) {
+          return Refuse(entries[i].line,
+                        fmt::format("key '{}' of table {} is also on an earlier line",
+                                    DisplayEscape(entries[i].value.first), table));
+        }
+        ++values_imported;
       }
-      continue;
     }
-    Result<Record> record = ParseExportLine(line, now);
-    if (!record.ok()) return changed(number);
-    batch_bytes += line.size();
-    batch.push_back(std::move(*record));
-    if (batch.size() >= kBatchRecords || batch_bytes >= kBatchBytes) {
-      if (Status written = write(); !written.ok()) return ctx.StoreError(path, written);
-    }
+    records_.clear();
+    record_lines_.clear();
+    value_batches_.clear();
+    batch_lines_.clear();
+    batched_ = 0;
+    batch_bytes_ = 0;
+    return kExitOk;
   }
-  if (!input.AtEnd()) return changed(number + 1);
-  if (!batch.empty()) {
-    if (Status written = write(); !written.ok()) return ctx.StoreError(path, written);
-  }
-  if (values_batched > 0) {
-    if (Status written = write_values(); !written.ok()) return ctx.StoreError(path, written);
-  }
-  store->reset();
+
+  struct StagedValue {
+    std::pair<std::string, TableValue> value;
+    uint64_t line;
+  };
+
+  const Context& ctx_;
+  const ImportArgs& args_;
+  ImportInput& input_;
+  Store& staging_;
+  Store* const target_;
+  // Every line's defaults (`created` absent) are this one moment.
+  const TimePoint now_ = ctx_.Now();
+  std::vector<Record> records_;
+  std::vector<uint64_t> record_lines_;
+  std::map<std::string, std::vector<StagedValue>> value_batches_;
+  std::unordered_map<std::string, uint64_t> batch_lines_;  // table '\0' key -> its line
+  std::size_t batched_ = 0, batch_bytes_ = 0;
+};
+
+std::string Summary(uint64_t imported, uint64_t present, uint64_t expired, uint64_t values_imported,
+                    uint64_t values_present) {
   std::string summary = fmt::format("imported {} records", imported);
   if (present > 0) summary += fmt::format("; {} left as they were (key in the store)", present);
   if (expired > 0) summary += fmt::format("; {} not imported (retention passed)", expired);
@@ -262,8 +227,194 @@ int Import(const Context& ctx, const ImportArgs& args) {
     summary +=
         fmt::format("; {} table values left as they were (written in the store)", values_present);
   }
-  fmt::print(ctx.out, "{}\n", summary);
+  return summary;
+}
+
+// Opens the store the import writes into.
+Result<std::unique_ptr<Store>> OpenTarget(const Context& ctx, const std::string& path,
+                                          const Options& options, int* code) {
+  Result<std::unique_ptr<Store>> store = Store::Open(path, options);
+  if (store.ok()) return store;
+  const bool unfinished =
+      !util::IsPostgresUri(path) && fs::exists(fs::path(path) / kUnfinishedImportFile);
+  if (store.status().code() == Status::Code::kBusy && !unfinished) {
+    *code = ctx.Fail(kExitStoreError,
+                     fmt::format("store {} is in use ({}); import needs the store to itself: "
+                                 "stop the applications that use it, or import into a new store",
+                                 DisplayEscape(ctx.StoreName(path)), store.status().message()));
+  } else if (store.status().code() ==
+             Status::Code::kBusy) {  // the mark: its message says what to do
+    *code = ctx.Fail(kExitStoreError, store.status().message());
+  } else {
+    *code = ctx.StoreError(path, store.status());
+  }
+  return store.status();
+}
+
+// --create where PATH has no store: the staging store is the new store, renamed into place.
+int ImportIntoNewStore(const Context& ctx, const ImportArgs& args, const std::string& path,
+                       Options options, ImportInput& input) {
+  const std::string aside = path + kNewStoreSuffix;
+  Result<std::unique_ptr<Store>> staging = OpenEmptyStaging(aside, options);
+  if (!staging.ok()) return ctx.StoreError(aside, staging.status());
+  Stager stager(ctx, args, input, **staging, nullptr);
+  const int code = stager.Run();
+  staging->reset();  // closed: synced, its lock released
+  Status installed = code == kExitOk ? InstallNewStore(aside, path) : Status::OK();
+  if (code != kExitOk || !installed.ok()) {
+    static_cast<void>(RemoveStaging(aside));  // a half-made store must not pass for one
+    return code != kExitOk ? code : ctx.StoreError(path, installed);
+  }
+  fmt::print(ctx.out, "{}\n",
+             Summary(stager.imported, 0, stager.expired, stager.values_imported, 0));
   return ctx.FinishOutput(kExitOk);
+}
+
+// Where the staging store of an import into an existing store goes: inside the store directory
+// (kept there with the mark until the import is finished), or a private temporary directory for
+// a store in PostgreSQL.
+Result<std::string> StagingPath(const std::string& path) {
+  if (!util::IsPostgresUri(path)) return (fs::path(path) / kStagingDirectory).string();
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp") + "/idem-import-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return Status::IOError(fmt::format("cannot make a temporary directory {}: {}",
+                                       DisplayEscape(pattern), std::strerror(errno)));
+  }
+  return pattern + "/" + kStagingDirectory;
+}
+
+void RemoveStagingAndTemporary(const std::string& path, const std::string& staging) {
+  static_cast<void>(RemoveStaging(staging));
+  if (util::IsPostgresUri(path)) ::rmdir(fs::path(staging).parent_path().c_str());
+}
+
+int ImportIntoStore(const Context& ctx, const ImportArgs& args, const std::string& path,
+                    Options options, ImportInput& input) {
+  int code = kExitOk;
+  Result<std::unique_ptr<Store>> store = OpenTarget(ctx, path, options, &code);
+  if (!store.ok()) return code;
+  const Options& limits = (*store)->options();
+  options.max_key_size = limits.max_key_size;
+  options.max_label_size = limits.max_label_size;
+  options.max_result_size = limits.max_result_size;
+  Result<std::string> staging_path = StagingPath(path);
+  if (!staging_path.ok()) return ctx.StoreError(path, staging_path.status());
+  Result<std::unique_ptr<Store>> staging = OpenEmptyStaging(*staging_path, options);
+  if (!staging.ok()) {
+    if (util::IsPostgresUri(path)) RemoveStagingAndTemporary(path, *staging_path);
+    return ctx.StoreError(*staging_path, staging.status());
+  }
+  Stager stager(ctx, args, input, **staging, store->get());
+  code = stager.Run();
+  if (code != kExitOk) {
+    staging->reset();
+    RemoveStagingAndTemporary(path, *staging_path);
+    return code;
+  }
+  // The whole input is checked and staged (durable: each staged batch was synced). From the
+  // first write on, the store directory says it holds an unfinished import, until it is whole.
+  // Why a mark rather than atomic batches: the format gives the records first, then the table
+  // values table by table, with nothing linking a value to the record whose effect it is, so no
+  // batch can hold "a record and its effects"; and a store with some of its records without
+  // their effects answers retries wrongly. So the store refuses service while the mark is there,
+  // and the staging store beside it (the checked input, whatever it was read from, standard
+  // input included) is what `idem import PATH --finish` copies the rest from.
+  if (!util::IsPostgresUri(path)) {
+    const std::string mark = (fs::path(path) / kUnfinishedImportFile).string();
+    if (ctx.WriteFileAtomically(
+            mark, fmt::format("An `idem import` of {} into this store, started at {} by process "
+                              "{}, is not finished: the store may hold some of its records "
+                              "without their table values, and is not opened until it is. The "
+                              "checked input is in {}. Finish it with: idem import {} --finish\n",
+                              input.Shown(), FormatRfc3339(ctx.Now()), ::getpid(),
+                              kStagingDirectory, path)) != kExitOk) {
+      staging->reset();
+      RemoveStagingAndTemporary(path, *staging_path);
+      return kExitStoreError;
+    }
+  }
+  CopyCounts counts;
+  Status copied = CopyStaged(**staging, **store, counts);
+  if (copied.ok() && !util::IsPostgresUri(path)) copied = RemoveUnfinishedMark(path);
+  if (!copied.ok()) {
+    if (util::IsPostgresUri(path)) {
+      staging->reset();
+      RemoveStagingAndTemporary(path, *staging_path);
+      return ctx.Fail(kExitStoreError,
+                      fmt::format("{} after {} records were imported; run the import again "
+                                  "with --skip-existing once the cause is fixed",
+                                  copied.ToString(), counts.imported));
+    }
+    return ctx.Fail(kExitStoreError,
+                    fmt::format("{}; the import is not finished, and the store is marked so: "
+                                "once the cause is fixed, finish it with: idem import {} --finish",
+                                copied.ToString(), path));
+  }
+  staging->reset();
+  RemoveStagingAndTemporary(path, *staging_path);
+  fmt::print(ctx.out, "{}\n",
+             Summary(counts.imported, counts.present, stager.expired + counts.expired,
+                     counts.values_imported, counts.values_present));
+  return ctx.FinishOutput(kExitOk);
+}
+
+// --finish: copies what an interrupted import left staged, then removes the mark.
+int FinishImport(const Context& ctx, const std::string& path, Options options) {
+  if (util::IsPostgresUri(path)) {
+    return ctx.Usage(
+        "--finish is for a store directory: an import into PostgreSQL leaves no "
+        "mark (run it again with --skip-existing)");
+  }
+  options.create_if_missing = false;
+  options.open_unfinished_import = true;
+  int code = kExitOk;
+  Result<std::unique_ptr<Store>> store = OpenTarget(ctx, path, options, &code);
+  if (!store.ok()) return code;
+  if (!fs::exists(fs::path(path) / kUnfinishedImportFile)) {
+    return ctx.Fail(kExitStoreError, fmt::format("store {} has no unfinished import (no {})",
+                                                 DisplayEscape(path), kUnfinishedImportFile));
+  }
+  const std::string staging_path = (fs::path(path) / kStagingDirectory).string();
+  options.open_unfinished_import = false;
+  options.sharing = Sharing::kExclusive;
+  Result<std::unique_ptr<Store>> staging = Store::Open(staging_path, options);
+  if (!staging.ok()) return ctx.StoreError(staging_path, staging.status());
+  CopyCounts counts;
+  Status copied = CopyStaged(**staging, **store, counts);
+  if (copied.ok()) copied = RemoveUnfinishedMark(path);
+  if (!copied.ok()) return ctx.StoreError(path, copied);
+  staging->reset();
+  static_cast<void>(RemoveStaging(staging_path));
+  fmt::print(ctx.out,
+             "finished the import: {} records and {} table values written now; {} records and "
+             "{} table values were written before it stopped\n",
+             counts.imported, counts.values_imported, counts.present, counts.values_present);
+  return ctx.FinishOutput(kExitOk);
+}
+
+}  // namespace
+
+int Import(const Context& ctx, const ImportArgs& args) {
+  const std::string path =
+      util::IsPostgresUri(args.path) ? args.path : StoreDirectoryPath(args.path);
+  Options options = ctx.StoreOptions(/*read_only=*/false);
+  // Nobody else may use a store directory meanwhile: the check of every key before the first
+  // write stays true, and no application sees part of an import. (A store in PostgreSQL has no
+  // owner to exclude others: a key an application takes meanwhile is left as it is.)
+  options.sharing = Sharing::kExclusive;
+  if (args.finish) return FinishImport(ctx, path, options);
+  options.create_if_missing = args.create;
+  ImportInput input(args.input, LongestLine(options));
+  if (!input.Open()) {
+    return ctx.Fail(kExitStoreError,
+                    fmt::format("cannot read {}: {}", input.Shown(), std::strerror(input.error())));
+  }
+  if (!util::IsPostgresUri(path) && args.create && IsNewStoreDirectory(path)) {
+    return ImportIntoNewStore(ctx, args, path, options, input);
+  }
+  return ImportIntoStore(ctx, args, path, options, input);
 }
 
 }  // namespace idem::cli

@@ -63,6 +63,7 @@ struct ImportArgs {
   std::string input = "-";  // a file, or "-": standard input
   bool skip_existing = false;
   bool create = false;  // --create: make the store when PATH has none
+  bool finish = false;  // --finish: finish an import that was stopped part way
 };
 
 int Dump(const Context& ctx, const DumpArgs& args);

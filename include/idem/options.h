@@ -52,6 +52,11 @@ IDEM_EXPORT std::shared_ptr<const Clock> SystemClock();
 // not applied (docs/semantics.md, "Options of a store opened twice"). When another process owns the
 // store, the owner's size limits, clock, take_over_dead_holders, renewal_grace and sync_interval
 // judge every request.
+// The file in a store directory that marks an import into it as unfinished: written (synced)
+// by `idem import` before it writes the first record into an existing store, removed once the
+// import is whole (Options::open_unfinished_import).
+inline constexpr char kUnfinishedImportFile[] = "IMPORT-UNFINISHED";
+
 struct Options {
   // How long a Begin's claim stays live when BeginOptions::lease is 0. A pending record whose
   // lease has passed may be taken over by the next Begin. Execute renews the lease while its
@@ -88,6 +93,13 @@ struct Options {
   // either way (kInvalidArgument) and left unchanged. When false, opening a missing store
   // returns kNotFound. Default: true.
   bool create_if_missing = true;
+
+  // Open a store directory that an interrupted `idem import` left marked unfinished (the file
+  // kUnfinishedImportFile in it), which Open otherwise refuses with kBusy naming the way out:
+  // such a store may hold some of the import's records without the table values that go with
+  // them (docs/operations.md, "Export and import"). For `idem import --finish`, which writes the
+  // rest and removes the mark. Default: false.
+  bool open_unfinished_import = false;
 
   // Open without ever writing and without ever becoming the store's owner: Begin, Complete,
   // Fail, Extend, SaveCheckpoint, Forget and Purge (but a dry run) return kInvalidArgument.

@@ -150,7 +150,8 @@ class IDEM_EXPORT Store {
  public:
   // Opens (or creates, see Options::create_if_missing) the store in directory `path`.
   // Errors: kNotFound (missing and not created), kBusy (held by another process that excludes
-  // this one), kNewerVersion (written by a newer release of idem; nothing in it is changed),
+  // this one, or marked by an import that is not finished: Options::open_unfinished_import),
+  // kNewerVersion (written by a newer release of idem; nothing in it is changed),
   // kCorruption (unreadable, or of a format no release wrote), kInvalidArgument (not a
   // directory, or not an idem store: nothing in it is changed), kIOError (the directory
   // belongs to another user or others can write it, a symbolic link inside it, a path through a

@@ -4,8 +4,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -436,6 +439,29 @@ Status Attempt::SaveCheckpoint(std::string_view data) {
   return store->SaveCheckpoint(key, token, data);
 }
 
+namespace {
+
+// An import interrupted part way leaves some of its records without the table values that go
+// with them (their effects): a retry of such a key would replay an answer whose effects are not
+// in the store. So nobody uses the store until the import is finished (Options).
+Status RefuseUnfinishedImport(const fs::path& directory) {
+  const fs::path mark = directory / kUnfinishedImportFile;
+  struct stat info {};
+  if (::lstat(mark.c_str(), &info) != 0) {
+    if (errno == ENOENT) return Status::OK();
+    return Status::IOError(
+        fmt::format("cannot stat {}: {}", EscapeControls(mark.string()), std::strerror(errno)));
+  }
+  return Status::Busy(fmt::format(
+      "store {} holds an unfinished import ({} is there): `idem import` is writing into it, or "
+      "was stopped part way, and the store may hold some imported records without their table "
+      "values. If no import runs, finish it with: idem import {} --finish",
+      EscapeControls(directory.string()), EscapeControls(mark.string()),
+      EscapeControls(directory.string())));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options& options) {
   if (path.empty()) return Status::InvalidArgument("store path is empty");
   IDEM_RETURN_IF_ERROR(CheckOptions(options));
@@ -455,6 +481,9 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
   Result<StoreDirectory> prepared =
       PrepareStoreDirectory(directory, effective.create_if_missing && !effective.read_only);
   if (!prepared.ok()) return prepared.status();
+  if (prepared->has_database && !effective.open_unfinished_import) {
+    IDEM_RETURN_IF_ERROR(RefuseUnfinishedImport(directory));
+  }
   const DirectoryId id{prepared->device, prepared->inode};
   auto& registry = Registry();
   std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
