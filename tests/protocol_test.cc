@@ -365,8 +365,9 @@ TEST(Protocol, TableWritesTravelWithTheTransitionAndTablesAreReadByTwoOps) {
                                    "\x01\x03\0\0\0\0\0\0\0"  // has if_version, if_version
                                    "\x01\0\0\0t\x01\0\0\0d"  // table, key
                                    "\x00"                    // no value: a delete
-                                   "\x00",                   // unconditional
-                                   71);
+                                   "\x00"                    // unconditional
+                                   "\0\0\0\0",               // requirements (version 10)
+                                   75);
   EXPECT_EQ(EncodeRequest(TransitionMessage{complete, {}}), expected);
   Result<Request> decoded = DecodeRequest(expected);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
@@ -383,7 +384,7 @@ TEST(Protocol, TableWritesTravelWithTheTransitionAndTablesAreReadByTwoOps) {
   EXPECT_EQ(removal.if_version, std::nullopt);
   // A flag above 1, and a version 7 Transition (no writes): refused.
   std::string bad_flag = expected;
-  bad_flag[bad_flag.size() - 1] = '\x02';
+  bad_flag[bad_flag.size() - 5] = '\x02';
   EXPECT_EQ(DecodeRequest(bad_flag).status().message(),
             "malformed request: a field is out of range (op 2)");
   EXPECT_EQ(DecodeRequest(expected.substr(0, 31)).status().message(),
@@ -433,6 +434,47 @@ TEST(Protocol, TableWritesTravelWithTheTransitionAndTablesAreReadByTwoOps) {
   ASSERT_TRUE(DecodeResponse(EncodeResponse(Status::Conflict("changed")), status, kind).ok());
   EXPECT_EQ(status.code(), Status::Code::kConflict);
   EXPECT_EQ(status.message(), "changed");
+}
+
+// Version 10: a Transition's required keys (WriteSet::Require) follow its writes, each with the
+// version it must still be at (0 included); they round-trip, and a frame cut inside them is
+// refused rather than read without them.
+TEST(Protocol, RequiredKeysTravelWithTheTransition) {
+  EXPECT_GE(kProtocolVersion, 10);
+  idem::WriteSet writes;
+  writes.Put("t", "k", "v", 3);
+  writes.Require("t", "r", 7);
+  writes.Require("u", "never", 0);
+  TransitionCall complete{.key = "m"};
+  complete.request = {.kind = idem::engine::TransitionKind::kComplete, .token = 9, .payload = "r"};
+  complete.writes = &writes;
+  const std::string frame = EncodeRequest(TransitionMessage{complete, {}});
+  const std::string requirements = Bytes(
+      "\x02\0\0\0"                                   // requirements
+      "\x01\0\0\0t\x01\0\0\0r\x07\0\0\0\0\0\0\0"     // table, key, version
+      "\x01\0\0\0u\x05\0\0\0never\0\0\0\0\0\0\0\0",  // table, key, version 0
+      4 + 18 + 22);
+  ASSERT_GT(frame.size(), requirements.size());
+  EXPECT_EQ(frame.substr(frame.size() - requirements.size()), requirements);
+  Result<Request> decoded = DecodeRequest(frame);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  const auto& message = std::get<TransitionMessage>(*decoded);
+  ASSERT_EQ(message.writes.writes().size(), 1u);
+  ASSERT_EQ(message.writes.requirements().size(), 2u);
+  EXPECT_EQ(message.writes.requirements()[0].table, "t");
+  EXPECT_EQ(message.writes.requirements()[0].key, "r");
+  EXPECT_EQ(message.writes.requirements()[0].version, 7u);
+  EXPECT_EQ(message.writes.requirements()[1].table, "u");
+  EXPECT_EQ(message.writes.requirements()[1].key, "never");
+  EXPECT_EQ(message.writes.requirements()[1].version, 0u);
+  EXPECT_FALSE(message.writes.empty());
+  // Encoded again from the decoded message (the owner's view): the same bytes.
+  EXPECT_EQ(EncodeRequest(message), frame);
+  // Cut inside the requirements, or without them (a version 9 body): refused.
+  for (const std::size_t cut : {std::size_t{1}, std::size_t{8}, requirements.size()}) {
+    EXPECT_EQ(DecodeRequest(frame.substr(0, frame.size() - cut)).status().message(),
+              "malformed request: fields truncated or trailing bytes (op 2)");
+  }
 }
 
 }  // namespace
