@@ -317,8 +317,8 @@ class IDEM_EXPORT Store {
   // a connection of the pool while fn runs: Options::pool_size must leave one for the lease's
   // renewals. The transaction runs at the server's default isolation level (READ COMMITTED
   // unless the database sets another); fn's first statement may be SET TRANSACTION ISOLATION
-  // LEVEL SERIALIZABLE (docs/postgresql.md, "Isolation"). On a store directory: kInvalidArgument
-  // (use Execute's Attempt::Read/Put there).
+  // LEVEL SERIALIZABLE, and fn must then finish within a third of its lease (docs/postgresql.md,
+  // "Isolation"). On a store directory: kInvalidArgument (use Execute's Attempt::Read/Put there).
   template <class Fn>
   Result<Execution> ExecuteInTransaction(std::string_view key, const BeginOptions& options,
                                          Fn&& fn) {
