@@ -470,7 +470,14 @@ TEST(Protocol, RequiredKeysTravelWithTheTransition) {
   EXPECT_FALSE(message.writes.empty());
   // Encoded again from the decoded message (the owner's view): the same bytes.
   EXPECT_EQ(EncodeRequest(message), frame);
-  // Cut inside the requirements, or without them (a version 9 body): refused.
+  // A version 9 peer's Transition (writes without requirements) is refused by its version, never
+  // read as one without requirements; and a version 10 frame cut inside its requirements, or
+  // without them, is refused too.
+  std::string version_nine = frame.substr(0, frame.size() - requirements.size());
+  version_nine[0] = 9;
+  EXPECT_EQ(DecodeRequest(version_nine).status().message(),
+            "unsupported protocol version 9 (this owner speaks " +
+                std::to_string(kProtocolVersion) + ")");
   for (const std::size_t cut : {std::size_t{1}, std::size_t{8}, requirements.size()}) {
     EXPECT_EQ(DecodeRequest(frame.substr(0, frame.size() - cut)).status().message(),
               "malformed request: fields truncated or trailing bytes (op 2)");
