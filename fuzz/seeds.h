@@ -137,6 +137,7 @@ inline std::vector<Seed> MakeSeeds() {
   idem::WriteSet writes;
   writes.Put("balances", "alice", "10", 3);
   writes.Delete("balances", "bob");
+  writes.Require("balances", "carol", 2);
   transition.request = {
       .kind = idem::engine::TransitionKind::kComplete, .token = 7, .payload = "charged"};
   transition.writes = &writes;

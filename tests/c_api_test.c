@@ -540,8 +540,22 @@ int main(void) {
           IDEM_CONFLICT);
     CHECK_ERROR(err, IDEM_CONFLICT, "Conflict: ");
     idem_writeset_destroy(writes);
+    /* A key read and not written, required at a version it moved on from (bob, written once,
+     * required never written): IDEM_CONFLICT too, and nothing written. */
+    writes = idem_writeset_create();
+    idem_writeset_require(writes, "balances", "bob", 3, 0);
+    idem_writeset_put(writes, "log", "table-2", 7, "x", 1, 0, 0);
+    CHECK(idem_complete_with_writes(store, "table-2", 7, token, "ok", 2, writes, &err) ==
+          IDEM_CONFLICT);
+    CHECK_ERROR(err, IDEM_CONFLICT, "Conflict: key ");
+    idem_writeset_destroy(writes);
+    value = idem_get_value(store, "log", "table-2", 7, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(value != NULL && !idem_value_present(value) && idem_value_version(value) == 0);
+    idem_value_destroy(value);
     writes = idem_writeset_create();
     idem_writeset_delete(writes, "balances", "alice", 5, 1, 1);
+    idem_writeset_require(writes, "balances", "bob", 3, 1);
     CHECK(idem_complete_with_writes(store, "table-2", 7, token, "ok", 2, writes, &err) == IDEM_OK);
     CHECK_NO_ERROR(err);
     idem_writeset_destroy(writes);

@@ -277,9 +277,14 @@ IDEM_EXPORT void idem_writeset_put(idem_writeset_t* writes, const char* table, c
 IDEM_EXPORT void idem_writeset_delete(idem_writeset_t* writes, const char* table, const char* key,
                                       size_t keylen, unsigned char has_version,
                                       uint64_t if_version);
+/* Writes nothing to key in `table`, but applies the Complete only if the key is still at
+ * `version` (0: never written) (idem::WriteSet::Require): for a key read and not written, so
+ * that the Complete commits only if nothing it decided on has changed. */
+IDEM_EXPORT void idem_writeset_require(idem_writeset_t* writes, const char* table, const char* key,
+                                       size_t keylen, uint64_t version);
 /* idem_complete, and the staged writes in the same atomic write, applied only if the Complete
- * applies. IDEM_CONFLICT: a conditional write's key changed since it was read; nothing was
- * written and the claim is still the caller's: read again and complete again. */
+ * applies. IDEM_CONFLICT: a conditional write's or a required key changed since it was read;
+ * nothing was written and the claim is still the caller's: read again and complete again. */
 IDEM_EXPORT int idem_complete_with_writes(idem_store_t* store, const char* key, size_t keylen,
                                           uint64_t token, const char* result, size_t resultlen,
                                           const idem_writeset_t* writes, char** errptr);
@@ -329,8 +334,9 @@ IDEM_EXPORT int idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char
 
 /* Application-table reads and writes staged inside idem_execute's fn (idem::Attempt::Read, Put,
  * Delete): they apply with the record's Complete, or not at all. A key read first is written
- * only if still at the version read; if another commit changed it meanwhile, idem_execute runs fn
- * again on fresh reads (Options::conflict_retries times, then IDEM_CONFLICT). A re-read in one
+ * only if still at the version read, and a key read and not written must still be at it too
+ * (serializable); if another commit changed one meanwhile, idem_execute runs fn again on fresh
+ * reads (Options::conflict_retries times, then IDEM_CONFLICT). A re-read in one
  * run of fn returns the first read, or what this run put there. idem_attempt_read returns a
  * value to release with idem_value_destroy (NULL and *errptr set on error); put and delete
  * return IDEM_OK or the error's code. */

@@ -13,7 +13,13 @@
 //         return std::string("paid");
 //       });
 //
-// The UPDATE and the record's completion commit together, or neither does.
+// The UPDATE and the record's completion commit together, or neither does. The transaction
+// runs at the server's default isolation level (READ COMMITTED, unless the database or role
+// sets default_transaction_isolation); for SERIALIZABLE, make
+// `SET TRANSACTION ISOLATION LEVEL SERIALIZABLE` fn's first Exec: idem sends nothing before it
+// that would take a snapshot. A serialization failure then runs fn again (kConflict), and fn
+// must finish within a third of its lease: a renewal of the record's row meanwhile fails the
+// commit (docs/postgresql.md, "Isolation").
 
 #ifndef IDEM_SQL_H_
 #define IDEM_SQL_H_

@@ -93,9 +93,11 @@ struct IDEM_EXPORT Attempt {
 
   // Application tables (idem/tables.h): fn's local state, committed with this attempt's Complete
   // or not at all (docs/semantics.md, "Exactly-once effects"). Read returns a key's committed
-  // value and version (or what this attempt put there already) and remembers the version: a
-  // later Put or Delete of that key applies only if the key is still at it. If another commit
-  // changed it meanwhile, Execute runs fn again in the same claim, on fresh reads, up to
+  // value and version (or what this attempt put there already) and remembers the version: the
+  // Complete applies only if every key read is still at the version read, whether fn then Put or
+  // Deleted it or not (a key read absent: still never written), so requests are serializable
+  // (docs/semantics.md, "Isolation"; Store::GetValue called from fn is not checked). If another
+  // commit changed one meanwhile, Execute runs fn again in the same claim, on fresh reads, up to
   // Options::conflict_retries times; so fn must not count on running once for anything but its
   // staged writes. A key put without being read is written blind. A Fail, an error or an
   // exception from fn applies none of them. kInvalidArgument outside Execute.
@@ -204,7 +206,9 @@ class IDEM_EXPORT Store {
 
   // The value of `key` in application table `table` and its version (absent, version 0, when
   // never written). Read without a lock: a commit that depends on it names the version in its
-  // WriteSet. Errors as Complete's with writes.
+  // WriteSet (Put's if_version, or Require for a key it does not write). Not tied to an attempt,
+  // even when called from Execute's fn: only Attempt::Read is checked at fn's Complete. Errors as
+  // Complete's with writes.
   virtual Result<TableValue> GetValue(std::string_view table, std::string_view key);
   // Calls `visit` with each present key of `table` (deleted ones left out) and its value, in key
   // order, until it returns false; read in pages, like Scan.
@@ -314,7 +318,10 @@ class IDEM_EXPORT Store {
   // A connection lost at COMMIT is resolved by reading the record: done with this claim's token
   // (committed: its result is returned), or still pending (fn runs again). The transaction holds
   // a connection of the pool while fn runs: Options::pool_size must leave one for the lease's
-  // renewals. On a store directory: kInvalidArgument (use Execute's Attempt::Read/Put there).
+  // renewals. The transaction runs at the server's default isolation level (READ COMMITTED
+  // unless the database sets another); fn's first statement may be SET TRANSACTION ISOLATION
+  // LEVEL SERIALIZABLE, and fn must then finish within a third of its lease (docs/postgresql.md,
+  // "Isolation"). On a store directory: kInvalidArgument (use Execute's Attempt::Read/Put there).
   template <class Fn>
   Result<Execution> ExecuteInTransaction(std::string_view key, const BeginOptions& options,
                                          Fn&& fn) {

@@ -46,7 +46,9 @@ struct TableValue {
 // conditional: applied only if the key is still at the version the caller read (the optimistic
 // lock of `UPDATE ... WHERE version = ?`); if any conditional write's key changed, the Complete
 // applies nothing and returns kConflict. An unconditional write (a blind write) suits keys that
-// only this request writes.
+// only this request writes. A key the request read but does not write can be required to be
+// unchanged too (Require): with every key it read so required, the Complete commits only if
+// nothing it read has changed, so requests are serializable (docs/semantics.md, "Isolation").
 class IDEM_EXPORT WriteSet {
  public:
   struct Write {
@@ -54,6 +56,12 @@ class IDEM_EXPORT WriteSet {
     std::string key;
     std::optional<std::string> value;    // nullopt: delete the key
     std::optional<uint64_t> if_version;  // nullopt: unconditional
+  };
+  // A key that is not written but must still be at `version` when the Complete applies.
+  struct Requirement {
+    std::string table;
+    std::string key;
+    uint64_t version = 0;  // 0: still never written
   };
 
   // Sets `key` of `table` to `value`; when `if_version` is given, only if the key is still at
@@ -63,14 +71,25 @@ class IDEM_EXPORT WriteSet {
   // Deletes `key` of `table` (its version still rises), under the same condition.
   void Delete(std::string_view table, std::string_view key,
               std::optional<uint64_t> if_version = std::nullopt);
-  // Forgets every staged write.
-  void Clear() { writes_.clear(); }
+  // Writes nothing to `key` of `table`, but applies the Complete (and every write with it) only
+  // if the key is still at `version` (0: still never written): the check of `Put`'s
+  // `if_version`, for a key that was read and not written. Checked under the same locks, in the
+  // same atomic step, as the writes; otherwise kConflict, and nothing is written.
+  void Require(std::string_view table, std::string_view key, uint64_t version);
+  // Forgets every staged write and requirement.
+  void Clear() {
+    writes_.clear();
+    requirements_.clear();
+  }
 
-  bool empty() const { return writes_.empty(); }
+  // Nothing staged: no write and no requirement.
+  bool empty() const { return writes_.empty() && requirements_.empty(); }
   std::span<const Write> writes() const { return writes_; }
+  std::span<const Requirement> requirements() const { return requirements_; }
 
  private:
   std::vector<Write> writes_;
+  std::vector<Requirement> requirements_;
 };
 
 }  // namespace idem

@@ -18,4 +18,9 @@ void WriteSet::Delete(std::string_view table, std::string_view key,
                      .if_version = if_version});
 }
 
+void WriteSet::Require(std::string_view table, std::string_view key, uint64_t version) {
+  requirements_.push_back(
+      {.table = std::string(table), .key = std::string(key), .version = version});
+}
+
 }  // namespace idem

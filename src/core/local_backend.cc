@@ -229,6 +229,9 @@ Status LocalBackend::CheckWrites(const TransitionCall& call) const {
   for (const WriteSet::Write& write : call.writes->writes()) {
     IDEM_RETURN_IF_ERROR(CheckTableWrite(write.table, write.key, write.value));
   }
+  for (const WriteSet::Requirement& required : call.writes->requirements()) {
+    IDEM_RETURN_IF_ERROR(CheckTableWrite(required.table, required.key, std::nullopt));
+  }
   return Status::OK();
 }
 

@@ -43,8 +43,8 @@ struct TransitionCall {
   std::string_view key;
   engine::TransitionRequest request;
   Durability durability = Durability::kSync;
-  // A Complete's application-table writes (idem/tables.h), applied with it or not at all. Null:
-  // none.
+  // A Complete's application-table writes and required keys (idem/tables.h), applied with it or
+  // not at all. Null: none.
   const WriteSet* writes = nullptr;
 };
 

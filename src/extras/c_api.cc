@@ -321,6 +321,11 @@ void idem_writeset_delete(idem_writeset_t* writes, const char* table, const char
                         has_version ? std::optional(if_version) : std::nullopt);
 }
 
+void idem_writeset_require(idem_writeset_t* writes, const char* table, const char* key,
+                           size_t keylen, uint64_t version) {
+  writes->writes.Require(Text(table), Bytes(key, keylen), version);
+}
+
 int idem_complete_with_writes(idem_store_t* store, const char* key, size_t keylen, uint64_t token,
                               const char* result, size_t resultlen, const idem_writeset_t* writes,
                               char** errptr) {

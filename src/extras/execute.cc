@@ -52,11 +52,16 @@ class StagedWrites {
     it->second.value.value = std::move(value);
   }
 
-  // The writes staged, each conditional on the version read when the key was read first.
+  // The writes staged, each conditional on the version read when the key was read first, and
+  // every key read and not written required to be still at that version: the Complete commits
+  // only if nothing fn read has changed (serializable).
   WriteSet writes() const {
     WriteSet writes;
     for (const auto& [name, entry] : keys_) {
-      if (!entry.written) continue;
+      if (!entry.written) {
+        writes.Require(name.first, name.second, entry.value.version);
+        continue;
+      }
       const std::optional<uint64_t> if_version =
           entry.read ? std::optional(entry.value.version) : std::nullopt;
       if (entry.value.value) {

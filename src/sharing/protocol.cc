@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <optional>
-#include <span>
 
 namespace idem::sharing {
 namespace {
@@ -63,6 +62,12 @@ TransitionMessage ReadTransition(Reader& r, bool& bad) {
     } else {
       message.writes.Delete(table, key, if_version);
     }
+  }
+  const uint32_t required = r.U32();
+  for (uint32_t i = 0; i < required && !r.failed(); ++i) {
+    const std::string_view table = r.Bytes();
+    const std::string_view key = r.Bytes();
+    message.writes.Require(table, key, r.U64());
   }
   return message;
 }
@@ -174,16 +179,21 @@ std::string EncodeRequest(const Request& request) {
           w.Millis(c.request.lease);
           w.U8(static_cast<uint8_t>(c.durability));
           // The call's writes, or a decoded message's own.
-          const std::span<const WriteSet::Write> writes =
-              c.writes != nullptr ? c.writes->writes() : message.writes.writes();
-          w.U32(static_cast<uint32_t>(writes.size()));
-          for (const WriteSet::Write& write : writes) {
+          const WriteSet& writes = c.writes != nullptr ? *c.writes : message.writes;
+          w.U32(static_cast<uint32_t>(writes.writes().size()));
+          for (const WriteSet::Write& write : writes.writes()) {
             w.Bytes(write.table);
             w.Bytes(write.key);
             w.U8(write.value ? 1 : 0);
             if (write.value) w.Bytes(*write.value);
             w.U8(write.if_version ? 1 : 0);
             if (write.if_version) w.U64(*write.if_version);
+          }
+          w.U32(static_cast<uint32_t>(writes.requirements().size()));
+          for (const WriteSet::Requirement& required : writes.requirements()) {
+            w.Bytes(required.table);
+            w.Bytes(required.key);
+            w.U64(required.version);
           }
         } else if constexpr (std::is_same_v<T, GetValueMessage>) {
           w.U8(static_cast<uint8_t>(Op::kGetValue));

@@ -48,7 +48,10 @@ namespace idem::sharing {
 // ScanTable, and 11, ListTables; status code 13, Conflict.
 // Version 9: a client may send requests on a connection before the answers to its earlier ones
 // (pipelining); the owner runs them one at a time in the order sent and answers in that order.
-inline constexpr uint8_t kProtocolVersion = 9;
+// Version 10: a Transition's table writes are followed by its required keys (WriteSet::Require):
+// keys read and not written, each with the version it must still be at. A peer of version 9
+// would apply the writes without that check; the exact version match refuses it instead.
+inline constexpr uint8_t kProtocolVersion = 10;
 // The largest response frame a client reads. Answers are bounded by the owner's own limits; this
 // only guards against a broken peer.
 inline constexpr std::size_t kMaxResponseFrame = std::size_t{1} << 30;
@@ -77,8 +80,8 @@ enum class ResponseKind : uint8_t {
 struct BeginMessage {
   BeginCall call;
 };
-// call.writes is null in a decoded message: the writes are `writes` (the server points the call
-// at them; a pointer would not survive the message being moved).
+// call.writes is null in a decoded message: the writes (and requirements) are `writes` (the server
+// points the call at them; a pointer would not survive the message being moved).
 struct TransitionMessage {
   TransitionCall call;
   WriteSet writes;

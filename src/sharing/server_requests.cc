@@ -32,7 +32,8 @@ constexpr std::size_t kMaxJobs = 16;
 constexpr std::size_t kReadAhead = 64 << 10;
 
 // Whether `request` may join a write group (engine/backend.h): a Begin, or a Transition
-// without table writes, that returns before a sync (kBuffered, kPeriodic).
+// without table writes or required keys (WriteSet::empty), that returns before a sync
+// (kBuffered, kPeriodic).
 bool JoinsWriteGroup(const Request& request) {
   if (const auto* begin = std::get_if<BeginMessage>(&request)) {
     return !engine::SyncedBeforeReturning(begin->call.durability);

@@ -201,9 +201,10 @@ class RocksDbStorage final : public Storage {
     std::string encoded;  // the value with its new version (EncodeTableValue)
   };
   // The locks of one commit's table keys: wide_commit_mu_ shared and each key's stripe in
-  // ascending order, or, for a commit of more than kMostTableLocks keys, wide_commit_mu_ alone.
-  // Taken after the record's stripe, and nothing takes a record's stripe while holding these:
-  // no cycle.
+  // ascending order (exclusive for a written key, shared for a key only required, so that
+  // commits that only read a key, a setting every request reads, do not wait for each other),
+  // or, for a commit of more than kMostTableLocks keys, wide_commit_mu_ alone. Taken after the
+  // record's stripe, and nothing takes a record's stripe while holding these: no cycle.
   class TableLocks {
    public:
     TableLocks(RocksDbStorage& storage, const WriteSet& writes);
@@ -212,13 +213,17 @@ class RocksDbStorage final : public Storage {
     TableLocks& operator=(const TableLocks&) = delete;
 
    private:
+    struct Stripe {
+      std::size_t index;
+      bool exclusive;  // a key of it is written
+    };
     RocksDbStorage& storage_;
-    std::vector<std::size_t> stripes_;
+    std::vector<Stripe> stripes_;  // ascending, each once
     bool wide_ = false;
   };
-  // Under the keys' locks: kConflict when a conditional write's key is no longer at its
-  // version; otherwise the writes to batch (one per key, the last value given, the version one
-  // above the stored one), their tables made first where new.
+  // Under the keys' locks: kConflict when a conditional write's key, or a required one, is no
+  // longer at its version; otherwise the writes to batch (one per key, the last value given, the
+  // version one above the stored one), their tables made first where new.
   Result<std::vector<TableWrite>> PrepareTableWrites(const WriteSet& writes);
   // Adds to `batch` the record `encoded` under `key`, `table_writes`, and the expiry index's
   // change (the entry of `stored_expires` deleted when there was a record and its expiry
@@ -437,7 +442,7 @@ class RocksDbStorage final : public Storage {
   // A commit's table keys are locked by stripe, like records, in ascending order, after the
   // record's stripe and while holding wide_commit_mu_ shared. A commit of more keys than
   // kMostTableLocks takes wide_commit_mu_ alone instead (ThreadSanitizer tracks 64 locks).
-  std::array<std::mutex, kStripes> table_stripes_;
+  std::array<std::shared_mutex, kStripes> table_stripes_;
   std::shared_mutex wide_commit_mu_;
   static constexpr std::size_t kMostTableLocks = 32;
 

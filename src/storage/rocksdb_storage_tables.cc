@@ -66,10 +66,20 @@ std::size_t TableStripe(std::string_view table, std::string_view key, std::size_
 RocksDbStorage::TableLocks::TableLocks(RocksDbStorage& storage, const WriteSet& writes)
     : storage_(storage) {
   for (const WriteSet::Write& write : writes.writes()) {
-    stripes_.push_back(TableStripe(write.table, write.key, kStripes));
+    stripes_.push_back({TableStripe(write.table, write.key, kStripes), /*exclusive=*/true});
   }
-  std::sort(stripes_.begin(), stripes_.end());
-  stripes_.erase(std::unique(stripes_.begin(), stripes_.end()), stripes_.end());
+  // A required key is locked shared: no commit may write it between its check and this commit's
+  // write, but commits that only read it need not wait for each other.
+  for (const WriteSet::Requirement& required : writes.requirements()) {
+    stripes_.push_back({TableStripe(required.table, required.key, kStripes), /*exclusive=*/false});
+  }
+  // Exclusive first among a stripe's entries, so that the one kept is exclusive if any is.
+  std::sort(stripes_.begin(), stripes_.end(), [](const Stripe& a, const Stripe& b) {
+    return a.index != b.index ? a.index < b.index : a.exclusive > b.exclusive;
+  });
+  stripes_.erase(std::unique(stripes_.begin(), stripes_.end(),
+                             [](const Stripe& a, const Stripe& b) { return a.index == b.index; }),
+                 stripes_.end());
   if (stripes_.size() > kMostTableLocks) {
     stripes_.clear();
     storage_.wide_commit_mu_.lock();
@@ -77,12 +87,22 @@ RocksDbStorage::TableLocks::TableLocks(RocksDbStorage& storage, const WriteSet& 
     return;
   }
   storage_.wide_commit_mu_.lock_shared();
-  for (std::size_t stripe : stripes_) storage_.table_stripes_[stripe].lock();
+  for (const Stripe& stripe : stripes_) {
+    if (stripe.exclusive) {
+      storage_.table_stripes_[stripe.index].lock();
+    } else {
+      storage_.table_stripes_[stripe.index].lock_shared();
+    }
+  }
 }
 
 RocksDbStorage::TableLocks::~TableLocks() {
   for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
-    storage_.table_stripes_[*it].unlock();
+    if (it->exclusive) {
+      storage_.table_stripes_[it->index].unlock();
+    } else {
+      storage_.table_stripes_[it->index].unlock_shared();
+    }
   }
   if (wide_) {
     storage_.wide_commit_mu_.unlock();
@@ -93,35 +113,44 @@ RocksDbStorage::TableLocks::~TableLocks() {
 
 Result<std::vector<RocksDbStorage::TableWrite>> RocksDbStorage::PrepareTableWrites(
     const WriteSet& writes) {
-  // Per key, the last value given, and the version every condition on it was checked against.
+  // Per key, the version every condition on it was checked against, and the last value given
+  // (null: the key is only required, not written).
   struct Staged {
     rocksdb::ColumnFamilyHandle* family = nullptr;
     uint64_t stored_version = 0;
     const std::optional<std::string>* value = nullptr;
   };
   std::map<std::pair<std::string_view, std::string_view>, Staged> staged;
-  for (const WriteSet::Write& write : writes.writes()) {
-    auto [it, first] = staged.try_emplace({write.table, write.key});
+  // The key's entry, its stored version read the first time; kConflict unless it is at
+  // `expected` (nullopt: no condition).
+  const auto check = [&](std::string_view table, std::string_view key,
+                         std::optional<uint64_t> expected) -> Result<Staged*> {
+    auto [it, first] = staged.try_emplace({table, key});
     Staged& entry = it->second;
     if (first) {
-      IDEM_ASSIGN_OR_RETURN(entry.family, TableFamily(write.table, /*create=*/false));
+      IDEM_ASSIGN_OR_RETURN(entry.family, TableFamily(table, /*create=*/false));
       if (entry.family != nullptr) {
-        IDEM_ASSIGN_OR_RETURN(const TableValue stored,
-                              ReadTableValue(entry.family, write.table, write.key));
+        IDEM_ASSIGN_OR_RETURN(const TableValue stored, ReadTableValue(entry.family, table, key));
         entry.stored_version = stored.version;
       }
     }
-    if (write.if_version && *write.if_version != entry.stored_version) {
+    if (expected && *expected != entry.stored_version) {
       return Status::Conflict(fmt::format(
           "key {} of table {} is at version {}, not {} as read: another commit changed it; "
           "nothing was written, and the claim is still held: read again and complete again",
-          EscapeKey(write.key), EscapeControls(write.table), entry.stored_version,
-          *write.if_version));
+          EscapeKey(key), EscapeControls(table), entry.stored_version, *expected));
     }
-    entry.value = &write.value;
+    return &entry;
+  };
+  for (const WriteSet::Write& write : writes.writes()) {
+    IDEM_ASSIGN_OR_RETURN(Staged* const entry, check(write.table, write.key, write.if_version));
+    entry->value = &write.value;
+  }
+  for (const WriteSet::Requirement& required : writes.requirements()) {
+    IDEM_RETURN_IF_ERROR(check(required.table, required.key, required.version).status());
   }
   for (const auto& [name, entry] : staged) {
-    if (entry.stored_version >= TableValue::kLargestVersion) {
+    if (entry.value != nullptr && entry.stored_version >= TableValue::kLargestVersion) {
       return Status::InvalidArgument(fmt::format(
           "key {} of table {} is at version {}, the largest: it takes no more writes (a version "
           "never wraps back to 0, \"never written\"); nothing was written",
@@ -131,6 +160,7 @@ Result<std::vector<RocksDbStorage::TableWrite>> RocksDbStorage::PrepareTableWrit
   std::vector<TableWrite> batch;
   batch.reserve(staged.size());
   for (auto& [name, entry] : staged) {
+    if (entry.value == nullptr) continue;  // required only
     if (entry.family == nullptr) {
       IDEM_ASSIGN_OR_RETURN(entry.family, TableFamily(name.first, /*create=*/true));
     }

@@ -80,10 +80,11 @@ class Storage {
   virtual Result<ReadResult> Read(std::string_view key) = 0;
 
   // Update, and with the record `decide` writes, `writes` to application tables (idem/tables.h)
-  // in the same atomic batch, provided every conditional write's key is still at its version:
-  // otherwise nothing is written and kConflict names the first key that changed. When `decide`
-  // writes nothing, neither are `writes` applied. A key written twice in `writes` gets the last
-  // value; its version rises by one. The default: a storage that keeps no tables.
+  // in the same atomic batch, provided every conditional write's key, and every required key
+  // (WriteSet::Require), is still at its version, checked in the same atomic step: otherwise
+  // nothing is written and kConflict names the first key that changed. When `decide` writes
+  // nothing, neither are `writes` applied. A key written twice in `writes` gets the last value; its
+  // version rises by one. The default: a storage that keeps no tables.
   virtual Status UpdateWithWrites(std::string_view key, Decide decide, const WriteSet& writes,
                                   Durability durability) {
     static_cast<void>(key);
