@@ -223,6 +223,26 @@ class IDEM_EXPORT Store {
   // kCorruption (naming the key) on a record that cannot be decoded.
   virtual Status Scan(const ScanOptions& options, FunctionRef<bool(const Record&)> visit) = 0;
 
+  // Everything the store holds, as of one moment (what `idem export` writes): `record` with each
+  // record live at that moment, in key order, then `value` with each present value of every
+  // application table, table by table in name order and in key order within a table, until a
+  // visitor returns false. So a record's Complete and the table writes made with it are both
+  // seen or neither, however long the walk takes while others write. Read in pages, like Scan,
+  // all from one snapshot: in a store directory RocksDB's, kept by the process that owns the
+  // store (this one, or the owner over its socket) and released when this returns, or when the
+  // connection it was opened on closes: the calling process died or left it idle past the
+  // owner's idle timeout (60 s), so a dead caller pins no old data. While it lives, compaction
+  // keeps the values overwritten since (the disk they take is the price of a long export). In
+  // PostgreSQL, one REPEATABLE READ, READ ONLY transaction, holding one connection of the pool
+  // until this returns. Errors: those of Scan; kUnavailable when the snapshot is gone before the
+  // end (the owner changed or closed the connection): nothing read is a moment, read again; kBusy
+  // when 16 are open at once. The default (for implementations outside the library) is
+  // kInvalidArgument.
+  virtual Status ScanSnapshot(
+      FunctionRef<bool(const Record&)> record,
+      FunctionRef<bool(std::string_view table, std::string_view key, const TableValue& value)>
+          value);
+
   // Removes records whose retention has expired; returns how many it removed (or would remove,
   // with dry_run). Costs in proportion to the records expired since the last purge, not to the
   // size of the store.

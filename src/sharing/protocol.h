@@ -48,7 +48,9 @@ namespace idem::sharing {
 // ScanTable, and 11, ListTables; status code 13, Conflict.
 // Version 9: a client may send requests on a connection before the answers to its earlier ones
 // (pipelining); the owner runs them one at a time in the order sent and answers in that order.
-inline constexpr uint8_t kProtocolVersion = 9;
+// Version 10: read views (Store::ScanSnapshot): ops 12, OpenView, and 13, CloseView; a Scan and a
+// ScanTable name the view they read (0: none, the latest).
+inline constexpr uint8_t kProtocolVersion = 10;
 // The largest response frame a client reads. Answers are bounded by the owner's own limits; this
 // only guards against a broken peer.
 inline constexpr std::size_t kMaxResponseFrame = std::size_t{1} << 30;
@@ -64,6 +66,8 @@ enum class Op : uint8_t {
   kGetValue = 9,
   kScanTable = 10,
   kListTables = 11,
+  kOpenView = 12,
+  kCloseView = 13,
 };
 
 // What a response is. Never change these values: they are on the wire.
@@ -93,6 +97,7 @@ struct ForgetMessage {
 struct ScanMessage {
   ScanOptions options;
   uint32_t limit;
+  uint64_t view = Backend::kLatest;
 };
 // Starts the purge job `ticket` (chosen at random by the client, one per Store::Purge call) or
 // asks how the one already started is going. The owner answers when the job is done or after
@@ -123,6 +128,13 @@ struct ScanTableMessage {
   std::string_view table;
   ScanOptions options;
   uint32_t limit;
+  uint64_t view = Backend::kLatest;
+};
+// Opens a read view (Backend::OpenView), answered with its id (EncodeViewId). The owner ends it
+// with the connection it was opened on, if CloseView does not first.
+struct OpenViewMessage {};
+struct CloseViewMessage {
+  uint64_t view = 0;
 };
 // Starts the backup job `ticket` (one per Store::Backup call) into `destination` (an absolute
 // path, on the owner's file systems) or asks how it is going; answered as a purge poll is, with
@@ -135,7 +147,8 @@ struct BackupMessage {
 
 using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
                              ScanMessage, PurgeMessage, CountersMessage, BackupMessage,
-                             GetValueMessage, ScanTableMessage, ListTablesMessage>;
+                             GetValueMessage, ScanTableMessage, ListTablesMessage, OpenViewMessage,
+                             CloseViewMessage>;
 
 std::string EncodeRequest(const Request& request);
 // kInvalidArgument naming the problem for a frame that is not a valid request of this version.
@@ -166,6 +179,8 @@ std::string EncodeTableValue(const TableValue& value);
 Result<TableValue> DecodeTableValue(std::string_view body);
 std::string EncodeTablePage(const TablePage& page);
 Result<TablePage> DecodeTablePage(std::string_view body);
+std::string EncodeViewId(uint64_t view);
+Result<uint64_t> DecodeViewId(std::string_view body);
 std::string EncodeTableNames(const std::vector<std::string>& names);
 Result<std::vector<std::string>> DecodeTableNames(std::string_view body);
 // The owner's counters and since when it has owned the store (OwnerCounters::since; live and
