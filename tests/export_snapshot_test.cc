@@ -194,6 +194,33 @@ TEST(LiveExport, ReleasesItsSnapshot) {
   }
 }
 
+// An exporter that dies mid-export pins nothing: the owner ends its snapshot with its connection.
+// 16 clients stalled in a snapshot use up what the owner allows at once; once they are killed,
+// the owner takes new ones.
+TEST(LiveExport, OfAnExporterThatDiedIsReleasedWithItsConnection) {
+  TempDir dir;
+  const std::string store = dir.StorePath();
+  auto owner = idem_test::OpenStore(store);
+  ASSERT_NE(owner, nullptr);
+  ASSERT_TRUE(owner->Execute("k", [](idem::Attempt&) { return std::string("r"); }).ok());
+  const auto scan_snapshot = [&] {
+    return owner->ScanSnapshot(
+        [](const Record&) { return true; },
+        [](std::string_view, std::string_view, const idem::TableValue&) { return true; });
+  };
+  std::vector<std::unique_ptr<idem_test::Worker>> exporters;
+  for (int i = 0; i < 16; ++i) {
+    exporters.push_back(
+        std::make_unique<idem_test::Worker>(std::vector<std::string>{"snapshot", store}));
+    ASSERT_EQ(exporters.back()->ReadLine(), "in snapshot") << i;
+  }
+  const idem::Status refused = scan_snapshot();
+  EXPECT_EQ(refused.code(), idem::Status::Code::kBusy) << refused.ToString();
+  for (auto& exporter : exporters) exporter->Kill();
+  EXPECT_TRUE(idem_test::WaitFor([&] { return scan_snapshot().ok(); }, 10s))
+      << scan_snapshot().ToString();
+}
+
 // ---- A chain of records, on every backend ------------------------------------------------------
 
 // Writer w completes "a-w-i", then "z-w-i", then "a-w-(i+1)"...: each only after the one before is

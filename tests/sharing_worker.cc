@@ -10,6 +10,9 @@
 //   sharing_worker transfer STORE THREADS
 //       Owns the store (buffered writes), opens the accounts of transfer_load.h, prints "ready",
 //       then runs transfers on THREADS threads until killed (prints the error if one fails).
+//   sharing_worker snapshot STORE
+//       Opens the store read-only and starts a Store::ScanSnapshot through its owner; at the first
+//       record prints "in snapshot", then waits to be killed (an exporter that dies mid-export).
 //   sharing_worker read STORE KEY
 //       Opens the store read-only and gets KEY (5 s for the owner to answer), prints
 //       "<status or 'found'/'absent'> in <milliseconds> ms" and exits.
@@ -112,6 +115,24 @@ int main(int argc, char** argv) {
   }
   if (args.size() == 3 && args[0] == "transfer") {
     return RunTransfers(args[1], std::stoi(args[2]));
+  }
+  if (args.size() == 2 && args[0] == "snapshot") {
+    idem::Options options;
+    options.read_only = true;
+    auto store = idem::Store::Open(args[1], options);
+    if (!store.ok()) {
+      Say("open failed: " + store.status().ToString());
+      return 1;
+    }
+    const idem::Status scanned = (*store)->ScanSnapshot(
+        [](const idem::Record&) {
+          Say("in snapshot");
+          for (;;) ::pause();
+          return false;
+        },
+        [](std::string_view, std::string_view, const idem::TableValue&) { return false; });
+    Say(scanned.ToString());
+    return 1;
   }
   if (args.size() == 3 && args[0] == "hold") {
     auto store = idem::Store::Open(args[1]);
