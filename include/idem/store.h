@@ -204,7 +204,7 @@ class IDEM_EXPORT Store {
   // WriteSet. Errors as Complete's with writes.
   virtual Result<TableValue> GetValue(std::string_view table, std::string_view key);
   // Calls `visit` with each present key of `table` (deleted ones left out) and its value, in key
-  // order, until it returns false; read in pages, like Scan.
+  // order, until it returns false; read in pages, like Scan (ScanSnapshot reads one moment).
   virtual Status ScanTable(std::string_view table, const ScanOptions& options,
                            FunctionRef<bool(std::string_view key, const TableValue& value)> visit);
   // The names of the store's application tables, in order (each made by a first write).
@@ -219,7 +219,7 @@ class IDEM_EXPORT Store {
 
   // Calls `visit` with each live record in key order until it returns false. Safe while other
   // threads write; each record is read consistently, but the scan is not one snapshot: it reads
-  // in pages, so a record written meanwhile may or may not be seen.
+  // in pages, so a record written meanwhile may or may not be seen (ScanSnapshot reads one).
   // kCorruption (naming the key) on a record that cannot be decoded.
   virtual Status Scan(const ScanOptions& options, FunctionRef<bool(const Record&)> visit) = 0;
 
