@@ -575,7 +575,7 @@ class PgView final : public ReadView {
     return std::move(rows.back());
   }
 
-  // The time of the view's first page that had rows; nullopt before.
+  // The view's time (the server's, or the test clock's), read first; nullopt before.
   std::optional<int64_t> now;
 
  private:
@@ -595,12 +595,18 @@ Status PgStorage::Scan(const ScanOptions& options,
                        FunctionRef<bool(Record&& record, TimePoint now)> visit, ReadView* view) {
   // Only this storage's views are given to it.
   auto* const pg_view = static_cast<PgView*>(view);
+  if (pg_view != nullptr && !pg_view->now) {
+    // The view's time, read by its first statement, which also takes its snapshot: every page
+    // judges retention at it.
+    IDEM_ASSIGN_OR_RETURN(const PgRows rows,
+                          pg_view->Run({fmt::format("SELECT {}", kNow), {NowParam()}}));
+    IDEM_ASSIGN_OR_RETURN(pg_view->now, rows.Timestamp(0, 0));
+  }
   const std::optional<std::string> end = PrefixEnd(options.prefix);
   std::string after(options.start_after);
   for (;;) {
-    // In a view, every page is judged at the time of its first.
     std::vector<PgParam> params = {
-        pg_view != nullptr && pg_view->now ? PgParam::Timestamp(*pg_view->now) : NowParam(),
+        pg_view != nullptr ? PgParam::Timestamp(*pg_view->now) : NowParam(),
         PgParam::Bytea(after), PgParam::Bytea(options.prefix)};
     if (end) params.push_back(PgParam::Bytea(*end));
     PgStatement statement{
@@ -619,7 +625,6 @@ Status PgStorage::Scan(const ScanOptions& options,
       int64_t version = 0;
       IDEM_ASSIGN_OR_RETURN(std::optional<Record> record, DecodeRow(page, row, &version));
       IDEM_ASSIGN_OR_RETURN(int64_t now, page.Timestamp(row, kColumnCount));
-      if (pg_view != nullptr && !pg_view->now) pg_view->now = now;
       after = record->key;
       if (!visit(std::move(*record), util::FromMicros(now))) return Status::OK();
     }
