@@ -471,7 +471,7 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
   // A request of another protocol version (a process of another idem release: version 2 sent
   // records in the store's disk format) is refused with a status that process can read, not
   // dropped: it must not take the owner for lost.
-  for (const char version : {'\x01', '\x02', '\x04', '\x08', '\x0a'}) {
+  for (const char version : {'\x01', '\x02', '\x04', '\x08', '\x09', '\x0b'}) {
     const int fd = RawConnect(dir.StorePath());
     ASSERT_GE(fd, 0);
     const std::string get = std::string("\x07\x00\x00\x00", 4) + version + kGetK;

@@ -357,8 +357,7 @@ Result<TablePage> LocalBackend::ScanTable(std::string_view table, const ScanOpti
   return page;
 }
 
-Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limit,
-                                    uint64_t view) {
+Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
   ScanPage page;
   std::size_t bytes = 0;
   IDEM_RETURN_IF_ERROR(views_.With(view, [&](storage::ReadView* read_view) {

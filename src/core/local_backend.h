@@ -39,8 +39,8 @@ class LocalBackend final : public Backend {
   Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit,
                         uint64_t view = kLatest) override;
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;
-  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
-                              std::size_t limit, uint64_t view = kLatest) override;
+  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options, std::size_t limit,
+                              uint64_t view = kLatest) override;
   // The storage's views (storage::Storage::OpenView), kept here by id until closed.
   Result<uint64_t> OpenView() override { return views_.Open(); }
   Status CloseView(uint64_t view) override {

@@ -336,9 +336,8 @@ class StoreHandle final : public Store {
 
   // ScanSnapshot's walk in `view`. The table names are the latest: a table made since the view
   // was taken is empty in it.
-  Status ScanView(
-      uint64_t view, FunctionRef<bool(const Record&)> record,
-      FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> value) {
+  Status ScanView(uint64_t view, FunctionRef<bool(const Record&)> record,
+                  FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> value) {
     bool go_on = true;
     IDEM_RETURN_IF_ERROR(ScanPages(
         ScanOptions{},

@@ -145,10 +145,10 @@ struct BackupMessage {
   std::string_view destination;
 };
 
-using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
-                             ScanMessage, PurgeMessage, CountersMessage, BackupMessage,
-                             GetValueMessage, ScanTableMessage, ListTablesMessage, OpenViewMessage,
-                             CloseViewMessage>;
+using Request =
+    std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage, ScanMessage,
+                 PurgeMessage, CountersMessage, BackupMessage, GetValueMessage, ScanTableMessage,
+                 ListTablesMessage, OpenViewMessage, CloseViewMessage>;
 
 std::string EncodeRequest(const Request& request);
 // kInvalidArgument naming the problem for a frame that is not a valid request of this version.

@@ -244,9 +244,8 @@ Result<std::vector<std::string>> RemoteBackend::ListTables() {
 
 Result<TablePage> RemoteBackend::ScanTable(std::string_view table, const ScanOptions& options,
                                            std::size_t limit, uint64_t view) {
-  IDEM_ASSIGN_OR_RETURN(
-      std::string body,
-      RoundTrip(ScanTableMessage{table, options, static_cast<uint32_t>(limit), view}));
+  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(ScanTableMessage{
+                                              table, options, static_cast<uint32_t>(limit), view}));
   return DecodeTablePage(body);
 }
 
@@ -268,8 +267,7 @@ Status RemoteBackend::Forget(std::string_view key, Durability durability) {
   return RoundTrip(ForgetMessage{key, durability}).status();
 }
 
-Result<ScanPage> RemoteBackend::Scan(const ScanOptions& options, std::size_t limit,
-                                     uint64_t view) {
+Result<ScanPage> RemoteBackend::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
   IDEM_ASSIGN_OR_RETURN(std::string body,
                         RoundTrip(ScanMessage{options, static_cast<uint32_t>(limit), view}));
   return DecodeScanPage(body);

@@ -52,8 +52,8 @@ class RemoteBackend final : public Backend {
   Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit,
                         uint64_t view = kLatest) override;
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;
-  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
-                              std::size_t limit, uint64_t view = kLatest) override;
+  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options, std::size_t limit,
+                              uint64_t view = kLatest) override;
   Result<std::vector<std::string>> ListTables() override;
   // Kept by the owner, which ends it with the connection it was opened on.
   Result<uint64_t> OpenView() override;

@@ -277,9 +277,9 @@ std::string Server::Handle(const Request& request, Connection& connection) {
           return names.ok() ? EncodeResponse(Status::OK(), EncodeTableNames(*names))
                             : EncodeResponse(names.status());
         } else if constexpr (std::is_same_v<T, ScanTableMessage>) {
-          Result<TablePage> page =
-              backend_.ScanTable(message.table, message.options,
-                                 std::clamp<uint32_t>(message.limit, 1, kMaxScanPage), message.view);
+          Result<TablePage> page = backend_.ScanTable(
+              message.table, message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage),
+              message.view);
           return page.ok() ? EncodeResponse(Status::OK(), EncodeTablePage(*page))
                            : EncodeResponse(page.status());
         } else if constexpr (std::is_same_v<T, OpenViewMessage>) {

@@ -606,8 +606,8 @@ Status PgStorage::Scan(const ScanOptions& options,
   std::string after(options.start_after);
   for (;;) {
     std::vector<PgParam> params = {
-        pg_view != nullptr ? PgParam::Timestamp(*pg_view->now) : NowParam(),
-        PgParam::Bytea(after), PgParam::Bytea(options.prefix)};
+        pg_view != nullptr ? PgParam::Timestamp(*pg_view->now) : NowParam(), PgParam::Bytea(after),
+        PgParam::Bytea(options.prefix)};
     if (end) params.push_back(PgParam::Bytea(*end));
     PgStatement statement{
         fmt::format("SELECT {}, {} FROM {} WHERE key > $2 AND key >= $3{} ORDER BY key LIMIT {}",

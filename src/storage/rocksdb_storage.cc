@@ -375,8 +375,7 @@ Status RocksDbStorage::Scan(const ScanOptions& options,
 
 Status RocksDbStorage::ScanFamily(
     rocksdb::ColumnFamilyHandle* family, const ScanOptions& options, std::string_view what,
-    FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit,
-    ReadView* view) {
+    FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit, ReadView* view) {
   rocksdb::ReadOptions read_options;
   // A scan (idem dump, Scan) reads every block once: keeping them would evict what the
   // requests use, and would grow the memory a scan needs.

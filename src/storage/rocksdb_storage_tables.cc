@@ -226,9 +226,9 @@ Result<TableValue> RocksDbStorage::ReadValue(std::string_view table, std::string
   return ReadTableValue(family, table, key);
 }
 
-Status RocksDbStorage::ScanValues(
-    std::string_view table, const ScanOptions& options,
-    FunctionRef<bool(std::string_view key, TableValue&& value)> visit, ReadView* view) {
+Status RocksDbStorage::ScanValues(std::string_view table, const ScanOptions& options,
+                                  FunctionRef<bool(std::string_view key, TableValue&& value)> visit,
+                                  ReadView* view) {
   IDEM_ASSIGN_OR_RETURN(rocksdb::ColumnFamilyHandle* const family,
                         TableFamily(table, /*create=*/false));
   // A table made after `view` was taken is empty in it: its family's snapshot reads see nothing.
