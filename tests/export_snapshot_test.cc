@@ -292,6 +292,16 @@ TEST_P(ChainExport, IsOneMomentWhileWritersComplete) {
       }
     });
   }
+  // Stopped and joined however the test ends (an ASSERT below returns early).
+  struct Joiner {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      stop.store(true);
+      for (std::thread& thread : threads) thread.join();
+    }
+  } joiner{stop, writers};
+  ASSERT_TRUE(idem_test::WaitFor([&] { return steps.load() >= 20; }, 60s));
   bool overlapped = false;
   for (int round = 0; round < 3; ++round) {
     const int before = steps.load();
@@ -303,8 +313,6 @@ TEST_P(ChainExport, IsOneMomentWhileWritersComplete) {
     ASSERT_EQ(exported.code, 0) << exported.err;
     ExpectChainAtOneMoment(Parse(exported.out), kWriters);
   }
-  stop.store(true);
-  for (std::thread& writer : writers) writer.join();
   EXPECT_TRUE(overlapped) << "no record was completed while an export ran";
 }
 
