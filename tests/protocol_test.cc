@@ -338,5 +338,37 @@ TEST(Protocol, APurgeAsksForItsTotalAndTheAnswerCarriesIt) {
   }
 }
 
+// Version 10: read views. OpenView, CloseView, and the view a Scan and a ScanTable read.
+TEST(Protocol, ReadViews) {
+  EXPECT_GE(kProtocolVersion, 10);
+  const std::string version(1, static_cast<char>(kProtocolVersion));
+  EXPECT_EQ(EncodeRequest(OpenViewMessage{}), version + "\x0c");
+  Result<Request> decoded = DecodeRequest(version + "\x0c");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(std::holds_alternative<OpenViewMessage>(*decoded));
+  const std::string close = version + Bytes("\x0d\x01\x02\0\0\0\0\0\x80", 9);
+  EXPECT_EQ(EncodeRequest(CloseViewMessage{0x8000000000000201}), close);
+  decoded = DecodeRequest(close);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(std::get<CloseViewMessage>(*decoded).view, 0x8000000000000201u);
+  EXPECT_FALSE(DecodeRequest(version + Bytes("\x0d\x01", 2)).ok());  // truncated id
+
+  const std::string scan =
+      version + Bytes("\x05\x01\0\0\0p\0\0\0\0\x07\0\0\0\x09\0\0\0\0\0\0\0", 22);
+  EXPECT_EQ(EncodeRequest(ScanMessage{{.prefix = "p"}, 7, 9}), scan);
+  decoded = DecodeRequest(scan);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(std::get<ScanMessage>(*decoded).view, 9u);
+  decoded = DecodeRequest(EncodeRequest(ScanTableMessage{"t", {}, 5, 11}));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(std::get<ScanTableMessage>(*decoded).view, 11u);
+  // A Scan of version 9, without its view, is short.
+  EXPECT_FALSE(DecodeRequest(version + Bytes("\x05\x01\0\0\0p\0\0\0\0\x07\0\0\0", 14)).ok());
+
+  EXPECT_EQ(DecodeViewId(EncodeViewId(42)).value(), 42u);
+  EXPECT_EQ(DecodeViewId(EncodeViewId(0)).status().code(), Status::Code::kUnavailable);
+  EXPECT_EQ(DecodeViewId("\x01").status().code(), Status::Code::kUnavailable);
+}
+
 }  // namespace
 }  // namespace idem::sharing

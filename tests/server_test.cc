@@ -59,14 +59,14 @@ class ControlledBackend final : public idem::Backend {
     return std::optional<idem::Record>(record);
   }
   Status Forget(std::string_view, idem::Durability) override { return Status::OK(); }
-  Result<idem::ScanPage> Scan(const idem::ScanOptions&, std::size_t) override {
+  Result<idem::ScanPage> Scan(const idem::ScanOptions&, std::size_t, uint64_t) override {
     return idem::ScanPage{};
   }
   Result<idem::TableValue> GetValue(std::string_view, std::string_view) override {
     return Status::InvalidArgument("not used");
   }
-  Result<idem::TablePage> ScanTable(std::string_view, const idem::ScanOptions&,
-                                    std::size_t) override {
+  Result<idem::TablePage> ScanTable(std::string_view, const idem::ScanOptions&, std::size_t,
+                                    uint64_t) override {
     return Status::InvalidArgument("not used");
   }
   Result<std::vector<std::string>> ListTables() override {

@@ -7,6 +7,12 @@
 //       Claims KEY with a one-hour lease, prints "held TOKEN", then waits to be killed.
 //   sharing_worker open STORE auto|exclusive
 //       Opens the store, prints "open" or the status, then waits to be killed.
+//   sharing_worker transfer STORE THREADS
+//       Owns the store (buffered writes), opens the accounts of transfer_load.h, prints "ready",
+//       then runs transfers on THREADS threads until killed (prints the error if one fails).
+//   sharing_worker snapshot STORE
+//       Opens the store read-only and starts a Store::ScanSnapshot through its owner; at the first
+//       record prints "in snapshot", then waits to be killed (an exporter that dies mid-export).
 //   sharing_worker read STORE KEY
 //       Opens the store read-only and gets KEY (5 s for the owner to answer), prints
 //       "<status or 'found'/'absent'> in <milliseconds> ms" and exits.
@@ -19,9 +25,11 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "idem/idem.h"
+#include "transfer_load.h"
 
 namespace {
 
@@ -75,12 +83,56 @@ int Execute(const std::string& store_path, int first, int last, const std::strin
   return 0;
 }
 
+int RunTransfers(const std::string& store_path, int threads) {
+  idem::Options options;
+  options.durability = idem::Durability::kBuffered;
+  auto store = idem::Store::Open(store_path, options);
+  if (!store.ok()) {
+    Say("open failed: " + store.status().ToString());
+    return 1;
+  }
+  if (const idem::Status opened = idem_test::OpenAccounts(**store); !opened.ok()) {
+    Say("open accounts failed: " + opened.ToString());
+    return 1;
+  }
+  idem_test::TransferLoad load(**store, "worker", threads);
+  Say("ready");
+  for (;;) {
+    if (load.failed()) {
+      Say("transfer failed: " + load.error());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 6 && args[0] == "execute") {
     return Execute(args[1], std::stoi(args[2]), std::stoi(args[3]), args[4], args[5]);
+  }
+  if (args.size() == 3 && args[0] == "transfer") {
+    return RunTransfers(args[1], std::stoi(args[2]));
+  }
+  if (args.size() == 2 && args[0] == "snapshot") {
+    idem::Options options;
+    options.read_only = true;
+    auto store = idem::Store::Open(args[1], options);
+    if (!store.ok()) {
+      Say("open failed: " + store.status().ToString());
+      return 1;
+    }
+    const idem::Status scanned = (*store)->ScanSnapshot(
+        [](const idem::Record&) {
+          Say("in snapshot");
+          for (;;) ::pause();
+          return false;
+        },
+        [](std::string_view, std::string_view, const idem::TableValue&) { return false; });
+    Say(scanned.ToString());
+    return 1;
   }
   if (args.size() == 3 && args[0] == "hold") {
     auto store = idem::Store::Open(args[1]);

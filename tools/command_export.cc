@@ -1,4 +1,5 @@
-// `idem export`: every record with every field, as JSON Lines that `idem import` reads back.
+// `idem export`: every record with every field, and every application table value, as of one
+// moment, as JSON Lines that `idem import` reads back.
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -33,27 +34,20 @@ int Export(const Context& ctx, const ExportArgs& args) {
     ctx.out << line;
     return ctx.out.good();  // the reader went away (| head)
   };
-  Status scanned = (*store)->Scan({}, [&](const Record& record) {
-    line = RecordToExportJson(record);
-    ++exported;
-    return emit();
-  });
-  // Then the application tables' values, table by table, in key order (deleted keys, which keep
-  // only a version, are left out).
-  Result<std::vector<std::string>> tables =
-      scanned.ok() ? (*store)->ListTables() : Result<std::vector<std::string>>(scanned);
-  if (!tables.ok() && tables.status().code() == Status::Code::kInvalidArgument) {
-    tables = std::vector<std::string>();  // a store that keeps none (PostgreSQL)
-  }
-  if (!tables.ok()) scanned = tables.status();
-  for (std::size_t i = 0; scanned.ok() && i < tables->size(); ++i) {
-    const std::string& table = (*tables)[i];
-    scanned = (*store)->ScanTable(table, {}, [&](std::string_view key, const TableValue& value) {
-      line = TableValueToExportJson(table, key, value);
-      ++values;
-      return emit();
-    });
-  }
+  // Records, then the application tables' values table by table in key order (deleted keys,
+  // which keep only a version, are left out), all as of one moment (Store::ScanSnapshot): an
+  // export of a store in use holds each record's Complete with its table writes, or neither.
+  const Status scanned = (*store)->ScanSnapshot(
+      [&](const Record& record) {
+        line = RecordToExportJson(record);
+        ++exported;
+        return emit();
+      },
+      [&](std::string_view table, std::string_view key, const TableValue& value) {
+        line = TableValueToExportJson(table, key, value);
+        ++values;
+        return emit();
+      });
   if (!scanned.ok()) {
     ctx.out.flush();
     return ctx.StoreError(args.path, scanned);

@@ -211,7 +211,7 @@ class IDEM_EXPORT Store {
   // Complete's with writes.
   virtual Result<TableValue> GetValue(std::string_view table, std::string_view key);
   // Calls `visit` with each present key of `table` (deleted ones left out) and its value, in key
-  // order, until it returns false; read in pages, like Scan.
+  // order, until it returns false; read in pages, like Scan (ScanSnapshot reads one moment).
   virtual Status ScanTable(std::string_view table, const ScanOptions& options,
                            FunctionRef<bool(std::string_view key, const TableValue& value)> visit);
   // The names of the store's application tables, in order (each made by a first write).
@@ -226,9 +226,29 @@ class IDEM_EXPORT Store {
 
   // Calls `visit` with each live record in key order until it returns false. Safe while other
   // threads write; each record is read consistently, but the scan is not one snapshot: it reads
-  // in pages, so a record written meanwhile may or may not be seen.
+  // in pages, so a record written meanwhile may or may not be seen (ScanSnapshot reads one).
   // kCorruption (naming the key) on a record that cannot be decoded.
   virtual Status Scan(const ScanOptions& options, FunctionRef<bool(const Record&)> visit) = 0;
+
+  // Everything the store holds, as of one moment (what `idem export` writes): `record` with each
+  // record live at that moment, in key order, then `value` with each present value of every
+  // application table, table by table in name order and in key order within a table, until a
+  // visitor returns false. So a record's Complete and the table writes made with it are both
+  // seen or neither, however long the walk takes while others write. Read in pages, like Scan,
+  // all from one snapshot: in a store directory RocksDB's, kept by the process that owns the
+  // store (this one, or the owner over its socket) and released when this returns, or when the
+  // connection it was opened on closes: the calling process died or left it idle past the
+  // owner's idle timeout (60 s), so a dead caller pins no old data. While it lives, compaction
+  // keeps the values overwritten since (the disk they take is the price of a long export). In
+  // PostgreSQL, one REPEATABLE READ, READ ONLY transaction, holding one connection of the pool
+  // until this returns. Errors: those of Scan; kUnavailable when the snapshot is gone before the
+  // end (the owner changed or closed the connection): nothing read is a moment, read again; kBusy
+  // when 16 are open at once. The default (for implementations outside the library) is
+  // kInvalidArgument.
+  virtual Status ScanSnapshot(
+      FunctionRef<bool(const Record&)> record,
+      FunctionRef<bool(std::string_view table, std::string_view key, const TableValue& value)>
+          value);
 
   // Removes records whose retention has expired; returns how many it removed (or would remove,
   // with dry_run). Costs in proportion to the records expired since the last purge, not to the

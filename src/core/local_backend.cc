@@ -339,37 +339,46 @@ Result<std::vector<ImportOutcome>> LocalBackend::ImportValues(
 }
 
 Result<TablePage> LocalBackend::ScanTable(std::string_view table, const ScanOptions& options,
-                                          std::size_t limit) {
+                                          std::size_t limit, uint64_t view) {
   IDEM_RETURN_IF_ERROR(CheckTableName(table));
   TablePage page;
   std::size_t bytes = 0;
-  IDEM_RETURN_IF_ERROR(
-      storage_->ScanValues(table, options, [&](std::string_view key, TableValue&& value) {
-        if (page.values.size() >= limit || bytes >= kScanPageBytes) {
-          page.more = true;
-          return false;
-        }
-        bytes += key.size() + value.value->size();
-        page.values.emplace_back(std::string(key), std::move(value));
-        return true;
-      }));
+  IDEM_RETURN_IF_ERROR(views_.With(view, [&](storage::ReadView* read_view) {
+    return storage_->ScanValues(
+        table, options,
+        [&](std::string_view key, TableValue&& value) {
+          if (page.values.size() >= limit || bytes >= kScanPageBytes) {
+            page.more = true;
+            return false;
+          }
+          bytes += key.size() + value.value->size();
+          page.values.emplace_back(std::string(key), std::move(value));
+          return true;
+        },
+        read_view);
+  }));
   return page;
 }
 
-Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limit) {
+Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
   ScanPage page;
   std::size_t bytes = 0;
-  IDEM_RETURN_IF_ERROR(storage_->Scan(options, [&](Record&& stored, TimePoint now) {
-    if (page.records.size() >= limit || bytes >= kScanPageBytes) {
-      page.more = true;
-      return false;
-    }
-    std::optional<Record> visible = engine::Visible(std::move(stored), now);
-    if (visible) {
-      bytes += visible->key.size() + visible->result.size() + visible->checkpoint.size();
-      page.records.push_back(std::move(*visible));
-    }
-    return true;
+  IDEM_RETURN_IF_ERROR(views_.With(view, [&](storage::ReadView* read_view) {
+    return storage_->Scan(
+        options,
+        [&](Record&& stored, TimePoint now) {
+          if (page.records.size() >= limit || bytes >= kScanPageBytes) {
+            page.more = true;
+            return false;
+          }
+          std::optional<Record> visible = engine::Visible(std::move(stored), now);
+          if (visible) {
+            bytes += visible->key.size() + visible->result.size() + visible->checkpoint.size();
+            page.records.push_back(std::move(*visible));
+          }
+          return true;
+        },
+        read_view);
   }));
   return page;
 }

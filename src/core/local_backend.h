@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/disk_quota.h"
+#include "core/read_views.h"
 #include "core/stall_watch.h"
 #include "engine/backend.h"
 #include "storage/storage.h"
@@ -35,10 +36,17 @@ class LocalBackend final : public Backend {
   Status Transition(const TransitionCall& call) override;
   Result<std::optional<Record>> Get(std::string_view key) override;
   Status Forget(std::string_view key, Durability durability) override;
-  Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) override;
+  Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit,
+                        uint64_t view = kLatest) override;
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;
-  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
-                              std::size_t limit) override;
+  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options, std::size_t limit,
+                              uint64_t view = kLatest) override;
+  // The storage's views (storage::Storage::OpenView), kept here by id until closed.
+  Result<uint64_t> OpenView() override { return views_.Open(); }
+  Status CloseView(uint64_t view) override {
+    views_.Close(view);
+    return Status::OK();
+  }
   Result<std::vector<std::string>> ListTables() override;
   // Checks every value first, writes those whose key was never written, buffered, and syncs once.
   Result<std::vector<ImportOutcome>> ImportValues(
@@ -126,6 +134,8 @@ class LocalBackend final : public Backend {
   const std::unique_ptr<DiskQuota> disk_quota_;
 
   AtomicCounters counters_;
+  // After storage_: closed before it.
+  ReadViews views_{*storage_};
 
   std::mutex mu_;
   std::condition_variable stop_;

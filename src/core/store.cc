@@ -86,6 +86,12 @@ Result<OwnerCounters> Store::GetOwnerCounters() const {
   return Status::Unavailable("this Store implementation does not say whose counters it has");
 }
 
+Status Store::ScanSnapshot(
+    FunctionRef<bool(const Record&)> /*record*/,
+    FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> /*value*/) {
+  return Status::InvalidArgument("this Store implementation cannot be read as of one moment");
+}
+
 Status Store::Backup(std::string_view /*destination*/) {
   return Status::InvalidArgument("this Store implementation cannot be backed up by idem");
 }
@@ -258,6 +264,19 @@ class StoreHandle final : public Store {
         [&](const Record& record) { return visit(record); });
   }
 
+  Status ScanSnapshot(
+      FunctionRef<bool(const Record&)> record,
+      FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> value) override {
+    IDEM_ASSIGN_OR_RETURN(const uint64_t view,
+                          core_->Run([](Backend& backend, bool) { return backend.OpenView(); }));
+    const Status scanned = ScanView(view, record, value);
+    // Released at once, not left to the owner's idle timeout. A view gone already (the owner
+    // changed) is no error of its own: the scan said so if it needed it.
+    const Status closed =
+        core_->Run([view](Backend& backend, bool) { return backend.CloseView(view); });
+    return scanned.ok() ? closed : scanned;
+  }
+
   Result<uint64_t> Purge(const PurgeOptions& options) override {
     if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
     return core_->Run([&](Backend& backend, bool) { return backend.Purge(options); });
@@ -315,6 +334,38 @@ class StoreHandle final : public Store {
  private:
   Status CheckWritable() const {
     if (options_.read_only) return Status::InvalidArgument("the store was opened read-only");
+    return Status::OK();
+  }
+
+  // ScanSnapshot's walk in `view`. The table names are the latest: a table made since the view
+  // was taken is empty in it.
+  Status ScanView(uint64_t view, FunctionRef<bool(const Record&)> record,
+                  FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> value) {
+    bool go_on = true;
+    IDEM_RETURN_IF_ERROR(ScanPages(
+        ScanOptions{},
+        [&](const ScanOptions& page_options) {
+          return core_->Run([&](Backend& backend, bool) {
+            return backend.Scan(page_options, kScanPageSize, view);
+          });
+        },
+        [&](const Record& each) { return go_on = record(each); }));
+    if (!go_on) return Status::OK();
+    IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> tables,
+                          core_->Run([](Backend& backend, bool) { return backend.ListTables(); }));
+    for (const std::string& table : tables) {
+      IDEM_RETURN_IF_ERROR(ScanPages(
+          ScanOptions{},
+          [&](const ScanOptions& page_options) {
+            return core_->Run([&](Backend& backend, bool) {
+              return backend.ScanTable(table, page_options, kScanPageSize, view);
+            });
+          },
+          [&](const std::pair<std::string, TableValue>& entry) {
+            return go_on = value(table, entry.first, entry.second);
+          }));
+      if (!go_on) return Status::OK();
+    }
     return Status::OK();
   }
 

@@ -62,6 +62,9 @@ struct ScanPage {
 
 class Backend {
  public:
+  // Scan and ScanTable without a read view: what is stored when each page is read.
+  static constexpr uint64_t kLatest = 0;
+
   virtual ~Backend() = default;
 
   // `holder`: the process making the call (for a remote call, named by the kernel's peer
@@ -71,8 +74,10 @@ class Backend {
   virtual Status Transition(const TransitionCall& call) = 0;
   virtual Result<std::optional<Record>> Get(std::string_view key) = 0;
   virtual Status Forget(std::string_view key, Durability durability) = 0;
-  // Up to `limit` live records (fewer when they are large) after `options.start_after`.
-  virtual Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) = 0;
+  // Up to `limit` live records (fewer when they are large) after `options.start_after`; as of
+  // the read view `view` when not kLatest.
+  virtual Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit,
+                                uint64_t view = kLatest) = 0;
   virtual Result<uint64_t> Purge(const PurgeOptions& options) = 0;
   virtual Result<Counters> GetCounters() = 0;
 
@@ -80,7 +85,7 @@ class Backend {
   // large).
   virtual Result<TableValue> GetValue(std::string_view table, std::string_view key) = 0;
   virtual Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
-                                      std::size_t limit) = 0;
+                                      std::size_t limit, uint64_t view = kLatest) = 0;
   virtual Result<std::vector<std::string>> ListTables() = 0;
   // Store::ImportValues. The default: a backend that does not hold the store itself.
   virtual Result<std::vector<ImportOutcome>> ImportValues(
@@ -96,6 +101,21 @@ class Backend {
     OwnerCounters answer;
     answer.counters = counters;
     return answer;
+  }
+
+  // A read view for Store::ScanSnapshot: Scan and ScanTable pages given its id (never kLatest)
+  // read the store as of this call, until CloseView. Kept by the process that owns the store; a
+  // view opened over the socket also ends with the connection it was opened on (the exporter
+  // died, or left it idle past the owner's idle_timeout). A page asked of a view that is gone is
+  // kUnavailable, "read view ... is gone": the caller starts again. The default: a backend that
+  // keeps none (kInvalidArgument).
+  virtual Result<uint64_t> OpenView() {
+    return Status::InvalidArgument("this store cannot be read as of one moment");
+  }
+  // Ends the view (OK when it is gone already).
+  virtual Status CloseView(uint64_t view) {
+    static_cast<void>(view);
+    return Status::OK();
   }
 
   // Store::Backup, `destination` absolute. The default: a store that idem cannot copy.

@@ -78,6 +78,7 @@ ScanTableMessage ReadScanTable(Reader& r) {
   m.options.prefix = r.Bytes();
   m.options.start_after = r.Bytes();
   m.limit = r.U32();
+  m.view = r.U64();
   return m;
 }
 
@@ -93,6 +94,7 @@ ScanMessage ReadScan(Reader& r) {
   m.options.prefix = r.Bytes();
   m.options.start_after = r.Bytes();
   m.limit = r.U32();
+  m.view = r.U64();
   return m;
 }
 
@@ -146,6 +148,10 @@ std::optional<Request> ReadBody(Op op, Reader& r, bool& bad) {
       return ReadScanTable(r);
     case Op::kListTables:
       return ListTablesMessage{};
+    case Op::kOpenView:
+      return OpenViewMessage{};
+    case Op::kCloseView:
+      return CloseViewMessage{r.U64()};
   }
   return std::nullopt;
 }
@@ -205,8 +211,14 @@ std::string EncodeRequest(const Request& request) {
           w.Bytes(message.options.prefix);
           w.Bytes(message.options.start_after);
           w.U32(message.limit);
+          w.U64(message.view);
         } else if constexpr (std::is_same_v<T, ListTablesMessage>) {
           w.U8(static_cast<uint8_t>(Op::kListTables));
+        } else if constexpr (std::is_same_v<T, OpenViewMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kOpenView));
+        } else if constexpr (std::is_same_v<T, CloseViewMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kCloseView));
+          w.U64(message.view);
         } else if constexpr (std::is_same_v<T, GetMessage>) {
           w.U8(static_cast<uint8_t>(Op::kGet));
           w.Bytes(message.key);
@@ -219,6 +231,7 @@ std::string EncodeRequest(const Request& request) {
           w.Bytes(message.options.prefix);
           w.Bytes(message.options.start_after);
           w.U32(message.limit);
+          w.U64(message.view);
         } else if constexpr (std::is_same_v<T, PurgeMessage>) {
           w.U8(static_cast<uint8_t>(Op::kPurge));
           w.U64(message.ticket);
@@ -431,6 +444,21 @@ std::string EncodeTableNames(const std::vector<std::string>& names) {
   w.U32(static_cast<uint32_t>(names.size()));
   for (const std::string& name : names) w.Bytes(name);
   return std::move(w.buffer());
+}
+
+std::string EncodeViewId(uint64_t view) {
+  Writer w;
+  w.U64(view);
+  return std::move(w.buffer());
+}
+
+Result<uint64_t> DecodeViewId(std::string_view body) {
+  Reader r(body);
+  const uint64_t view = r.U64();
+  if (!r.done() || view == Backend::kLatest) {
+    return Status::Unavailable("malformed read view id from owner");
+  }
+  return view;
 }
 
 Result<std::vector<std::string>> DecodeTableNames(std::string_view body) {

@@ -50,7 +50,9 @@ namespace idem::sharing {
 // (pipelining); the owner runs them one at a time in the order sent and answers in that order.
 // Version 10: a Transition's table writes are followed by its required keys (WriteSet::Require):
 // keys read and not written, each with the version it must still be at. A peer of version 9
-// would apply the writes without that check; the exact version match refuses it instead.
+// would apply the writes without that check; the exact version match refuses it instead. And
+// read views (Store::ScanSnapshot): ops 12, OpenView, and 13, CloseView; a Scan and a ScanTable
+// name the view they read (0: none, the latest).
 inline constexpr uint8_t kProtocolVersion = 10;
 // The largest response frame a client reads. Answers are bounded by the owner's own limits; this
 // only guards against a broken peer.
@@ -67,6 +69,8 @@ enum class Op : uint8_t {
   kGetValue = 9,
   kScanTable = 10,
   kListTables = 11,
+  kOpenView = 12,
+  kCloseView = 13,
 };
 
 // What a response is. Never change these values: they are on the wire.
@@ -96,6 +100,7 @@ struct ForgetMessage {
 struct ScanMessage {
   ScanOptions options;
   uint32_t limit;
+  uint64_t view = Backend::kLatest;
 };
 // Starts the purge job `ticket` (chosen at random by the client, one per Store::Purge call) or
 // asks how the one already started is going. The owner answers when the job is done or after
@@ -126,6 +131,13 @@ struct ScanTableMessage {
   std::string_view table;
   ScanOptions options;
   uint32_t limit;
+  uint64_t view = Backend::kLatest;
+};
+// Opens a read view (Backend::OpenView), answered with its id (EncodeViewId). The owner ends it
+// with the connection it was opened on, if CloseView does not first.
+struct OpenViewMessage {};
+struct CloseViewMessage {
+  uint64_t view = 0;
 };
 // Starts the backup job `ticket` (one per Store::Backup call) into `destination` (an absolute
 // path, on the owner's file systems) or asks how it is going; answered as a purge poll is, with
@@ -136,9 +148,10 @@ struct BackupMessage {
   std::string_view destination;
 };
 
-using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
-                             ScanMessage, PurgeMessage, CountersMessage, BackupMessage,
-                             GetValueMessage, ScanTableMessage, ListTablesMessage>;
+using Request =
+    std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage, ScanMessage,
+                 PurgeMessage, CountersMessage, BackupMessage, GetValueMessage, ScanTableMessage,
+                 ListTablesMessage, OpenViewMessage, CloseViewMessage>;
 
 std::string EncodeRequest(const Request& request);
 // kInvalidArgument naming the problem for a frame that is not a valid request of this version.
@@ -169,6 +182,8 @@ std::string EncodeTableValue(const TableValue& value);
 Result<TableValue> DecodeTableValue(std::string_view body);
 std::string EncodeTablePage(const TablePage& page);
 Result<TablePage> DecodeTablePage(std::string_view body);
+std::string EncodeViewId(uint64_t view);
+Result<uint64_t> DecodeViewId(std::string_view body);
 std::string EncodeTableNames(const std::vector<std::string>& names);
 Result<std::vector<std::string>> DecodeTableNames(std::string_view body);
 // The owner's counters and since when it has owned the store (OwnerCounters::since; live and

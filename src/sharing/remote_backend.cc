@@ -243,10 +243,19 @@ Result<std::vector<std::string>> RemoteBackend::ListTables() {
 }
 
 Result<TablePage> RemoteBackend::ScanTable(std::string_view table, const ScanOptions& options,
-                                           std::size_t limit) {
-  IDEM_ASSIGN_OR_RETURN(std::string body,
-                        RoundTrip(ScanTableMessage{table, options, static_cast<uint32_t>(limit)}));
+                                           std::size_t limit, uint64_t view) {
+  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(ScanTableMessage{
+                                              table, options, static_cast<uint32_t>(limit), view}));
   return DecodeTablePage(body);
+}
+
+Result<uint64_t> RemoteBackend::OpenView() {
+  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(OpenViewMessage{}));
+  return DecodeViewId(body);
+}
+
+Status RemoteBackend::CloseView(uint64_t view) {
+  return RoundTrip(CloseViewMessage{view}).status();
 }
 
 Result<std::optional<Record>> RemoteBackend::Get(std::string_view key) {
@@ -258,9 +267,9 @@ Status RemoteBackend::Forget(std::string_view key, Durability durability) {
   return RoundTrip(ForgetMessage{key, durability}).status();
 }
 
-Result<ScanPage> RemoteBackend::Scan(const ScanOptions& options, std::size_t limit) {
+Result<ScanPage> RemoteBackend::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
   IDEM_ASSIGN_OR_RETURN(std::string body,
-                        RoundTrip(ScanMessage{options, static_cast<uint32_t>(limit)}));
+                        RoundTrip(ScanMessage{options, static_cast<uint32_t>(limit), view}));
   return DecodeScanPage(body);
 }
 

@@ -49,11 +49,15 @@ class RemoteBackend final : public Backend {
   Status Transition(const TransitionCall& call) override;
   Result<std::optional<Record>> Get(std::string_view key) override;
   Status Forget(std::string_view key, Durability durability) override;
-  Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit) override;
+  Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit,
+                        uint64_t view = kLatest) override;
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;
-  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options,
-                              std::size_t limit) override;
+  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options, std::size_t limit,
+                              uint64_t view = kLatest) override;
   Result<std::vector<std::string>> ListTables() override;
+  // Kept by the owner, which ends it with the connection it was opened on.
+  Result<uint64_t> OpenView() override;
+  Status CloseView(uint64_t view) override;
   // A purge job on the owner, polled by requests that each end within request_timeout;
   // options.progress is called after each, and options.progress_total, when set, once with the
   // total the owner counted, before the first progress.

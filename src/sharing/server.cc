@@ -296,7 +296,7 @@ bool Server::Admit(int fd) {
 }
 
 void Server::AddConnection(int fd, pid_t pid, Holder holder) {
-  auto connection = std::make_shared<Connection>(next_id_++, fd, pid, std::move(holder));
+  auto connection = std::make_shared<Connection>(next_id_++, fd, pid, std::move(holder), backend_);
   connection->since = Clock::now();
   if (EpollControl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
                    connection->id)

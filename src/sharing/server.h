@@ -146,7 +146,8 @@ class Server {
   std::shared_ptr<Connection> TakeLongestIdle();
   void ArmTimer(bool on);  // mu_ held
   // The response frame for one decoded request from the process `peer`.
-  std::string Handle(const Request& request, const Holder& peer);
+  // Runs `request` for `connection`'s client (the holder of its claims, the owner of its views).
+  std::string Handle(const Request& request, Connection& connection);
   std::string HandlePurge(const PurgeMessage& message);
   std::string HandleBackup(const BackupMessage& message);
   // Starts the job `ticket` running `work` (given where it reports its progress) if it is new,

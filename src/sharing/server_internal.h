@@ -8,14 +8,33 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "sharing/server.h"
 
 namespace idem::sharing {
 
+// The read views a connection opened (Backend::OpenView), ended with it: a client that dies, or
+// leaves its connection idle past idle_timeout, pins no snapshot after that.
+class ConnectionViews {
+ public:
+  explicit ConnectionViews(Backend& backend) : backend_(backend) {}
+  ConnectionViews(const ConnectionViews&) = delete;
+  ConnectionViews& operator=(const ConnectionViews&) = delete;
+  ~ConnectionViews() {
+    for (const uint64_t view : views_) static_cast<void>(backend_.CloseView(view));
+  }
+  void Add(uint64_t view) { views_.push_back(view); }
+  void Remove(uint64_t view) { std::erase(views_, view); }
+
+ private:
+  Backend& backend_;
+  std::vector<uint64_t> views_;
+};
+
 struct Server::Connection {
-  Connection(uint64_t id, int fd, pid_t pid, Holder holder)
-      : id(id), fd(fd), pid(pid), holder(std::move(holder)) {}
+  Connection(uint64_t id, int fd, pid_t pid, Holder holder, Backend& backend)
+      : id(id), fd(fd), pid(pid), holder(std::move(holder)), views(backend) {}
 
   // Constant after construction.
   const uint64_t id;
@@ -36,6 +55,7 @@ struct Server::Connection {
   std::string in;
   std::string out;
   std::size_t out_done = 0;
+  ConnectionViews views;
 };
 
 // What a running job has reported, written by its thread and read by the polls.

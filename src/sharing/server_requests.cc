@@ -214,17 +214,17 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
       // may record the result of work already done, which a retry then finds.
       const bool keeps_work = std::holds_alternative<TransitionMessage>(*request) ||
                               std::holds_alternative<ForgetMessage>(*request);
-      if (keeps_work) Handle(*request, connection.holder);
+      if (keeps_work) Handle(*request, connection);
       continue;
     }
     // A group costs a lone request more than it saves: one starts only with a second request.
     if (JoinsWriteGroup(*request) &&
         (grouped.started() || HoldsWholeFrame(std::string_view(in).substr(used)))) {
-      grouped.Run([&] { return Handle(*request, connection.holder); });
+      grouped.Run([&] { return Handle(*request, connection); });
     } else {
       // Anything else sees what the requests before it wrote.
       grouped.End();
-      connection.out += EncodeFrame(Handle(*request, connection.holder));
+      connection.out += EncodeFrame(Handle(*request, connection));
     }
   }
   grouped.End();
@@ -256,7 +256,8 @@ std::optional<Server::Phase> Server::SendAnswer(Connection& connection) {
   return connection.in.empty() ? Phase::kIdle : Phase::kReading;
 }
 
-std::string Server::Handle(const Request& request, const Holder& peer) {
+std::string Server::Handle(const Request& request, Connection& connection) {
+  const Holder& peer = connection.holder;
   return std::visit(
       [&](const auto& message) -> std::string {
         using T = std::decay_t<decltype(message)>;
@@ -278,9 +279,18 @@ std::string Server::Handle(const Request& request, const Holder& peer) {
                             : EncodeResponse(names.status());
         } else if constexpr (std::is_same_v<T, ScanTableMessage>) {
           Result<TablePage> page = backend_.ScanTable(
-              message.table, message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage));
+              message.table, message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage),
+              message.view);
           return page.ok() ? EncodeResponse(Status::OK(), EncodeTablePage(*page))
                            : EncodeResponse(page.status());
+        } else if constexpr (std::is_same_v<T, OpenViewMessage>) {
+          Result<uint64_t> view = backend_.OpenView();
+          if (!view.ok()) return EncodeResponse(view.status());
+          connection.views.Add(*view);
+          return EncodeResponse(Status::OK(), EncodeViewId(*view));
+        } else if constexpr (std::is_same_v<T, CloseViewMessage>) {
+          connection.views.Remove(message.view);
+          return EncodeResponse(backend_.CloseView(message.view));
         } else if constexpr (std::is_same_v<T, GetMessage>) {
           Result<std::optional<Record>> record = backend_.Get(message.key);
           return record.ok() ? EncodeResponse(Status::OK(), EncodeOptionalRecord(*record))
@@ -288,8 +298,8 @@ std::string Server::Handle(const Request& request, const Holder& peer) {
         } else if constexpr (std::is_same_v<T, ForgetMessage>) {
           return EncodeResponse(backend_.Forget(message.key, message.durability));
         } else if constexpr (std::is_same_v<T, ScanMessage>) {
-          Result<ScanPage> page =
-              backend_.Scan(message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage));
+          Result<ScanPage> page = backend_.Scan(
+              message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage), message.view);
           return page.ok() ? EncodeResponse(Status::OK(), EncodeScanPage(*page))
                            : EncodeResponse(page.status());
         } else if constexpr (std::is_same_v<T, PurgeMessage>) {

@@ -550,21 +550,77 @@ Result<bool> PgStorage::Remove(std::string_view key, Durability durability) {
   return rows[1].affected() > 0 || resent;
 }
 
+namespace {
+
+// A REPEATABLE READ, READ ONLY transaction left open on a connection of the pool: every page read
+// in it sees the snapshot its first query took, and the time of its first page. What it pins
+// (the server keeps the row versions it sees from vacuum) ends with the transaction: when the
+// view is destroyed, or the connection goes (the process died), or the server ends it
+// (idle_in_transaction_session_timeout, when the database sets one).
+class PgView final : public ReadView {
+ public:
+  explicit PgView(std::unique_ptr<PgOpenTransaction> transaction)
+      : transaction_(std::move(transaction)) {}
+
+  // Runs `page` in the transaction, begun with the first.
+  Result<PgRows> Run(PgStatement page) {
+    std::vector<PgStatement> statements;
+    if (!begun_) {
+      statements.push_back(
+          {.sql = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", .prepare = false});
+    }
+    statements.push_back(std::move(page));
+    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, transaction_->Run(std::move(statements)));
+    begun_ = true;
+    return std::move(rows.back());
+  }
+
+  // The view's time (the server's, or the test clock's), read first; nullopt before.
+  std::optional<int64_t> now;
+
+ private:
+  const std::unique_ptr<PgOpenTransaction> transaction_;
+  bool begun_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ReadView>> PgStorage::OpenView() {
+  // Nothing is sent yet: the first page begins the transaction.
+  return std::unique_ptr<ReadView>(
+      std::make_unique<PgView>(pool_.Begin(std::chrono::milliseconds(0))));
+}
+
 Status PgStorage::Scan(const ScanOptions& options,
-                       FunctionRef<bool(Record&& record, TimePoint now)> visit) {
+                       FunctionRef<bool(Record&& record, TimePoint now)> visit, ReadView* view) {
+  // Only this storage's views are given to it.
+  auto* const pg_view = static_cast<PgView*>(view);
+  if (pg_view != nullptr && !pg_view->now) {
+    // The view's time, read by its first statement, which also takes its snapshot: every page
+    // judges retention at it.
+    IDEM_ASSIGN_OR_RETURN(const PgRows rows,
+                          pg_view->Run({fmt::format("SELECT {}", kNow), {NowParam()}}));
+    IDEM_ASSIGN_OR_RETURN(pg_view->now, rows.Timestamp(0, 0));
+  }
   const std::optional<std::string> end = PrefixEnd(options.prefix);
   std::string after(options.start_after);
   for (;;) {
-    PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
-    std::vector<PgParam> params = {NowParam(), PgParam::Bytea(after),
-                                   PgParam::Bytea(options.prefix)};
+    std::vector<PgParam> params = {
+        pg_view != nullptr ? PgParam::Timestamp(*pg_view->now) : NowParam(), PgParam::Bytea(after),
+        PgParam::Bytea(options.prefix)};
     if (end) params.push_back(PgParam::Bytea(*end));
-    transaction.statements.push_back(
-        {fmt::format("SELECT {}, {} FROM {} WHERE key > $2 AND key >= $3{} ORDER BY key LIMIT {}",
-                     kColumns, kNow, names_.records, end ? " AND key < $4" : "", kScanPage),
-         std::move(params)});
-    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-    const PgRows& page = rows[0];
+    PgStatement statement{
+        fmt::format("SELECT {}, {} FROM {} WHERE key > $2 AND key >= $3{} ORDER BY key LIMIT {}",
+                    kColumns, kNow, names_.records, end ? " AND key < $4" : "", kScanPage),
+        std::move(params)};
+    const auto run_page = [&]() -> Result<PgRows> {
+      if (pg_view != nullptr) return pg_view->Run(std::move(statement));
+      PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
+      transaction.statements.push_back(std::move(statement));
+      IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
+      return std::move(rows.front());
+    };
+    IDEM_ASSIGN_OR_RETURN(const PgRows page, run_page());
     for (int row = 0; row < page.size(); ++row) {
       int64_t version = 0;
       IDEM_ASSIGN_OR_RETURN(std::optional<Record> record, DecodeRow(page, row, &version));

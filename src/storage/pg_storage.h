@@ -84,8 +84,11 @@ class PgStorage final : public Storage {
   Result<bool> CompleteIn(PgOpenTransaction& transaction, std::string_view key, uint64_t token,
                           std::string_view result, Durability durability);
   Result<bool> Remove(std::string_view key, Durability durability) override;
-  Status Scan(const ScanOptions& options,
-              FunctionRef<bool(Record&& record, TimePoint now)> visit) override;
+  Status Scan(const ScanOptions& options, FunctionRef<bool(Record&& record, TimePoint now)> visit,
+              ReadView* view = nullptr) override;
+  // A REPEATABLE READ, READ ONLY transaction on a connection of the pool, held until the view
+  // goes: every Scan given it reads one snapshot of the table (and judges at one time).
+  Result<std::unique_ptr<ReadView>> OpenView() override;
   // Deletes in batches of kPurgeBatch, each its own transaction. `compact` does nothing more:
   // autovacuum gives the space back to the table (VACUUM needs the table's owner).
   Result<uint64_t> Purge(const PurgeOptions& options) override;

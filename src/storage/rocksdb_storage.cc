@@ -335,25 +335,55 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
   return true;
 }
 
+namespace {
+
+// A snapshot of the database and the storage's time when it was taken: the records a scan in it
+// shows are those live then.
+class RocksDbView final : public ReadView {
+ public:
+  RocksDbView(rocksdb::DB& db, Storage::TimePoint now)
+      : db_(db), snapshot_(db.GetSnapshot()), now_(now) {}
+  ~RocksDbView() override { db_.ReleaseSnapshot(snapshot_); }
+
+  const rocksdb::Snapshot* snapshot() const { return snapshot_; }
+  Storage::TimePoint now() const { return now_; }
+
+ private:
+  rocksdb::DB& db_;
+  const rocksdb::Snapshot* const snapshot_;
+  const Storage::TimePoint now_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ReadView>> RocksDbStorage::OpenView() {
+  return std::unique_ptr<ReadView>(std::make_unique<RocksDbView>(*db_, Now()));
+}
+
 Status RocksDbStorage::Scan(const ScanOptions& options,
-                            FunctionRef<bool(Record&& record, TimePoint now)> visit) {
+                            FunctionRef<bool(Record&& record, TimePoint now)> visit,
+                            ReadView* view) {
   const ScopedPerfCountersOff counters_off;
-  // One time for the whole scan: it reads one snapshot.
-  const TimePoint now = Now();
-  return ScanFamily(records_, options, "scanning records",
-                    [&](std::string_view key, std::string_view value) -> Result<bool> {
-                      IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, value));
-                      return visit(std::move(record), now);
-                    });
+  // One time for the whole scan: it reads one snapshot (a view's: its own time).
+  const TimePoint now = view != nullptr ? static_cast<const RocksDbView*>(view)->now() : Now();
+  return ScanFamily(
+      records_, options, "scanning records",
+      [&](std::string_view key, std::string_view value) -> Result<bool> {
+        IDEM_ASSIGN_OR_RETURN(Record record, DecodeRecord(key, value));
+        return visit(std::move(record), now);
+      },
+      view);
 }
 
 Status RocksDbStorage::ScanFamily(
     rocksdb::ColumnFamilyHandle* family, const ScanOptions& options, std::string_view what,
-    FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit) {
+    FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit, ReadView* view) {
   rocksdb::ReadOptions read_options;
   // A scan (idem dump, Scan) reads every block once: keeping them would evict what the
   // requests use, and would grow the memory a scan needs.
   read_options.fill_cache = false;
+  // Only this storage's views are given to it.
+  if (view != nullptr) read_options.snapshot = static_cast<const RocksDbView*>(view)->snapshot();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, family));
   const std::string_view start = options.start_after.empty() || options.start_after < options.prefix
                                      ? options.prefix

@@ -118,10 +118,14 @@ class RocksDbStorage final : public Storage {
   Result<std::vector<ImportOutcome>> ImportValues(
       std::string_view table, std::span<const std::pair<std::string, TableValue>> values) override;
   Status ScanValues(std::string_view table, const ScanOptions& options,
-                    FunctionRef<bool(std::string_view key, TableValue&& value)> visit) override;
+                    FunctionRef<bool(std::string_view key, TableValue&& value)> visit,
+                    ReadView* view = nullptr) override;
   Result<bool> Remove(std::string_view key, Durability durability) override;
-  Status Scan(const ScanOptions& options,
-              FunctionRef<bool(Record&& record, TimePoint now)> visit) override;
+  Status Scan(const ScanOptions& options, FunctionRef<bool(Record&& record, TimePoint now)> visit,
+              ReadView* view = nullptr) override;
+  // A RocksDB snapshot, and the storage's time when it was taken. It costs nothing to take; while
+  // it lives, compaction keeps the values it sees that were overwritten or deleted since.
+  Result<std::unique_ptr<ReadView>> OpenView() override;
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   // RocksDB's Checkpoint: the memtables flushed first (so that the copy needs no log replay, but
   // for what was written meanwhile), table files hard-linked when `destination` is on the same
@@ -188,9 +192,11 @@ class RocksDbStorage final : public Storage {
   Status CheckFormatVersion(bool read_only);
   // Visits the keys of `family` in `options`' range with their values, in key order, until
   // `visit` returns false or an error; `what` names the scan in an error message.
+  // Visits `family`'s entries as of `view` (null: the latest).
   Status ScanFamily(rocksdb::ColumnFamilyHandle* family, const ScanOptions& options,
                     std::string_view what,
-                    FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit);
+                    FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit,
+                    ReadView* view);
   // Update, with `writes` (null: none) applied in the record's batch (UpdateWithWrites).
   Status Commit(std::string_view key, Decide decide, const WriteSet* writes, Durability durability,
                 std::optional<uint64_t> absent_since);

@@ -256,19 +256,21 @@ Result<TableValue> RocksDbStorage::ReadValue(std::string_view table, std::string
   return ReadTableValue(family, table, key);
 }
 
-Status RocksDbStorage::ScanValues(
-    std::string_view table, const ScanOptions& options,
-    FunctionRef<bool(std::string_view key, TableValue&& value)> visit) {
+Status RocksDbStorage::ScanValues(std::string_view table, const ScanOptions& options,
+                                  FunctionRef<bool(std::string_view key, TableValue&& value)> visit,
+                                  ReadView* view) {
   IDEM_ASSIGN_OR_RETURN(rocksdb::ColumnFamilyHandle* const family,
                         TableFamily(table, /*create=*/false));
+  // A table made after `view` was taken is empty in it: its family's snapshot reads see nothing.
   if (family == nullptr) return Status::OK();
-  return ScanFamily(family, options, fmt::format("scanning table {}", EscapeControls(table)),
-                    [&](std::string_view key, std::string_view encoded) -> Result<bool> {
-                      IDEM_ASSIGN_OR_RETURN(TableValue value,
-                                            DecodeTableValue(encoded, table, key));
-                      if (!value.value) return true;  // deleted
-                      return visit(key, std::move(value));
-                    });
+  return ScanFamily(
+      family, options, fmt::format("scanning table {}", EscapeControls(table)),
+      [&](std::string_view key, std::string_view encoded) -> Result<bool> {
+        IDEM_ASSIGN_OR_RETURN(TableValue value, DecodeTableValue(encoded, table, key));
+        if (!value.value) return true;  // deleted
+        return visit(key, std::move(value));
+      },
+      view);
 }
 
 std::vector<std::string> RocksDbStorage::ListTableFamilies(

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -34,6 +35,15 @@ inline constexpr uint64_t kMaxToken = (uint64_t{1} << 63) - 1;
 // years at a million claims a second; tokens drawn from the clock reach it in the year 292,000).
 inline constexpr uint64_t kTokenRoom = uint64_t{1} << 48;
 inline constexpr uint64_t kMaxImportedToken = kMaxToken - kTokenRoom;
+
+// A view of a storage as of one moment (Storage::OpenView): the Scan and ScanValues calls given it
+// all read that moment, whatever was written since. What it pins (RocksDB's snapshot, which keeps
+// compaction from dropping what was overwritten since; PostgreSQL's transaction, with its
+// connection) is released when it is destroyed. Used by one thread at a time.
+class ReadView {
+ public:
+  virtual ~ReadView() = default;
+};
 
 class Storage {
  public:
@@ -111,12 +121,14 @@ class Storage {
     return NoTables();
   }
   // Visits the present values of `table` in key order (deleted keys left out) until `visit`
-  // returns false.
+  // returns false; as of `view` when given (one of this storage's), otherwise the latest.
   virtual Status ScanValues(std::string_view table, const ScanOptions& options,
-                            FunctionRef<bool(std::string_view key, TableValue&& value)> visit) {
+                            FunctionRef<bool(std::string_view key, TableValue&& value)> visit,
+                            ReadView* view = nullptr) {
     static_cast<void>(table);
     static_cast<void>(options);
     static_cast<void>(visit);
+    static_cast<void>(view);
     return NoTables();
   }
 
@@ -164,9 +176,16 @@ class Storage {
   virtual Result<bool> Remove(std::string_view key, Durability durability) = 0;
 
   // Visits stored records in key order, with the time to judge each by, until `visit` returns
-  // false.
+  // false; as of `view` when given (one of this storage's, and the time its moment's),
+  // otherwise the latest.
   virtual Status Scan(const ScanOptions& options,
-                      FunctionRef<bool(Record&& record, TimePoint now)> visit) = 0;
+                      FunctionRef<bool(Record&& record, TimePoint now)> visit,
+                      ReadView* view = nullptr) = 0;
+  // A view of the storage as it is now, for reads spread over many calls that must see one
+  // moment (Store::ScanSnapshot). The default: a storage that cannot keep one.
+  virtual Result<std::unique_ptr<ReadView>> OpenView() {
+    return Status::InvalidArgument("this storage cannot read as of one moment");
+  }
 
   // Deletes records whose retention expiry is at or before the storage's now; returns how many.
   virtual Result<uint64_t> Purge(const PurgeOptions& options) = 0;
