@@ -31,12 +31,15 @@
 #include <string>
 #include <vector>
 
+#include "file_text.h"
 #include "idem/idem.h"
 #include "sharing/runtime_directory.h"
 #include "test_util.h"
 #include "util/escape.h"
 
 namespace {
+
+using idem_test::ReadFile;
 
 namespace fs = std::filesystem;
 using idem::Status;
@@ -52,11 +55,6 @@ bool HasControlCharacter(std::string_view text) {
     if (byte < 0x20 || byte == 0x7f) return true;
   }
   return false;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // A plain RocksDB database (not idem's) at `path`, holding one key.

@@ -23,10 +23,14 @@
 #include "backend.h"
 #include "cli.h"
 #include "cli_run.h"
+#include "file_text.h"
 #include "idem/idem.h"
 #include "test_util.h"
 
 namespace {
+
+using idem_test::ReadFile;
+using idem_test::WriteFile;
 
 using idem::Outcome;
 using idem::Record;
@@ -42,17 +46,6 @@ using idem_test::CliResult;
 CliResult RunCli(const std::vector<std::string>& args,
                  std::shared_ptr<const idem::Clock> clock = nullptr) {
   return idem_test::RunCliOn(args, std::move(clock));
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
 }
 
 std::vector<Record> AllRecords(idem::Store& store) {

@@ -25,10 +25,14 @@
 #include "backend.h"
 #include "cli_run.h"
 #include "export_format.h"
+#include "file_text.h"
 #include "idem/idem.h"
 #include "test_util.h"
 
 namespace {
+
+using idem_test::ReadFile;
+using idem_test::WriteFile;
 
 using idem::Record;
 using idem::State;
@@ -177,17 +181,6 @@ std::vector<std::string> DrawKeys(Generator& g, std::size_t count, std::size_t l
   std::set<std::string> keys = {std::string(1, '\0'), std::string("\xff", 1), g.Bytes(limit)};
   while (keys.size() < count) keys.insert(g.Field(limit, /*may_be_empty=*/false));
   return {keys.begin(), keys.end()};
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
 }
 
 std::vector<std::string> Command(const std::string& command, const idem_test::TestStore& store,

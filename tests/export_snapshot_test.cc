@@ -20,12 +20,15 @@
 #include "backend.h"
 #include "cli_run.h"
 #include "export_format.h"
+#include "file_text.h"
 #include "idem/idem.h"
 #include "sharing_worker.h"
 #include "test_util.h"
 #include "transfer_load.h"
 
 namespace {
+
+using idem_test::ReadFile;
 
 using idem::Record;
 using idem::State;
@@ -35,13 +38,6 @@ using namespace std::chrono_literals;
 
 CliResult RunCli(const std::vector<std::string>& args) {
   return idem_test::RunCliOn(args, nullptr);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // An export's lines: its records by key, and its table values by table and key.

@@ -15,11 +15,14 @@
 #include <fstream>
 #include <string>
 
+#include "file_text.h"
 #include "idem/idem.h"
 #include "test_util.h"
 #include "util/links.h"
 
 namespace {
+
+using idem_test::ReadFile;
 
 namespace fs = std::filesystem;
 using idem::Status;
@@ -27,11 +30,6 @@ using idem_test::TempDir;
 using idem_test::TestOptions;
 
 constexpr uid_t kNobody = 65534;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // A UNIX socket file at `path` (bound, then closed: the file stays).
 void MakeSocketFile(const std::string& path) {
