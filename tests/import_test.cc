@@ -243,6 +243,15 @@ TEST(ImportKilled, AnExistingStoreIsUntouchedWholeOrRefusesUntilFinished) {
       EXPECT_EQ(next.code, 0) << next.err;
     }
     EXPECT_FALSE(fs::exists(store + "/import-staging")) << "round " << round;
+    if (fs::exists(store + "/import-staging.removing")) {
+      // Killed while removing it: what is left is under a name of its own, which the next import
+      // removes (under the staging name, the next import could not open it, and refused).
+      const std::string empty = dir.Sub("empty.jsonl");
+      std::ofstream{empty};
+      const CliResult next = RunCli({"import", store, empty});
+      EXPECT_EQ(next.code, 0) << next.err;
+      EXPECT_FALSE(fs::exists(store + "/import-staging.removing")) << "round " << round;
+    }
   }
   std::cout << "existing store: " << untouched << " kills left it untouched, " << finished
             << " marked and finished, " << complete - finished << " whole\n";

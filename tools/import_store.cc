@@ -48,6 +48,21 @@ Result<std::unique_ptr<Store>> OpenStaging(const std::string& staging, Options o
   return opened;
 }
 
+// Where RemoveStaging moves a staging store before removing it, so that a kill part way through
+// the removal never leaves a half-removed store under the staging name (which the next import
+// could not open, and so would not remove).
+std::string TrashOf(const std::string& staging) { return staging + ".removing"; }
+
+Status RemoveTree(const std::string& path) {
+  std::error_code error;
+  fs::remove_all(path, error);  // never follows a symbolic link
+  if (error) {
+    return Status::IOError(
+        fmt::format("cannot remove {}: {}", DisplayEscape(path), error.message()));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 std::string StoreDirectoryPath(const std::string& path) {
@@ -69,6 +84,8 @@ bool IsNewStoreDirectory(const std::string& path) {
 }
 
 Result<std::unique_ptr<Store>> OpenEmptyStaging(const std::string& staging, Options options) {
+  // What a kill left of a removal: only RemoveStaging makes this name.
+  IDEM_RETURN_IF_ERROR(RemoveTree(TrashOf(staging)));
   struct stat info {};
   if (::lstat(staging.c_str(), &info) == 0) {
     // Left by a killed import: opened first, so that what is removed is an idem store no other
@@ -80,13 +97,14 @@ Result<std::unique_ptr<Store>> OpenEmptyStaging(const std::string& staging, Opti
 }
 
 Status RemoveStaging(const std::string& staging) {
-  std::error_code error;
-  fs::remove_all(staging, error);  // never follows a symbolic link
-  if (error) {
+  const std::string trash = TrashOf(staging);
+  IDEM_RETURN_IF_ERROR(RemoveTree(trash));
+  if (::rename(staging.c_str(), trash.c_str()) != 0) {
+    if (errno == ENOENT) return Status::OK();
     return Status::IOError(
-        fmt::format("cannot remove {}: {}", DisplayEscape(staging), error.message()));
+        fmt::format("cannot remove {}: {}", DisplayEscape(staging), std::strerror(errno)));
   }
-  return Status::OK();
+  return RemoveTree(trash);
 }
 
 Status InstallNewStore(const std::string& aside, const std::string& path) {
