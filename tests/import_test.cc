@@ -346,7 +346,12 @@ TEST(Import, ALineLongerThanAnyRecordIsRefusedWithItsNumberInBoundedMemory) {
       << err.str();
   EXPECT_FALSE(fs::exists(store));
   std::cout << "peak RSS refusing a 100 MiB line from standard input: " << peak_kib << " KiB\n";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitizer's shadow memory, and AddressSanitizer's quarantine of freed memory (256 MiB by
+  // default), are not the import's: the bound holds for the plain build (CI's first pass).
+#else
   EXPECT_LT(peak_kib, 80 * 1024);
+#endif
 }
 
 }  // namespace
