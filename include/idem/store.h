@@ -294,8 +294,8 @@ class IDEM_EXPORT Store {
   // (each record is written only if its key is still free, in one conditional write).
   // Every record is checked before any is written: kInvalidArgument naming the first bad one
   // (an empty or oversized key or field, retryable set on a record that is not kFailed,
-  // attempts 0, a token above 2^63-1 less 2^48, which would leave the store no room to hand out
-  // tokens up to their limit of 2^63-1) writes nothing; so do a read-only handle
+  // attempts 0, a token above 2^63-1, the largest a store holds; one that takes a token near it
+  // hands out the rest, then Begin fails with kIOError) writes nothing; so do a read-only handle
   // (kInvalidArgument) and kBusy. An I/O error (kIOError) part way may leave the records before
   // it written.
   virtual Result<std::vector<ImportOutcome>> Import(std::span<const Record> records);

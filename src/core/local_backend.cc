@@ -434,11 +434,9 @@ Status LocalBackend::CheckImported(const Record& record) const {
     return bad("only a failed record can be retryable");
   }
   if (record.attempts == 0) return bad("attempts is 0; a record was acquired at least once");
-  if (record.token > storage::kMaxImportedToken) {
-    return bad(fmt::format(
-        "token {} is above {} (2^63-1 less 2^48), the largest a store takes: tokens go up to "
-        "2^63-1, and the store must have room to hand out more",
-        record.token, storage::kMaxImportedToken));
+  if (record.token > storage::kMaxToken) {
+    return bad(fmt::format("token {} is above {} (2^63-1), the largest token a store holds",
+                           record.token, storage::kMaxToken));
   }
   return Status::OK();
 }

@@ -64,12 +64,12 @@ Status RocksDbStorage::ReserveTokens(TimePoint now) {
   // covers files that went back (a backup restored in place, a file-system snapshot rolled
   // back), whose ceiling is below the tokens handed out after the copy was made. A copy takes a
   // margin more, for the clock of another host and for a lead the original grew after the copy.
-  // Both sums stop at kMaxImportedToken, which leaves 2^48 tokens: a store whose lead is that
+  // Both sums stop at kHighestClockStart, which leaves 2^48 tokens: a store whose lead is that
   // large took imported tokens that high, and keeps the ceiling's promise only.
   const uint64_t micros = MicrosOf(now);
   const uint64_t above_clock =
-      AddUpTo(micros, AddUpTo(token_lead_, copy ? kCopyMargin : 0, kMaxImportedToken) + 1,
-              kMaxImportedToken);
+      AddUpTo(micros, AddUpTo(token_lead_, copy ? kCopyMargin : 0, kHighestClockStart) + 1,
+              kHighestClockStart);
   const uint64_t start = std::max(ceiling.value_or(1), above_clock);
   next_token_ = start;
   // The lead is left as it is: on a clock that moves, the first token is handed out at least a
@@ -106,7 +106,8 @@ Result<uint64_t> RocksDbStorage::NextToken(TimePoint now) {
   const uint64_t token = next_token_.fetch_add(1);
   if (token > kMaxToken) {
     return Status::IOError(
-        fmt::format("store {} has handed out every token up to {} (2^63-1): it cannot claim again",
+        fmt::format("store {} has no token left: every token up to {} (2^63-1), the largest, was "
+                    "handed out or imported; it cannot claim again",
                     path_, kMaxToken));
   }
   // Persisted before the token is handed out: a restart starts above the ceiling, and a copy of
@@ -129,10 +130,10 @@ Result<uint64_t> RocksDbStorage::NextToken(TimePoint now) {
 }
 
 Status RocksDbStorage::ReserveTokensAbove(uint64_t token) {
-  // Far below the top, so that the counter and its ceiling never wrap, and tokens are left.
-  if (token > kMaxImportedToken) {
+  // The counter and its ceiling reach at most kMaxToken + the block: they never wrap.
+  if (token > kMaxToken) {
     return Status::InvalidArgument(fmt::format(
-        "token {} is too large; a store takes tokens up to {}", token, kMaxImportedToken));
+        "token {} is too large; a store takes tokens up to {} (2^63-1)", token, kMaxToken));
   }
   std::lock_guard lock(token_mu_);
   // The ceiling first: a restart starts at it, so once it is above `token`, no token up to
