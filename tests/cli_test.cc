@@ -1387,7 +1387,8 @@ TEST_F(CliTest, WritersExitThreeWhileAnExclusiveProcessHoldsTheStore) {
     const CliResult result = RunCli(args);
     EXPECT_EQ(result.code, 3) << args[0] << ": " << result.out << result.err;
     EXPECT_EQ(result.out, "");
-    EXPECT_NE(result.err.find("is held by another process"), std::string::npos) << result.err;
+    EXPECT_NE(result.err.find("is busy (Busy: "), std::string::npos) << result.err;
+    EXPECT_NE(result.err.find("exclusive"), std::string::npos) << result.err;
   }
   holder.CloseStdin();
   EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();

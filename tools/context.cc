@@ -45,8 +45,8 @@ int Context::StoreError(const std::string& path, const Status& status) const {
                             shown, IDEM_VERSION, status.ToString()));
   }
   if (status.code() == Status::Code::kBusy) {
-    return Fail(kExitStoreError,
-                fmt::format("store {} is held by another process ({})", shown, status.ToString()));
+    // The status says why (another process holds it alone, an unfinished import, a limit).
+    return Fail(kExitStoreError, fmt::format("store {} is busy ({})", shown, status.ToString()));
   }
   return Fail(kExitStoreError, fmt::format("cannot use store {}: {}", shown, status.ToString()));
 }
