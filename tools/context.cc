@@ -14,6 +14,7 @@
 #include "text.h"
 #include "util/escape.h"
 #include "util/hex.h"
+#include "util/sync_directory.h"
 
 namespace idem::cli {
 
@@ -112,9 +113,7 @@ int AtomicFile::Commit() {
   // The new name is durable once the directory is synced.
   const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
   const std::filesystem::path directory = parent.empty() ? std::filesystem::path(".") : parent;
-  const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0 || ::fsync(dir_fd) != 0) error_ = errno;
-  if (dir_fd >= 0) ::close(dir_fd);
+  error_ = util::SyncDirectory(directory);
   if (error_ != 0) {
     return ctx_.Fail(
         kExitStoreError,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "text.h"
+#include "util/sync_directory.h"
 
 namespace idem::cli {
 namespace {
@@ -25,11 +26,8 @@ constexpr std::size_t kBatchRecords = 1000;
 constexpr std::size_t kBatchBytes = 16 << 20;
 
 Status SyncDirectory(const fs::path& directory) {
-  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  const bool synced = fd >= 0 && ::fsync(fd) == 0;
-  const int error = errno;
-  if (fd >= 0) ::close(fd);
-  if (synced) return Status::OK();
+  const int error = util::SyncDirectory(directory);
+  if (error == 0) return Status::OK();
   return Status::IOError(
       fmt::format("cannot sync {}: {}", DisplayEscape(directory.string()), std::strerror(error)));
 }

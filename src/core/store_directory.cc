@@ -21,6 +21,7 @@
 #include "storage/format_file.h"
 #include "util/escape.h"
 #include "util/links.h"
+#include "util/sync_directory.h"
 
 namespace idem {
 namespace {
@@ -106,10 +107,9 @@ Status MakeStoreDirectory(const fs::path& path, bool* created) {
   made.insert(made.end(), missing.begin(), missing.end());  // deepest first
   for (const fs::path& directory : made) {
     const fs::path parent = directory.parent_path().empty() ? "." : directory.parent_path();
-    sharing::FileDescriptor fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
+    if (const int error = util::SyncDirectory(parent); error != 0) {
       return Status::IOError(fmt::format("cannot sync {} after creating store {}: {}",
-                                         Shown(parent), Shown(path), ErrnoText(errno)));
+                                         Shown(parent), Shown(path), ErrnoText(error)));
     }
   }
   return Status::OK();
@@ -350,10 +350,9 @@ Status WriteBackup(storage::Storage& storage, const fs::path& destination) {
   if (written.ok()) {
     // The new directory's entry, durable once its parent is synced.
     const fs::path parent = destination.parent_path();
-    sharing::FileDescriptor fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
+    if (const int error = util::SyncDirectory(parent); error != 0) {
       written = Status::IOError(fmt::format("cannot sync {} after writing backup {}: {}",
-                                            Shown(parent), Shown(destination), ErrnoText(errno)));
+                                            Shown(parent), Shown(destination), ErrnoText(error)));
     }
   }
   if (!written.ok()) {
