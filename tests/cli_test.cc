@@ -46,6 +46,7 @@
 #include "raw_db.h"
 #include "test_util.h"
 #include "text.h"
+#include "util/escape.h"
 
 extern char** environ;
 
@@ -376,10 +377,10 @@ TEST(CliFormat, EveryByteStringMakesValidJsonThatDecodesToToValidUtf8) {
 }
 
 TEST(CliFormat, DisplayEscapeShowsBytesAsHex) {
-  EXPECT_EQ(idem::cli::DisplayEscape(kBinaryKey), "bin\\x00\\xff\\x01");
-  EXPECT_EQ(idem::cli::DisplayEscape("a\\b\tc"), "a\\\\b\\x09c");
-  EXPECT_EQ(idem::cli::DisplayEscape("caf\xc3\xa9"), "caf\xc3\xa9");
-  EXPECT_EQ(idem::cli::DisplayEscape("\xc2\x85"), "\\xc2\\x85");  // C1 control NEL
+  EXPECT_EQ(idem::DisplayEscape(kBinaryKey), "bin\\x00\\xff\\x01");
+  EXPECT_EQ(idem::DisplayEscape("a\\b\tc"), "a\\\\b\\x09c");
+  EXPECT_EQ(idem::DisplayEscape("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(idem::DisplayEscape("\xc2\x85"), "\\xc2\\x85");  // C1 control NEL
 }
 
 // The three escapes agree on which bytes are well-formed UTF-8 (Unicode table 3-7): each one
@@ -427,10 +428,10 @@ TEST(CliFormat, EscapesTreatMalformedUtf8AByteAtATime) {
        "\\x00\\x1b\\x7f"},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(idem::cli::DisplayEscape(c.bytes));
+    SCOPED_TRACE(idem::DisplayEscape(c.bytes));
     EXPECT_EQ(idem::cli::JsonEscape(c.bytes), c.json);
     EXPECT_EQ(idem::cli::ToValidUtf8(c.bytes), c.valid);
-    EXPECT_EQ(idem::cli::DisplayEscape(c.bytes), c.display);
+    EXPECT_EQ(idem::DisplayEscape(c.bytes), c.display);
   }
 }
 

@@ -51,6 +51,16 @@ TEST(Escape, ControlsBecomeHexEscapesAndEscapingTwiceChangesNothing) {
   EXPECT_EQ(idem::EscapeControls(idem::EscapeControls(text)), idem::EscapeControls(text));
 }
 
+// The one escape for data: readable UTF-8, unambiguous bytes (so `idem dump`, `idem get` and the
+// library's messages show one key one way).
+TEST(Escape, DataKeepsUtf8AndEscapesControlsMalformedBytesAndBackslashes) {
+  EXPECT_EQ(idem::DisplayEscape("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");
+  EXPECT_EQ(idem::DisplayEscape(std::string("a\\b\0\x7f", 5)), "a\\\\b\\x00\\x7f");
+  EXPECT_EQ(idem::DisplayEscape("\xc2\x85 \xff \xc3"), "\\xc2\\x85 \\xff \\xc3");
+  // Unambiguous: the key holding the four characters \x00 is not the one holding a NUL.
+  EXPECT_NE(idem::DisplayEscape("\\x00"), idem::DisplayEscape(std::string("\0", 1)));
+}
+
 TEST(Random, FillsBuffersOfAnySizeWithFreshBytes) {
   // Above 256 bytes getrandom may return short: the whole buffer must still be filled.
   std::vector<unsigned char> a(4096, 0), b(4096, 0);

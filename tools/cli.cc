@@ -21,6 +21,7 @@
 
 #include "commands.h"
 #include "text.h"
+#include "util/escape.h"
 #include "util/pg_uri.h"
 
 #ifndef IDEM_VERSION

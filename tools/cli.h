@@ -66,10 +66,6 @@ std::string JsonEscape(std::string_view s);
 // U+00XX (XX: the byte's value). The JSON string JsonEscape writes decodes to exactly this.
 std::string ToValidUtf8(std::string_view s);
 
-// `s` for a human: printable ASCII and well-formed UTF-8 are kept, a backslash becomes `\\`, and
-// every other byte (controls, DEL, C1 controls, malformed UTF-8) becomes \xNN.
-std::string DisplayEscape(std::string_view s);
-
 // "2026-11-30T01:02:03.123456Z": RFC 3339, UTC, microseconds.
 std::string FormatRfc3339(std::chrono::system_clock::time_point t);
 

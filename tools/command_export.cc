@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "export_format.h"
 #include "text.h"
+#include "util/escape.h"
 
 namespace idem::cli {
 

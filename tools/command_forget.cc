@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "text.h"
+#include "util/escape.h"
 
 namespace idem::cli {
 

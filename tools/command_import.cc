@@ -25,6 +25,7 @@
 #include "import_input.h"
 #include "import_store.h"
 #include "text.h"
+#include "util/escape.h"
 #include "util/pg_uri.h"
 
 namespace idem::cli {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "text.h"
+#include "util/escape.h"
 
 namespace idem::cli {
 namespace {

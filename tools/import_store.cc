@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "text.h"
+#include "util/escape.h"
 #include "util/sync_directory.h"
 
 namespace idem::cli {

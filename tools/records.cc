@@ -7,6 +7,7 @@
 
 #include "json_writer.h"
 #include "text.h"
+#include "util/escape.h"
 
 namespace idem::cli {
 namespace {

@@ -8,73 +8,15 @@
 #include <limits>
 
 #include "display_width.h"
+#include "util/escape.h"
 #include "util/hex.h"
+#include "util/utf8.h"
 
 namespace idem::cli {
 namespace {
 
-// ---- UTF-8 -------------------------------------------------------------------------------------
-
-// The length (1 to 4) of the well-formed UTF-8 sequence that starts at s[i] (Unicode table 3-7:
-// no overlong forms, no surrogates, nothing above U+10FFFF), or 0 when s[i] starts none.
-std::size_t Utf8SequenceLength(std::string_view s, std::size_t i, char32_t* code_point) {
-  const auto byte = [&s](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char lead = byte(i);
-  if (lead < 0x80) {
-    *code_point = lead;
-    return 1;
-  }
-  std::size_t length = 0;
-  unsigned char low = 0x80;
-  unsigned char high = 0xBF;
-  char32_t cp = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-    cp = lead & 0x1F;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    cp = lead & 0x0F;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    cp = lead & 0x07;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + length > s.size()) return 0;
-  for (std::size_t k = 1; k < length; ++k) {
-    const unsigned char b = byte(i + k);
-    if (k == 1 ? (b < low || b > high) : (b < 0x80 || b > 0xBF)) return 0;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  *code_point = cp;
-  return length;
-}
-
-// One piece of a byte string read as UTF-8: a well-formed sequence, or one byte that starts none.
-struct Utf8Piece {
-  std::string_view bytes;  // the sequence, or the one byte
-  bool valid;
-  char32_t code_point;  // when valid
-};
-
-// Calls `visit(piece)` for the pieces of `s` in order: each well-formed sequence whole, each
-// other byte on its own (decoding resumes at the next byte). The one reading of bytes as UTF-8
-// that the escapes share, so that they agree on what is malformed.
-template <typename Visit>
-void ForEachUtf8Piece(std::string_view s, Visit&& visit) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    char32_t code_point = 0;
-    const std::size_t length = Utf8SequenceLength(s, i, &code_point);
-    const std::size_t taken = length == 0 ? 1 : length;
-    visit(Utf8Piece{s.substr(i, taken), length != 0, code_point});
-    i += taken;
-  }
-}
+using util::ForEachUtf8Piece;
+using util::Utf8Piece;
 
 unsigned char FirstByte(const Utf8Piece& piece) {
   return static_cast<unsigned char>(piece.bytes.front());
@@ -215,27 +157,6 @@ std::string ToValidUtf8(std::string_view s) {
     const unsigned char byte = FirstByte(piece);
     out += static_cast<char>(0xC0 | (byte >> 6));
     out += static_cast<char>(0x80 | (byte & 0x3F));
-  });
-  return out;
-}
-
-std::string DisplayEscape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  ForEachUtf8Piece(s, [&out](const Utf8Piece& piece) {
-    const char32_t cp = piece.code_point;
-    const bool printable =
-        piece.valid && (piece.bytes.size() == 1 ? (cp >= 0x20 && cp < 0x7F) : cp >= 0xA0);
-    if (!printable) {
-      // Every byte of a control character, or the one byte that starts no sequence.
-      for (const char byte : piece.bytes) {
-        util::AppendEscapedByte(out, static_cast<unsigned char>(byte));
-      }
-    } else if (cp == '\\') {
-      out += "\\\\";
-    } else {
-      out += piece.bytes;
-    }
   });
   return out;
 }

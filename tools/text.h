@@ -1,7 +1,7 @@
 // Text for people and for programs: UTF-8 checks, the escapes of the JSON and table formats,
 // display widths and padding, and times. Every other file of the command writes text through
-// these (cli.h declares the ones tests check: JsonEscape, ToValidUtf8, DisplayEscape, the
-// time formats).
+// these (cli.h declares the ones tests check: JsonEscape, ToValidUtf8, the time formats). The
+// escape for people, DisplayEscape, is the library's (util/escape.h).
 
 #ifndef IDEM_TOOLS_TEXT_H_
 #define IDEM_TOOLS_TEXT_H_

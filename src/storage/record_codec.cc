@@ -6,7 +6,9 @@
 #include <tuple>
 #include <utility>
 
+#include "util/escape.h"
 #include "util/hex.h"
+#include "util/utf8.h"
 
 namespace idem::storage {
 namespace {
@@ -415,18 +417,15 @@ std::optional<int64_t> PeekExpiresMicros(std::string_view value) {
 }
 
 std::string EscapeKey(std::string_view key, std::size_t max_bytes) {
-  std::string out;
-  const std::size_t shown = std::min(key.size(), max_bytes);
-  for (std::size_t i = 0; i < shown; ++i) {
-    const auto byte = static_cast<uint8_t>(key[i]);
-    if (byte >= 0x20 && byte < 0x7F && byte != '\\') {
-      out += static_cast<char>(byte);
-    } else {
-      util::AppendEscapedByte(out, byte);
-    }
-  }
-  if (shown < key.size()) out += "...";
-  return fmt::format("\"{}\"", out);
+  // Cut between characters, so that a long UTF-8 key does not end in a broken one's bytes.
+  std::size_t shown = 0;
+  bool full = false;
+  util::ForEachUtf8Piece(key.substr(0, max_bytes + 4), [&](const util::Utf8Piece& piece) {
+    full = full || shown + piece.bytes.size() > max_bytes;
+    if (!full) shown += piece.bytes.size();
+  });
+  return fmt::format("\"{}{}\"", DisplayEscape(key.substr(0, shown)),
+                     shown < key.size() ? "..." : "");
 }
 
 }  // namespace idem::storage

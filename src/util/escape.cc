@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "util/hex.h"
+#include "util/utf8.h"
 
 namespace idem {
 namespace {
@@ -26,6 +27,27 @@ std::string EscapeControls(std::string_view text) {
     }
     util::AppendEscapedByte(out, static_cast<unsigned char>(c));
   }
+  return out;
+}
+
+std::string DisplayEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  util::ForEachUtf8Piece(text, [&out](const util::Utf8Piece& piece) {
+    const char32_t cp = piece.code_point;
+    const bool printable =
+        piece.valid && (piece.bytes.size() == 1 ? (cp >= 0x20 && cp < 0x7F) : cp >= 0xA0);
+    if (!printable) {
+      // Every byte of a control character, or the one byte that starts no sequence.
+      for (const char byte : piece.bytes) {
+        util::AppendEscapedByte(out, static_cast<unsigned char>(byte));
+      }
+    } else if (cp == '\\') {
+      out += "\\\\";
+    } else {
+      out += piece.bytes;
+    }
+  });
   return out;
 }
 

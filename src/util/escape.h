@@ -1,5 +1,10 @@
-// Text from outside (paths above all, and RocksDB's messages that quote them) made safe to put
-// in a message or a log line.
+// Text from outside made safe to put in a message, a log line or on a terminal. Two rules, for
+// two kinds of text:
+// - data (keys, results, labels, fingerprints: any bytes): DisplayEscape, which is unambiguous,
+//   so that the bytes can be told back from what is shown (`idem dump`, `idem get`, the
+//   library's messages that name a key: storage::EscapeKey quotes it and cuts it short);
+// - paths and messages (RocksDB's, the server's): EscapeControls, which escapes only controls
+//   and so is idempotent: a message built from escaped paths may pass through it again.
 
 #ifndef IDEM_UTIL_ESCAPE_H_
 #define IDEM_UTIL_ESCAPE_H_
@@ -13,8 +18,12 @@ namespace idem {
 // holding a newline cannot start a forged log line and one holding ESC cannot send a terminal
 // escape sequence. Every other byte is kept (UTF-8 names stay readable), backslashes included:
 // so escaping twice changes nothing, and a message built from escaped paths can be passed
-// through it again safely. Keys have their own, stricter form (storage::EscapeKey).
+// through it again safely.
 std::string EscapeControls(std::string_view text);
+
+// `text` for a human: printable ASCII and well-formed UTF-8 (util/utf8.h) are kept, a backslash
+// becomes `\\`, and every other byte (controls, DEL, C1 controls, malformed UTF-8) becomes \xNN.
+std::string DisplayEscape(std::string_view text);
 
 }  // namespace idem
 
