@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "idem/options.h"
+#include "util/coding.h"
 #include "util/hex.h"
 #include "util/random.h"
 
@@ -37,21 +38,18 @@ std::string NewRequestId() {
 
   // The random bits only keep ids of different processes apart (the stamp orders this
   // process's own): RandomSeed never fails.
-  std::array<unsigned char, 16> bytes{};
-  const uint64_t random = util::RandomSeed();
-  for (int i = 0; i < 8; ++i) bytes[8 + i] = static_cast<unsigned char>(random >> (8 * i));
+  std::array<char, 16> bytes{};
   const uint64_t unix_millis = stamp >> 12;
   const uint64_t counter = stamp & 0xFFF;
-  for (int i = 0; i < 6; ++i) bytes[i] = static_cast<unsigned char>(unix_millis >> (40 - 8 * i));
-  bytes[6] = static_cast<unsigned char>(0x70 | (counter >> 8));
-  bytes[7] = static_cast<unsigned char>(counter & 0xFF);
-  bytes[8] = static_cast<unsigned char>(0x80 | (bytes[8] & 0x3F));
+  util::StoreBigEndian(bytes.data(), (unix_millis << 16) | 0x7000 | counter);
+  util::StoreBigEndian(bytes.data() + 8,
+                       (util::RandomSeed() & ~(uint64_t{3} << 62)) | (uint64_t{2} << 62));
 
   std::string text;
   text.reserve(36);
   for (int i = 0; i < 16; ++i) {
     if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
-    util::AppendHexByte(text, bytes[i]);
+    util::AppendHexByte(text, static_cast<unsigned char>(bytes[i]));
   }
   return text;
 }

@@ -40,8 +40,7 @@ inline rocksdb::Slice AsSlice(std::string_view bytes) { return {bytes.data(), by
 inline void ExpiryIndexKeyInto(int64_t expires_micros, std::string_view key, std::string& out) {
   const uint64_t biased = static_cast<uint64_t>(expires_micros) ^ (uint64_t{1} << 63);
   out.resize(8 + key.size());
-  // Big-endian, so that byte order is time order.
-  util::StoreFixed64(out.data(), util::ByteSwap(biased));
+  util::StoreBigEndian(out.data(), biased);
   if (!key.empty()) std::memcpy(out.data() + 8, key.data(), key.size());  // data() may be null
 }
 
@@ -52,7 +51,7 @@ inline std::string ExpiryIndexKey(int64_t expires_micros, std::string_view key) 
 }
 
 inline int64_t ExpiryOfIndexKey(std::string_view index_key) {
-  const uint64_t biased = util::ByteSwap(util::GetFixed64(index_key.data()));
+  const uint64_t biased = util::GetBigEndian<uint64_t>(index_key.data());
   return static_cast<int64_t>(biased ^ (uint64_t{1} << 63));
 }
 

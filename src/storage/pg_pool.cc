@@ -4,9 +4,7 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
-#include <bit>
 #include <charconv>
-#include <cstring>
 #include <thread>
 
 #include "storage/pg_session.h"
@@ -28,18 +26,14 @@ constexpr milliseconds kAnswerGrace{1000};
 
 template <class Unsigned>
 std::string BigEndian(Unsigned value) {
-  if constexpr (std::endian::native == std::endian::little) value = util::ByteSwap(value);
   std::string bytes(sizeof value, '\0');
-  std::memcpy(bytes.data(), &value, sizeof value);
+  util::StoreBigEndian(bytes.data(), value);
   return bytes;
 }
 
 template <class Unsigned>
 Unsigned FromBigEndian(std::string_view bytes) {
-  Unsigned value;
-  std::memcpy(&value, bytes.data(), sizeof value);
-  if constexpr (std::endian::native == std::endian::little) value = util::ByteSwap(value);
-  return value;
+  return util::GetBigEndian<Unsigned>(bytes.data());
 }
 
 std::string_view TypeName(uint32_t type) {

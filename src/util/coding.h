@@ -1,6 +1,8 @@
-// Fixed-width little-endian integers, as both of idem's encodings write them: the on-disk record
-// format (storage/record_codec.h) and the wire protocol (sharing/wire_codec.h). Each encoding
-// decides its own layout; only the integer coding is shared.
+// Fixed-width integers. Little-endian, as both of idem's encodings write them: the on-disk record
+// format (storage/record_codec.h) and the wire protocol (sharing/wire_codec.h); each encoding
+// decides its own layout, only the integer coding is shared. Big-endian where byte order must be
+// numeric order or a standard says so: the expiry index's keys (storage/layout.h), PostgreSQL's
+// binary values (storage/pg_pool.cc), a UUIDv7's time and counter (api/ids.cc).
 
 #ifndef IDEM_UTIL_CODING_H_
 #define IDEM_UTIL_CODING_H_
@@ -44,6 +46,19 @@ inline uint64_t GetFixed64(const char* in) {
   if constexpr (std::endian::native != std::endian::little) value = ByteSwap(value);
   return value;
 }
+template <class Unsigned>
+void StoreBigEndian(char* out, Unsigned value) {
+  if constexpr (std::endian::native == std::endian::little) value = ByteSwap(value);
+  std::memcpy(out, &value, sizeof(value));
+}
+template <class Unsigned>
+Unsigned GetBigEndian(const char* in) {
+  Unsigned value;
+  std::memcpy(&value, in, sizeof(value));
+  if constexpr (std::endian::native == std::endian::little) value = ByteSwap(value);
+  return value;
+}
+
 inline void PutFixed32(std::string& out, uint32_t value) {
   char buffer[4];
   StoreFixed32(buffer, value);
