@@ -37,14 +37,16 @@ constexpr char kRecords[] = "idem.restored";
 constexpr char kMeta[] = "idem.restored_meta";
 constexpr char kSequence[] = "idem.restored_token_seq";
 
-// A process's store: one connection, the server's clock.
-std::unique_ptr<PgStorage> OpenProcess(const idem_test::PgServer& server) {
+// A process's store: one connection, the server's clock (or `clock`'s, a test clock).
+std::unique_ptr<PgStorage> OpenProcess(const idem_test::PgServer& server,
+                                       std::shared_ptr<const idem::Clock> clock = nullptr) {
   auto conninfo = PgConninfo::Parse(server.Uri());
   EXPECT_TRUE(conninfo.ok()) << conninfo.status().ToString();
   if (!conninfo.ok()) return nullptr;
   PgStorageConfig config;
   config.table = kTable;
   config.pool.size = 1;
+  config.clock = std::move(clock);
   auto storage = PgStorage::Open(*conninfo, std::move(config));
   EXPECT_TRUE(storage.ok()) << storage.status().ToString();
   return storage.ok() ? std::move(storage).value() : nullptr;
@@ -183,17 +185,21 @@ TEST(PgTokensAfterRestore, FastReopensLeaveTheLeadAsItIs) {
   EXPECT_LE(last, admin.Now());
 }
 
-// More processes reserving at once than the slack allows (on threads of their own, so that none
-// waits for another) raise the lead, in the reservation's own transaction: every token handed
-// out stays at or below the server's time plus the lead, so a restore of a backup taken after
-// the raise starts above them all.
+// More processes reserving at once than the slack allows raise the lead, in the reservation's
+// own transaction: every token handed out stays at or below the server's time plus the lead, so
+// a restore of a backup taken after the raise starts above them all. "At once": the server's
+// time stands still for them (the test clock, set to the server's time), and each reserves on a
+// thread of its own, so that none waits for another's block.
 TEST(PgTokensAfterRestore, BlocksReservedBeyondTheSlackRaiseTheLeadBeforeTheirTokens) {
   IDEM_START_PG_OR_SKIP(server);
   Admin admin(*server);
+  const auto clock = std::make_shared<idem_test::ManualClock>(idem_test::ManualClock::TimePoint(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::microseconds(admin.Now()))));
   const int processes = PgStorage::kTokenLeadSlack / PgStorage::kTokenBlock + 16;
   std::vector<std::unique_ptr<PgStorage>> opened;
   for (int i = 0; i < processes; ++i) {
-    opened.push_back(OpenProcess(*server));
+    opened.push_back(OpenProcess(*server, clock));
     ASSERT_NE(opened.back(), nullptr);
   }
   std::vector<uint64_t> tokens(processes);
