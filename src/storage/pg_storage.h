@@ -118,10 +118,10 @@ class PgStorage final : public Storage {
   static constexpr uint64_t kTokenBlock = 1024;
   // How long (microseconds) a process waits at most, after reserving a block that starts above
   // the server's time plus the lead, before handing out its first token (WaitUntilWithinLead):
-  // the blocks of 64 processes reserving at once, right after an open put the sequence at the
-  // time plus the lead. A block that starts further above raises the lead instead, by as much
-  // again, so that the processes reserving with it wait no longer either.
-  static constexpr uint64_t kTokenLeadSlack = 64 * kTokenBlock;
+  // the blocks of 128 processes reserving at once (a fleet starting), right after an open put
+  // the sequence at the time plus the lead. A block that starts further above raises the lead
+  // instead, by as much again, so that the processes reserving with it wait no longer either.
+  static constexpr uint64_t kTokenLeadSlack = 128 * kTokenBlock;
   // The lead given to a store made by a release before the lead, at its first open by this one:
   // its tokens ran ahead of the clock by what its processes reserved at once, without a bound
   // kept (as a store directory of such a release is given, RocksDbStorage::kCopyMargin: 71 min).

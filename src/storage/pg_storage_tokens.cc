@@ -10,7 +10,7 @@
 // So tokens handed out before time t lie at or below t plus the lead, and an open at t starts
 // the sequence above that. A block reserved ahead of that bound waits for it (its first token
 // waits up to a millisecond after an open; more when processes reserve at once), up to
-// kTokenLeadSlack; a block further ahead (more than 64 processes reserving at once, an import of
+// kTokenLeadSlack; a block further ahead (more than 128 processes reserving at once, an import of
 // higher tokens) raises the lead instead, in the reservation's own transaction, committed before
 // any token of the block is handed out. Opens at any rate leave the lead as it is. A raise is
 // the one case a restore does not cover at once: tables restored from a backup taken before it
