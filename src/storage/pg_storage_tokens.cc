@@ -59,10 +59,10 @@ Result<uint64_t> PgStorage::NextToken(uint64_t above) {
 Status PgStorage::ReserveBlock() {
   // One round trip: the block, the server's time and the lead, raised in the same transaction
   // when the block starts more than kTokenLeadSlack above the time plus the lead (so that no
-  // token of it waits longer than that in WaitUntilWithinLead). A raise applies
-  // only over a lower lead, as the row is when the UPDATE locks it: a reservation that waited
-  // for another's raise finds the lead high enough, and the lead in force is then at least what
-  // its block needs.
+  // token of it waits longer than that in WaitUntilWithinLead). A raise applies only over a
+  // lower lead, as the row is when the UPDATE locks it: a reservation that waited for another's
+  // raise finds the lead high enough, and the lead in force is then at least what its block
+  // needs (NULL when the row is missing).
   constexpr uint64_t kLastBlock = (kMaxToken - (kTokenBlock - 1)) / kTokenBlock;
   const std::string reserve = fmt::format(
       "WITH b AS MATERIALIZED (SELECT nextval($2::regclass) AS block, "
@@ -73,9 +73,9 @@ Status PgStorage::ReserveBlock() {
       "raised AS (UPDATE {meta} m SET value = LEAST(n.needed + {slack}, {max_token})::bigint::text "
       "FROM n WHERE m.name = '{row}' AND m.value::bigint < n.needed "
       "RETURNING m.value::bigint AS lead) "
-      "SELECT n.block, n.now, CASE WHEN n.lead IS NOT NULL THEN COALESCE((SELECT lead FROM "
-      "raised), "
-      "LEAST(GREATEST(n.lead, n.needed), {max_token})::bigint) END FROM n",
+      "SELECT n.block, n.now, CASE WHEN n.lead IS NOT NULL THEN COALESCE("
+      "(SELECT lead FROM raised), LEAST(GREATEST(n.lead, n.needed), {max_token})::bigint) END "
+      "FROM n",
       fmt::arg("now", kNow), fmt::arg("meta", names_.meta), fmt::arg("row", kPgTokenLeadRow),
       fmt::arg("last_block", kLastBlock), fmt::arg("block_size", kTokenBlock),
       fmt::arg("slack", kTokenLeadSlack), fmt::arg("max_token", kMaxToken));
@@ -132,8 +132,7 @@ Status PgStorage::ReserveTokensAbove(uint64_t token) {
   if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
   // The lead is left to the next reservation, which raises it before handing out a token of the
   // raised sequence.
-  IDEM_RETURN_IF_ERROR(
-      RaiseTokenSequence("$2", PgParam::Int8(std::bit_cast<int64_t>(token)), /*first=*/{}));
+  IDEM_RETURN_IF_ERROR(RaiseTokenSequence("$2", PgParam::Int8(std::bit_cast<int64_t>(token))));
   // This process's own block may hold tokens at or below `token`: draw a new one next time.
   std::lock_guard lock(token_mu_);
   if (next_token_ <= token) next_token_ = block_end_;
