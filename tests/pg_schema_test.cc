@@ -92,7 +92,10 @@ TEST(PgSchema, CreatesTheStoreOnceAndFindsItAgain) {
   // Found again, with and without create; nothing is created twice.
   EXPECT_OK(PreparePgTables(*pool, names, /*create=*/true));
   EXPECT_OK(PreparePgTables(*pool, names, /*create=*/false));
-  EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM idem.idem_records_meta"), "2");
+  EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM idem.idem_records_meta"), "3");
+  // The token lead of a new store (storage/pg_storage_tokens.cc).
+  EXPECT_EQ(Value(conn.get(), "SELECT value FROM idem.idem_records_meta WHERE name = 'token_lead'"),
+            "0");
 }
 
 TEST(PgSchema, AMissingStoreIsNotFoundWithoutCreate) {
@@ -177,7 +180,7 @@ TEST(PgSchema, CreatorsRacingAllSucceedOnOneStore) {
   for (auto& thread : threads) thread.join();
   for (const Status& result : results) EXPECT_OK(result);
   Conn conn = Connect(server->Uri());
-  EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM raced_meta"), "2");
+  EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM raced_meta"), "3");
 }
 
 // Identifiers are quoted, never pasted: a name with quotes, spaces and SQL in it is just a name.

@@ -472,7 +472,8 @@ TEST(PgStorage, RaisingTheTokenSequenceWaitsForReservationsInFlightAndNeverLower
 }
 
 // Tables restored from a backup hold the sequence as it was then, below blocks handed out
-// after. A store opened on them later starts its tokens at the time in microseconds, above those.
+// after. A store opened on them later starts its tokens at the time in microseconds plus the
+// lead, above those (more in pg_token_restore_test.cc).
 TEST(PgStorage, TokensAfterARestoreOfTheTablesAreAboveThoseHandedOutAfterTheBackup) {
   IDEM_START_PG_OR_SKIP(server);
   auto before = PgStore::Open(server->Uri());

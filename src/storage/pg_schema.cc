@@ -85,8 +85,10 @@ Status CreateTables(PgPool& pool, const PgTableNames& names) {
       {fmt::format("CREATE INDEX {} ON {} (expires)", names.expiry_index, names.records), {}},
       {fmt::format("CREATE SEQUENCE {} AS bigint CACHE 1", names.sequence), {}},
       {fmt::format("CREATE TABLE {} (name text PRIMARY KEY, value text NOT NULL)", names.meta), {}},
-      {fmt::format("INSERT INTO {} VALUES ('format', $1), ('schema_version', $2)", names.meta),
-       {PgParam::Text(kPgFormat), PgParam::Text(std::to_string(kPgSchemaVersion))}},
+      {fmt::format("INSERT INTO {} VALUES ('format', $1), ('schema_version', $2), ($3, $4)",
+                   names.meta),
+       {PgParam::Text(kPgFormat), PgParam::Text(std::to_string(kPgSchemaVersion)),
+        PgParam::Text(kPgTokenLeadRow), PgParam::Text("0")}},
   };
   Result<std::vector<PgRows>> created = pool.Run(transaction);
   if (created.ok()) return Status::OK();

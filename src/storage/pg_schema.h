@@ -8,9 +8,11 @@
 //   "S"."T"            the records, one row per key (bytea primary key), an index on expiry,
 //                      and a version raised by every write
 //   "S"."T_meta"       name -> value: format = "idem records", schema_version = kPgSchemaVersion,
-//                      and "server started <microseconds>" = when idem first saw that server
-//                      incarnation (PgStorage::OutageGrace; rows added without a new version,
-//                      since versions that do not know them read only the two above)
+//                      token_lead = how far (microseconds) tokens may run ahead of the server's
+//                      clock (PgStorage's tokens), and "server started <microseconds>" = when
+//                      idem first saw that server incarnation (PgStorage::OutageGrace). Rows
+//                      added without a new version, since versions that do not know them read
+//                      only the first two, and read the store as it is
 //   "S"."T_token_seq"  the sequence fencing tokens are reserved from, in blocks (CACHE 1)
 
 #ifndef IDEM_STORAGE_PG_SCHEMA_H_
@@ -31,6 +33,9 @@ inline constexpr uint32_t kPgSchemaVersion = 1;
 
 // What the meta table's "format" row holds in every idem store.
 inline constexpr std::string_view kPgFormat = "idem records";
+
+// The meta table's row of the token lead (0 in a new store).
+inline constexpr std::string_view kPgTokenLeadRow = "token_lead";
 
 // The longest suffix a derived name gets ("_token_seq", "_meta_pkey"): a table name may be at
 // most PostgreSQL's 63 bytes minus this.

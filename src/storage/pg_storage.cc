@@ -20,9 +20,6 @@ constexpr std::string_view kColumns =
 constexpr int kColumnCount = 19;
 constexpr int kVersionColumn = 18;
 
-// The server's time, or parameter $1 (a test clock's time) when it is not null.
-constexpr std::string_view kNow = "COALESCE($1::timestamptz, clock_timestamp())";
-
 std::string_view SynchronousCommit(Durability durability) {
   return durability == Durability::kSync ? "SET LOCAL synchronous_commit = on"
                                          : "SET LOCAL synchronous_commit = off";
@@ -150,13 +147,8 @@ Result<std::unique_ptr<PgStorage>> PgStorage::Open(const PgConninfo& conninfo,
   IDEM_RETURN_IF_ERROR(
       PreparePgTables(storage->pool_, storage->names_,
                       storage->config_.create_if_missing && !storage->config_.read_only));
-  // Tokens start no lower than the time in microseconds, as in a store directory: tables
-  // restored from a backup hold a sequence below the tokens handed out after the backup, which
-  // lie below the time now (fewer than one a microsecond was handed out).
   if (!storage->config_.read_only) {
-    IDEM_RETURN_IF_ERROR(storage->RaiseTokenSequence(
-        "(extract(epoch FROM COALESCE($2::timestamptz, clock_timestamp())) * 1000000)::bigint",
-        storage->NowParam()));
+    IDEM_RETURN_IF_ERROR(storage->StartTokens());
     IDEM_RETURN_IF_ERROR(storage->NoteServerIncarnation(/*prune=*/true).status());
   }
   return storage;
@@ -387,67 +379,6 @@ Status PgStorage::Update(std::string_view key, Decide decide, Durability durabil
           pool_.conninfo().display_name(), attempt, config_.pool.request_timeout.count()));
     }
   }
-}
-
-Result<uint64_t> PgStorage::NextToken(uint64_t above) {
-  std::lock_guard lock(token_mu_);
-  // A new block is above every block reserved before it (CACHE 1: the sequence hands out
-  // numbers in order), so above every stored token.
-  if (next_token_ == block_end_ || next_token_ <= above) {
-    PgTransaction transaction{.resendable = true};
-    transaction.statements = {
-        {"SET LOCAL synchronous_commit = on", {}},
-        {fmt::format("SELECT pg_advisory_xact_lock_shared({})", kTokenLockKey),
-         {PgParam::Text(names_.sequence)}},
-        {"SELECT nextval($1::regclass)", {PgParam::Text(names_.sequence)}}};
-    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-    IDEM_ASSIGN_OR_RETURN(int64_t block, rows[2].Int(0, 0));
-    // Every token of the block must fit the int8 column (kMaxToken).
-    if (block < 0 || static_cast<uint64_t>(block) > (kMaxToken - (kTokenBlock - 1)) / kTokenBlock) {
-      return Status::IOError(
-          fmt::format("the token sequence of {} is at block {}: its tokens would pass {} (2^63-1)",
-                      names_.display, block, kMaxToken));
-    }
-    next_token_ = static_cast<uint64_t>(block) * kTokenBlock;
-    block_end_ = next_token_ + kTokenBlock;
-  }
-  return next_token_++;
-}
-
-void PgStorage::GiveBackToken(uint64_t token) {
-  std::lock_guard lock(token_mu_);
-  // Only the last token drawn, from the block still in use: no other call has one above it.
-  if (next_token_ == token + 1 && block_end_ - kTokenBlock <= token) next_token_ = token;
-}
-
-Status PgStorage::ReserveTokensAbove(uint64_t token) {
-  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
-  IDEM_RETURN_IF_ERROR(RaiseTokenSequence("$2", PgParam::Int8(BitCast(token))));
-  // This process's own block may hold tokens at or below `token`: draw a new one next time.
-  std::lock_guard lock(token_mu_);
-  if (next_token_ <= token) next_token_ = block_end_;
-  return Status::OK();
-}
-
-Status PgStorage::RaiseTokenSequence(std::string_view token, PgParam param) {
-  PgTransaction transaction{.resendable = true};  // raising to the same floor twice is harmless
-  // Not a synchronous commit, so that an open does not wait for a synchronous standby that is
-  // down (the floor moves with the clock, so almost every open raises it). No token is drawn
-  // from the raised sequence but by a reservation, a synchronous commit that comes later in the
-  // server's log: the log is flushed past the raise before any such token is handed out.
-  transaction.statements = {
-      {"SET LOCAL synchronous_commit = off", {}},
-      {fmt::format("SELECT pg_advisory_xact_lock({})", kTokenLockKey),
-       {PgParam::Text(names_.sequence)}},
-      // Every later block b hands out tokens from b * kTokenBlock: above the token once b is above
-      // its floor. Only ever up: a sequence whose next value is above the floor already is left
-      // as it is (a sequence never called hands out last_value next; one called, last_value + 1).
-      {fmt::format(
-           "SELECT setval($1::regclass, raise_to) FROM {}, (SELECT ({}) / {} AS raise_to) r "
-           "WHERE last_value < raise_to + CASE WHEN is_called THEN 0 ELSE 1 END",
-           names_.sequence, token, kTokenBlock),
-       {PgParam::Text(names_.sequence), std::move(param)}}};
-  return pool_.Run(transaction).status();
 }
 
 Status PgStorage::Sync() {

@@ -21,7 +21,10 @@
 //   - Remove, Scan (pages in key order), Purge (bounded batches; no table lock).
 // Time: every `now` is the server's clock_timestamp(), so hosts with skewed clocks agree.
 // Tokens: blocks of kTokenBlock reserved from the store's sequence in a synchronously committed
-// transaction (sec. 5), so a token is never handed out twice, even after a server crash.
+// transaction (sec. 5), so a token is never handed out twice, even after a server crash; and
+// none is handed out above the server's time plus the store's lead (the meta table's
+// token_lead row), so tables restored from a backup start above every token handed out after it
+// (pg_storage_tokens.cc; docs/postgresql.md, "Tokens").
 // Durability: kSync commits with synchronous_commit = on, kBuffered with off (the server can
 // lose its last ~0.6 s of commits in a crash, never leaving a partial one).
 //
@@ -34,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "idem/options.h"
 #include "storage/pg_conninfo.h"
@@ -112,6 +116,16 @@ class PgStorage final : public Storage {
 
   // How many tokens one reservation from the sequence covers.
   static constexpr uint64_t kTokenBlock = 1024;
+  // How long (microseconds) a process waits at most, after reserving a block that starts above
+  // the server's time plus the lead, before handing out its first token (WaitUntilWithinLead):
+  // the blocks of 128 processes reserving at once (a fleet starting), right after an open put
+  // the sequence at the time plus the lead. A block that starts further above raises the lead
+  // instead, by as much again, so that the processes reserving with it wait no longer either.
+  static constexpr uint64_t kTokenLeadSlack = 128 * kTokenBlock;
+  // The lead given to a store made by a release before the lead, at its first open by this one:
+  // its tokens ran ahead of the clock by what its processes reserved at once, without a bound
+  // kept (as a store directory of such a release is given, RocksDbStorage::kCopyMargin: 71 min).
+  static constexpr uint64_t kPreLeadMargin = uint64_t{1} << 32;
   // The key of the advisory lock that orders token reservations against raising the sequence
   // (ReserveTokensAbove): every reservation holds it shared for its transaction, a raise holds it
   // exclusively, so no nextval runs between the raise's read of the sequence and its setval,
@@ -135,6 +149,8 @@ class PgStorage final : public Storage {
   // ends its transaction.
   PgStatement TransitionStatement(std::string_view key, const engine::TransitionRequest& request,
                                   Durability durability, bool fail_unless_applied) const;
+  // The server's time in SQL, or parameter $1's (a test clock's) when it is not null (NowParam).
+  static constexpr std::string_view kNow = "COALESCE($1::timestamptz, clock_timestamp())";
   // The parameter that replaces the server's time in tests (the test clock's time; NULL outside
   // them: kNow then reads clock_timestamp()).
   PgParam NowParam() const;
@@ -168,11 +184,25 @@ class PgStorage final : public Storage {
     TimePoint since;
   };
   Result<ServerWritable> NoteServerIncarnation(bool prune);
+  // At open: gives a store of a release before the lead its lead row (kPreLeadMargin), and raises
+  // the sequence above the server's time plus the lead, above every token handed out so far
+  // even when the tables went back in time (a backup restored).
+  Status StartTokens();
   // Raises the sequence (never lowers it) so that every block reserved after is above the token
-  // that the SQL expression `token` gives, with parameter $2 = `param`; under the advisory lock.
-  Status RaiseTokenSequence(std::string_view token, PgParam param);
-  // A token above `above` that no process ever had, from this process's block.
+  // that the SQL expression `token` gives, with parameters $1 = the test clock's time (NowParam)
+  // and $2 = `param`; under the advisory lock, after the statements `first`.
+  Status RaiseTokenSequence(std::string_view token, PgParam param,
+                            std::vector<PgStatement> first = {});
+  // A token above `above` that no process ever had, from this process's block, handed out no
+  // earlier than the server's time plus the lead reaches it (WaitUntilWithinLead).
   Result<uint64_t> NextToken(uint64_t above);
+  // Reserves the next block from the sequence, raising the lead first when the block starts
+  // more than kTokenLeadSlack above the server's time plus the lead. Under token_mu_.
+  Status ReserveBlock();
+  // Waits (kTokenLeadSlack at most, after ReserveBlock) until the server's time
+  // plus the lead, as the reservation read them and the steady clock moved since, reaches
+  // `token`. Under token_mu_.
+  void WaitUntilWithinLead(uint64_t token) const;
   // Returns `token`, drawn by NextToken and written nowhere, to the block when no token was
   // drawn after it; otherwise it stays unused.
   void GiveBackToken(uint64_t token);
@@ -185,6 +215,11 @@ class PgStorage final : public Storage {
   std::mutex token_mu_;
   uint64_t next_token_ = 0;  // guarded by token_mu_; next_token_ == block_end_: none left
   uint64_t block_end_ = 0;
+  // The server's time at the block's reservation plus the lead then, in microseconds, and when
+  // the reservation's answer came: no token of the block is handed out above that time plus the
+  // time passed since. Guarded by token_mu_.
+  uint64_t block_bound_ = 0;
+  std::chrono::steady_clock::time_point block_reserved_at_;
 };
 
 }  // namespace idem::storage
