@@ -443,31 +443,41 @@ std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const
   return differences;
 }
 
+// A handle on the store `registry` holds under `key`, opened by this process before (and not
+// in a parent before a fork), or else on the one `open` makes. Called under RegistryMutex.
+template <class Core, class Key>
+Result<std::unique_ptr<Store>> ShareOrOpen(std::map<Key, std::weak_ptr<Core>>& registry,
+                                           const Key& key, const Options& options,
+                                           const std::string& shown,
+                                           FunctionRef<Result<std::shared_ptr<Core>>()> open) {
+  std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
+  if (auto existing = registry[key].lock(); existing && !existing->forked()) {
+    if (existing->read_only() && !options.read_only) {
+      return Status::Busy(fmt::format(
+          "store {} is open read-only in this process; close it before opening it for writing",
+          shown));
+    }
+    if (auto differences = DifferencesFromTheFirstOpen(existing->options(), options);
+        !differences.empty()) {
+      StoreCore::LogTo(options, fmt::format("store {} is already open in this process: these "
+                                            "options are the first Open's, not this one's: {}",
+                                            shown, fmt::join(differences, "; ")));
+    }
+    return NewHandle(std::move(existing), options);
+  }
+  IDEM_ASSIGN_OR_RETURN(std::shared_ptr<Core> core, open());
+  registry[key] = core;
+  return NewHandle(std::move(core), options);
+}
+
 // Store::Open of a postgresql:// URI: one PgStoreCore per (connection, table) in the process.
 Result<std::unique_ptr<Store>> OpenPostgres(std::string_view uri, const Options& options) {
 #if IDEM_WITH_POSTGRESQL
   IDEM_ASSIGN_OR_RETURN(const std::string key, PgStoreCore::Key(uri, options));
   std::lock_guard registry_lock(RegistryMutex());
   static auto& registry = *new std::map<std::string, std::weak_ptr<PgStoreCore>>();
-  std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
-  if (auto existing = registry[key].lock(); existing && !existing->forked()) {
-    if (existing->read_only() && !options.read_only) {
-      return Status::Busy(fmt::format(
-          "store {} is open read-only in this process; close it before opening it for writing",
-          existing->display_name()));
-    }
-    if (auto differences = DifferencesFromTheFirstOpen(existing->options(), options);
-        !differences.empty()) {
-      StoreCore::LogTo(options,
-                       fmt::format("store {} is already open in this process: these "
-                                   "options are the first Open's, not this one's: {}",
-                                   existing->display_name(), fmt::join(differences, "; ")));
-    }
-    return NewHandle(std::move(existing), options);
-  }
-  IDEM_ASSIGN_OR_RETURN(std::shared_ptr<PgStoreCore> core, PgStoreCore::Open(uri, options));
-  registry[key] = core;
-  return NewHandle(std::move(core), options);
+  return ShareOrOpen<PgStoreCore>(registry, key, options, DisplayStoreName(uri),
+                                  [&] { return PgStoreCore::Open(uri, options); });
 #else
   static_cast<void>(options);
   return Status::InvalidArgument(
@@ -536,30 +546,17 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
     IDEM_RETURN_IF_ERROR(RefuseUnfinishedImport(directory));
   }
   const DirectoryId id{prepared->device, prepared->inode};
-  auto& registry = Registry();
-  std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
-  if (auto existing = registry[id].lock(); existing && !existing->forked()) {
-    if (existing->read_only() && !effective.read_only) {
-      return Status::Busy(fmt::format(
-          "store {} is open read-only in this process; close it before opening it for writing",
-          EscapeControls(directory.string())));
-    }
-    if (auto differences = DifferencesFromTheFirstOpen(existing->options(), effective);
-        !differences.empty()) {
-      StoreCore::LogTo(
-          effective, fmt::format("store {} is already open in this process: these options are "
-                                 "the first Open's, not this one's: {}",
-                                 EscapeControls(directory.string()), fmt::join(differences, "; ")));
-    }
-    return NewHandle(std::move(existing), effective);
-  }
-  auto core = std::make_shared<StoreCore>(directory, id, effective);
-  if (Status started = core->Start(); !started.ok()) {
-    // Messages from below quote paths (RocksDB's among them) as they are.
-    return Status(started.code(), EscapeControls(started.message()));
-  }
-  registry[id] = core;
-  return NewHandle(std::move(core), effective);
+  return ShareOrOpen<StoreCore>(Registry(), id, effective, EscapeControls(directory.string()),
+                                [&]() -> Result<std::shared_ptr<StoreCore>> {
+                                  auto core = std::make_shared<StoreCore>(directory, id, effective);
+                                  if (Status started = core->Start(); !started.ok()) {
+                                    // Messages from below quote paths (RocksDB's among them) as
+                                    // they are.
+                                    return Status(started.code(),
+                                                  EscapeControls(started.message()));
+                                  }
+                                  return core;
+                                });
 }
 
 }  // namespace idem
