@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/open_options.h"
 #include "core/store_core.h"
 #include "core/store_directory.h"
 #include "util/pg_uri.h"
@@ -73,66 +74,6 @@ Status ScanPages(const ScanOptions& options, Fetch&& fetch, Visit&& visit) {
     if (!Entries(*page).empty()) cursor = KeyOf(Entries(*page).back());
   }
 }
-
-Status CheckDuration(std::string_view what, milliseconds duration) {
-  if (duration >= milliseconds(0)) return Status::OK();
-  return Status::InvalidArgument(
-      fmt::format("{} is {} ms; it must not be negative", what, duration.count()));
-}
-
-}  // namespace
-
-Result<OwnerCounters> Store::GetOwnerCounters() const {
-  return Status::Unavailable("this Store implementation does not say whose counters it has");
-}
-
-Status Store::ScanSnapshot(
-    FunctionRef<bool(const Record&)> /*record*/,
-    FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> /*value*/) {
-  return Status::InvalidArgument("this Store implementation cannot be read as of one moment");
-}
-
-Status Store::Backup(std::string_view /*destination*/) {
-  return Status::InvalidArgument("this Store implementation cannot be backed up by idem");
-}
-
-Result<std::vector<ImportOutcome>> Store::Import(std::span<const Record> /*records*/) {
-  return Status::InvalidArgument("this Store implementation cannot import records");
-}
-
-Status Store::Complete(std::string_view key, uint64_t token, std::string_view result,
-                       const WriteSet& writes) {
-  if (writes.empty()) return Complete(key, token, result);
-  return Status::InvalidArgument("this Store implementation keeps no application tables");
-}
-
-Result<TableValue> Store::GetValue(std::string_view /*table*/, std::string_view /*key*/) {
-  return Status::InvalidArgument("this Store implementation keeps no application tables");
-}
-
-Status Store::ScanTable(std::string_view /*table*/, const ScanOptions& /*options*/,
-                        FunctionRef<bool(std::string_view, const TableValue&)> /*visit*/) {
-  return Status::InvalidArgument("this Store implementation keeps no application tables");
-}
-
-Result<std::vector<std::string>> Store::ListTables() {
-  return Status::InvalidArgument("this Store implementation keeps no application tables");
-}
-
-Result<std::vector<ImportOutcome>> Store::ImportValues(
-    std::string_view /*table*/, std::span<const std::pair<std::string, TableValue>> /*values*/) {
-  return Status::InvalidArgument("this Store implementation keeps no application tables");
-}
-
-Result<std::unique_ptr<ClaimTransaction>> Store::BeginClaimTransaction(std::string_view /*key*/,
-                                                                       uint64_t /*token*/) {
-  return Status::InvalidArgument(
-      "ExecuteInTransaction runs the application's SQL in the database that keeps the store, "
-      "and this store is not kept in PostgreSQL (a store directory keeps local state in "
-      "application tables: Execute with Attempt::Read and Put)");
-}
-
-namespace {
 
 // Whether a core keeps its store in PostgreSQL, which has its own tools to copy and load it.
 template <class Core>
@@ -385,62 +326,6 @@ class StoreHandle final : public Store {
 template <class Core>
 std::unique_ptr<Store> NewHandle(std::shared_ptr<Core> core, const Options& options) {
   return std::make_unique<StoreHandle<Core>>(std::move(core), options);
-}
-
-Status CheckOptions(const Options& options) {
-  if (options.default_lease <= milliseconds(0)) {
-    return Status::InvalidArgument("default_lease must be positive");
-  }
-  if (options.default_retention <= milliseconds(0)) {
-    return Status::InvalidArgument("default_retention must be positive");
-  }
-  if (options.max_key_size == 0) return Status::InvalidArgument("max_key_size must be positive");
-  IDEM_RETURN_IF_ERROR(CheckDuration("execute_wait", options.execute_wait));
-  IDEM_RETURN_IF_ERROR(CheckDuration("failover_timeout", options.failover_timeout));
-  IDEM_RETURN_IF_ERROR(CheckDuration("renewal_grace", options.renewal_grace));
-  if (options.request_timeout <= milliseconds(0)) {
-    return Status::InvalidArgument("request_timeout must be positive");
-  }
-  if (options.sync_interval <= milliseconds(0)) {
-    return Status::InvalidArgument(
-        fmt::format("sync_interval is {} ms; it must be positive", options.sync_interval.count()));
-  }
-  // Checked for every store, as the rest, though only a store in PostgreSQL has a pool: an
-  // option that cannot be right is refused wherever it is given.
-  if (options.pool_size <= 0) return Status::InvalidArgument("pool_size must be positive");
-  return CheckDuration("auto_purge_interval", options.auto_purge_interval);
-}
-
-// The options that are the store's in this process, not a handle's: the first Open decides
-// them, and a later Open of the same store in this process gets the first's (docs/semantics.md,
-// "Options of a store opened twice"). Each one a later Open asks differently, as "name value
-// (this Open asked value)". `log` cannot be compared; the first Open's receives the store's
-// warnings.
-std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const Options& later) {
-  std::vector<std::string> differences;
-  auto compare = [&](std::string_view name, const auto& kept, const auto& asked) {
-    if (kept != asked)
-      differences.push_back(fmt::format("{} {} (this Open asked {})", name, kept, asked));
-  };
-  auto compare_ms = [&](std::string_view name, milliseconds kept, milliseconds asked) {
-    compare(name, fmt::format("{} ms", kept.count()), fmt::format("{} ms", asked.count()));
-  };
-  compare("sharing", first.sharing == Sharing::kAuto ? "kAuto" : "kExclusive",
-          later.sharing == Sharing::kAuto ? "kAuto" : "kExclusive");
-  compare("max_key_size", first.max_key_size, later.max_key_size);
-  compare("max_result_size", first.max_result_size, later.max_result_size);
-  compare("max_label_size", first.max_label_size, later.max_label_size);
-  compare("pool_size", first.pool_size, later.pool_size);
-  compare("memory_budget", first.memory_budget, later.memory_budget);
-  compare("max_disk_bytes", first.max_disk_bytes, later.max_disk_bytes);
-  compare("take_over_dead_holders", first.take_over_dead_holders, later.take_over_dead_holders);
-  compare_ms("auto_purge_interval", first.auto_purge_interval, later.auto_purge_interval);
-  compare_ms("renewal_grace", first.renewal_grace, later.renewal_grace);
-  compare_ms("sync_interval", first.sync_interval, later.sync_interval);
-  compare_ms("failover_timeout", first.failover_timeout, later.failover_timeout);
-  compare_ms("request_timeout", first.request_timeout, later.request_timeout);
-  if (first.clock != later.clock) differences.push_back("clock (this Open passed another Clock)");
-  return differences;
 }
 
 // A handle on the store `registry` holds under `key`, opened by this process before (and not

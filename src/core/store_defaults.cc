@@ -1,0 +1,59 @@
+// The defaults of Store's virtual calls that idem's own handles override: what another
+// implementation of Store (a test double, a wrapper) answers when it does not.
+
+#include "idem/store.h"
+#include "idem/tables.h"
+
+namespace idem {
+
+Result<OwnerCounters> Store::GetOwnerCounters() const {
+  return Status::Unavailable("this Store implementation does not say whose counters it has");
+}
+
+Status Store::ScanSnapshot(
+    FunctionRef<bool(const Record&)> /*record*/,
+    FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> /*value*/) {
+  return Status::InvalidArgument("this Store implementation cannot be read as of one moment");
+}
+
+Status Store::Backup(std::string_view /*destination*/) {
+  return Status::InvalidArgument("this Store implementation cannot be backed up by idem");
+}
+
+Result<std::vector<ImportOutcome>> Store::Import(std::span<const Record> /*records*/) {
+  return Status::InvalidArgument("this Store implementation cannot import records");
+}
+
+Status Store::Complete(std::string_view key, uint64_t token, std::string_view result,
+                       const WriteSet& writes) {
+  if (writes.empty()) return Complete(key, token, result);
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
+Result<TableValue> Store::GetValue(std::string_view /*table*/, std::string_view /*key*/) {
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
+Status Store::ScanTable(std::string_view /*table*/, const ScanOptions& /*options*/,
+                        FunctionRef<bool(std::string_view, const TableValue&)> /*visit*/) {
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
+Result<std::vector<std::string>> Store::ListTables() {
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
+Result<std::vector<ImportOutcome>> Store::ImportValues(
+    std::string_view /*table*/, std::span<const std::pair<std::string, TableValue>> /*values*/) {
+  return Status::InvalidArgument("this Store implementation keeps no application tables");
+}
+
+Result<std::unique_ptr<ClaimTransaction>> Store::BeginClaimTransaction(std::string_view /*key*/,
+                                                                       uint64_t /*token*/) {
+  return Status::InvalidArgument(
+      "ExecuteInTransaction runs the application's SQL in the database that keeps the store, "
+      "and this store is not kept in PostgreSQL (a store directory keeps local state in "
+      "application tables: Execute with Attempt::Read and Put)");
+}
+
+}  // namespace idem
