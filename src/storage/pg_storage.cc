@@ -185,7 +185,7 @@ Result<Storage::ReadResult> PgStorage::Read(std::string_view key) {
 Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
                                                     const engine::BeginRequest& request,
                                                     Durability durability) {
-  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  IDEM_RETURN_IF_ERROR(CheckWritable());
   // One round trip, for a replay and a fresh key alike: the plainest statement that reads the
   // row, then the engine's fresh claim inserted only when there is no row, both sent alone (one
   // implicit transaction). On a key that exists the insert stops at its NOT EXISTS, before any
@@ -250,7 +250,7 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
 Result<bool> PgStorage::TransitionIfCurrent(std::string_view key,
                                             const engine::TransitionRequest& request,
                                             Durability durability) {
-  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  IDEM_RETURN_IF_ERROR(CheckWritable());
   // Resent after its first send had applied it, it applies to nothing: the caller's Update then
   // finds the record as this call left it, and the engine answers a repeated Complete or Fail
   // with OK (an Extend or a checkpoint saved twice is no different).
@@ -262,7 +262,7 @@ Result<bool> PgStorage::TransitionIfCurrent(std::string_view key,
 }
 
 Result<std::unique_ptr<PgOpenTransaction>> PgStorage::OpenTransaction() {
-  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  IDEM_RETURN_IF_ERROR(CheckWritable());
   return pool_.Begin(std::chrono::milliseconds(0));
 }
 
@@ -360,7 +360,7 @@ Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& nex
 
 Status PgStorage::Update(std::string_view key, Decide decide, Durability durability,
                          std::optional<uint64_t> /*absent_since*/) {
-  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  IDEM_RETURN_IF_ERROR(CheckWritable());
   // A resent write that had committed finds its own row changed, reads it, and the engine
   // answers the same (a Begin's own claim, a repeated Complete) without writing it again.
   const auto give_up = std::chrono::steady_clock::now() + config_.pool.request_timeout;
@@ -379,6 +379,11 @@ Status PgStorage::Update(std::string_view key, Decide decide, Durability durabil
           pool_.conninfo().display_name(), attempt, config_.pool.request_timeout.count()));
     }
   }
+}
+
+Status PgStorage::CheckWritable() const {
+  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  return Status::OK();
 }
 
 Status PgStorage::Sync() {
@@ -469,7 +474,7 @@ Result<engine::RenewalGrace> PgStorage::OutageGrace(std::chrono::milliseconds gr
 }
 
 Result<bool> PgStorage::Remove(std::string_view key, Durability durability) {
-  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  IDEM_RETURN_IF_ERROR(CheckWritable());
   PgTransaction transaction{.resendable = true};
   transaction.statements = {
       {std::string(SynchronousCommit(durability)), {}},
@@ -580,7 +585,7 @@ Result<uint64_t> PgStorage::Purge(const PurgeOptions& options) {
     if (options.progress) options.progress(due);
     return due;
   }
-  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  IDEM_RETURN_IF_ERROR(CheckWritable());
   if (options.progress_total) {
     // Rows expiring meanwhile are purged too: the count may end above the total.
     IDEM_ASSIGN_OR_RETURN(const uint64_t due, CountExpired());

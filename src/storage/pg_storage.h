@@ -144,6 +144,9 @@ class PgStorage final : public Storage {
  private:
   PgStorage(const PgConninfo& conninfo, PgStorageConfig config);
 
+  // kInvalidArgument for a write through a store opened read-only.
+  Status CheckWritable() const;
+
   // TransitionIfCurrent's statement: one UPDATE, which changes one row when it applies; with
   // `fail_unless_applied`, a statement that fails (SQLSTATE 22012) when it did not apply, which
   // ends its transaction.

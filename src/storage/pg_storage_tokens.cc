@@ -129,7 +129,7 @@ void PgStorage::GiveBackToken(uint64_t token) {
 }
 
 Status PgStorage::ReserveTokensAbove(uint64_t token) {
-  if (config_.read_only) return Status::InvalidArgument("the store was opened read-only");
+  IDEM_RETURN_IF_ERROR(CheckWritable());
   // The lead is left to the next reservation, which raises it before handing out a token of the
   // raised sequence.
   IDEM_RETURN_IF_ERROR(RaiseTokenSequence("$2", PgParam::Int8(std::bit_cast<int64_t>(token))));
