@@ -45,8 +45,6 @@ LABELS = {**SYSTEM_LABELS, **PG_LABELS}
 PG_SECTION_BEGIN = "<!-- postgresql section: written by bench/report.py -->"
 PG_SECTION_END = "<!-- end of the postgresql section -->"
 
-
-
 # The "Fair conflicts" section of the page: figures of idem_fair_bench (bench/fair.cc), run by
 # hand on 2026-12-04 before and after reservations; scripts/bench.sh does not run it.
 FAIR_CONFLICTS = [

@@ -13,17 +13,19 @@ bool KeyReservations::Reserve(const ReserveCall& call) {
   std::unique_lock lock(mu_);
   const Clock::time_point now = Clock::now();
   GrantLocked(now);
+  std::set<TableKey> keys(call.keys.begin(), call.keys.end());
   auto it = FindLocked(call.claim_key, call.token);
-  const bool holds_all = it != queue_.end() && std::includes(it->keys.begin(), it->keys.end(),
-                                                             call.keys.begin(), call.keys.end());
+  const bool holds_all = it != queue_.end() &&
+                         std::includes(it->keys.begin(), it->keys.end(), keys.begin(), keys.end());
   if (it != queue_.end() && !holds_all) {
     queue_.erase(it);
     it = queue_.end();
   }
   if (it == queue_.end()) {
-    Entry entry{.claim_key = std::string(call.claim_key), .token = call.token, .hold = call.hold};
-    entry.keys.insert(call.keys.begin(), call.keys.end());
-    it = queue_.insert(queue_.end(), std::move(entry));
+    it = queue_.insert(queue_.end(), Entry{.claim_key = std::string(call.claim_key),
+                                           .token = call.token,
+                                           .keys = std::move(keys),
+                                           .hold = call.hold});
   }
   if (!it->granted) it->lapses = now + call.hold;
   entries_.store(queue_.size());
@@ -34,11 +36,13 @@ bool KeyReservations::Reserve(const ReserveCall& call) {
     it = FindLocked(call.claim_key, call.token);
     if (it == queue_.end()) return false;  // lapsed, or released by another call of its claim
     if (it->granted) return true;
-    if (changed_.wait_until(lock, give_up) == std::cv_status::timeout) {
-      GrantLocked(Clock::now());
-      it = FindLocked(call.claim_key, call.token);
-      return it != queue_.end() && it->granted;
-    }
+    if (Clock::now() >= give_up) return false;
+    // Woken by a grant, or when the first reservation lapses (nobody else may call meanwhile to
+    // drop it), or at the end of the wait.
+    Clock::time_point wake = give_up;
+    for (const Entry& entry : queue_) wake = std::min(wake, entry.lapses);
+    changed_.wait_until(lock, wake);
+    GrantLocked(Clock::now());
   }
 }
 
