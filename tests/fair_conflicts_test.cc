@@ -162,15 +162,18 @@ void MakeSqlTable(idem::Store& store, const std::string& table) {
 // owner's socket) increment one key as fast as they can for two seconds. Neither commits less
 // than a quarter of what the other does, none of their Executes gives up, and no increment is
 // lost. Before reservations, the owner committed some 50 times more than the client, whose
-// Executes gave up after conflict_retries.
+// Executes gave up after conflict_retries. On PostgreSQL the two are peers, each with its own
+// connections (no unfairness to correct), and the reruns are the server's: an Execute may still
+// give up after conflict_retries there, and only the ratio and the total are checked.
 TEST_P(FairConflicts, TwoProcessesOnOneHotKeyCommitInBoundedRatio) {
   TestStore store(GetParam());
+  const bool may_give_up = GetParam() != idem_test::Backend::kRocksDb;
   ChildAwaitingGo child([&](uint64_t start_ticks) {
     auto client = store.TryOpen();
     if (!client.ok()) return 10;
     const Clock::time_point start = FromTicks(start_ticks);
     const int failures = Hammer(**client, "client", "hot", start, start + std::chrono::seconds(2));
-    return failures == 0 ? 0 : 11;
+    return failures == 0 || may_give_up ? 0 : 11;
   });
   auto owner = store.Open();
   ASSERT_NE(owner, nullptr);
@@ -179,7 +182,7 @@ TEST_P(FairConflicts, TwoProcessesOnOneHotKeyCommitInBoundedRatio) {
   child.Go(Ticks(start));
   const int owner_failures = Hammer(*owner, "owner", "hot", start, start + std::chrono::seconds(2));
   EXPECT_EQ(child.Wait(), 0) << "the child's Executes failed (11) or it could not open (10)";
-  EXPECT_EQ(owner_failures, 0);
+  if (!may_give_up) EXPECT_EQ(owner_failures, 0);
 
   const int by_owner = DoneWithPrefix(*owner, "owner-");
   const int by_client = DoneWithPrefix(*owner, "client-");
