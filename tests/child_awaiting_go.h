@@ -45,6 +45,8 @@ class ChildAwaitingGo {
     go_ = -1;
   }
 
+  pid_t pid() const { return pid_; }
+
   // The child's exit code, or -1 when it did not exit (a signal).
   int Wait() {
     int status = 0;

@@ -161,3 +161,59 @@ TEST(Protocol, RequiredKeysTravelWithTheTransition) {
 
 }  // namespace
 }  // namespace idem::sharing
+
+namespace idem::sharing {
+namespace {
+
+// Version 11: Execute's key reservations, op 14 Reserve (the claim, its hold and wait, its keys)
+// and op 15 Unreserve; exact bytes, round trips, the answer's one byte, and a hold of 0 or a
+// flag above 1 refused.
+TEST(Protocol, KeyReservationsTravelAsTwoOps) {
+  EXPECT_GE(kProtocolVersion, 11);
+  ReserveCall call{.claim_key = "m",
+                   .token = 9,
+                   .hold = std::chrono::milliseconds(5),
+                   .wait = std::chrono::milliseconds(2)};
+  call.keys = {{"t", "a"}, {"u", "b"}};
+  const std::string expected = std::string(1, static_cast<char>(kProtocolVersion)) +
+                               Bytes(
+                                   "\x0e"                    // op 14, Reserve
+                                   "\x01\0\0\0m"             // claim key
+                                   "\x09\0\0\0\0\0\0\0"      // token
+                                   "\x05\0\0\0\0\0\0\0"      // hold, ms
+                                   "\x02\0\0\0\0\0\0\0"      // wait, ms
+                                   "\x02\0\0\0"              // keys
+                                   "\x01\0\0\0t\x01\0\0\0a"  // table, key
+                                   "\x01\0\0\0u\x01\0\0\0b",
+                                   54);
+  EXPECT_EQ(EncodeRequest(ReserveMessage{call}), expected);
+  Result<Request> decoded = DecodeRequest(expected);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  const ReserveCall& read = std::get<ReserveMessage>(*decoded).call;
+  EXPECT_EQ(read.claim_key, "m");
+  EXPECT_EQ(read.token, 9u);
+  EXPECT_EQ(read.hold, std::chrono::milliseconds(5));
+  EXPECT_EQ(read.wait, std::chrono::milliseconds(2));
+  EXPECT_EQ(read.keys, call.keys);
+  std::string no_hold = expected;
+  no_hold[15] = '\0';
+  EXPECT_EQ(DecodeRequest(no_hold).status().message(),
+            "malformed request: a field is out of range (op 14)");
+  EXPECT_EQ(DecodeRequest(expected.substr(0, expected.size() - 1)).status().message(),
+            "malformed request: fields truncated or trailing bytes (op 14)");
+
+  const std::string unreserve = std::string(1, static_cast<char>(kProtocolVersion)) +
+                                Bytes("\x0f\x01\0\0\0m\x09\0\0\0\0\0\0\0", 14);
+  EXPECT_EQ(EncodeRequest(UnreserveMessage{"m", 9}), unreserve);
+  decoded = DecodeRequest(unreserve);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(std::get<UnreserveMessage>(*decoded).claim_key, "m");
+  EXPECT_EQ(std::get<UnreserveMessage>(*decoded).token, 9u);
+
+  EXPECT_EQ(EncodeGranted(true), Bytes("\x01", 1));
+  EXPECT_EQ(DecodeGranted(EncodeGranted(false)).value(), false);
+  EXPECT_EQ(DecodeGranted(Bytes("\x02", 1)).status().code(), Status::Code::kUnavailable);
+}
+
+}  // namespace
+}  // namespace idem::sharing

@@ -123,8 +123,10 @@ struct Options {
 
   // How many times Execute runs fn again, in the same claim, when its application-table writes
   // conflict with another commit (kConflict: a key it read changed before its Complete), on
-  // fresh reads, with a short jittered pause between runs. After that it records a retryable
-  // failure and returns kConflict. 0: fn runs once. Default: 8.
+  // fresh reads. Each rerun first reserves the keys the runs so far touched and runs in its turn
+  // (docs/semantics.md, "Conflicts and fairness"); ExecuteInTransaction's reruns have a short
+  // jittered pause instead. After that it records a retryable failure and returns kConflict.
+  // 0: fn runs once. Default: 8.
   int conflict_retries = 8;
 
   // How often a background thread purges retention-expired records, so that an idle store is

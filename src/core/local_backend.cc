@@ -249,6 +249,33 @@ Status LocalBackend::CheckTableWrite(std::string_view table, std::string_view ke
 }
 
 Status LocalBackend::Transition(const TransitionCall& call) {
+  const Status status = ApplyTransition(call);
+  const engine::TransitionKind kind = call.request.kind;
+  if ((kind == engine::TransitionKind::kComplete && status.ok()) ||
+      kind == engine::TransitionKind::kFail) {
+    reservations_.Release(call.key, call.request.token);
+  }
+  return status;
+}
+
+Result<bool> LocalBackend::Reserve(const ReserveCall& call) {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  IDEM_RETURN_IF_ERROR(CheckKey(call.claim_key));
+  for (const auto& [table, key] : call.keys) {
+    IDEM_RETURN_IF_ERROR(CheckTableName(table));
+    IDEM_RETURN_IF_ERROR(CheckKey(key));
+  }
+  if (call.hold <= std::chrono::milliseconds::zero() ||
+      call.wait < std::chrono::milliseconds::zero()) {
+    return Status::InvalidArgument(
+        fmt::format("a reservation's hold ({} ms) must be positive and its wait ({} ms) not "
+                    "negative",
+                    call.hold.count(), call.wait.count()));
+  }
+  return reservations_.Reserve(call);
+}
+
+Status LocalBackend::ApplyTransition(const TransitionCall& call) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
   IDEM_RETURN_IF_ERROR(CheckSize(PayloadName(call.request.kind), call.request.payload.size(),
@@ -256,6 +283,7 @@ Status LocalBackend::Transition(const TransitionCall& call) {
   const bool with_writes = call.writes != nullptr && !call.writes->empty();
   if (with_writes) {
     IDEM_RETURN_IF_ERROR(CheckWrites(call));
+    IDEM_RETURN_IF_ERROR(reservations_.CheckCommit(call.key, call.request.token, *call.writes));
   } else {
     // The usual case, in one step where the storage can; otherwise, or when the transition does
     // not apply, the engine decides on the record read and says why.

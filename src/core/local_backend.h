@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/disk_quota.h"
+#include "core/key_reservations.h"
 #include "core/read_views.h"
 #include "core/stall_watch.h"
 #include "engine/backend.h"
@@ -33,7 +34,14 @@ class LocalBackend final : public Backend {
   ~LocalBackend() override;
 
   Result<Claim> Begin(const BeginCall& call, const Holder& holder) override;
+  // Refuses a commit that writes a key reserved for another claim (kConflict); a Complete that
+  // commits, and a Fail, end the claim's reservation.
   Status Transition(const TransitionCall& call) override;
+  Result<bool> Reserve(const ReserveCall& call) override;
+  Status Unreserve(std::string_view claim_key, uint64_t token) override {
+    reservations_.Release(claim_key, token);
+    return Status::OK();
+  }
   Result<std::optional<Record>> Get(std::string_view key) override;
   Status Forget(std::string_view key, Durability durability) override;
   Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit,
@@ -106,6 +114,8 @@ class LocalBackend final : public Backend {
   Counters CountersNow() const;
 
   Status CheckWritable() const;
+  // The transition, without ending the claim's reservation.
+  Status ApplyTransition(const TransitionCall& call);
   Status CheckKey(std::string_view key) const;
   // kInvalidArgument naming the first bad write of a transition's table writes.
   Status CheckWrites(const TransitionCall& call) const;
@@ -134,6 +144,7 @@ class LocalBackend final : public Backend {
   const std::unique_ptr<DiskQuota> disk_quota_;
 
   AtomicCounters counters_;
+  KeyReservations reservations_;
   // After storage_: closed before it.
   ReadViews views_{*storage_};
 

@@ -86,7 +86,7 @@ constexpr bool kKeptInPostgres<PgStoreCore> = true;
 // A handle: this caller's options over the process's shared core (a StoreCore for a store
 // directory, a PgStoreCore for a store in PostgreSQL).
 template <class Core>
-class StoreHandle final : public Store {
+class StoreHandle final : public Store, public ReservingStore {
  public:
   StoreHandle(std::shared_ptr<Core> core, const Options& options)
       : core_(std::move(core)), options_(options) {}
@@ -183,6 +183,21 @@ class StoreHandle final : public Store {
 
   Result<std::optional<Record>> Get(std::string_view key) override {
     return core_->Run([&](Backend& backend, bool) { return backend.Get(key); });
+  }
+
+  Result<bool> ReserveKeys(std::string_view claim_key, uint64_t token, std::vector<TableKey> keys,
+                           milliseconds hold, milliseconds wait) override {
+    IDEM_RETURN_IF_ERROR(CheckWritable());
+    const ReserveCall call{.claim_key = claim_key,
+                           .token = token,
+                           .keys = std::move(keys),
+                           .hold = hold,
+                           .wait = wait};
+    return core_->Run([&](Backend& backend, bool) { return backend.Reserve(call); });
+  }
+
+  Status UnreserveKeys(std::string_view claim_key, uint64_t token) override {
+    return core_->Run([&](Backend& backend, bool) { return backend.Unreserve(claim_key, token); });
   }
 
   Status Forget(std::string_view key) override {

@@ -14,8 +14,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "api/reserving_store.h"
 #include "engine/durability.h"
 #include "engine/state_machine.h"
 #include "idem/function_ref.h"
@@ -46,6 +48,20 @@ struct TransitionCall {
   // A Complete's application-table writes and required keys (idem/tables.h), applied with it or
   // not at all. Null: none.
   const WriteSet* writes = nullptr;
+};
+
+// Execute's reservation of the table keys its claim's run of fn will touch, asked after a run
+// conflicted (core/key_reservations.h).
+struct ReserveCall {
+  std::string_view claim_key;  // the claim reserving: its record's key and token
+  uint64_t token = 0;
+  std::vector<TableKey> keys;
+  // The reservation lapses this long after its grant (a holder that hung), or after this call
+  // while it waits.
+  std::chrono::milliseconds hold{0};
+  // How long this call waits for the grant. Over the socket, the owner waits at most
+  // kMaxReserveWait of it (sharing/protocol.h), and the client asks again.
+  std::chrono::milliseconds wait{0};
 };
 
 // One page of an application table's scan: its keys with their values, in key order.
@@ -127,6 +143,21 @@ class Backend {
   virtual Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) {
     static_cast<void>(records);
     return Status::Busy("records are imported only by the process that owns the store");
+  }
+
+  // Reserves call.keys for the claim, in arrival order (core/key_reservations.h): true once
+  // granted, false when call.wait ended first (the call may be repeated: it keeps its place).
+  // The default: a backend that keeps no reservations, where every request is granted at once.
+  virtual Result<bool> Reserve(const ReserveCall& call) {
+    static_cast<void>(call);
+    return true;
+  }
+  // Ends the claim's reservation (OK when it has none). A Complete that commits, and a Fail, of
+  // the claim end it too.
+  virtual Status Unreserve(std::string_view claim_key, uint64_t token) {
+    static_cast<void>(claim_key);
+    static_cast<void>(token);
+    return Status::OK();
   }
 
   // A write group (storage/storage.h): the calling thread's buffered Begins and Transitions

@@ -4,92 +4,22 @@
 
 #include <algorithm>
 #include <exception>
-#include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <utility>
 
+#include "api/reserving_store.h"
 #include "extras/lease_keeper.h"
+#include "extras/staged_writes.h"
 #include "idem/store.h"
 #include "util/backoff.h"
+#include "util/escape.h"
 #include "util/random.h"
 
 namespace idem {
-
-// An attempt's table reads and writes (Attempt::Read, Put, Delete): what it read, at which
-// version, and what it will write, as the WriteSet its Complete carries.
-class StagedWrites {
- public:
-  explicit StagedWrites(Store& store) : store_(store) {}
-
-  static Status OutsideExecute() {
-    return Status::InvalidArgument(
-        "Attempt::Read, Put and Delete stage table writes for Execute's Complete: call them "
-        "inside Execute's fn (outside it, pass a WriteSet to Store::Complete)");
-  }
-
-  // A key read twice gives what the first read gave (or what this attempt put there since):
-  // fn decides on one version of each key, the one its writes are conditional on.
-  Result<TableValue> Read(std::string_view table, std::string_view key) {
-    auto it = keys_.find(Name(table, key));
-    if (it == keys_.end()) {
-      IDEM_ASSIGN_OR_RETURN(TableValue value, store_.GetValue(table, key));
-      it = keys_.emplace(Name(table, key), Key{}).first;
-      it->second.read = true;
-      it->second.value = std::move(value);
-    } else if (!it->second.read) {
-      // Put blind before this read: what it put, at the version nobody read (0).
-      return TableValue{.value = it->second.value.value, .version = 0};
-    }
-    return it->second.value;
-  }
-
-  void Stage(std::string_view table, std::string_view key, std::optional<std::string> value) {
-    const auto it = keys_.try_emplace(Name(table, key)).first;
-    it->second.written = true;
-    it->second.value.value = std::move(value);
-  }
-
-  // The writes staged, each conditional on the version read when the key was read first, and
-  // every key read and not written required to be still at that version: the Complete commits
-  // only if nothing fn read has changed (serializable).
-  WriteSet writes() const {
-    WriteSet writes;
-    for (const auto& [name, entry] : keys_) {
-      if (!entry.written) {
-        writes.Require(name.first, name.second, entry.value.version);
-        continue;
-      }
-      const std::optional<uint64_t> if_version =
-          entry.read ? std::optional(entry.value.version) : std::nullopt;
-      if (entry.value.value) {
-        writes.Put(name.first, name.second, *entry.value.value, if_version);
-      } else {
-        writes.Delete(name.first, name.second, if_version);
-      }
-    }
-    return writes;
-  }
-
-  void Clear() { keys_.clear(); }
-
- private:
-  struct Key {
-    bool read = false;     // read from the store: `value.version` is the version read
-    bool written = false;  // staged: `value.value` is what to write (nullopt: delete)
-    TableValue value;
-  };
-
-  using KeyName = std::pair<std::string, std::string>;  // table, key
-  static KeyName Name(std::string_view table, std::string_view key) {
-    return {std::string(table), std::string(key)};
-  }
-
-  Store& store_;
-  std::map<KeyName, Key> keys_;
-};
 
 namespace {
 
@@ -126,6 +56,9 @@ class AttemptRunner {
   virtual ~AttemptRunner() = default;
   // Before each run of fn. An error ends the attempt (recorded as a retryable failure).
   virtual Status Start() = 0;
+  // After a run conflicted, before the next Start. True when that Start waits its turn for the
+  // keys (a reservation), so that no pause is needed to keep the reruns out of step.
+  virtual bool Conflicted() = 0;
   virtual Result<std::string> Run(Attempt& attempt) = 0;
   // After fn returned an error or threw: nothing of this run may apply.
   virtual void Abandon() = 0;
@@ -136,15 +69,39 @@ class AttemptRunner {
 };
 
 // Execute's: fn stages table writes (Attempt::Read, Put, Delete); Complete applies them.
+//
+// After a run conflicted, the next run first reserves the keys the runs so far touched, waiting
+// its turn (core/key_reservations.h): no other commit may change them between its reads and its
+// commit, so it commits, however long its reads take and however many short Executes write the
+// same keys. Without that, the Execute with the longer read-to-commit window (a client's round
+// trips, a transaction over many keys) loses nearly every race.
 class StagedRunner final : public AttemptRunner {
  public:
-  StagedRunner(Store& store, std::string_view key, uint64_t token,
+  StagedRunner(Store& store, std::string_view key, uint64_t token, milliseconds lease,
                FunctionRef<Result<std::string>(Attempt&)> fn)
-      : store_(store), key_(key), token_(token), staged_(store), fn_(fn) {}
+      : store_(store),
+        reserving_(dynamic_cast<ReservingStore*>(&store)),
+        key_(key),
+        token_(token),
+        lease_(lease),
+        staged_(store),
+        fn_(fn) {}
+  ~StagedRunner() override {
+    // Its commit ended it otherwise; whether this reaches the owner or not, the reservation
+    // lapses with the lease.
+    if (reserved_) static_cast<void>(reserving_->UnreserveKeys(key_, token_));
+  }
 
   Status Start() override {
     staged_.Clear();
-    return Status::OK();
+    if (reserving_ == nullptr || wanted_.empty() || reserved_ == wanted_.size()) {
+      return Status::OK();
+    }
+    return Reserve();
+  }
+  bool Conflicted() override {
+    staged_.AddKeysTo(wanted_);
+    return reserving_ != nullptr && !wanted_.empty();
   }
   Result<std::string> Run(Attempt& attempt) override {
     attempt.staged = &staged_;
@@ -152,17 +109,46 @@ class StagedRunner final : public AttemptRunner {
   }
   void Abandon() override {}
   Status Commit(std::string_view result) override {
-    return store_.Complete(key_, token_, result, staged_.writes());
+    const Status committed = store_.Complete(key_, token_, result, staged_.writes());
+    if (committed.ok()) reserved_ = 0;  // the commit ended the reservation
+    return committed;
   }
   // fn's effects outside the store may be done: running it again could repeat them.
   Failure OversizedResult() const override { return Failure::kTerminal; }
 
  private:
+  // Reserves wanted_, waiting at most the claim's lease (renewed meanwhile: RunAttempt).
+  Status Reserve() {
+    const auto give_up = std::chrono::steady_clock::now() + lease_;
+    for (;;) {
+      const auto left = std::chrono::ceil<milliseconds>(give_up - std::chrono::steady_clock::now());
+      IDEM_ASSIGN_OR_RETURN(const bool granted,
+                            reserving_->ReserveKeys(key_, token_, {wanted_.begin(), wanted_.end()},
+                                                    lease_, std::max(left, milliseconds(0))));
+      if (granted) {
+        reserved_ = wanted_.size();
+        return Status::OK();
+      }
+      if (left <= milliseconds(0)) {
+        const TableKey& first = *wanted_.begin();
+        return Status::Conflict(fmt::format(
+            "fn's run conflicted, and the {} key(s) it touched (key {} of table {} first) stayed "
+            "reserved by other Executes for {} ms (the claim's lease) before it could run again",
+            wanted_.size(), EscapeControls(first.second), EscapeControls(first.first),
+            lease_.count()));
+      }
+    }
+  }
+
   Store& store_;
+  ReservingStore* const reserving_;  // null: a Store that reserves nothing
   const std::string_view key_;
   const uint64_t token_;
+  const milliseconds lease_;
   StagedWrites staged_;
   FunctionRef<Result<std::string>(Attempt&)> fn_;
+  std::set<TableKey> wanted_;  // the keys of every run that conflicted
+  std::size_t reserved_ = 0;   // how many of wanted_ the claim holds reserved (0: none)
 };
 
 // ExecuteInTransaction's: fn runs its SQL in a transaction that completes the record.
@@ -177,6 +163,8 @@ class TransactionRunner final : public AttemptRunner {
     IDEM_ASSIGN_OR_RETURN(transaction_, begin_());
     return Status::OK();
   }
+  // The database's own locks order the transactions (docs/postgresql.md).
+  bool Conflicted() override { return false; }
   Result<std::string> Run(Attempt& attempt) override { return fn_(attempt, *transaction_); }
   void Abandon() override { transaction_->RollBack(); }
   Status Commit(std::string_view result) override {
@@ -258,7 +246,14 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
                   .lease = &lease_status};
   util::Backoff conflict_pause(kFirstConflictPause, kLongestConflictPause);
   for (int reruns = 0;; ++reruns) {
+    // From before Start (which may wait for reserved keys) until fn returns, so that a renewal
+    // still in flight (a store slow to answer) does not hold up the claim's release; its
+    // destructor, after the release, waits for that renewal, so that the store may be closed
+    // once Execute returns.
+    LeaseKeeper::Guard renewal =
+        LeaseKeeper::Instance().Keep(&store, key, claim.token, lease, &lease_status);
     if (const Status started = runner.Start(); !started.ok()) {
+      renewal.Stop();
       // Recorded, so that the next caller runs it again at once.
       static_cast<void>(
           FailWithin(store, key, claim.token, started.message(), Failure::kRetryable));
@@ -266,11 +261,6 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
     }
     std::optional<Result<std::string>> outcome;
     std::exception_ptr error;
-    // Stopped when fn returns, so that a renewal still in flight (a store slow to answer) does
-    // not hold up the claim's release; its destructor, after the release, waits for that
-    // renewal, so that the store may be closed once Execute returns.
-    LeaseKeeper::Guard renewal =
-        LeaseKeeper::Instance().Keep(&store, key, claim.token, lease, &lease_status);
     try {
       outcome.emplace(runner.Run(attempt));
     } catch (...) {
@@ -319,7 +309,7 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
       conflict = committed;
     }
     if (reruns < store.options().conflict_retries) {
-      std::this_thread::sleep_for(Jittered(conflict_pause.Next()));
+      if (!runner.Conflicted()) std::this_thread::sleep_for(Jittered(conflict_pause.Next()));
       continue;
     }
     // Recorded, so that the next caller runs it again at once.
@@ -391,7 +381,7 @@ Status Attempt::Delete(std::string_view table, std::string_view key) {
 Result<Execution> Store::ExecuteAttempts(std::string_view key, const BeginOptions& options,
                                          FunctionRef<Result<std::string>(Attempt&)> fn) {
   return ExecuteClaimed(*this, key, options, [&](const Claim& claim, auto sent) {
-    StagedRunner runner(*this, key, claim.token, fn);
+    StagedRunner runner(*this, key, claim.token, this->options().LeaseOrDefault(options.lease), fn);
     return RunAttempt(*this, key, options, claim, sent, runner);
   });
 }

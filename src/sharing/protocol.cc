@@ -72,6 +72,21 @@ TransitionMessage ReadTransition(Reader& r, bool& bad) {
   return message;
 }
 
+ReserveMessage ReadReserve(Reader& r, bool& bad) {
+  ReserveMessage m;
+  m.call.claim_key = r.Bytes();
+  m.call.token = r.U64();
+  m.call.hold = r.Millis();
+  m.call.wait = r.Millis();
+  const uint32_t count = r.U32();
+  for (uint32_t i = 0; i < count && !r.failed(); ++i) {
+    const std::string_view table = r.Bytes();
+    m.call.keys.emplace_back(table, r.Bytes());
+  }
+  if (m.call.hold.count() <= 0 || m.call.wait.count() < 0) bad = true;
+  return m;
+}
+
 ScanTableMessage ReadScanTable(Reader& r) {
   ScanTableMessage m;
   m.table = r.Bytes();
@@ -152,6 +167,12 @@ std::optional<Request> ReadBody(Op op, Reader& r, bool& bad) {
       return OpenViewMessage{};
     case Op::kCloseView:
       return CloseViewMessage{r.U64()};
+    case Op::kReserve:
+      return ReadReserve(r, bad);
+    case Op::kUnreserve: {
+      const std::string_view claim_key = r.Bytes();
+      return UnreserveMessage{claim_key, r.U64()};
+    }
   }
   return std::nullopt;
 }
@@ -219,6 +240,22 @@ std::string EncodeRequest(const Request& request) {
         } else if constexpr (std::is_same_v<T, CloseViewMessage>) {
           w.U8(static_cast<uint8_t>(Op::kCloseView));
           w.U64(message.view);
+        } else if constexpr (std::is_same_v<T, ReserveMessage>) {
+          const ReserveCall& c = message.call;
+          w.U8(static_cast<uint8_t>(Op::kReserve));
+          w.Bytes(c.claim_key);
+          w.U64(c.token);
+          w.Millis(c.hold);
+          w.Millis(c.wait);
+          w.U32(static_cast<uint32_t>(c.keys.size()));
+          for (const auto& [table, key] : c.keys) {
+            w.Bytes(table);
+            w.Bytes(key);
+          }
+        } else if constexpr (std::is_same_v<T, UnreserveMessage>) {
+          w.U8(static_cast<uint8_t>(Op::kUnreserve));
+          w.Bytes(message.claim_key);
+          w.U64(message.token);
         } else if constexpr (std::is_same_v<T, GetMessage>) {
           w.U8(static_cast<uint8_t>(Op::kGet));
           w.Bytes(message.key);
@@ -444,6 +481,20 @@ std::string EncodeTableNames(const std::vector<std::string>& names) {
   w.U32(static_cast<uint32_t>(names.size()));
   for (const std::string& name : names) w.Bytes(name);
   return std::move(w.buffer());
+}
+
+std::string EncodeGranted(bool granted) {
+  Writer w;
+  w.U8(granted ? 1 : 0);
+  return std::move(w.buffer());
+}
+
+Result<bool> DecodeGranted(std::string_view body) {
+  Reader r(body);
+  const uint8_t granted = r.U8();
+  if (!r.done() || granted > 1)
+    return Status::Unavailable("malformed reservation answer from owner");
+  return granted == 1;
 }
 
 std::string EncodeViewId(uint64_t view) {

@@ -53,7 +53,10 @@ namespace idem::sharing {
 // would apply the writes without that check; the exact version match refuses it instead. And
 // read views (Store::ScanSnapshot): ops 12, OpenView, and 13, CloseView; a Scan and a ScanTable
 // name the view they read (0: none, the latest).
-inline constexpr uint8_t kProtocolVersion = 10;
+// Version 11: Execute's key reservations after a conflict (core/key_reservations.h): ops 14,
+// Reserve, and 15, Unreserve. An owner of version 10 would let the client's reruns lose every
+// race again; the exact version match makes the client fail over to an owner that speaks 11.
+inline constexpr uint8_t kProtocolVersion = 11;
 // The largest response frame a client reads. Answers are bounded by the owner's own limits; this
 // only guards against a broken peer.
 inline constexpr std::size_t kMaxResponseFrame = std::size_t{1} << 30;
@@ -71,7 +74,13 @@ enum class Op : uint8_t {
   kListTables = 11,
   kOpenView = 12,
   kCloseView = 13,
+  kReserve = 14,
+  kUnreserve = 15,
 };
+
+// The longest an owner waits on one Reserve request before it answers "not yet": a waiting
+// client holds a server thread no longer than this, then asks again (keeping its place).
+inline constexpr std::chrono::milliseconds kMaxReserveWait{20};
 
 // What a response is. Never change these values: they are on the wire.
 enum class ResponseKind : uint8_t {
@@ -139,6 +148,16 @@ struct OpenViewMessage {};
 struct CloseViewMessage {
   uint64_t view = 0;
 };
+// Reserves table keys for a claim (Backend::Reserve), answered with EncodeGranted once granted
+// or after min(call.wait, kMaxReserveWait). The owner also ends the reservation with the
+// connection it was asked on: a client that dies holds no key after that.
+struct ReserveMessage {
+  ReserveCall call;
+};
+struct UnreserveMessage {
+  std::string_view claim_key;
+  uint64_t token = 0;
+};
 // Starts the backup job `ticket` (one per Store::Backup call) into `destination` (an absolute
 // path, on the owner's file systems) or asks how it is going; answered as a purge poll is, with
 // a PurgeProgress whose count is 0, without a total.
@@ -148,10 +167,10 @@ struct BackupMessage {
   std::string_view destination;
 };
 
-using Request =
-    std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage, ScanMessage,
-                 PurgeMessage, CountersMessage, BackupMessage, GetValueMessage, ScanTableMessage,
-                 ListTablesMessage, OpenViewMessage, CloseViewMessage>;
+using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
+                             ScanMessage, PurgeMessage, CountersMessage, BackupMessage,
+                             GetValueMessage, ScanTableMessage, ListTablesMessage, OpenViewMessage,
+                             CloseViewMessage, ReserveMessage, UnreserveMessage>;
 
 std::string EncodeRequest(const Request& request);
 // kInvalidArgument naming the problem for a frame that is not a valid request of this version.
@@ -182,6 +201,8 @@ std::string EncodeTableValue(const TableValue& value);
 Result<TableValue> DecodeTableValue(std::string_view body);
 std::string EncodeTablePage(const TablePage& page);
 Result<TablePage> DecodeTablePage(std::string_view body);
+std::string EncodeGranted(bool granted);
+Result<bool> DecodeGranted(std::string_view body);
 std::string EncodeViewId(uint64_t view);
 Result<uint64_t> DecodeViewId(std::string_view body);
 std::string EncodeTableNames(const std::vector<std::string>& names);

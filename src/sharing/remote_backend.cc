@@ -258,6 +258,22 @@ Status RemoteBackend::CloseView(uint64_t view) {
   return RoundTrip(CloseViewMessage{view}).status();
 }
 
+Result<bool> RemoteBackend::Reserve(const ReserveCall& call) {
+  const Clock::time_point give_up = Clock::now() + call.wait;
+  ReserveMessage message{call};
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(give_up - Clock::now());
+    message.call.wait = std::clamp(left, std::chrono::milliseconds(0), kMaxReserveWait);
+    IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(message));
+    IDEM_ASSIGN_OR_RETURN(const bool granted, DecodeGranted(body));
+    if (granted || left <= message.call.wait) return granted;
+  }
+}
+
+Status RemoteBackend::Unreserve(std::string_view claim_key, uint64_t token) {
+  return RoundTrip(UnreserveMessage{claim_key, token}).status();
+}
+
 Result<std::optional<Record>> RemoteBackend::Get(std::string_view key) {
   IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(GetMessage{key}));
   return DecodeOptionalRecord(body);

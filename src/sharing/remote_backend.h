@@ -58,6 +58,10 @@ class RemoteBackend final : public Backend {
   // Kept by the owner, which ends it with the connection it was opened on.
   Result<uint64_t> OpenView() override;
   Status CloseView(uint64_t view) override;
+  // Waits at most kMaxReserveWait of call.wait per request, asking again until the grant or
+  // call.wait.
+  Result<bool> Reserve(const ReserveCall& call) override;
+  Status Unreserve(std::string_view claim_key, uint64_t token) override;
   // A purge job on the owner, polled by requests that each end within request_timeout;
   // options.progress is called after each, and options.progress_total, when set, once with the
   // total the owner counted, before the first progress.

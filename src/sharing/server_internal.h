@@ -4,10 +4,12 @@
 #ifndef IDEM_SHARING_SERVER_INTERNAL_H_
 #define IDEM_SHARING_SERVER_INTERNAL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "sharing/server.h"
@@ -32,9 +34,51 @@ class ConnectionViews {
   std::vector<uint64_t> views_;
 };
 
+// The claims whose key reservations a connection asked for (Backend::Reserve), ended with it: a
+// client killed while it holds keys keeps nobody waiting after that.
+class ConnectionReservations {
+ public:
+  explicit ConnectionReservations(Backend& backend) : backend_(backend) {}
+  ConnectionReservations(const ConnectionReservations&) = delete;
+  ConnectionReservations& operator=(const ConnectionReservations&) = delete;
+  ~ConnectionReservations() {
+    for (const auto& [key, token] : claims_) static_cast<void>(backend_.Unreserve(key, token));
+  }
+  void Add(std::string_view key, uint64_t token) {
+    if (Has(key, token)) return;
+    // A claim whose Complete went on another of the client's connections (a pipelined one) is
+    // never removed here: only the latest are kept, which is enough, since a reservation lapses
+    // with its hold anyway; this only ends it sooner.
+    if (claims_.size() >= kTracked) claims_.erase(claims_.begin());
+    claims_.emplace_back(std::string(key), token);
+  }
+  // After the claim's Unreserve, or a Complete or Fail that ended its reservation.
+  void Remove(std::string_view key, uint64_t token) {
+    std::erase_if(claims_,
+                  [&](const auto& claim) { return claim.second == token && claim.first == key; });
+  }
+
+ private:
+  bool Has(std::string_view key, uint64_t token) const {
+    return std::any_of(claims_.begin(), claims_.end(), [&](const auto& claim) {
+      return claim.second == token && claim.first == key;
+    });
+  }
+
+  static constexpr std::size_t kTracked = 64;
+
+  Backend& backend_;
+  std::vector<std::pair<std::string, uint64_t>> claims_;
+};
+
 struct Server::Connection {
   Connection(uint64_t id, int fd, pid_t pid, Holder holder, Backend& backend)
-      : id(id), fd(fd), pid(pid), holder(std::move(holder)), views(backend) {}
+      : id(id),
+        fd(fd),
+        pid(pid),
+        holder(std::move(holder)),
+        views(backend),
+        reservations(backend) {}
 
   // Constant after construction.
   const uint64_t id;
@@ -56,6 +100,7 @@ struct Server::Connection {
   std::string out;
   std::size_t out_done = 0;
   ConnectionViews views;
+  ConnectionReservations reservations;
 };
 
 // What a running job has reported, written by its thread and read by the polls.

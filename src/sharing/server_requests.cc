@@ -268,7 +268,24 @@ std::string Server::Handle(const Request& request, Connection& connection) {
         } else if constexpr (std::is_same_v<T, TransitionMessage>) {
           TransitionCall call = message.call;
           call.writes = &message.writes;
-          return EncodeResponse(backend_.Transition(call));
+          const Status status = backend_.Transition(call);
+          // LocalBackend::Transition ended the claim's reservation, if it had one.
+          const engine::TransitionKind kind = call.request.kind;
+          if ((kind == engine::TransitionKind::kComplete && status.ok()) ||
+              kind == engine::TransitionKind::kFail) {
+            connection.reservations.Remove(call.key, call.request.token);
+          }
+          return EncodeResponse(status);
+        } else if constexpr (std::is_same_v<T, ReserveMessage>) {
+          ReserveCall call = message.call;
+          call.wait = std::min(call.wait, kMaxReserveWait);
+          connection.reservations.Add(call.claim_key, call.token);
+          Result<bool> granted = backend_.Reserve(call);
+          return granted.ok() ? EncodeResponse(Status::OK(), EncodeGranted(*granted))
+                              : EncodeResponse(granted.status());
+        } else if constexpr (std::is_same_v<T, UnreserveMessage>) {
+          connection.reservations.Remove(message.claim_key, message.token);
+          return EncodeResponse(backend_.Unreserve(message.claim_key, message.token));
         } else if constexpr (std::is_same_v<T, GetValueMessage>) {
           Result<TableValue> value = backend_.GetValue(message.table, message.key);
           return value.ok() ? EncodeResponse(Status::OK(), EncodeTableValue(*value))
