@@ -132,9 +132,10 @@ class StagedRunner final : public AttemptRunner {
       if (left <= milliseconds(0)) {
         const TableKey& first = *wanted_.begin();
         return Status::Conflict(fmt::format(
-            "fn's run conflicted, and the {} key(s) it touched (key {} of table {} first) stayed "
-            "reserved by other Executes for {} ms (the claim's lease) before it could run again",
-            wanted_.size(), EscapeControls(first.second), EscapeControls(first.first),
+            "fn's run conflicted, and the {} key(s) it touched (key \"{}\" of table {} first) "
+            "stayed reserved by other Executes for {} ms (the claim's lease) before it could run "
+            "again",
+            wanted_.size(), DisplayEscape(first.second), EscapeControls(first.first),
             lease_.count()));
       }
     }
