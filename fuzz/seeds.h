@@ -172,6 +172,14 @@ inline std::vector<Seed> MakeSeeds() {
   backup.wait = 1000ms;
   backup.destination = "/var/backups/idem/2026-12-01";
   add(frames, "request_backup", request_prefix + sharing::EncodeRequest(backup));
+  sharing::ReserveMessage reserve{.call = {.claim_key = "order-1",
+                                           .token = 7,
+                                           .keys = {{"balances", "alice"}, {"balances", "bob"}},
+                                           .hold = 30s,
+                                           .wait = 20ms}};
+  add(frames, "request_reserve", request_prefix + sharing::EncodeRequest(reserve));
+  add(frames, "request_unreserve",
+      request_prefix + sharing::EncodeRequest(sharing::UnreserveMessage{"order-1", 7}));
 
   idem::Claim claim{.outcome = idem::Outcome::kInProgress,
                     .token = 7,
