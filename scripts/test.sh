@@ -23,6 +23,15 @@ start=$SECONDS
 
 step() { printf '\n=== %s (%d s so far)\n' "$*" $((SECONDS - start)); }
 
+# The builds below take about 12 GB of disk (build/ 3 GB, build-asan/ 3 GB, build-tsan/ 1.2 GB,
+# the shared, fuzz and cross builds 2 GB, the arm64 sysroot 0.3 GB) and ccache up to its 5 GB
+# limit. Said up front, so that a run that fills the disk is plain from its first lines.
+free_kib=$(df -Pk . | awk 'NR == 2 {print $4}')
+echo "test.sh: $((free_kib / 1024 / 1024)) GB free here; the builds need about 12 GB, ccache up to 5 GB more"
+if ((free_kib < 12 * 1024 * 1024)); then
+  echo "test.sh: warning: less than 12 GB free: a build may fail with 'No space left on device'" >&2
+fi
+
 step "installing packages"
 scripts/install-deps.sh
 
