@@ -250,9 +250,7 @@ Status LocalBackend::CheckTableWrite(std::string_view table, std::string_view ke
 
 Status LocalBackend::Transition(const TransitionCall& call) {
   const Status status = ApplyTransition(call);
-  const engine::TransitionKind kind = call.request.kind;
-  if ((kind == engine::TransitionKind::kComplete && status.ok()) ||
-      kind == engine::TransitionKind::kFail) {
+  if (EndsReservation(call.request.kind, status)) {
     reservations_.Release(call.key, call.request.token);
   }
   return status;

@@ -64,6 +64,14 @@ struct ReserveCall {
   std::chrono::milliseconds wait{0};
 };
 
+// Whether a transition, with the status it returned, ends the claim's reservation: a Complete
+// that committed ends the claim, and so does any Fail, whatever it returned: the run is over.
+// The backend that keeps reservations and the owner's record of a connection's both follow it.
+inline bool EndsReservation(engine::TransitionKind kind, const Status& status) {
+  return (kind == engine::TransitionKind::kComplete && status.ok()) ||
+         kind == engine::TransitionKind::kFail;
+}
+
 // One page of an application table's scan: its keys with their values, in key order.
 struct TablePage {
   std::vector<std::pair<std::string, TableValue>> values;

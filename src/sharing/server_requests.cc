@@ -270,9 +270,7 @@ std::string Server::Handle(const Request& request, Connection& connection) {
           call.writes = &message.writes;
           const Status status = backend_.Transition(call);
           // LocalBackend::Transition ended the claim's reservation, if it had one.
-          const engine::TransitionKind kind = call.request.kind;
-          if ((kind == engine::TransitionKind::kComplete && status.ok()) ||
-              kind == engine::TransitionKind::kFail) {
+          if (EndsReservation(call.request.kind, status)) {
             connection.reservations.Remove(call.key, call.request.token);
           }
           return EncodeResponse(status);
