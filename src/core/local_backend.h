@@ -113,6 +113,10 @@ class LocalBackend final : public Backend {
   // The counters, with the quota's crossings.
   Counters CountersNow() const;
 
+  // kInvalidArgument naming `what` when size is over limit.
+  static Status CheckSize(std::string_view what, std::size_t size, std::size_t limit);
+  // kInvalidArgument unless `table` is an application table's name.
+  static Status CheckTableName(std::string_view table);
   Status CheckWritable() const;
   // The transition, without ending the claim's reservation.
   Status ApplyTransition(const TransitionCall& call);
