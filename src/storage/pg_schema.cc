@@ -15,38 +15,6 @@
 namespace idem::storage {
 namespace {
 
-// The records table's columns, in order, with the type information_schema reports for each.
-struct Column {
-  std::string_view name;
-  std::string_view type;           // as CREATE TABLE spells it
-  std::string_view reported_type;  // information_schema.columns.data_type
-};
-constexpr std::string_view kBytea = "bytea";
-constexpr std::string_view kTimestamp = "timestamp with time zone";
-constexpr std::array<Column, 19> kColumns = {{
-    {"key", "bytea PRIMARY KEY", kBytea},  // keys are bytes; bytea orders like memcmp
-    {"type", "bytea NOT NULL", kBytea},
-    {"fingerprint", "bytea NOT NULL", kBytea},
-    {"result", "bytea NOT NULL", kBytea},
-    {"checkpoint", "bytea NOT NULL", kBytea},
-    {"state", "smallint NOT NULL", "smallint"},  // State's values 0, 1, 2
-    {"retryable", "boolean NOT NULL", "boolean"},
-    {"token", "bigint NOT NULL", "bigint"},     // below 2^63: the sequence's range
-    {"attempts", "bigint NOT NULL", "bigint"},  // a uint32_t does not fit integer
-    {"holder_pid", "bigint NOT NULL", "bigint"},
-    {"holder_start", "bigint NOT NULL", "bigint"},
-    {"holder_scope", "bigint NOT NULL", "bigint"},  // uint64_t digests, stored bit-cast
-    {"holder_request", "bigint NOT NULL", "bigint"},
-    {"holder_took_over", "boolean NOT NULL", "boolean"},
-    {"created", "timestamptz NOT NULL", kTimestamp},  // microseconds, as records keep them
-    {"updated", "timestamptz NOT NULL", kTimestamp},
-    {"lease_deadline", "timestamptz NOT NULL", kTimestamp},
-    {"expires", "timestamptz NOT NULL", kTimestamp},
-    // Raised by every write: a write names the version it decided on, and finds the row unchanged
-    // or retries (pg_storage.h).
-    {"version", "bigint NOT NULL", "bigint"},
-}};
-
 // An SQL identifier in double quotes, its quotes doubled (what PQescapeIdentifier makes).
 std::string QuoteIdentifier(std::string_view name) {
   std::string quoted = "\"";
@@ -75,7 +43,7 @@ Result<bool> TableExists(PgPool& pool, const std::string& qualified_name) {
 // The statements that create the store, run as one transaction.
 Status CreateTables(PgPool& pool, const PgTableNames& names) {
   std::string columns;
-  for (const Column& column : kColumns) {
+  for (const PgColumn& column : kPgRecordColumns) {
     if (!columns.empty()) columns += ", ";
     columns += fmt::format("{} {}", column.name, column.type);
   }
@@ -140,8 +108,8 @@ Status CheckMeta(PgPool& pool, const PgTableNames& names) {
 // The first difference between the records table's columns and an idem store's, if any.
 std::optional<std::string> ColumnDifference(const PgRows& rows) {
   const int count = rows.size();
-  for (std::size_t i = 0; i < kColumns.size(); ++i) {
-    const Column& want = kColumns[i];
+  for (std::size_t i = 0; i < kPgRecordColumns.size(); ++i) {
+    const PgColumn& want = kPgRecordColumns[i];
     const int row = static_cast<int>(i);
     if (row >= count) return fmt::format("it has no column {}", want.name);
     const std::string_view name = rows.Bytes(row, 0);
@@ -153,14 +121,14 @@ std::optional<std::string> ColumnDifference(const PgRows& rows) {
                          nullable == "NO" ? " NOT NULL" : "", want.name, want.reported_type);
     }
   }
-  if (count > static_cast<int>(kColumns.size())) {
+  if (count > static_cast<int>(kPgRecordColumns.size())) {
     return fmt::format("it has a column {} that an idem store does not",
-                       EscapeControls(rows.Bytes(static_cast<int>(kColumns.size()), 0)));
+                       EscapeControls(rows.Bytes(static_cast<int>(kPgRecordColumns.size()), 0)));
   }
   return std::nullopt;
 }
 
-Status CheckColumns(PgPool& pool, const PgTableNames& names) {
+Status CheckPgRecordColumns(PgPool& pool, const PgTableNames& names) {
   IDEM_ASSIGN_OR_RETURN(
       PgRows rows,
       RunOne(pool,
@@ -328,8 +296,20 @@ Status PreparePgTables(PgPool& pool, const PgTableNames& names, bool create) {
     }
   }
   IDEM_RETURN_IF_ERROR(CheckMeta(pool, names));
-  IDEM_RETURN_IF_ERROR(CheckColumns(pool, names));
+  IDEM_RETURN_IF_ERROR(CheckPgRecordColumns(pool, names));
   return CheckSequence(pool, names);
+}
+
+const std::string& PgRecordColumnList() {
+  static const std::string list = [] {
+    std::string joined;
+    for (const PgColumn& column : kPgRecordColumns) {
+      if (!joined.empty()) joined += ", ";
+      joined += column.name;
+    }
+    return joined;
+  }();
+  return list;
 }
 
 }  // namespace idem::storage

@@ -18,6 +18,7 @@
 #ifndef IDEM_STORAGE_PG_SCHEMA_H_
 #define IDEM_STORAGE_PG_SCHEMA_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -41,6 +42,50 @@ inline constexpr std::string_view kPgTokenLeadRow = "token_lead";
 // most PostgreSQL's 63 bytes minus this.
 inline constexpr std::size_t kPgLongestSuffix = 10;
 inline constexpr std::size_t kPgMaxIdentifierBytes = 63;
+
+// The records table's columns, in order: the one list that creating the table, checking an
+// existing one, and every statement that reads a whole row (PgRecordColumnList) follow.
+struct PgColumn {
+  std::string_view name;
+  std::string_view type;           // as CREATE TABLE spells it
+  std::string_view reported_type;  // information_schema.columns.data_type
+};
+inline constexpr std::string_view kPgBytea = "bytea";
+inline constexpr std::string_view kPgTimestamp = "timestamp with time zone";
+inline constexpr std::array<PgColumn, 19> kPgRecordColumns = {{
+    {"key", "bytea PRIMARY KEY", kPgBytea},  // keys are bytes; bytea orders like memcmp
+    {"type", "bytea NOT NULL", kPgBytea},
+    {"fingerprint", "bytea NOT NULL", kPgBytea},
+    {"result", "bytea NOT NULL", kPgBytea},
+    {"checkpoint", "bytea NOT NULL", kPgBytea},
+    {"state", "smallint NOT NULL", "smallint"},  // State's values 0, 1, 2
+    {"retryable", "boolean NOT NULL", "boolean"},
+    {"token", "bigint NOT NULL", "bigint"},     // below 2^63: the sequence's range
+    {"attempts", "bigint NOT NULL", "bigint"},  // a uint32_t does not fit integer
+    {"holder_pid", "bigint NOT NULL", "bigint"},
+    {"holder_start", "bigint NOT NULL", "bigint"},
+    {"holder_scope", "bigint NOT NULL", "bigint"},  // uint64_t digests, stored bit-cast
+    {"holder_request", "bigint NOT NULL", "bigint"},
+    {"holder_took_over", "boolean NOT NULL", "boolean"},
+    {"created", "timestamptz NOT NULL", kPgTimestamp},  // microseconds, as records keep them
+    {"updated", "timestamptz NOT NULL", kPgTimestamp},
+    {"lease_deadline", "timestamptz NOT NULL", kPgTimestamp},
+    {"expires", "timestamptz NOT NULL", kPgTimestamp},
+    // Raised by every write: a write names the version it decided on, and finds the row unchanged
+    // or retries (pg_storage.h).
+    {"version", "bigint NOT NULL", "bigint"},
+}};
+
+// The position of column `name` in kPgRecordColumns (its size when there is none), for the
+// code that reads a row's columns by position to check its positions against the table.
+constexpr int PgColumnIndex(std::string_view name) {
+  int i = 0;
+  while (i < static_cast<int>(kPgRecordColumns.size()) && kPgRecordColumns[i].name != name) ++i;
+  return i;
+}
+
+// "key, type, ..., version": the columns of kPgRecordColumns, for a SELECT of whole rows.
+const std::string& PgRecordColumnList();
 
 struct PgTableNames {
   std::string schema;  // the schema named, or the connection's current_schema()

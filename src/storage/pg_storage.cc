@@ -12,13 +12,15 @@
 namespace idem::storage {
 namespace {
 
-// The columns of a row, in the order every statement reads them (pg_schema.cc creates them).
-constexpr std::string_view kColumns =
-    "key, type, fingerprint, result, checkpoint, state, retryable, token, attempts, holder_pid, "
-    "holder_start, holder_scope, holder_request, holder_took_over, created, updated, "
-    "lease_deadline, expires, version";
-constexpr int kColumnCount = 19;
-constexpr int kVersionColumn = 18;
+// A whole row is read as kPgRecordColumns lists its columns (PgRecordColumnList), and the
+// statements that read one add the server's time after them, at kColumnCount.
+constexpr int kColumnCount = static_cast<int>(kPgRecordColumns.size());
+constexpr int kVersionColumn = PgColumnIndex("version");
+static_assert(kVersionColumn < kColumnCount);
+// DecodeRow and RowParams take the fields in this order, by position.
+static_assert(PgColumnIndex("key") == 0 && PgColumnIndex("checkpoint") == 4 &&
+              PgColumnIndex("state") == 5 && PgColumnIndex("holder_took_over") == 13 &&
+              PgColumnIndex("created") == 14 && PgColumnIndex("expires") == 17);
 
 std::string_view SynchronousCommit(Durability durability) {
   return durability == Durability::kSync ? "SET LOCAL synchronous_commit = on"
@@ -57,8 +59,8 @@ std::string After(std::string_view now, std::string_view micros) {
   return fmt::format("{} + {} * interval '1 microsecond'", now, micros);
 }
 
-// The record in row `row` of `rows` (its columns in kColumns' order), or nullopt when its key is
-// NULL (the outer join of a read that found none). `version` receives the row's version.
+// The record in row `row` of `rows` (its columns in kPgRecordColumns' order), or nullopt when its
+// key is NULL (the outer join of a read that found none). `version` receives the row's version.
 Result<std::optional<Record>> DecodeRow(const PgRows& rows, int row, int64_t* version) {
   if (rows.IsNull(row, 0)) return std::optional<Record>();
   std::optional<Record> record(std::in_place);
@@ -166,7 +168,8 @@ Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key,
   transaction.statements.push_back(
       {fmt::format("SELECT {}, n.now, n.waited FROM (SELECT {} AS now, {} AS durability, {} AS "
                    "waited) n LEFT JOIN {} ON key = $2",
-                   kColumns, kNow, kSetSynchronousCommitOf3, kWaitForTheStandby, names_.records),
+                   PgRecordColumnList(), kNow, kSetSynchronousCommitOf3, kWaitForTheStandby,
+                   names_.records),
        {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(answered)}});
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
   VersionedRead result;
@@ -203,7 +206,7 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
   PgTransaction read_or_insert{.resendable = true, .alone = true};
   // A replay is answered only once its row is on a synchronous standby (kWaitForTheStandby).
   read_or_insert.statements.push_back(
-      {fmt::format("SELECT {}, {}, {}, {} FROM {} WHERE key = $2", kColumns, kNow,
+      {fmt::format("SELECT {}, {}, {}, {} FROM {} WHERE key = $2", PgRecordColumnList(), kNow,
                    kSetSynchronousCommitOf3, kWaitForTheStandby, names_.records),
        {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(durability)}});
   read_or_insert.statements.push_back(
@@ -212,7 +215,7 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
                    "FROM (SELECT {now} AS now, {durability} AS durability) n "
                    "WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = $3) "
                    "ON CONFLICT (key) DO NOTHING RETURNING created",
-                   fmt::arg("table", names_.records), fmt::arg("columns", kColumns),
+                   fmt::arg("table", names_.records), fmt::arg("columns", PgRecordColumnList()),
                    fmt::arg("created", After("n.now", "$17")),
                    fmt::arg("updated", After("n.now", "$18")),
                    fmt::arg("lease_deadline", After("n.now", "$19")),
@@ -339,7 +342,7 @@ Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& nex
     transaction.statements.push_back(
         {fmt::format("INSERT INTO {} ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
                      "$12, $13, $14, $15, $16, $17, $18, 1) ON CONFLICT (key) DO NOTHING",
-                     names_.records, kColumns),
+                     names_.records, PgRecordColumnList()),
          std::move(params)});
   } else {
     params.push_back(PgParam::Int8(seen.version));
@@ -547,7 +550,8 @@ Status PgStorage::Scan(const ScanOptions& options,
     if (end) params.push_back(PgParam::Bytea(*end));
     PgStatement statement{
         fmt::format("SELECT {}, {} FROM {} WHERE key > $2 AND key >= $3{} ORDER BY key LIMIT {}",
-                    kColumns, kNow, names_.records, end ? " AND key < $4" : "", kScanPage),
+                    PgRecordColumnList(), kNow, names_.records, end ? " AND key < $4" : "",
+                    kScanPage),
         std::move(params)};
     const auto run_page = [&]() -> Result<PgRows> {
       if (pg_view != nullptr) return pg_view->Run(std::move(statement));
