@@ -3,24 +3,14 @@
 #include <fmt/format.h>
 
 #include <bit>
-#include <limits>
 #include <vector>
 
+#include "storage/pg_rows.h"
 #include "storage/record_codec.h"
 #include "util/time.h"
 
 namespace idem::storage {
 namespace {
-
-// A whole row is read as kPgRecordColumns lists its columns (PgRecordColumnList), and the
-// statements that read one add the server's time after them, at kColumnCount.
-constexpr int kColumnCount = static_cast<int>(kPgRecordColumns.size());
-constexpr int kVersionColumn = PgColumnIndex("version");
-static_assert(kVersionColumn < kColumnCount);
-// DecodeRow and RowParams take the fields in this order, by position.
-static_assert(PgColumnIndex("key") == 0 && PgColumnIndex("checkpoint") == 4 &&
-              PgColumnIndex("state") == 5 && PgColumnIndex("holder_took_over") == 13 &&
-              PgColumnIndex("created") == 14 && PgColumnIndex("expires") == 17);
 
 std::string_view SynchronousCommit(Durability durability) {
   return durability == Durability::kSync ? "SET LOCAL synchronous_commit = on"
@@ -57,83 +47,6 @@ constexpr std::string_view kDivisionByZero = "22012";
 // SQL: the time `micros` microseconds after the time `now` names.
 std::string After(std::string_view now, std::string_view micros) {
   return fmt::format("{} + {} * interval '1 microsecond'", now, micros);
-}
-
-// The record in row `row` of `rows` (its columns in kPgRecordColumns' order), or nullopt when its
-// key is NULL (the outer join of a read that found none). `version` receives the row's version.
-Result<std::optional<Record>> DecodeRow(const PgRows& rows, int row, int64_t* version) {
-  if (rows.IsNull(row, 0)) return std::optional<Record>();
-  std::optional<Record> record(std::in_place);
-  Record& r = *record;
-  r.key = std::string(rows.Bytes(row, 0));
-  r.type = std::string(rows.Bytes(row, 1));
-  r.fingerprint = std::string(rows.Bytes(row, 2));
-  r.result = std::string(rows.Bytes(row, 3));
-  r.checkpoint = std::string(rows.Bytes(row, 4));
-  IDEM_ASSIGN_OR_RETURN(int64_t state, rows.Int(row, 5));
-  if (state < 0 || state > static_cast<int64_t>(State::kFailed)) {
-    return Status::Corruption(
-        fmt::format("record {} has state {}, which no idem writes", EscapeKey(r.key), state));
-  }
-  r.state = static_cast<State>(state);
-  IDEM_ASSIGN_OR_RETURN(r.retryable, rows.Bool(row, 6));
-  IDEM_ASSIGN_OR_RETURN(int64_t token, rows.Int(row, 7));
-  IDEM_ASSIGN_OR_RETURN(int64_t attempts, rows.Int(row, 8));
-  IDEM_ASSIGN_OR_RETURN(int64_t pid, rows.Int(row, 9));
-  IDEM_ASSIGN_OR_RETURN(int64_t start, rows.Int(row, 10));
-  IDEM_ASSIGN_OR_RETURN(int64_t scope, rows.Int(row, 11));
-  IDEM_ASSIGN_OR_RETURN(int64_t request, rows.Int(row, 12));
-  IDEM_ASSIGN_OR_RETURN(r.holder.took_over, rows.Bool(row, 13));
-  if (token < 0 || attempts < 0 || attempts > std::numeric_limits<uint32_t>::max() || pid < 0 ||
-      pid > std::numeric_limits<uint32_t>::max()) {
-    return Status::Corruption(
-        fmt::format("record {} has a token, attempt count or pid out of range", EscapeKey(r.key)));
-  }
-  r.token = static_cast<uint64_t>(token);
-  r.attempts = static_cast<uint32_t>(attempts);
-  r.holder.pid = static_cast<uint32_t>(pid);
-  r.holder.process_start = std::bit_cast<uint64_t>(start);
-  r.holder.pid_scope = std::bit_cast<uint64_t>(scope);
-  r.holder.request_id = std::bit_cast<uint64_t>(request);
-  Record::TimePoint* times[] = {&r.created, &r.updated, &r.lease_deadline, &r.expires};
-  for (int i = 0; i < 4; ++i) {
-    IDEM_ASSIGN_OR_RETURN(int64_t micros, rows.Timestamp(row, 14 + i));
-    *times[i] = util::FromMicros(micros);
-  }
-  IDEM_ASSIGN_OR_RETURN(*version, rows.Int(row, kVersionColumn));
-  return record;
-}
-
-// The parameters $1.. of a row's columns but the version: key, then the record's fields.
-std::vector<PgParam> RowParams(std::string_view key, const Record& r) {
-  return {PgParam::Bytea(key),
-          PgParam::Bytea(r.type),
-          PgParam::Bytea(r.fingerprint),
-          PgParam::Bytea(r.result),
-          PgParam::Bytea(r.checkpoint),
-          PgParam::Int2(static_cast<int16_t>(r.state)),
-          PgParam::Bool(r.retryable),
-          PgParam::Int8(static_cast<int64_t>(r.token)),
-          PgParam::Int8(r.attempts),
-          PgParam::Int8(r.holder.pid),
-          PgParam::Int8(BitCast(r.holder.process_start)),
-          PgParam::Int8(BitCast(r.holder.pid_scope)),
-          PgParam::Int8(BitCast(r.holder.request_id)),
-          PgParam::Bool(r.holder.took_over),
-          PgParam::Timestamp(util::ToMicros(r.created)),
-          PgParam::Timestamp(util::ToMicros(r.updated)),
-          PgParam::Timestamp(util::ToMicros(r.lease_deadline)),
-          PgParam::Timestamp(util::ToMicros(r.expires))};
-}
-
-// The smallest key above every key that starts with `prefix`, or nullopt when there is none
-// (the prefix is empty or all 0xFF bytes).
-std::optional<std::string> PrefixEnd(std::string_view prefix) {
-  std::string end(prefix);
-  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xFF) end.pop_back();
-  if (end.empty()) return std::nullopt;
-  end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
-  return end;
 }
 
 }  // namespace
@@ -173,9 +86,9 @@ Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key,
        {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(answered)}});
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
   VersionedRead result;
-  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodeRow(rows[0], 0, &result.row.version));
+  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodePgRow(rows[0], 0, &result.row.version));
   if (result.read.record) result.row.token = result.read.record->token;
-  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
+  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
   result.read.now = util::FromMicros(now);
   return result;
 }
@@ -199,7 +112,7 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
   IDEM_ASSIGN_OR_RETURN(const uint64_t token, NextToken(0));
   const Record fresh = engine::FreshClaim(request, TimePoint{}, token).record;
   std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
-  for (PgParam& param : RowParams(key, fresh)) params.push_back(std::move(param));
+  for (PgParam& param : PgRowParams(key, fresh)) params.push_back(std::move(param));
   const Record::TimePoint offsets[] = {fresh.created, fresh.updated, fresh.lease_deadline,
                                        fresh.expires};
   for (int i = 0; i < 4; ++i) params[16 + i] = PgParam::Int8(util::ToMicros(offsets[i]));
@@ -244,8 +157,8 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
     return Read(key);
   }
   int64_t version = 0;
-  IDEM_ASSIGN_OR_RETURN(result.record, DecodeRow(rows[0], 0, &version));
-  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kColumnCount));
+  IDEM_ASSIGN_OR_RETURN(result.record, DecodePgRow(rows[0], 0, &version));
+  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
   result.now = util::FromMicros(now);
   return result;
 }
@@ -337,7 +250,7 @@ Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& nex
                                          Durability durability) {
   PgTransaction transaction{.resendable = true};
   transaction.statements.push_back({std::string(SynchronousCommit(durability)), {}});
-  std::vector<PgParam> params = RowParams(key, next);
+  std::vector<PgParam> params = PgRowParams(key, next);
   if (seen.version == 0) {
     transaction.statements.push_back(
         {fmt::format("INSERT INTO {} ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
@@ -487,131 +400,6 @@ Result<bool> PgStorage::Remove(std::string_view key, Durability durability) {
   // The first send may have removed the row before its reply was lost: as for a Forget resent
   // to a store's owner (core/store.cc), a resent removal that finds none counts as done.
   return rows[1].affected() > 0 || resent;
-}
-
-namespace {
-
-// A REPEATABLE READ, READ ONLY transaction left open on a connection of the pool: every page read
-// in it sees the snapshot its first query took, and the time of its first page. What it pins
-// (the server keeps the row versions it sees from vacuum) ends with the transaction: when the
-// view is destroyed, or the connection goes (the process died), or the server ends it
-// (idle_in_transaction_session_timeout, when the database sets one).
-class PgView final : public ReadView {
- public:
-  explicit PgView(std::unique_ptr<PgOpenTransaction> transaction)
-      : transaction_(std::move(transaction)) {}
-
-  // Runs `page` in the transaction, begun with the first.
-  Result<PgRows> Run(PgStatement page) {
-    std::vector<PgStatement> statements;
-    if (!begun_) {
-      statements.push_back(
-          {.sql = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", .prepare = false});
-    }
-    statements.push_back(std::move(page));
-    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, transaction_->Run(std::move(statements)));
-    begun_ = true;
-    return std::move(rows.back());
-  }
-
-  // The view's time (the server's, or the test clock's), read first; nullopt before.
-  std::optional<int64_t> now;
-
- private:
-  const std::unique_ptr<PgOpenTransaction> transaction_;
-  bool begun_ = false;
-};
-
-}  // namespace
-
-Result<std::unique_ptr<ReadView>> PgStorage::OpenView() {
-  // Nothing is sent yet: the first page begins the transaction.
-  return std::unique_ptr<ReadView>(
-      std::make_unique<PgView>(pool_.Begin(std::chrono::milliseconds(0))));
-}
-
-Status PgStorage::Scan(const ScanOptions& options,
-                       FunctionRef<bool(Record&& record, TimePoint now)> visit, ReadView* view) {
-  // Only this storage's views are given to it.
-  auto* const pg_view = static_cast<PgView*>(view);
-  if (pg_view != nullptr && !pg_view->now) {
-    // The view's time, read by its first statement, which also takes its snapshot: every page
-    // judges retention at it.
-    IDEM_ASSIGN_OR_RETURN(const PgRows rows,
-                          pg_view->Run({fmt::format("SELECT {}", kNow), {NowParam()}}));
-    IDEM_ASSIGN_OR_RETURN(pg_view->now, rows.Timestamp(0, 0));
-  }
-  const std::optional<std::string> end = PrefixEnd(options.prefix);
-  std::string after(options.start_after);
-  for (;;) {
-    std::vector<PgParam> params = {
-        pg_view != nullptr ? PgParam::Timestamp(*pg_view->now) : NowParam(), PgParam::Bytea(after),
-        PgParam::Bytea(options.prefix)};
-    if (end) params.push_back(PgParam::Bytea(*end));
-    PgStatement statement{
-        fmt::format("SELECT {}, {} FROM {} WHERE key > $2 AND key >= $3{} ORDER BY key LIMIT {}",
-                    PgRecordColumnList(), kNow, names_.records, end ? " AND key < $4" : "",
-                    kScanPage),
-        std::move(params)};
-    const auto run_page = [&]() -> Result<PgRows> {
-      if (pg_view != nullptr) return pg_view->Run(std::move(statement));
-      PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
-      transaction.statements.push_back(std::move(statement));
-      IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-      return std::move(rows.front());
-    };
-    IDEM_ASSIGN_OR_RETURN(const PgRows page, run_page());
-    for (int row = 0; row < page.size(); ++row) {
-      int64_t version = 0;
-      IDEM_ASSIGN_OR_RETURN(std::optional<Record> record, DecodeRow(page, row, &version));
-      IDEM_ASSIGN_OR_RETURN(int64_t now, page.Timestamp(row, kColumnCount));
-      after = record->key;
-      if (!visit(std::move(*record), util::FromMicros(now))) return Status::OK();
-    }
-    if (page.size() < kScanPage) return Status::OK();
-  }
-}
-
-Result<uint64_t> PgStorage::CountExpired() {
-  PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
-  transaction.statements.push_back(
-      {fmt::format("SELECT count(*) FROM {} WHERE expires <= {}", names_.records, kNow),
-       {NowParam()}});
-  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-  IDEM_ASSIGN_OR_RETURN(int64_t due, rows[0].Int(0, 0));
-  return static_cast<uint64_t>(due);
-}
-
-Result<uint64_t> PgStorage::Purge(const PurgeOptions& options) {
-  if (options.dry_run) {
-    IDEM_ASSIGN_OR_RETURN(const uint64_t due, CountExpired());
-    if (options.progress_total) options.progress_total(due);
-    if (options.progress) options.progress(due);
-    return due;
-  }
-  IDEM_RETURN_IF_ERROR(CheckWritable());
-  if (options.progress_total) {
-    // Rows expiring meanwhile are purged too: the count may end above the total.
-    IDEM_ASSIGN_OR_RETURN(const uint64_t due, CountExpired());
-    options.progress_total(due);
-  }
-  // The batched DELETE of PostgreSQL's documentation: rows locked by a writer are left for the
-  // next purge, and no lock is held past a batch.
-  const std::string sql = fmt::format(
-      "WITH n AS MATERIALIZED (SELECT {} AS now), doomed AS (SELECT key FROM {} WHERE expires <= "
-      "(SELECT now FROM n) ORDER BY expires LIMIT {} FOR UPDATE SKIP LOCKED) "
-      "DELETE FROM {} WHERE key IN (SELECT key FROM doomed)",
-      kNow, names_.records, kPurgeBatch, names_.records);
-  uint64_t purged = 0;
-  for (;;) {
-    PgTransaction transaction{.resendable = true};
-    transaction.statements = {{"SET LOCAL synchronous_commit = off", {}}, {sql, {NowParam()}}};
-    IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-    const uint64_t deleted = rows[1].affected();
-    purged += deleted;
-    if (options.progress) options.progress(purged);
-    if (deleted < static_cast<uint64_t>(kPurgeBatch)) return purged;
-  }
 }
 
 }  // namespace idem::storage
