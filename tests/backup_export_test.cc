@@ -32,6 +32,7 @@ namespace {
 using idem_test::ReadFile;
 using idem_test::WriteFile;
 
+using idem::Holder;
 using idem::Outcome;
 using idem::Record;
 using idem::State;
@@ -713,6 +714,35 @@ TEST_P(ImportInto, AStoreSaysWhatItLeftAndChecksEveryRecordFirst) {
             std::string::npos)
       << invalid.status().message();
   EXPECT_FALSE(store->Get("good")->has_value());
+}
+
+// An import leaves records as the store's own transitions do: a record that is not pending keeps
+// no holder (but whether its attempt took over), whatever the file says; a pending one keeps it.
+TEST_P(ImportInto, ARecordThatIsNotPendingKeepsNoHolder) {
+  const idem_test::TestStore target(GetParam());
+  auto store = target.Open(TestOptions());
+  ASSERT_NE(store, nullptr);
+  const Holder holder{
+      .pid = 1234, .process_start = 5, .pid_scope = 7, .request_id = 9, .took_over = true};
+  Record done = DoneRecord("done", 12);
+  Record failed = DoneRecord("failed", 13);
+  failed.state = State::kFailed;
+  failed.result = "declined";
+  Record pending = DoneRecord("pending", 14);
+  pending.state = State::kPending;
+  pending.result.clear();
+  pending.lease_deadline = pending.created + 1h;
+  for (Record* record : {&done, &failed, &pending}) record->holder = holder;
+  auto outcomes = store->Import(std::vector<Record>{done, failed, pending});
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  for (const char* key : {"done", "failed"}) {
+    auto stored = store->Get(key);
+    ASSERT_TRUE(stored.ok() && stored->has_value()) << key;
+    EXPECT_EQ((*stored)->holder, Holder{.took_over = true}) << key;
+  }
+  auto stored = store->Get("pending");
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->holder, holder);
 }
 
 TEST_P(ImportInto, AStoreWhoseLaterTokensAreAboveEveryImportedToken) {

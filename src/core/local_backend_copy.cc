@@ -159,6 +159,8 @@ Result<std::vector<ImportOutcome>> LocalBackend::Import(std::span<const Record> 
           outcome = ImportOutcome::kImported;
           written = record;
           written.timed_out = false;
+          // As a Complete or a Fail leaves it (a file may carry a holder with a done record).
+          if (written.state != State::kPending) engine::ForgetHolder(written);
           if (written.token == 0) {
             Result<uint64_t> token = next_token(stored ? stored->token : 0);
             if (!token.ok()) {

@@ -46,13 +46,9 @@ void Acquire(Record next, const BeginRequest& request, TimePoint now, Claim& cla
   claim.record = std::move(next);
 }
 
-// A record that leaves pending keeps no holder: the holder serves a pending claim only (judging
-// whether its process died, giving a resent Begin its own claim back), and a done record is
-// most of what a store holds, so its 20-odd bytes are paid on every read, flush and compaction.
-// Whether the attempt took over another stays: it is one flag bit.
-void ForgetHolder(Record& record) { record.holder = Holder{.took_over = record.holder.took_over}; }
-
 }  // namespace
+
+void ForgetHolder(Record& record) { record.holder = Holder{.took_over = record.holder.took_over}; }
 
 Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token) {
   Record next;

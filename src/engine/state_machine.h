@@ -83,6 +83,13 @@ using NextToken = FunctionRef<Result<uint64_t>(uint64_t above)>;
 // let the server add its own time to each (storage/pg_storage.cc).
 Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token);
 
+// A record that leaves pending keeps no holder: the holder serves a pending claim only (judging
+// whether its process died, giving a resent Begin its own claim back), and a done record is
+// most of what a store holds, so its 20-odd bytes are paid on every read, flush and compaction.
+// Whether the attempt took over another stays: it is one flag bit. Used by the transitions out
+// of pending, and by an import of a record that is not pending.
+void ForgetHolder(Record& record);
+
 // Decides Begin. `stored` is moved from (the claim takes the record where the read left it: a
 // replay is little more than that read). `next_token` is called once when the key is acquired,
 // and only then.
