@@ -68,6 +68,11 @@ const TimePoint kNow = kStart + seconds(1);
 // reads its stored record again passes a copy.
 std::optional<Record> Copy(const std::optional<Record>& stored) { return stored; }
 
+// What a backend found out about `stored`'s holder: its process is dead.
+ClaimFacts DeadHolder(const std::optional<Record>& stored) {
+  return {.judged = stored ? stored->holder : Holder{}, .holder_is_dead = true};
+}
+
 std::optional<Record> Stored(Situation situation, std::string_view fingerprint) {
   if (situation == Situation::kNone) return std::nullopt;
   Record r;
@@ -272,14 +277,14 @@ TEST(Engine, AResentBeginGetsItsOwnClaimBack) {
 
 TEST(Engine, ALiveLeaseOfADeadHolderIsTakenOver) {
   const auto stored = Stored(Situation::kPendingLive, "");
-  const BeginDecision d =
-      DecideBegin(Copy(stored), Request(""), kNow, Fresh(), /*holder_is_dead=*/true);
+  const BeginDecision d = DecideBegin(Copy(stored), Request(""), kNow, Fresh(), DeadHolder(stored));
   EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
   EXPECT_TRUE(d.claim.took_over);
   EXPECT_EQ(d.claim.record.attempts, 4u);
   // A dead holder changes nothing for records that are not pending.
   for (Situation s : {Situation::kDone, Situation::kFailedTerminal}) {
-    EXPECT_EQ(DecideBegin(Stored(s, ""), Request(""), kNow, Fresh(), true).claim.outcome,
+    const auto other = Stored(s, "");
+    EXPECT_EQ(DecideBegin(Copy(other), Request(""), kNow, Fresh(), DeadHolder(other)).claim.outcome,
               ExpectedBegin(s).outcome);
   }
 }
@@ -292,13 +297,16 @@ TEST(Engine, ARenewalGraceKeepsATimedOutClaimItCovers) {
   RenewalGrace grace{.lease_ended_after = stored->lease_deadline - std::chrono::seconds(1),
                      .written_before = stored->updated + std::chrono::microseconds(1),
                      .left = std::chrono::milliseconds(1500)};
-  const RenewalGrace graces[] = {RenewalGrace{}, grace};
-  BeginDecision d = DecideBegin(Copy(stored), Request(""), kNow, Fresh(), false, graces);
+  const ClaimFacts graces{.graces = {RenewalGrace{}, grace}};
+  BeginDecision d = DecideBegin(Copy(stored), Request(""), kNow, Fresh(), graces);
   EXPECT_EQ(d.claim.outcome, Outcome::kInProgress);
   EXPECT_EQ(d.claim.retry_after, std::chrono::milliseconds(1500));
   EXPECT_FALSE(d.write);
   // A holder proven dead gives its claim up at once, grace or not.
-  d = DecideBegin(Copy(stored), Request(""), kNow, Fresh(), true, graces);
+  ClaimFacts dead = graces;
+  dead.judged = stored->holder;
+  dead.holder_is_dead = true;
+  d = DecideBegin(Copy(stored), Request(""), kNow, Fresh(), dead);
   EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
   EXPECT_TRUE(d.claim.took_over);
   // Not covered: the lease ended before the grace's start, the record was written since (its
@@ -308,14 +316,79 @@ TEST(Engine, ARenewalGraceKeepsATimedOutClaimItCovers) {
   written_since.written_before = stored->updated;
   over.left = std::chrono::milliseconds(0);
   for (const RenewalGrace& other : {ended_before, written_since, over}) {
-    const RenewalGrace one[] = {other};
-    d = DecideBegin(Copy(stored), Request(""), kNow, Fresh(), false, one);
+    d = DecideBegin(Copy(stored), Request(""), kNow, Fresh(), ClaimFacts{.graces = {other}});
     EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
   }
   // A grace changes nothing for a live lease or a record that is not pending.
   for (Situation s : {Situation::kPendingLive, Situation::kDone, Situation::kFailedRetryable}) {
-    EXPECT_EQ(DecideBegin(Stored(s, ""), Request(""), kNow, Fresh(), false, graces).claim.outcome,
+    EXPECT_EQ(DecideBegin(Stored(s, ""), Request(""), kNow, Fresh(), graces).claim.outcome,
               ExpectedBegin(s).outcome);
+  }
+}
+
+// A backend judges a holder before it locks the key: a claim taken over since then has another
+// holder, and the judgement says nothing about it.
+TEST(Engine, AHolderJudgedDeadGivesUpOnlyAClaimItStillHolds) {
+  auto stored = Stored(Situation::kPendingLive, "");
+  stored->holder = {.pid = 10, .process_start = 20, .pid_scope = 30, .request_id = 40};
+  ClaimFacts facts = DeadHolder(stored);
+  stored->holder.request_id = 41;  // another Begin of the same process took it over since
+  BeginDecision d = DecideBegin(Copy(stored), Request(""), kNow, Fresh(), facts);
+  EXPECT_EQ(d.claim.outcome, Outcome::kInProgress);
+  EXPECT_FALSE(d.write);
+  facts.judged = stored->holder;
+  d = DecideBegin(Copy(stored), Request(""), kNow, Fresh(), facts);
+  EXPECT_EQ(d.claim.outcome, Outcome::kAcquired);
+  EXPECT_TRUE(d.claim.took_over);
+}
+
+// The graces are looked for only when a read found the lease over: a lease that ran out between
+// that read and the decision is answered kInProgress, asking for them, and nothing is written.
+TEST(Engine, ALeaseThatRanOutWithoutItsGracesGatheredAsksForThem) {
+  const ClaimFacts not_gathered{.graces_gathered = false};
+  int draws = 0;
+  const auto count_draws = [&](uint64_t) -> idem::Result<uint64_t> {
+    ++draws;
+    return kFreshToken;
+  };
+  BeginDecision d = DecideBegin(Stored(Situation::kPendingTimedOut, ""), Request(""), kNow,
+                                count_draws, not_gathered);
+  EXPECT_EQ(d.claim.outcome, Outcome::kInProgress);
+  EXPECT_TRUE(d.needs_graces);
+  EXPECT_FALSE(d.write);
+  EXPECT_EQ(draws, 0);
+  EXPECT_EQ(d.claim.record.token, kStoredToken);  // the claim to gather them for
+  // Every other situation is decided as with the graces known.
+  for (Situation s : kSituations) {
+    if (s == Situation::kPendingTimedOut) continue;
+    SCOPED_TRACE(Name(s));
+    d = DecideBegin(Stored(s, ""), Request(""), kNow, Fresh(), not_gathered);
+    EXPECT_FALSE(d.needs_graces);
+    EXPECT_EQ(d.claim.outcome, ExpectedBegin(s).outcome);
+  }
+}
+
+// A backend answers settled records from a plain read, without the key's lock: that answer is
+// the one DecideBegin gives, for every situation and fingerprint, and there is none for a record
+// DecideBegin would write or keep waiting.
+TEST(Engine, TheSettledAnswerIsDecideBeginsWhereNothingIsWritten) {
+  for (Situation situation : kSituations) {
+    for (const auto& [stored_fp, requested_fp] :
+         std::vector<std::pair<std::string, std::string>>{{"", ""}, {"aa", "aa"}, {"aa", "bb"}}) {
+      SCOPED_TRACE(Name(situation) + " " + stored_fp + " " + requested_fp);
+      const std::optional<Record> stored = Stored(situation, stored_fp);
+      const BeginDecision d = DecideBegin(Copy(stored), Request(requested_fp), kNow, Fresh());
+      std::optional<Record> visible = Copy(stored);
+      MakeVisible(visible, kNow);
+      const std::optional<Claim> settled = SettledAnswer(visible, Request(requested_fp));
+      const Outcome o = d.claim.outcome;
+      EXPECT_EQ(settled.has_value(),
+                o == Outcome::kReplay || o == Outcome::kFailed || o == Outcome::kMismatch);
+      if (!settled) continue;
+      EXPECT_FALSE(d.write);
+      EXPECT_EQ(settled->outcome, o);
+      EXPECT_TRUE(settled->record == d.claim.record);
+    }
   }
 }
 

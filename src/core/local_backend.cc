@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "storage/record_codec.h"
 #include "util/process.h"
@@ -130,30 +131,27 @@ Status LocalBackend::CheckKey(std::string_view key) const {
   return CheckSize("key", key.size(), options_.max_key_size);
 }
 
-engine::BeginDecision LocalBackend::DecideBeginLocked(std::optional<Record>&& stored,
-                                                      const engine::BeginRequest& request,
-                                                      TimePoint now, engine::NextToken next_token) {
-  const bool pending =
-      stored && stored->state == State::kPending && !engine::IsExpired(*stored, now);
-  // A lease that ran out is reserved for its holder during a renewal grace (the owner stalled,
-  // or has just taken over; the database server restarted or failed over); a live lease, until
-  // it ends. Either way a holder proven dead gives it up at once.
-  std::array<engine::RenewalGrace, 3> graces;
-  bool reserved = pending && stored->lease_deadline > now;
-  if (pending && !reserved && options_.renewal_grace.count() > 0) {
-    if (stall_watch_) std::ranges::copy(stall_watch_->Graces(), graces.begin());
-    Result<engine::RenewalGrace> outage = storage_->OutageGrace(options_.renewal_grace);
-    if (!outage.ok()) {
-      engine::BeginDecision failed;
-      failed.status = outage.status();
-      return failed;
-    }
-    graces.back() = *outage;
-    reserved = engine::GraceLeft(*stored, graces).count() > 0;
+Result<engine::ClaimFacts> LocalBackend::GatherFacts(const Record* read, TimePoint now) {
+  engine::ClaimFacts facts;
+  // Graces matter only to a claim whose lease ran out, and are looked for only then (unless
+  // none can be in force): a live lease that runs out before the key is locked asks for them.
+  facts.graces_gathered = options_.renewal_grace.count() == 0;
+  if (read == nullptr || read->state != State::kPending) return facts;
+  // A lease that ran out is kept for its holder during a renewal grace (the owner stalled, or
+  // has just taken over; the database server restarted or failed over).
+  if (read->timed_out && !facts.graces_gathered) {
+    if (stall_watch_) std::ranges::copy(stall_watch_->Graces(), std::back_inserter(facts.graces));
+    IDEM_ASSIGN_OR_RETURN(const engine::RenewalGrace outage,
+                          storage_->OutageGrace(options_.renewal_grace));
+    facts.graces.push_back(outage);
+    facts.graces_gathered = true;
   }
-  const bool holder_is_dead =
-      reserved && options_.take_over_dead_holders && util::HolderIsDead(stored->holder);
-  return engine::DecideBegin(std::move(stored), request, now, next_token, holder_is_dead, graces);
+  // While the claim is kept for its holder, a holder proven dead gives it up at once.
+  if (options_.take_over_dead_holders && engine::KeptFor(*read, facts.graces, now)) {
+    facts.judged = read->holder;
+    facts.holder_is_dead = util::HolderIsDead(read->holder);
+  }
+  return facts;
 }
 
 Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
@@ -183,36 +181,38 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
   }
   const std::optional<uint64_t> absent_since =
       seen.record ? std::nullopt : std::optional<uint64_t>(seen.write_version);
-  if (seen.record) {
-    // A decision that would acquire is made again under the lock: it draws no token here.
-    engine::BeginDecision final_answer =
-        engine::DecideBegin(std::move(seen.record), request, seen.now, [](uint64_t) {
-          return Result<uint64_t>(Status::Unavailable("no token before the key is locked"));
-        });
-    const Outcome outcome = final_answer.claim.outcome;
-    if (final_answer.status.ok() && (outcome == Outcome::kReplay || outcome == Outcome::kFailed ||
-                                     outcome == Outcome::kMismatch)) {
-      counters_.Count(final_answer.claim);
-      return std::move(final_answer.claim);
-    }
+  engine::MakeVisible(seen.record, seen.now);
+  if (std::optional<Claim> settled = engine::SettledAnswer(seen.record, request)) {
+    counters_.Count(*settled);
+    return std::move(*settled);
   }
+  // What the decision needs to know besides the record is found out now, before the key is
+  // locked: no /proc read or server query waits under the lock.
+  IDEM_ASSIGN_OR_RETURN(engine::ClaimFacts facts,
+                        GatherFacts(seen.record ? &*seen.record : nullptr, seen.now));
   // Measured (now and then) before the key is locked: never a directory read under the lock.
   const bool over_quota = disk_quota_ && disk_quota_->Exceeded();
   engine::BeginDecision decision;
-  IDEM_RETURN_IF_ERROR(storage_->Update(
-      call.key,
-      [&](std::optional<Record>& stored, TimePoint now,
-          engine::NextToken next_token) -> const Record* {
-        decision = DecideBeginLocked(std::move(stored), request, now, next_token);
-        // A claim that would be written is refused; a resent Begin gets its own claim back.
-        if (over_quota && decision.write && decision.claim.outcome == Outcome::kAcquired) {
-          decision.status = disk_quota_->Refusal();
-          counters_.Add<&Counters::quota_refusals>(1);
-          return nullptr;
-        }
-        return decision.write ? &decision.claim.record : nullptr;
-      },
-      call.durability, absent_since));
+  TimePoint decided_at;
+  const auto decide = [&](std::optional<Record>& stored, TimePoint now,
+                          engine::NextToken next_token) -> const Record* {
+    decided_at = now;
+    decision = engine::DecideBegin(std::move(stored), request, now, next_token, facts);
+    // A claim that would be written is refused; a resent Begin gets its own claim back.
+    if (over_quota && decision.write && decision.claim.outcome == Outcome::kAcquired) {
+      decision.status = disk_quota_->Refusal();
+      counters_.Add<&Counters::quota_refusals>(1);
+      return nullptr;
+    }
+    return decision.write ? &decision.claim.record : nullptr;
+  };
+  IDEM_RETURN_IF_ERROR(storage_->Update(call.key, decide, call.durability, absent_since));
+  if (decision.needs_graces) {
+    // The lease ran out between the read and the lock: decide once more, with the graces. (Should
+    // it run out again for another holder, that claim's kInProgress answer stands.)
+    IDEM_ASSIGN_OR_RETURN(facts, GatherFacts(&decision.claim.record, decided_at));
+    IDEM_RETURN_IF_ERROR(storage_->Update(call.key, decide, call.durability, std::nullopt));
+  }
   IDEM_RETURN_IF_ERROR(decision.status);
   counters_.Count(decision.claim);
   return std::move(decision.claim);

@@ -129,11 +129,11 @@ class LocalBackend final : public Backend {
                          const std::optional<std::string>& value) const;
   // kInvalidArgument naming the record when Import may not write it as it is.
   Status CheckImported(const Record& record) const;
-  // Begin's decision under the key's lock: whether a pending claim is reserved for its holder (a
-  // live lease or a renewal grace) and whether that holder is proven dead.
-  engine::BeginDecision DecideBeginLocked(std::optional<Record>&& stored,
-                                          const engine::BeginRequest& request, TimePoint now,
-                                          engine::NextToken next_token);
+  // What Begin's decision needs to know about the record `read` (visible, read at `now`; null:
+  // none) besides the record: for a pending claim, the renewal graces when its lease ran out,
+  // and, while it is kept for its holder, whether that holder is dead. Costs I/O (/proc, the
+  // database server): called before the key is locked.
+  Result<engine::ClaimFacts> GatherFacts(const Record* read, TimePoint now);
   void PurgeLoop(std::chrono::milliseconds interval);
 
   // Constant after construction.

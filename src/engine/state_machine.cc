@@ -85,9 +85,33 @@ milliseconds GraceLeft(const Record& record, std::span<const RenewalGrace> grace
   return left;
 }
 
+std::optional<milliseconds> KeptFor(const Record& record, std::span<const RenewalGrace> graces,
+                                    TimePoint now) {
+  if (!record.timed_out) return TimeLeft(record.lease_deadline, now);
+  const milliseconds grace_left = GraceLeft(record, graces);
+  if (grace_left.count() > 0) return grace_left;
+  return std::nullopt;
+}
+
+std::optional<Claim> SettledAnswer(std::optional<Record>& visible, const BeginRequest& request) {
+  if (!visible) return std::nullopt;
+  Claim claim;
+  if (!request.fingerprint.empty() && !visible->fingerprint.empty() &&
+      request.fingerprint != visible->fingerprint) {
+    claim.outcome = Outcome::kMismatch;
+  } else if (visible->state == State::kDone) {
+    claim.outcome = Outcome::kReplay;
+  } else if (visible->state == State::kFailed && !visible->retryable) {
+    claim.outcome = Outcome::kFailed;
+  } else {
+    return std::nullopt;
+  }
+  claim.record = std::move(*visible);
+  return claim;
+}
+
 BeginDecision DecideBegin(std::optional<Record>&& stored, const BeginRequest& request,
-                          TimePoint now, NextToken next_token, bool holder_is_dead,
-                          std::span<const RenewalGrace> graces) {
+                          TimePoint now, NextToken next_token, const ClaimFacts& facts) {
   BeginDecision decision;
   Claim& claim = decision.claim;
   MakeVisible(stored, now);
@@ -102,51 +126,36 @@ BeginDecision DecideBegin(std::optional<Record>&& stored, const BeginRequest& re
     decision.write = true;
     return decision;
   }
-  Record& record = *stored;
-  if (!request.fingerprint.empty() && !record.fingerprint.empty() &&
-      request.fingerprint != record.fingerprint) {
-    claim.outcome = Outcome::kMismatch;
-    claim.record = std::move(record);
+  if (std::optional<Claim> settled = SettledAnswer(stored, request)) {
+    decision.claim = std::move(*settled);
     return decision;
   }
-  switch (record.state) {
-    case State::kDone:
-      claim.outcome = Outcome::kReplay;
+  Record& record = *stored;
+  if (record.state == State::kPending) {
+    if (request.holder.request_id != 0 && request.holder.request_id == record.holder.request_id) {
+      // The same Begin again, its first reply lost (a client resends after a failover).
+      claim.outcome = Outcome::kAcquired;
+      claim.token = record.token;
+      claim.took_over = record.holder.took_over;
       claim.record = std::move(record);
       return decision;
-    case State::kFailed:
-      if (!record.retryable) {
-        claim.outcome = Outcome::kFailed;
-        claim.record = std::move(record);
-        return decision;
-      }
-      break;
-    case State::kPending:
-      if (request.holder.request_id != 0 && request.holder.request_id == record.holder.request_id) {
-        // The same Begin again, its first reply lost (a client resends after a failover).
-        claim.outcome = Outcome::kAcquired;
-        claim.token = record.token;
-        claim.took_over = record.holder.took_over;
-        claim.record = std::move(record);
-        return decision;
-      }
-      if (!holder_is_dead) {
-        if (!record.timed_out) {
-          claim.outcome = Outcome::kInProgress;
-          claim.retry_after = TimeLeft(record.lease_deadline, now);
-          claim.record = std::move(record);
-          return decision;
-        }
-        const milliseconds grace_left = GraceLeft(record, graces);
-        if (grace_left.count() > 0) {
-          claim.outcome = Outcome::kInProgress;
-          claim.retry_after = grace_left;
-          claim.record = std::move(record);
-          return decision;
-        }
-      }
-      claim.took_over = true;
-      break;
+    }
+    if (record.timed_out && !facts.graces_gathered) {
+      decision.needs_graces = true;
+      claim.outcome = Outcome::kInProgress;
+      claim.retry_after = milliseconds(1);
+      claim.record = std::move(record);
+      return decision;
+    }
+    const std::optional<milliseconds> kept = KeptFor(record, facts.graces, now);
+    const bool holder_is_dead = facts.holder_is_dead && facts.judged == record.holder;
+    if (kept && !holder_is_dead) {
+      claim.outcome = Outcome::kInProgress;
+      claim.retry_after = *kept;
+      claim.record = std::move(record);
+      return decision;
+    }
+    claim.took_over = true;
   }
   const uint64_t stored_token = record.token;
   Result<uint64_t> token = next_token(stored_token);

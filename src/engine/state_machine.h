@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "idem/function_ref.h"
 #include "idem/record.h"
@@ -65,11 +66,37 @@ struct RenewalGrace {
 // cover it); 0 when none does.
 std::chrono::milliseconds GraceLeft(const Record& record, std::span<const RenewalGrace> graces);
 
+// The time a pending claim (`record`, visible) is kept for its holder: the lease left while it
+// is live, else the longest of `graces` that covers it. Nullopt when neither holds: the claim may
+// be taken over. Only while it is kept does it matter whether the holder's process died.
+std::optional<std::chrono::milliseconds> KeptFor(const Record& record,
+                                                 std::span<const RenewalGrace> graces,
+                                                 TimePoint now);
+
+// What a Begin on a pending claim may need besides the record, found out with I/O (the holder's
+// process in /proc; the database server's incarnation for its outage grace). A backend gathers
+// it before it locks the key, for the claim its first read found, so that no decision waits on
+// I/O under a lock; DecideBegin only reads it. The defaults: every holder alive, no grace.
+struct ClaimFacts {
+  // The holder whose process was judged: `holder_is_dead` holds only for a claim it still holds
+  // (a claim taken over since the judgement has another holder, counted alive).
+  std::optional<Holder> judged;
+  bool holder_is_dead = false;
+  // The renewal graces in force. False when they were not looked for (the claim's lease was live
+  // when it was read): a claim found timed out is then answered kInProgress, and the decision
+  // asks for them (BeginDecision::needs_graces).
+  bool graces_gathered = true;
+  std::vector<RenewalGrace> graces;
+};
+
 struct BeginDecision {
   Claim claim;         // claim.record: the record as stored after the call
   bool write = false;  // true: store claim.record
   // Not OK when the key was to be acquired but no token could be drawn (`write` is false).
   Status status;
+  // The claim's lease ran out and the graces were not gathered: the answer is kInProgress for
+  // want of them. Gather them for claim.record and decide again.
+  bool needs_graces = false;
 };
 
 // Draws a fencing token the storage has never handed out, above `above` (the stored record's
@@ -90,15 +117,19 @@ Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token);
 // of pending, and by an import of a record that is not pending.
 void ForgetHolder(Record& record);
 
+// Begin's answer on a record that no Begin changes, only Forget or expiry: a mismatch, a replay,
+// a terminal failure. `visible` (MakeVisible applied) is moved into the claim then. Nullopt for
+// every other record: DecideBegin decides it under the key's lock. A backend answers these from
+// a plain read, without the lock; DecideBegin answers them the same way, by this.
+std::optional<Claim> SettledAnswer(std::optional<Record>& visible, const BeginRequest& request);
+
 // Decides Begin. `stored` is moved from (the claim takes the record where the read left it: a
 // replay is little more than that read). `next_token` is called once when the key is acquired,
-// and only then.
-// `holder_is_dead`: the process holding the stored pending claim is proven to have died, so its
-// claim is taken over without waiting for its lease or a grace. `graces`: the renewal graces in
-// force; a pending claim whose lease ran out and that one of them covers is still in progress.
+// and only then. `facts`: what the backend found out about a pending claim's holder and the
+// renewal graces (ClaimFacts): a pending claim whose lease ran out and that a grace covers is
+// still in progress; a holder proven dead gives its claim up without waiting for either.
 BeginDecision DecideBegin(std::optional<Record>&& stored, const BeginRequest& request,
-                          TimePoint now, NextToken next_token, bool holder_is_dead = false,
-                          std::span<const RenewalGrace> graces = {});
+                          TimePoint now, NextToken next_token, const ClaimFacts& facts = {});
 
 enum class TransitionKind { kComplete, kFail, kExtend, kSaveCheckpoint };
 
