@@ -170,20 +170,25 @@ TEST(DeadHolder, AReusedPidIsNotMistakenForTheHolder) {
   EXPECT_FALSE(util::HolderIsDead(nowhere));
   nowhere.pid_scope = 0;
   EXPECT_FALSE(util::HolderIsDead(nowhere));
-  // A forked child is a holder of its own.
+  // A forked child is a holder of its own, and draws request ids of its own: not the ones its
+  // parent draws next.
   int channel[2];
   ASSERT_EQ(pipe(channel), 0);
   const idem::Holder parent = util::ThisProcessHolder();
+  EXPECT_EQ(parent.request_id, 0u);  // each Begin call sets its own
+  static_cast<void>(util::RandomRequestId());
   const pid_t child = fork();
   if (child == 0) {
     const idem::Holder holder = util::ThisProcessHolder();
-    const bool distinct = holder.pid != parent.pid && holder.request_id != parent.request_id;
-    const char byte = distinct ? 'y' : 'n';
-    _exit(write(channel[1], &byte, 1) == 1 ? 0 : 1);
+    const uint64_t answer[2] = {holder.pid != parent.pid ? 1u : 0u, util::RandomRequestId()};
+    _exit(write(channel[1], answer, sizeof answer) == sizeof answer ? 0 : 1);
   }
-  char byte = 0;
-  EXPECT_EQ(read(channel[0], &byte, 1), 1);
-  EXPECT_EQ(byte, 'y');
+  const uint64_t parents_next = util::RandomRequestId();
+  uint64_t answer[2] = {};
+  EXPECT_EQ(read(channel[0], answer, sizeof answer), static_cast<ssize_t>(sizeof answer));
+  EXPECT_EQ(answer[0], 1u) << "the child passed for its parent";
+  EXPECT_NE(answer[1], parents_next);
+  EXPECT_NE(answer[1], 0u);
   waitpid(child, nullptr, 0);
   close(channel[0]);
   close(channel[1]);

@@ -242,7 +242,6 @@ Holder HolderFor(pid_t pid) {
     holder.process_start = ProcessStartTime(pid).value_or(0);
     holder.pid_scope = PidScope();
   }
-  holder.request_id = RandomRequestId();
   return holder;
 }
 
@@ -278,9 +277,7 @@ Holder ThisProcessHolder() {
     cached.self.process_start = ProcessStartTime(pid).value_or(0);
     cached.self.pid_scope = PidScope();
   }
-  Holder holder = cached.self;
-  holder.request_id = RandomRequestId();
-  return holder;
+  return cached.self;
 }
 
 bool HolderIsDead(const Holder& holder) {

@@ -35,12 +35,13 @@ uint64_t ForkGeneration();
 // online cores when the affinity cannot be read. At least 1.
 unsigned UsableCores();
 
-// This process as a holder, with a fresh random request id.
+// This process as a holder. Its request_id is 0: each Begin call carries its own
+// (BeginCall::request_id), which the backend sets.
 Holder ThisProcessHolder();
 
 // The holder `pid` (as this process's PID namespace numbers it; 0 when the kernel could not
-// name it) with a fresh random request id, for requests that arrive over the socket, whose pid
-// comes from the kernel's SO_PEERCRED.
+// name it), for requests that arrive over the socket, whose pid comes from the kernel's
+// SO_PEERCRED. Its request_id is 0, as ThisProcessHolder's.
 Holder HolderFor(pid_t pid);
 
 // True only when the holder's process is proven gone: it was recorded in this process's scope
