@@ -3,7 +3,7 @@
 // purge work; crossing the quota and coming back under it are logged once each and counted; the
 // owner's quota judges a client process's claims too.
 
-#include "core/disk_quota.h"
+#include "backend/disk_quota.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <random>
 #include <thread>
 
-#include "core/local_backend.h"
+#include "backend/engine_backend.h"
 #include "fault_fs.h"
 #include "index_check.h"
 #include "owner_backend.h"
@@ -27,7 +27,7 @@ using idem_test::FaultFs;
 using idem_test::TempDir;
 using namespace std::chrono_literals;
 
-// A LocalBackend on a RocksDbStorage whose file system is a FaultFs: what Store::Open builds for
+// A EngineBackend on a RocksDbStorage whose file system is a FaultFs: what Store::Open builds for
 // the owner of a store, with the fault hook added.
 class FaultyStore {
  public:
@@ -102,7 +102,7 @@ class FaultyStore {
   idem::Durability durability_ = idem::Durability::kSync;
   uint64_t request_id_ = 0;
   idem::storage::RocksDbStorage* storage_ = nullptr;
-  std::unique_ptr<idem::LocalBackend> backend_;
+  std::unique_ptr<idem::EngineBackend> backend_;
 };
 
 bool Contains(const std::string& text, const std::string& part) {

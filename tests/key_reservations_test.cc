@@ -1,8 +1,8 @@
-// KeyReservations (core/key_reservations.h): the grants in arrival order, all of a request's keys
-// at once; the refusal of other claims' commits; the end of a reservation by Release, by a
+// KeyReservations (backend/key_reservations.h): the grants in arrival order, all of a request's
+// keys at once; the refusal of other claims' commits; the end of a reservation by Release, by a
 // commit's check of its own claim, and by its hold.
 
-#include "core/key_reservations.h"
+#include "backend/key_reservations.h"
 
 #include <gtest/gtest.h>
 

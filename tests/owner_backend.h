@@ -1,20 +1,20 @@
 // The backend a store's owner makes over its own storage, for the tests that drive a storage
-// below the Store API: a LocalBackend with a StallWatch (the renewal graces an owner gives).
+// below the Store API: a EngineBackend with a StallWatch (the renewal graces an owner gives).
 
 #ifndef IDEM_TESTS_OWNER_BACKEND_H_
 #define IDEM_TESTS_OWNER_BACKEND_H_
 
 #include <memory>
 
-#include "core/local_backend.h"
-#include "core/stall_watch.h"
+#include "backend/engine_backend.h"
+#include "backend/stall_watch.h"
 #include "storage/storage.h"
 
 namespace idem_test {
 
-inline std::unique_ptr<idem::LocalBackend> OwnerBackend(
+inline std::unique_ptr<idem::EngineBackend> OwnerBackend(
     std::unique_ptr<idem::storage::Storage> storage, const idem::Options& options) {
-  return std::make_unique<idem::LocalBackend>(
+  return std::make_unique<idem::EngineBackend>(
       std::move(storage), options,
       std::make_unique<idem::StallWatch>(options.clock, options.renewal_grace));
 }

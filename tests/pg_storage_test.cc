@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/local_backend.h"
+#include "backend/engine_backend.h"
 #include "pg_server.h"
 #include "test_util.h"
 
@@ -35,7 +35,7 @@ using idem::storage::PgConninfo;
 using idem::storage::PgStorage;
 using idem::storage::PgStorageConfig;
 
-// A LocalBackend on a PgStorage whose time is `clock_`'s (each store has its own, all starting at
+// A EngineBackend on a PgStorage whose time is `clock_`'s (each store has its own, all starting at
 // ManualClock::DefaultStart()).
 class PgStore {
  public:
@@ -55,7 +55,7 @@ class PgStore {
     EXPECT_TRUE(storage.ok()) << storage.status().ToString();
     if (!storage.ok()) return nullptr;
     store->storage_ = storage->get();
-    store->backend_ = std::make_unique<idem::LocalBackend>(
+    store->backend_ = std::make_unique<idem::EngineBackend>(
         std::move(storage).value(), idem_test::TestOptions(), /*stall_watch=*/nullptr);
     return store;
   }
@@ -78,14 +78,14 @@ class PgStore {
     return backend_->Transition(
         {.key = key, .request = {.kind = kind, .token = token, .payload = payload, .lease = 10s}});
   }
-  idem::LocalBackend& backend() { return *backend_; }
+  idem::EngineBackend& backend() { return *backend_; }
   PgStorage& storage() { return *storage_; }
 
  private:
   PgStore() = default;
   std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
   PgStorage* storage_ = nullptr;
-  std::unique_ptr<idem::LocalBackend> backend_;
+  std::unique_ptr<idem::EngineBackend> backend_;
 };
 
 TEST(PgStorage, ALifecycleIsStoredWholeAndReplayed) {
@@ -155,7 +155,7 @@ TEST(PgStorage, KeysAreBytesAndScansFollowTheirOrder) {
     return true;
   }));
   EXPECT_EQ(prefixed, (std::vector<std::string>{"a\xff", "a\xff\xff"}));
-  // Pages of LocalBackend::Scan go on after start_after.
+  // Pages of EngineBackend::Scan go on after start_after.
   ASSERT_OK_AND_ASSIGN(auto page, store->backend().Scan({.start_after = "ab"}, 2));
   ASSERT_EQ(page.records.size(), 2u);
   EXPECT_EQ(page.records[0].key, "a\xff");

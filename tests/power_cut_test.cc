@@ -25,7 +25,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/local_backend.h"
+#include "backend/engine_backend.h"
 #include "core/store_directory.h"
 #include "index_check.h"
 #include "owner_backend.h"
@@ -206,8 +206,8 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
     idem::Options options = idem_test::TestOptions(clock_);
     options.take_over_dead_holders = false;
     options.renewal_grace = 0ms;
-    backend_ = std::make_unique<idem::LocalBackend>(std::move(storage).value(), options,
-                                                    /*stall_watch=*/nullptr);
+    backend_ = std::make_unique<idem::EngineBackend>(std::move(storage).value(), options,
+                                                     /*stall_watch=*/nullptr);
     return Status::OK();
   }
   void CloseStorage() {
@@ -424,7 +424,7 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
   std::mt19937_64 random_;
   std::vector<std::string> keys_;
   idem::storage::RocksDbStorage* storage_ = nullptr;
-  std::unique_ptr<idem::LocalBackend> backend_;
+  std::unique_ptr<idem::EngineBackend> backend_;
   Model model_;
   std::map<std::string, uint64_t> tokens_;  // the claims held, by key
   uint64_t max_token_ = 0;                  // the largest token handed out or stored
@@ -634,8 +634,8 @@ TEST(PowerCutSweep, ACutAnywhereInRecoveringLosesNothing) {
     config.create_if_missing = false;
     auto storage = idem::storage::RocksDbStorage::Open(config);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
-    idem::LocalBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
-                               /*stall_watch=*/nullptr);
+    idem::EngineBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
+                                /*stall_watch=*/nullptr);
     for (int i = 0; i < 40; ++i) {
       const std::string key = "key-" + std::to_string(i);
       const Durability durability = i % 3 == 0 ? Durability::kBuffered : Durability::kSync;
@@ -949,8 +949,8 @@ TEST(UnwrittenPages, AManifestEditWhosePageBeforeABoundaryWasNeverWrittenIsCut) 
     auto storage = idem::storage::RocksDbStorage::Open(config);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     idem::storage::RocksDbStorage* rocksdb = storage->get();
-    idem::LocalBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
-                               /*stall_watch=*/nullptr);
+    idem::EngineBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
+                                /*stall_watch=*/nullptr);
     {
       std::ifstream file(db + "/CURRENT");
       std::getline(file, current);

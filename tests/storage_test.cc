@@ -1,4 +1,4 @@
-// The storage layer under LocalBackend, with an injected clock: what only shows below the Store
+// The storage layer under EngineBackend, with an injected clock: what only shows below the Store
 // API (compaction dropping expired records, the per-stripe copy of the last record written).
 
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <random>
 
-#include "core/local_backend.h"
+#include "backend/engine_backend.h"
 #include "owner_backend.h"
 #include "storage/rocksdb_storage.h"
 #include "test_util.h"
@@ -56,7 +56,7 @@ class StorageTest : public ::testing::Test {
   TempDir dir_;
   std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
   idem::storage::RocksDbStorage* storage_ = nullptr;
-  std::unique_ptr<idem::LocalBackend> backend_;
+  std::unique_ptr<idem::EngineBackend> backend_;
   uint64_t request_id_ = 0;
 };
 

@@ -1,5 +1,5 @@
 // ReservingStore: what Execute (extras/execute.cc) asks of a Store that reserves table keys for
-// a claim whose run of fn conflicted (core/key_reservations.h). Implemented by the library's own
+// a claim whose run of fn conflicted (backend/key_reservations.h). Implemented by the library's own
 // Store handles; a Store that is not one (an application's wrapper) reserves nothing, and its
 // Executes rerun fn optimistically only. Internal: not part of include/idem.
 

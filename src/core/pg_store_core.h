@@ -1,5 +1,5 @@
 // PgStoreCore: a store kept in PostgreSQL, as the handles of one process share it: the engine
-// (LocalBackend) over a PgStorage, one per (connection, table) in the process. There is no owner,
+// (EngineBackend) over a PgStorage, one per (connection, table) in the process. There is no owner,
 // socket or failover role here: every process, on any host, runs its own engine against the
 // server, which arbitrates (docs/design/postgresql.md). Built with IDEM_WITH_POSTGRESQL only.
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/local_backend.h"
+#include "backend/engine_backend.h"
 #include "idem/options.h"
 #include "util/process.h"
 
@@ -63,7 +63,7 @@ class PgStoreCore {
   const Options options_;
   const std::string display_name_;
   const uint64_t creator_generation_ = util::ForkGeneration();
-  std::unique_ptr<LocalBackend> backend_;
+  std::unique_ptr<EngineBackend> backend_;
   storage::PgStorage* storage_ = nullptr;  // backend_'s
 };
 

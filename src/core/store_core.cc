@@ -119,8 +119,7 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at)
       // ask it instead.
       if (read_files()) {
         if (!storage.ok()) return storage.status();
-        return std::shared_ptr<Backend>(std::make_shared<LocalBackend>(
-            std::move(storage).value(), options_, NewStallWatch(), NewDiskQuota()));
+        return std::shared_ptr<Backend>(NewBackend(std::move(storage).value()));
       }
     }
     if (std::chrono::steady_clock::now() >= give_up_at) {
@@ -177,8 +176,7 @@ Result<std::shared_ptr<Backend>> StoreCore::BecomeOwner(
   auto ownership = std::make_unique<Ownership>();
   ownership->lock = std::move(owner_lock);
   IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
-  ownership->backend =
-      std::make_shared<LocalBackend>(std::move(storage), options_, NewStallWatch(), NewDiskQuota());
+  ownership->backend = NewBackend(std::move(storage));
   if (options_.sharing == Sharing::kAuto) {
     sharing::ServerOptions server_options;
     server_options.max_frame = sharing::MaxRequestFrame(
@@ -204,15 +202,19 @@ Status StoreCore::CheckNoOwnerUnasked() const {
                   owner && owner->exclusive ? " exclusively (it serves no other process)" : ""));
 }
 
-std::unique_ptr<StallWatch> StoreCore::NewStallWatch() const {
-  if (options_.read_only) return nullptr;
-  return std::make_unique<StallWatch>(options_.clock, options_.renewal_grace);
-}
-
-std::unique_ptr<DiskQuota> StoreCore::NewDiskQuota() const {
-  if (options_.read_only || options_.max_disk_bytes == 0) return nullptr;
-  return std::make_unique<DiskQuota>(options_.max_disk_bytes, directory_ / kDatabaseDir,
-                                     [this](std::string_view message) { Log(message); });
+std::shared_ptr<EngineBackend> StoreCore::NewBackend(
+    std::unique_ptr<storage::Storage> storage) const {
+  std::unique_ptr<StallWatch> stall_watch;
+  std::unique_ptr<DiskQuota> disk_quota;
+  if (!options_.read_only) {
+    stall_watch = std::make_unique<StallWatch>(options_.clock, options_.renewal_grace);
+    if (options_.max_disk_bytes != 0) {
+      disk_quota = std::make_unique<DiskQuota>(options_.max_disk_bytes, directory_ / kDatabaseDir,
+                                               [this](std::string_view message) { Log(message); });
+    }
+  }
+  return std::make_shared<EngineBackend>(std::move(storage), options_, std::move(stall_watch),
+                                         std::move(disk_quota), WriteBackup);
 }
 
 Result<std::unique_ptr<storage::Storage>> StoreCore::OpenStorage() {

@@ -1,5 +1,5 @@
 // StoreCore: one per open store directory in a process, shared by every handle on it. It holds
-// the process's role for the directory: owner (a LocalBackend on RocksDB, serving the other
+// the process's role for the directory: owner (a EngineBackend on RocksDB, serving the other
 // processes over the store's socket), client (a RemoteBackend talking to the owner), or reader
 // (the owner's socket, or a RocksDB read-only instance of the files). When the owner dies, a
 // client's call fails over: it takes the owner lock and becomes the owner, or reconnects to
@@ -20,7 +20,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/local_backend.h"
+#include "backend/engine_backend.h"
 #include "engine/backend.h"
 #include "idem/options.h"
 #include "sharing/log_limiter.h"
@@ -49,7 +49,7 @@ std::recursive_mutex& RegistryMutex();
 // released only after RocksDB has closed.
 struct Ownership {
   std::unique_ptr<sharing::OwnerLock> lock;
-  std::shared_ptr<LocalBackend> backend;
+  std::shared_ptr<EngineBackend> backend;
   std::unique_ptr<sharing::Server> server;
 };
 
@@ -156,11 +156,10 @@ class StoreCore {
   Result<std::shared_ptr<Backend>> BecomeOwner(std::unique_ptr<sharing::OwnerLock> owner_lock);
 
   Result<std::unique_ptr<storage::Storage>> OpenStorage();
-  // The renewal graces of a writable backend on this store's RocksDB storage (it has just become
-  // the only writer); null for a read-only one.
-  std::unique_ptr<StallWatch> NewStallWatch() const;
-  // The quota of a writable backend, when Options::max_disk_bytes sets one.
-  std::unique_ptr<DiskQuota> NewDiskQuota() const;
+  // The backend that runs the engine over `storage`, this store directory's files: with the
+  // renewal graces of a writable one (it has just become the only writer), the quota when
+  // Options::max_disk_bytes sets one, and backups laid out as a store directory.
+  std::shared_ptr<EngineBackend> NewBackend(std::unique_ptr<storage::Storage> storage) const;
 
   // LogTo with the first opener's options.
   void Log(std::string_view message) const { LogTo(options_, message); }

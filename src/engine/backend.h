@@ -1,5 +1,5 @@
 // Backend: what a Store handle calls once it has validated its arguments. The owner of a store
-// runs a LocalBackend (the engine over RocksDB); the other processes sharing the store run a
+// runs a EngineBackend (the engine over RocksDB); the other processes sharing the store run a
 // RemoteBackend that sends each call to the owner over the store's socket. Every call can be
 // repeated after a lost reply without changing its outcome (see docs/semantics.md), which is
 // what lets a client resend it to a new owner after a failover.
@@ -51,7 +51,7 @@ struct TransitionCall {
 };
 
 // Execute's reservation of the table keys its claim's run of fn will touch, asked after a run
-// conflicted (core/key_reservations.h).
+// conflicted (backend/key_reservations.h).
 struct ReserveCall {
   std::string_view claim_key;  // the claim reserving: its record's key and token
   uint64_t token = 0;
@@ -153,7 +153,7 @@ class Backend {
     return Status::Busy("records are imported only by the process that owns the store");
   }
 
-  // Reserves call.keys for the claim, in arrival order (core/key_reservations.h): true once
+  // Reserves call.keys for the claim, in arrival order (backend/key_reservations.h): true once
   // granted, false when call.wait ended first (the call may be repeated: it keeps its place).
   // The default: a backend that keeps no reservations, where every request is granted at once.
   virtual Result<bool> Reserve(const ReserveCall& call) {

@@ -71,7 +71,7 @@ class AttemptRunner {
 // Execute's: fn stages table writes (Attempt::Read, Put, Delete); Complete applies them.
 //
 // After a run conflicted, the next run first reserves the keys the runs so far touched, waiting
-// its turn (core/key_reservations.h): no other commit may change them between its reads and its
+// its turn (backend/key_reservations.h): no other commit may change them between its reads and its
 // commit, so it commits, however long its reads take and however many short Executes write the
 // same keys. Without that, the Execute with the longer read-to-commit window (a client's round
 // trips, a transaction over many keys) loses nearly every race.

@@ -53,7 +53,7 @@ namespace idem::sharing {
 // would apply the writes without that check; the exact version match refuses it instead. And
 // read views (Store::ScanSnapshot): ops 12, OpenView, and 13, CloseView; a Scan and a ScanTable
 // name the view they read (0: none, the latest).
-// Version 11: Execute's key reservations after a conflict (core/key_reservations.h): ops 14,
+// Version 11: Execute's key reservations after a conflict (backend/key_reservations.h): ops 14,
 // Reserve, and 15, Unreserve. An owner of version 10 would let the client's reruns lose every
 // race again; the exact version match makes the client fail over to an owner that speaks 11.
 inline constexpr uint8_t kProtocolVersion = 11;

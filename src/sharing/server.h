@@ -1,5 +1,5 @@
 // The owner's side of sharing: serves the store's socket, passing each request to the owner's
-// LocalBackend.
+// EngineBackend.
 //
 // Connections cost a descriptor and a few bytes, not a thread: a few threads take turns waiting
 // on one epoll set ("leader/followers"); the thread that is woken reads the requests that have

@@ -269,7 +269,7 @@ std::string Server::Handle(const Request& request, Connection& connection) {
           TransitionCall call = message.call;
           call.writes = &message.writes;
           const Status status = backend_.Transition(call);
-          // LocalBackend::Transition ended the claim's reservation, if it had one.
+          // EngineBackend::Transition ended the claim's reservation, if it had one.
           if (EndsReservation(call.request.kind, status)) {
             connection.reservations.Remove(call.key, call.request.token);
           }

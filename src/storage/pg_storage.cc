@@ -379,7 +379,7 @@ Result<PgStorage::ServerWritable> PgStorage::NoteServerIncarnation(bool prune) {
 Result<engine::RenewalGrace> PgStorage::OutageGrace(std::chrono::milliseconds grace) {
   if (config_.read_only) return engine::RenewalGrace{};
   IDEM_ASSIGN_OR_RETURN(const ServerWritable writable, NoteServerIncarnation(/*prune=*/false));
-  // Like the grace of a store directory's new owner (core/stall_watch.h): every claim written
+  // Like the grace of a store directory's new owner (backend/stall_watch.h): every claim written
   // before the server took writes again may have lost renewals.
   engine::RenewalGrace outage;
   outage.written_before = writable.since;

@@ -1,10 +1,10 @@
 // DiskQuota: Options::max_disk_bytes, the disk space a store's database may take. Past it, the
-// owner refuses new claims (LocalBackend::Begin) with a retryable status that names the quota,
+// owner refuses new claims (EngineBackend::Begin) with a retryable status that names the quota,
 // while everything that finishes pending work or gives space back still works. Anchor: etcd's
 // quota-backend-bytes and its NOSPACE alarm.
 
-#ifndef IDEM_CORE_DISK_QUOTA_H_
-#define IDEM_CORE_DISK_QUOTA_H_
+#ifndef IDEM_BACKEND_DISK_QUOTA_H_
+#define IDEM_BACKEND_DISK_QUOTA_H_
 
 #include <atomic>
 #include <chrono>
@@ -60,4 +60,4 @@ class DiskQuota {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_DISK_QUOTA_H_
+#endif  // IDEM_BACKEND_DISK_QUOTA_H_

@@ -1,4 +1,4 @@
-#include "core/stall_watch.h"
+#include "backend/stall_watch.h"
 
 #include "util/time.h"
 

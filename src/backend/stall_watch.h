@@ -12,8 +12,8 @@
 //
 // Thread-safe. One thread per watch ticks every kTick.
 
-#ifndef IDEM_CORE_STALL_WATCH_H_
-#define IDEM_CORE_STALL_WATCH_H_
+#ifndef IDEM_BACKEND_STALL_WATCH_H_
+#define IDEM_BACKEND_STALL_WATCH_H_
 
 #include <array>
 #include <chrono>
@@ -76,4 +76,4 @@ class StallWatch {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_STALL_WATCH_H_
+#endif  // IDEM_BACKEND_STALL_WATCH_H_

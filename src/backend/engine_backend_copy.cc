@@ -1,10 +1,9 @@
-// LocalBackend's data in and out: scans of records and table values, backups and imports.
+// EngineBackend's data in and out: scans of records and table values, backups and imports.
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "core/local_backend.h"
-#include "core/store_directory.h"
+#include "backend/engine_backend.h"
 #include "storage/record_codec.h"
 
 namespace idem {
@@ -16,7 +15,7 @@ constexpr std::size_t kScanPageBytes = 1 << 20;
 
 }  // namespace
 
-Result<std::vector<ImportOutcome>> LocalBackend::ImportValues(
+Result<std::vector<ImportOutcome>> EngineBackend::ImportValues(
     std::string_view table, std::span<const std::pair<std::string, TableValue>> values) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckTableName(table));  // also when there are no values
@@ -40,8 +39,8 @@ Result<std::vector<ImportOutcome>> LocalBackend::ImportValues(
   return outcomes;
 }
 
-Result<TablePage> LocalBackend::ScanTable(std::string_view table, const ScanOptions& options,
-                                          std::size_t limit, uint64_t view) {
+Result<TablePage> EngineBackend::ScanTable(std::string_view table, const ScanOptions& options,
+                                           std::size_t limit, uint64_t view) {
   IDEM_RETURN_IF_ERROR(CheckTableName(table));
   TablePage page;
   std::size_t bytes = 0;
@@ -62,7 +61,7 @@ Result<TablePage> LocalBackend::ScanTable(std::string_view table, const ScanOpti
   return page;
 }
 
-Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
+Result<ScanPage> EngineBackend::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
   ScanPage page;
   std::size_t bytes = 0;
   IDEM_RETURN_IF_ERROR(views_.With(view, [&](storage::ReadView* read_view) {
@@ -85,17 +84,17 @@ Result<ScanPage> LocalBackend::Scan(const ScanOptions& options, std::size_t limi
   return page;
 }
 
-Status LocalBackend::Backup(const std::string& destination) {
+Status EngineBackend::Backup(const std::string& destination) {
   // A read-only instance cannot flush its memtables, which the copy starts with.
   if (options_.read_only) {
     return Status::InvalidArgument(
         "the store was opened read-only; a backup needs it writable "
         "(it changes no record)");
   }
-  return WriteBackup(*storage_, destination);
+  return write_backup_ ? write_backup_(*storage_, destination) : storage_->Checkpoint(destination);
 }
 
-Status LocalBackend::CheckImported(const Record& record) const {
+Status EngineBackend::CheckImported(const Record& record) const {
   const auto bad = [&](std::string_view why) {
     return Status::InvalidArgument(
         fmt::format("record {} cannot be imported: {}", storage::EscapeKey(record.key), why));
@@ -127,7 +126,7 @@ Status LocalBackend::CheckImported(const Record& record) const {
   return Status::OK();
 }
 
-Result<std::vector<ImportOutcome>> LocalBackend::Import(std::span<const Record> records) {
+Result<std::vector<ImportOutcome>> EngineBackend::Import(std::span<const Record> records) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   uint64_t highest = 0;
   for (const Record& record : records) {

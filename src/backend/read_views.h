@@ -2,8 +2,8 @@
 // (storage::ReadView) that the pages of one Store::ScanSnapshot read, whichever connection or
 // thread asks for them.
 
-#ifndef IDEM_CORE_READ_VIEWS_H_
-#define IDEM_CORE_READ_VIEWS_H_
+#ifndef IDEM_BACKEND_READ_VIEWS_H_
+#define IDEM_BACKEND_READ_VIEWS_H_
 
 #include <fmt/format.h>
 
@@ -67,4 +67,4 @@ class ReadViews {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_READ_VIEWS_H_
+#endif  // IDEM_BACKEND_READ_VIEWS_H_

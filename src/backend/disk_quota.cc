@@ -1,4 +1,4 @@
-#include "core/disk_quota.h"
+#include "backend/disk_quota.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "core/key_reservations.h"
+#include "backend/key_reservations.h"
 
 #include <fmt/format.h>
 

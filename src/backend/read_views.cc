@@ -1,4 +1,4 @@
-#include "core/read_views.h"
+#include "backend/read_views.h"
 
 #include "util/random.h"
 

@@ -1,4 +1,4 @@
-#include "core/local_backend.h"
+#include "backend/engine_backend.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 
 namespace idem {
 
-Status LocalBackend::CheckSize(std::string_view what, std::size_t size, std::size_t limit) {
+Status EngineBackend::CheckSize(std::string_view what, std::size_t size, std::size_t limit) {
   if (size <= limit) return Status::OK();
   return Status::InvalidArgument(fmt::format("{} is {} bytes; the limit is {}", what, size, limit));
 }
@@ -39,7 +39,7 @@ constexpr std::size_t kMaxTableNameSize = 64;
 
 }  // namespace
 
-Status LocalBackend::CheckTableName(std::string_view table) {
+Status EngineBackend::CheckTableName(std::string_view table) {
   const bool allowed = std::all_of(table.begin(), table.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
            c == '-' || c == '.';
@@ -50,7 +50,7 @@ Status LocalBackend::CheckTableName(std::string_view table) {
                   storage::EscapeKey(table), kMaxTableNameSize));
 }
 
-void LocalBackend::AtomicCounters::Count(const Claim& claim) {
+void EngineBackend::AtomicCounters::Count(const Claim& claim) {
   switch (claim.outcome) {
     case Outcome::kAcquired:
       Add<&Counters::claims>(1);
@@ -71,14 +71,14 @@ void LocalBackend::AtomicCounters::Count(const Claim& claim) {
   }
 }
 
-LocalBackend::AtomicCounters::Shard& LocalBackend::AtomicCounters::ThreadShard() {
+EngineBackend::AtomicCounters::Shard& EngineBackend::AtomicCounters::ThreadShard() {
   static std::atomic<std::size_t> threads_seen{0};
   thread_local const std::size_t shard =
       threads_seen.fetch_add(1, std::memory_order_relaxed) % kShards;
   return shards_[shard];
 }
 
-Counters LocalBackend::AtomicCounters::Snapshot() const {
+Counters EngineBackend::AtomicCounters::Snapshot() const {
   Counters counters;
   for (std::size_t i = 0; i < kCounterCount; ++i) {
     uint64_t total = 0;
@@ -88,20 +88,21 @@ Counters LocalBackend::AtomicCounters::Snapshot() const {
   return counters;
 }
 
-LocalBackend::LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
-                           std::unique_ptr<StallWatch> stall_watch,
-                           std::unique_ptr<DiskQuota> disk_quota)
+EngineBackend::EngineBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
+                             std::unique_ptr<StallWatch> stall_watch,
+                             std::unique_ptr<DiskQuota> disk_quota, BackupWriter write_backup)
     : storage_(std::move(storage)),
       options_(options),
       created_(options_.clock ? options_.clock->Now() : std::chrono::system_clock::now()),
       stall_watch_(std::move(stall_watch)),
-      disk_quota_(std::move(disk_quota)) {
+      disk_quota_(std::move(disk_quota)),
+      write_backup_(std::move(write_backup)) {
   if (!options_.read_only && options_.auto_purge_interval > std::chrono::milliseconds(0)) {
     purge_thread_ = std::thread([this] { PurgeLoop(options_.auto_purge_interval); });
   }
 }
 
-LocalBackend::~LocalBackend() {
+EngineBackend::~EngineBackend() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -110,7 +111,7 @@ LocalBackend::~LocalBackend() {
   if (purge_thread_.joinable()) purge_thread_.join();
 }
 
-void LocalBackend::PurgeLoop(std::chrono::milliseconds interval) {
+void EngineBackend::PurgeLoop(std::chrono::milliseconds interval) {
   std::unique_lock lock(mu_);
   while (!stop_.wait_for(lock, interval, [this] { return stopping_; })) {
     lock.unlock();
@@ -121,17 +122,17 @@ void LocalBackend::PurgeLoop(std::chrono::milliseconds interval) {
   }
 }
 
-Status LocalBackend::CheckWritable() const {
+Status EngineBackend::CheckWritable() const {
   if (options_.read_only) return Status::InvalidArgument("the store was opened read-only");
   return Status::OK();
 }
 
-Status LocalBackend::CheckKey(std::string_view key) const {
+Status EngineBackend::CheckKey(std::string_view key) const {
   if (key.empty()) return Status::InvalidArgument("key is empty");
   return CheckSize("key", key.size(), options_.max_key_size);
 }
 
-Result<engine::ClaimFacts> LocalBackend::GatherFacts(const Record* read, TimePoint now) {
+Result<engine::ClaimFacts> EngineBackend::GatherFacts(const Record* read, TimePoint now) {
   engine::ClaimFacts facts;
   // Graces matter only to a claim whose lease ran out, and are looked for only then (unless
   // none can be in force): a live lease that runs out before the key is locked asks for them.
@@ -154,7 +155,7 @@ Result<engine::ClaimFacts> LocalBackend::GatherFacts(const Record* read, TimePoi
   return facts;
 }
 
-Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
+Result<Claim> EngineBackend::Begin(const BeginCall& call, const Holder& holder) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
   IDEM_RETURN_IF_ERROR(CheckSize("type", call.type.size(), options_.max_label_size));
@@ -218,7 +219,7 @@ Result<Claim> LocalBackend::Begin(const BeginCall& call, const Holder& holder) {
   return std::move(decision.claim);
 }
 
-Status LocalBackend::CheckWrites(const TransitionCall& call) const {
+Status EngineBackend::CheckWrites(const TransitionCall& call) const {
   if (call.request.kind != engine::TransitionKind::kComplete) {
     return Status::InvalidArgument("table writes are applied only with a Complete");
   }
@@ -231,8 +232,8 @@ Status LocalBackend::CheckWrites(const TransitionCall& call) const {
   return Status::OK();
 }
 
-Status LocalBackend::CheckTableWrite(std::string_view table, std::string_view key,
-                                     const std::optional<std::string>& value) const {
+Status EngineBackend::CheckTableWrite(std::string_view table, std::string_view key,
+                                      const std::optional<std::string>& value) const {
   IDEM_RETURN_IF_ERROR(CheckTableName(table));
   if (key.empty()) {
     return Status::InvalidArgument(fmt::format("a write to table {} has an empty key", table));
@@ -244,7 +245,7 @@ Status LocalBackend::CheckTableWrite(std::string_view table, std::string_view ke
                    options_.max_result_size);
 }
 
-Status LocalBackend::Transition(const TransitionCall& call) {
+Status EngineBackend::Transition(const TransitionCall& call) {
   const Status status = ApplyTransition(call);
   if (EndsReservation(call.request.kind, status)) {
     reservations_.Release(call.key, call.request.token);
@@ -252,7 +253,7 @@ Status LocalBackend::Transition(const TransitionCall& call) {
   return status;
 }
 
-Result<bool> LocalBackend::Reserve(const ReserveCall& call) {
+Result<bool> EngineBackend::Reserve(const ReserveCall& call) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.claim_key));
   for (const auto& [table, key] : call.keys) {
@@ -269,7 +270,7 @@ Result<bool> LocalBackend::Reserve(const ReserveCall& call) {
   return reservations_.Reserve(call);
 }
 
-Status LocalBackend::ApplyTransition(const TransitionCall& call) {
+Status EngineBackend::ApplyTransition(const TransitionCall& call) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
   IDEM_RETURN_IF_ERROR(CheckSize(PayloadName(call.request.kind), call.request.payload.size(),
@@ -300,14 +301,14 @@ Status LocalBackend::ApplyTransition(const TransitionCall& call) {
   return decision.status;
 }
 
-Result<std::optional<Record>> LocalBackend::Get(std::string_view key) {
+Result<std::optional<Record>> EngineBackend::Get(std::string_view key) {
   IDEM_RETURN_IF_ERROR(CheckKey(key));
   IDEM_ASSIGN_OR_RETURN(storage::Storage::ReadResult stored, storage_->Read(key));
   engine::MakeVisible(stored.record, stored.now);
   return std::move(stored.record);
 }
 
-Status LocalBackend::Forget(std::string_view key, Durability durability) {
+Status EngineBackend::Forget(std::string_view key, Durability durability) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(key));
   // A record that cannot be decoded (damaged, or of a newer format) can still be forgotten: that
@@ -328,15 +329,15 @@ Status LocalBackend::Forget(std::string_view key, Durability durability) {
   return Status::OK();
 }
 
-Result<TableValue> LocalBackend::GetValue(std::string_view table, std::string_view key) {
+Result<TableValue> EngineBackend::GetValue(std::string_view table, std::string_view key) {
   IDEM_RETURN_IF_ERROR(CheckTableName(table));
   IDEM_RETURN_IF_ERROR(CheckKey(key));
   return storage_->ReadValue(table, key);
 }
 
-Result<std::vector<std::string>> LocalBackend::ListTables() { return storage_->ListTables(); }
+Result<std::vector<std::string>> EngineBackend::ListTables() { return storage_->ListTables(); }
 
-Result<uint64_t> LocalBackend::Purge(const PurgeOptions& options) {
+Result<uint64_t> EngineBackend::Purge(const PurgeOptions& options) {
   if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_ASSIGN_OR_RETURN(uint64_t count, storage_->Purge(options));
   if (!options.dry_run) counters_.Add<&Counters::purged>(count);
@@ -344,15 +345,15 @@ Result<uint64_t> LocalBackend::Purge(const PurgeOptions& options) {
   return count;
 }
 
-Counters LocalBackend::CountersNow() const {
+Counters EngineBackend::CountersNow() const {
   Counters counters = counters_.Snapshot();
   if (disk_quota_) counters.quota_exceeded = disk_quota_->crossings();
   return counters;
 }
 
-Result<Counters> LocalBackend::GetCounters() { return CountersNow(); }
+Result<Counters> EngineBackend::GetCounters() { return CountersNow(); }
 
-Result<OwnerCounters> LocalBackend::GetOwnerCounters() {
+Result<OwnerCounters> EngineBackend::GetOwnerCounters() {
   OwnerCounters answer;
   answer.counters = CountersNow();
   if (!options_.read_only) {

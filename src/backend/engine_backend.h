@@ -1,37 +1,43 @@
-// LocalBackend: the engine applied to this process's own RocksDB storage. Run by the owner of a
+// EngineBackend: the engine applied to this process's own RocksDB storage. Run by the owner of a
 // store (and by read-only handles, which never write). It checks every argument against its
 // own Options (the owner's limits apply to every process sharing the store). Thread-safe.
 
-#ifndef IDEM_CORE_LOCAL_BACKEND_H_
-#define IDEM_CORE_LOCAL_BACKEND_H_
+#ifndef IDEM_BACKEND_ENGINE_BACKEND_H_
+#define IDEM_BACKEND_ENGINE_BACKEND_H_
 
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 
-#include "core/disk_quota.h"
-#include "core/key_reservations.h"
-#include "core/read_views.h"
-#include "core/stall_watch.h"
+#include "backend/disk_quota.h"
+#include "backend/key_reservations.h"
+#include "backend/read_views.h"
+#include "backend/stall_watch.h"
 #include "engine/backend.h"
 #include "storage/storage.h"
 
 namespace idem {
 
-class LocalBackend final : public Backend {
+class EngineBackend final : public Backend {
  public:
   // Uses options.read_only, take_over_dead_holders, auto_purge_interval and the size limits;
   // the time is the storage's. `stall_watch` (null: none) gives the renewal graces: a writable
   // backend on the owner's RocksDB storage is the store's new owner and passes one, which opens
   // a grace for the claims written before it (see StallWatch). `disk_quota` (null: none) refuses
-  // new claims while the database is over Options::max_disk_bytes.
-  LocalBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
-               std::unique_ptr<StallWatch> stall_watch,
-               std::unique_ptr<DiskQuota> disk_quota = nullptr);
-  ~LocalBackend() override;
+  // new claims while the database is over Options::max_disk_bytes. `write_backup` (null: the
+  // storage's own Checkpoint into `destination`) writes Backup's copy as a store of its kind
+  // lays one out (core/store_directory.h, WriteBackup).
+  using BackupWriter =
+      std::function<Status(storage::Storage& storage, const std::string& destination)>;
+  EngineBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
+                std::unique_ptr<StallWatch> stall_watch,
+                std::unique_ptr<DiskQuota> disk_quota = nullptr,
+                BackupWriter write_backup = nullptr);
+  ~EngineBackend() override;
 
   Result<Claim> Begin(const BeginCall& call, const Holder& holder) override;
   // Refuses a commit that writes a key reserved for another claim (kConflict); a Complete that
@@ -61,7 +67,7 @@ class LocalBackend final : public Backend {
       std::string_view table, std::span<const std::pair<std::string, TableValue>> values) override;
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
-  // RocksDB's checkpoint into `destination`, made here (store_directory.h, WriteBackup).
+  // A consistent copy into `destination`, by the backup writer given at construction.
   Status Backup(const std::string& destination) override;
   // Checks every record against this backend's limits, reserves tokens above theirs, then writes
   // each whose key is free, buffered, and syncs once.
@@ -146,6 +152,7 @@ class LocalBackend final : public Backend {
   const std::unique_ptr<StallWatch> stall_watch_;
   // Null without a quota.
   const std::unique_ptr<DiskQuota> disk_quota_;
+  const BackupWriter write_backup_;
 
   AtomicCounters counters_;
   KeyReservations reservations_;
@@ -160,4 +167,4 @@ class LocalBackend final : public Backend {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_LOCAL_BACKEND_H_
+#endif  // IDEM_BACKEND_ENGINE_BACKEND_H_

@@ -15,8 +15,8 @@
 // asked on (sharing/server), and at the latest `hold` after its grant: a holder that hung or died
 // unseen keeps nobody waiting longer than that. Thread-safe.
 
-#ifndef IDEM_CORE_KEY_RESERVATIONS_H_
-#define IDEM_CORE_KEY_RESERVATIONS_H_
+#ifndef IDEM_BACKEND_KEY_RESERVATIONS_H_
+#define IDEM_BACKEND_KEY_RESERVATIONS_H_
 
 #include <atomic>
 #include <chrono>
@@ -72,4 +72,4 @@ class KeyReservations {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_KEY_RESERVATIONS_H_
+#endif  // IDEM_BACKEND_KEY_RESERVATIONS_H_
