@@ -1,54 +1,28 @@
 // The C API of include/idem/c.h over idem::Store. No exception leaves these functions: each
 // body runs under Guard, which turns one into an error. An error is a string in *errptr and, as
 // an integer, this thread's last error code (and the return value of the calls that have no
-// other).
+// other). Records, counters, Execute and one-time tokens are in c_api_records.cc.
 
-#include <fmt/format.h>
-
-#include <algorithm>
 #include <cstdlib>
-#include <cstring>
-#include <exception>
-#include <memory>
 #include <new>
 #include <string>
 #include <string_view>
 
+#include "extras/c_api_internal.h"
 #include "idem/c.h"
 #include "idem/store.h"
-#include "util/time.h"
 
 using idem::Status;
+using idem::c_api::Bytes;
+using idem::c_api::CopyOut;
+using idem::c_api::Guard;
+using idem::c_api::GuardStatus;
+using idem::c_api::last_error_code;
+using idem::c_api::MakeBeginOptions;
+using idem::c_api::Out;
+using idem::c_api::SaveError;
+using idem::c_api::Text;
 using std::chrono::milliseconds;
-
-struct idem_options_t {
-  idem::Options options;
-};
-
-struct idem_store_t {
-  std::unique_ptr<idem::Store> store;
-};
-
-struct idem_record_t {
-  idem::Record record;
-};
-
-struct idem_writeset_t {
-  idem::WriteSet writes;
-};
-
-struct idem_value_t {
-  idem::TableValue value;
-};
-
-struct idem_claim_t {
-  idem::Claim claim;
-  idem_record_t record;  // claim.record, as idem_claim_record hands it out
-};
-
-struct idem_attempt_t {
-  idem::Attempt* attempt;
-};
 
 // The IDEM_* codes are the values of Status::Code, so that a code converts with a cast.
 static_assert(IDEM_OK == static_cast<int>(Status::Code::kOk));
@@ -67,106 +41,6 @@ static_assert(IDEM_NEWER_VERSION == static_cast<int>(Status::Code::kNewerVersion
 static_assert(IDEM_CONFLICT == static_cast<int>(Status::Code::kConflict));
 
 namespace {
-
-// The code of the last call on this thread that takes errptr (idem_last_error_code): per
-// thread, like errno, because a store handle is shared by threads.
-thread_local int last_error_code = IDEM_OK;
-
-// The code of one call that takes errptr, published as this thread's last when the call returns.
-// Calls nest (idem_execute runs a callback that may call idem), so each keeps its own and the
-// outer one publishes last: after idem_execute, the code is idem_execute's.
-class CallCode {
- public:
-  CallCode() : outer_(innermost_) { innermost_ = this; }
-  ~CallCode() {
-    innermost_ = outer_;
-    last_error_code = code_;
-  }
-  CallCode(const CallCode&) = delete;
-  CallCode& operator=(const CallCode&) = delete;
-
-  // Records the code of the call running on this thread.
-  static void Set(int code) {
-    if (innermost_ != nullptr) innermost_->code_ = code;
-  }
-
- private:
-  static thread_local CallCode* innermost_;
-  CallCode* const outer_;
-  int code_ = IDEM_OK;
-};
-thread_local CallCode* CallCode::innermost_ = nullptr;
-
-// A malloc'd copy of `bytes` with a NUL after them (so text results print directly).
-char* CopyOut(std::string_view bytes) {
-  char* out = static_cast<char*>(std::malloc(bytes.size() + 1));
-  if (out == nullptr) return nullptr;
-  if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
-  out[bytes.size()] = '\0';
-  return out;
-}
-
-// Stores "Code: message" in *errptr, freeing what it held, and the code as the running call's.
-// Returns whether `status` is an error.
-bool SaveError(char** errptr, const Status& status) {
-  if (status.ok()) return false;
-  CallCode::Set(static_cast<int>(status.code()));
-  if (errptr != nullptr) {
-    std::free(*errptr);
-    *errptr = CopyOut(status.ToString());
-  }
-  return true;
-}
-
-// Runs `body`, turning an escaping exception into an error (kUnavailable) and `fallback`. Every
-// call that takes errptr runs under it: its code starts as IDEM_OK and becomes this thread's
-// last when it returns.
-template <class Body, class T>
-T Guard(char** errptr, T fallback, Body&& body) {
-  CallCode call;  // not const: SaveError writes its code through innermost_
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    SaveError(errptr, Status::Unavailable("out of memory"));
-  } catch (const std::exception& e) {
-    SaveError(errptr, Status::Unavailable(fmt::format("unexpected exception: {}", e.what())));
-  } catch (...) {
-    SaveError(errptr, Status::Unavailable("unexpected exception"));
-  }
-  return fallback;
-}
-
-// Runs `body`, which returns a Status, under Guard; returns the call's code (IDEM_OK or the
-// error's), published by Guard on its return.
-template <class Body>
-int GuardStatus(char** errptr, Body&& body) {
-  Guard(errptr, 0, [&] {
-    SaveError(errptr, body());
-    return 0;
-  });
-  return last_error_code;
-}
-
-std::string_view Bytes(const char* data, size_t size) {
-  return data == nullptr ? std::string_view() : std::string_view(data, size);
-}
-
-std::string_view Text(const char* text) {
-  return text == nullptr ? std::string_view() : std::string_view(text);
-}
-
-const char* Out(const std::string& value, size_t* len) {
-  if (len != nullptr) *len = value.size();
-  return value.c_str();
-}
-
-idem::BeginOptions MakeBeginOptions(const char* type, const char* fingerprint, int64_t lease_ms,
-                                    int64_t retention_ms) {
-  return idem::BeginOptions{.type = Text(type),
-                            .fingerprint = Text(fingerprint),
-                            .lease = milliseconds(lease_ms),
-                            .retention = milliseconds(retention_ms)};
-}
 
 constexpr Status::Code kLastCode = Status::Code::kConflict;
 
@@ -389,176 +263,6 @@ uint64_t idem_purge(idem_store_t* store, unsigned char dry_run, char** errptr) {
     if (SaveError(errptr, purged.status())) return 0;
     return *purged;
   });
-}
-
-// ---- Counters ----
-
-size_t idem_counter_count(void) { return idem::kCounterCount; }
-
-// The table's names and help texts are string_views into string literals: NUL-terminated.
-const char* idem_counter_name(size_t index) {
-  return index < idem::kCounterCount ? idem::kCounters[index].name.data() : nullptr;
-}
-const char* idem_counter_help(size_t index) {
-  return index < idem::kCounterCount ? idem::kCounters[index].help.data() : nullptr;
-}
-
-size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count, char** errptr) {
-  return Guard(errptr, size_t{0}, [&]() -> size_t {
-    auto counters = store->store->GetCounters();
-    if (SaveError(errptr, counters.status())) return 0;
-    const size_t written = std::min(count, idem::kCounterCount);
-    for (size_t i = 0; i < written; ++i) values[i] = (*counters).*idem::kCounters[i].field;
-    return written;
-  });
-}
-
-// ---- Records ----
-
-idem_record_t* idem_get(idem_store_t* store, const char* key, size_t keylen, char** errptr) {
-  return Guard(errptr, static_cast<idem_record_t*>(nullptr), [&]() -> idem_record_t* {
-    auto record = store->store->Get(Bytes(key, keylen));
-    if (SaveError(errptr, record.status())) return nullptr;
-    if (!record->has_value()) return nullptr;
-    return new idem_record_t{std::move(**record)};
-  });
-}
-
-void idem_record_destroy(idem_record_t* record) { delete record; }
-const char* idem_record_key(const idem_record_t* record, size_t* len) {
-  return Out(record->record.key, len);
-}
-const char* idem_record_type(const idem_record_t* record, size_t* len) {
-  return Out(record->record.type, len);
-}
-int idem_record_state(const idem_record_t* record) {
-  return static_cast<int>(record->record.state);
-}
-unsigned char idem_record_timed_out(const idem_record_t* record) {
-  return record->record.timed_out;
-}
-const char* idem_record_result(const idem_record_t* record, size_t* len) {
-  return Out(record->record.result, len);
-}
-const char* idem_record_fingerprint(const idem_record_t* record, size_t* len) {
-  return Out(record->record.fingerprint, len);
-}
-const char* idem_record_checkpoint(const idem_record_t* record, size_t* len) {
-  return Out(record->record.checkpoint, len);
-}
-uint64_t idem_record_token(const idem_record_t* record) { return record->record.token; }
-uint32_t idem_record_attempts(const idem_record_t* record) { return record->record.attempts; }
-unsigned char idem_record_retryable(const idem_record_t* record) {
-  return record->record.retryable;
-}
-int64_t idem_record_created_us(const idem_record_t* record) {
-  return idem::util::ToMicros(record->record.created);
-}
-int64_t idem_record_updated_us(const idem_record_t* record) {
-  return idem::util::ToMicros(record->record.updated);
-}
-int64_t idem_record_lease_deadline_us(const idem_record_t* record) {
-  return idem::util::ToMicros(record->record.lease_deadline);
-}
-int64_t idem_record_expires_us(const idem_record_t* record) {
-  return idem::util::ToMicros(record->record.expires);
-}
-
-// ---- Execute ----
-
-uint64_t idem_attempt_token(const idem_attempt_t* attempt) { return attempt->attempt->token; }
-unsigned char idem_attempt_took_over(const idem_attempt_t* attempt) {
-  return attempt->attempt->took_over;
-}
-uint32_t idem_attempt_attempts(const idem_attempt_t* attempt) { return attempt->attempt->attempts; }
-unsigned char idem_attempt_lease_held(const idem_attempt_t* attempt) {
-  return attempt->attempt->LeaseHeld() ? 1 : 0;
-}
-const char* idem_attempt_checkpoint(const idem_attempt_t* attempt, size_t* len) {
-  // The view points into the claim's record, a std::string: NUL-terminated.
-  const std::string_view checkpoint = attempt->attempt->checkpoint;
-  if (len != nullptr) *len = checkpoint.size();
-  return checkpoint.empty() ? "" : checkpoint.data();
-}
-int idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data, size_t datalen,
-                                 char** errptr) {
-  return GuardStatus(errptr,
-                     [&] { return attempt->attempt->SaveCheckpoint(Bytes(data, datalen)); });
-}
-
-idem_value_t* idem_attempt_read(idem_attempt_t* attempt, const char* table, const char* key,
-                                size_t keylen, char** errptr) {
-  return Guard(errptr, static_cast<idem_value_t*>(nullptr), [&]() -> idem_value_t* {
-    auto value = attempt->attempt->Read(Text(table), Bytes(key, keylen));
-    if (SaveError(errptr, value.status())) return nullptr;
-    return new idem_value_t{std::move(*value)};
-  });
-}
-
-int idem_attempt_put(idem_attempt_t* attempt, const char* table, const char* key, size_t keylen,
-                     const char* value, size_t valuelen, char** errptr) {
-  return GuardStatus(errptr, [&] {
-    return attempt->attempt->Put(Text(table), Bytes(key, keylen), Bytes(value, valuelen));
-  });
-}
-
-int idem_attempt_delete(idem_attempt_t* attempt, const char* table, const char* key, size_t keylen,
-                        char** errptr) {
-  return GuardStatus(errptr,
-                     [&] { return attempt->attempt->Delete(Text(table), Bytes(key, keylen)); });
-}
-
-char* idem_execute(idem_store_t* store, const char* key, size_t keylen, const char* type,
-                   const char* fingerprint, int64_t lease_ms, int64_t retention_ms,
-                   idem_execute_fn fn, void* ctx, size_t* resultlen, unsigned char* replayed,
-                   uint32_t* attempts, char** errptr) {
-  return Guard(errptr, static_cast<char*>(nullptr), [&]() -> char* {
-    if (fn == nullptr) {
-      SaveError(errptr, Status::InvalidArgument("idem_execute: fn is NULL"));
-      return nullptr;
-    }
-    auto execution = store->store->Execute(
-        Bytes(key, keylen), MakeBeginOptions(type, fingerprint, lease_ms, retention_ms),
-        [&](idem::Attempt& attempt) -> idem::Result<std::string> {
-          idem_attempt_t handle{&attempt};
-          size_t size = 0;
-          char* errmsg = nullptr;
-          unsigned char terminal = 0;
-          char* result = fn(ctx, &handle, &size, &errmsg, &terminal);
-          // Take ownership of both before anything can throw.
-          std::unique_ptr<char, decltype(&std::free)> owned_result(result, &std::free);
-          std::unique_ptr<char, decltype(&std::free)> owned_error(errmsg, &std::free);
-          if (errmsg != nullptr) {
-            std::string text(errmsg);
-            if (terminal != 0) return idem::Terminal(std::move(text));
-            return Status::Unavailable(std::move(text));
-          }
-          return std::string(Bytes(result, size));
-        });
-    if (SaveError(errptr, execution.status())) return nullptr;
-    char* out = CopyOut(execution->result);
-    if (out == nullptr) throw std::bad_alloc();
-    if (resultlen != nullptr) *resultlen = execution->result.size();
-    if (replayed != nullptr) *replayed = execution->replayed;
-    if (attempts != nullptr) *attempts = execution->attempts;
-    return out;
-  });
-}
-
-// ---- One-time tokens ----
-
-char* idem_issue_token(idem_store_t* store, int64_t ttl_ms, char** errptr) {
-  return Guard(errptr, static_cast<char*>(nullptr), [&]() -> char* {
-    auto token = store->store->IssueToken(milliseconds(ttl_ms));
-    if (SaveError(errptr, token.status())) return nullptr;
-    char* out = CopyOut(*token);
-    if (out == nullptr) throw std::bad_alloc();
-    return out;
-  });
-}
-
-int idem_consume_token(idem_store_t* store, const char* token, char** errptr) {
-  return GuardStatus(errptr, [&] { return store->store->ConsumeToken(Text(token)); });
 }
 
 }  // extern "C"

@@ -1,0 +1,197 @@
+// The C API's records, counters, Execute and one-time tokens (c_api.cc has the rest; what they
+// share is in c_api_internal.h).
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "extras/c_api_internal.h"
+#include "idem/c.h"
+#include "idem/store.h"
+#include "util/time.h"
+
+using idem::Status;
+using idem::c_api::Bytes;
+using idem::c_api::CopyOut;
+using idem::c_api::Guard;
+using idem::c_api::GuardStatus;
+using idem::c_api::MakeBeginOptions;
+using idem::c_api::Out;
+using idem::c_api::SaveError;
+using idem::c_api::Text;
+using std::chrono::milliseconds;
+
+extern "C" {
+
+// ---- Counters ----
+
+size_t idem_counter_count(void) { return idem::kCounterCount; }
+
+// The table's names and help texts are string_views into string literals: NUL-terminated.
+const char* idem_counter_name(size_t index) {
+  return index < idem::kCounterCount ? idem::kCounters[index].name.data() : nullptr;
+}
+const char* idem_counter_help(size_t index) {
+  return index < idem::kCounterCount ? idem::kCounters[index].help.data() : nullptr;
+}
+
+size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count, char** errptr) {
+  return Guard(errptr, size_t{0}, [&]() -> size_t {
+    auto counters = store->store->GetCounters();
+    if (SaveError(errptr, counters.status())) return 0;
+    const size_t written = std::min(count, idem::kCounterCount);
+    for (size_t i = 0; i < written; ++i) values[i] = (*counters).*idem::kCounters[i].field;
+    return written;
+  });
+}
+
+// ---- Records ----
+
+idem_record_t* idem_get(idem_store_t* store, const char* key, size_t keylen, char** errptr) {
+  return Guard(errptr, static_cast<idem_record_t*>(nullptr), [&]() -> idem_record_t* {
+    auto record = store->store->Get(Bytes(key, keylen));
+    if (SaveError(errptr, record.status())) return nullptr;
+    if (!record->has_value()) return nullptr;
+    return new idem_record_t{std::move(**record)};
+  });
+}
+
+void idem_record_destroy(idem_record_t* record) { delete record; }
+const char* idem_record_key(const idem_record_t* record, size_t* len) {
+  return Out(record->record.key, len);
+}
+const char* idem_record_type(const idem_record_t* record, size_t* len) {
+  return Out(record->record.type, len);
+}
+int idem_record_state(const idem_record_t* record) {
+  return static_cast<int>(record->record.state);
+}
+unsigned char idem_record_timed_out(const idem_record_t* record) {
+  return record->record.timed_out;
+}
+const char* idem_record_result(const idem_record_t* record, size_t* len) {
+  return Out(record->record.result, len);
+}
+const char* idem_record_fingerprint(const idem_record_t* record, size_t* len) {
+  return Out(record->record.fingerprint, len);
+}
+const char* idem_record_checkpoint(const idem_record_t* record, size_t* len) {
+  return Out(record->record.checkpoint, len);
+}
+uint64_t idem_record_token(const idem_record_t* record) { return record->record.token; }
+uint32_t idem_record_attempts(const idem_record_t* record) { return record->record.attempts; }
+unsigned char idem_record_retryable(const idem_record_t* record) {
+  return record->record.retryable;
+}
+int64_t idem_record_created_us(const idem_record_t* record) {
+  return idem::util::ToMicros(record->record.created);
+}
+int64_t idem_record_updated_us(const idem_record_t* record) {
+  return idem::util::ToMicros(record->record.updated);
+}
+int64_t idem_record_lease_deadline_us(const idem_record_t* record) {
+  return idem::util::ToMicros(record->record.lease_deadline);
+}
+int64_t idem_record_expires_us(const idem_record_t* record) {
+  return idem::util::ToMicros(record->record.expires);
+}
+
+// ---- Execute ----
+
+uint64_t idem_attempt_token(const idem_attempt_t* attempt) { return attempt->attempt->token; }
+unsigned char idem_attempt_took_over(const idem_attempt_t* attempt) {
+  return attempt->attempt->took_over;
+}
+uint32_t idem_attempt_attempts(const idem_attempt_t* attempt) { return attempt->attempt->attempts; }
+unsigned char idem_attempt_lease_held(const idem_attempt_t* attempt) {
+  return attempt->attempt->LeaseHeld() ? 1 : 0;
+}
+const char* idem_attempt_checkpoint(const idem_attempt_t* attempt, size_t* len) {
+  // The view points into the claim's record, a std::string: NUL-terminated.
+  const std::string_view checkpoint = attempt->attempt->checkpoint;
+  if (len != nullptr) *len = checkpoint.size();
+  return checkpoint.empty() ? "" : checkpoint.data();
+}
+int idem_attempt_save_checkpoint(idem_attempt_t* attempt, const char* data, size_t datalen,
+                                 char** errptr) {
+  return GuardStatus(errptr,
+                     [&] { return attempt->attempt->SaveCheckpoint(Bytes(data, datalen)); });
+}
+
+idem_value_t* idem_attempt_read(idem_attempt_t* attempt, const char* table, const char* key,
+                                size_t keylen, char** errptr) {
+  return Guard(errptr, static_cast<idem_value_t*>(nullptr), [&]() -> idem_value_t* {
+    auto value = attempt->attempt->Read(Text(table), Bytes(key, keylen));
+    if (SaveError(errptr, value.status())) return nullptr;
+    return new idem_value_t{std::move(*value)};
+  });
+}
+
+int idem_attempt_put(idem_attempt_t* attempt, const char* table, const char* key, size_t keylen,
+                     const char* value, size_t valuelen, char** errptr) {
+  return GuardStatus(errptr, [&] {
+    return attempt->attempt->Put(Text(table), Bytes(key, keylen), Bytes(value, valuelen));
+  });
+}
+
+int idem_attempt_delete(idem_attempt_t* attempt, const char* table, const char* key, size_t keylen,
+                        char** errptr) {
+  return GuardStatus(errptr,
+                     [&] { return attempt->attempt->Delete(Text(table), Bytes(key, keylen)); });
+}
+
+char* idem_execute(idem_store_t* store, const char* key, size_t keylen, const char* type,
+                   const char* fingerprint, int64_t lease_ms, int64_t retention_ms,
+                   idem_execute_fn fn, void* ctx, size_t* resultlen, unsigned char* replayed,
+                   uint32_t* attempts, char** errptr) {
+  return Guard(errptr, static_cast<char*>(nullptr), [&]() -> char* {
+    if (fn == nullptr) {
+      SaveError(errptr, Status::InvalidArgument("idem_execute: fn is NULL"));
+      return nullptr;
+    }
+    auto execution = store->store->Execute(
+        Bytes(key, keylen), MakeBeginOptions(type, fingerprint, lease_ms, retention_ms),
+        [&](idem::Attempt& attempt) -> idem::Result<std::string> {
+          idem_attempt_t handle{&attempt};
+          size_t size = 0;
+          char* errmsg = nullptr;
+          unsigned char terminal = 0;
+          char* result = fn(ctx, &handle, &size, &errmsg, &terminal);
+          // Take ownership of both before anything can throw.
+          std::unique_ptr<char, decltype(&std::free)> owned_result(result, &std::free);
+          std::unique_ptr<char, decltype(&std::free)> owned_error(errmsg, &std::free);
+          if (errmsg != nullptr) {
+            std::string text(errmsg);
+            if (terminal != 0) return idem::Terminal(std::move(text));
+            return Status::Unavailable(std::move(text));
+          }
+          return std::string(Bytes(result, size));
+        });
+    if (SaveError(errptr, execution.status())) return nullptr;
+    char* out = CopyOut(execution->result);
+    if (out == nullptr) throw std::bad_alloc();
+    if (resultlen != nullptr) *resultlen = execution->result.size();
+    if (replayed != nullptr) *replayed = execution->replayed;
+    if (attempts != nullptr) *attempts = execution->attempts;
+    return out;
+  });
+}
+
+// ---- One-time tokens ----
+
+char* idem_issue_token(idem_store_t* store, int64_t ttl_ms, char** errptr) {
+  return Guard(errptr, static_cast<char*>(nullptr), [&]() -> char* {
+    auto token = store->store->IssueToken(milliseconds(ttl_ms));
+    if (SaveError(errptr, token.status())) return nullptr;
+    char* out = CopyOut(*token);
+    if (out == nullptr) throw std::bad_alloc();
+    return out;
+  });
+}
+
+int idem_consume_token(idem_store_t* store, const char* token, char** errptr) {
+  return GuardStatus(errptr, [&] { return store->store->ConsumeToken(Text(token)); });
+}
+
+}  // extern "C"
