@@ -70,6 +70,14 @@ class Reader {
   bool failed_ = false;
 };
 
+// Reads an enum stored as u8, setting `bad` when it is above `last`.
+template <class Enum>
+Enum EnumField(Reader& reader, Enum last, bool& bad) {
+  const uint8_t value = reader.U8();
+  if (value > static_cast<uint8_t>(last)) bad = true;
+  return static_cast<Enum>(value);
+}
+
 }  // namespace idem::sharing
 
 #endif  // IDEM_SHARING_WIRE_CODEC_H_

@@ -1,0 +1,208 @@
+// The bodies of the owner's answers (protocol.h): a claim, a record, pages of a scan, table
+// values, counters, a job's progress. The requests and the frames are in protocol.cc.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sharing/protocol.h"
+
+namespace idem::sharing {
+
+std::string EncodeClaim(const Claim& claim) {
+  Writer w;
+  w.U8(static_cast<uint8_t>(claim.outcome));
+  w.U64(claim.token);
+  w.U8(claim.took_over ? 1 : 0);
+  w.Millis(claim.retry_after);
+  w.RecordFields(claim.record);
+  return std::move(w.buffer());
+}
+
+Result<Claim> DecodeClaim(std::string_view body) {
+  Reader r(body);
+  bool bad = false;
+  Claim claim;
+  claim.outcome = EnumField(r, Outcome::kMismatch, bad);
+  claim.token = r.U64();
+  const uint8_t took_over = r.U8();
+  claim.retry_after = r.Millis();
+  claim.record = r.RecordFields();
+  if (!r.done() || bad || took_over > 1) return Status::Unavailable("malformed claim from owner");
+  claim.took_over = took_over == 1;
+  return claim;
+}
+
+std::string EncodeOptionalRecord(const std::optional<Record>& record) {
+  Writer w;
+  w.U8(record ? 1 : 0);
+  if (record) w.RecordFields(*record);
+  return std::move(w.buffer());
+}
+
+Result<std::optional<Record>> DecodeOptionalRecord(std::string_view body) {
+  Reader r(body);
+  const uint8_t present = r.U8();
+  std::optional<Record> record;
+  if (present == 1) record = r.RecordFields();
+  if (!r.done() || present > 1) return Status::Unavailable("malformed record from owner");
+  return record;
+}
+
+std::string EncodeScanPage(const ScanPage& page) {
+  Writer w;
+  w.U32(static_cast<uint32_t>(page.records.size()));
+  for (const Record& record : page.records) w.RecordFields(record);
+  w.U8(page.more ? 1 : 0);
+  return std::move(w.buffer());
+}
+
+Result<ScanPage> DecodeScanPage(std::string_view body) {
+  Reader r(body);
+  ScanPage page;
+  const uint32_t count = r.U32();
+  for (uint32_t i = 0; i < count && !r.failed(); ++i) page.records.push_back(r.RecordFields());
+  const uint8_t more = r.U8();
+  if (!r.done() || more > 1) return Status::Unavailable("malformed scan page from owner");
+  page.more = more == 1;
+  return page;
+}
+
+std::string EncodeTableValue(const TableValue& value) {
+  Writer w;
+  w.U8(value.value ? 1 : 0);
+  if (value.value) w.Bytes(*value.value);
+  w.U64(value.version);
+  return std::move(w.buffer());
+}
+
+namespace {
+TableValue ReadTableValue(Reader& r, bool& bad) {
+  TableValue value;
+  const uint8_t present = r.U8();
+  if (present == 1) value.value = std::string(r.Bytes());
+  value.version = r.U64();
+  if (present > 1) bad = true;
+  return value;
+}
+}  // namespace
+
+Result<TableValue> DecodeTableValue(std::string_view body) {
+  Reader r(body);
+  bool bad = false;
+  TableValue value = ReadTableValue(r, bad);
+  if (!r.done() || bad) return Status::Unavailable("malformed table value from owner");
+  return value;
+}
+
+std::string EncodeTablePage(const TablePage& page) {
+  Writer w;
+  w.U32(static_cast<uint32_t>(page.values.size()));
+  for (const auto& [key, value] : page.values) {
+    w.Bytes(key);
+    w.buffer() += EncodeTableValue(value);
+  }
+  w.U8(page.more ? 1 : 0);
+  return std::move(w.buffer());
+}
+
+Result<TablePage> DecodeTablePage(std::string_view body) {
+  Reader r(body);
+  bool bad = false;
+  TablePage page;
+  const uint32_t count = r.U32();
+  for (uint32_t i = 0; i < count && !r.failed(); ++i) {
+    std::string key(r.Bytes());
+    page.values.emplace_back(std::move(key), ReadTableValue(r, bad));
+  }
+  const uint8_t more = r.U8();
+  if (!r.done() || bad || more > 1) return Status::Unavailable("malformed table page from owner");
+  page.more = more == 1;
+  return page;
+}
+
+std::string EncodeTableNames(const std::vector<std::string>& names) {
+  Writer w;
+  w.U32(static_cast<uint32_t>(names.size()));
+  for (const std::string& name : names) w.Bytes(name);
+  return std::move(w.buffer());
+}
+
+std::string EncodeGranted(bool granted) {
+  Writer w;
+  w.U8(granted ? 1 : 0);
+  return std::move(w.buffer());
+}
+
+Result<bool> DecodeGranted(std::string_view body) {
+  Reader r(body);
+  const uint8_t granted = r.U8();
+  if (!r.done() || granted > 1)
+    return Status::Unavailable("malformed reservation answer from owner");
+  return granted == 1;
+}
+
+std::string EncodeViewId(uint64_t view) {
+  Writer w;
+  w.U64(view);
+  return std::move(w.buffer());
+}
+
+Result<uint64_t> DecodeViewId(std::string_view body) {
+  Reader r(body);
+  const uint64_t view = r.U64();
+  if (!r.done() || view == Backend::kLatest) {
+    return Status::Unavailable("malformed read view id from owner");
+  }
+  return view;
+}
+
+Result<std::vector<std::string>> DecodeTableNames(std::string_view body) {
+  Reader r(body);
+  std::vector<std::string> names;
+  const uint32_t count = r.U32();
+  for (uint32_t i = 0; i < count && !r.failed(); ++i) names.emplace_back(r.Bytes());
+  if (!r.done()) return Status::Unavailable("malformed table names from owner");
+  return names;
+}
+
+std::string EncodeCounters(const OwnerCounters& c) {
+  Writer w;
+  w.CounterFields(c.counters);
+  w.Time(c.since);
+  return std::move(w.buffer());
+}
+
+Result<OwnerCounters> DecodeCounters(std::string_view body) {
+  Reader r(body);
+  OwnerCounters c;
+  c.counters = r.CounterFields();
+  c.since = r.Time();
+  if (!r.done()) return Status::Unavailable("malformed counters from owner");
+  return c;
+}
+
+std::string EncodePurgeProgress(const PurgeProgress& progress) {
+  Writer w;
+  w.U64(progress.count);
+  w.U8(progress.done ? 1 : 0);
+  w.U8(progress.total ? 1 : 0);
+  if (progress.total) w.U64(*progress.total);
+  return std::move(w.buffer());
+}
+
+Result<PurgeProgress> DecodePurgeProgress(std::string_view body) {
+  Reader r(body);
+  PurgeProgress progress;
+  progress.count = r.U64();
+  const uint8_t done = r.U8();
+  const uint8_t has_total = r.U8();
+  if (has_total == 1) progress.total = r.U64();
+  if (!r.done() || done > 1 || has_total > 1) {
+    return Status::Unavailable("malformed purge progress from owner");
+  }
+  progress.done = done == 1;
+  return progress;
+}
+
+}  // namespace idem::sharing
