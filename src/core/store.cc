@@ -1,6 +1,5 @@
-// Store::Open and the store handle. A handle validates its arguments, applies its defaults and
-// passes each call to its StoreCore (store_core.h), which holds the process's role for the store
-// directory and fails over when the owner dies.
+// Store::Open: a store directory's or PostgreSQL's core, shared by the process's handles
+// (store_handle.h) of one store.
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,21 +11,16 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <span>
 #include <string>
-#include <vector>
 
 #include "core/open_options.h"
 #include "core/store_core.h"
 #include "core/store_directory.h"
+#include "core/store_handle.h"
 #include "util/pg_uri.h"
 #if IDEM_WITH_POSTGRESQL
 #include "core/pg_store_core.h"
 #endif
-#include "engine/backend.h"
-#include "util/escape.h"
-#include "util/process.h"
 
 namespace idem {
 namespace {
@@ -41,310 +35,11 @@ class SystemClockImpl final : public Clock {
   }
 };
 
-// How many records a handle's Scan asks its backend for at a time.
-constexpr std::size_t kScanPageSize = 1024;
-
 std::map<DirectoryId, std::weak_ptr<StoreCore>>& Registry() {
   static std::map<DirectoryId, std::weak_ptr<StoreCore>> registry;
   return registry;
 }
 
-// The entries of a page of a scan, and the key each is listed under (ScanPages).
-std::span<const Record> Entries(const ScanPage& page) { return page.records; }
-const std::string& KeyOf(const Record& record) { return record.key; }
-std::span<const std::pair<std::string, TableValue>> Entries(const TablePage& page) {
-  return page.values;
-}
-const std::string& KeyOf(const std::pair<std::string, TableValue>& entry) { return entry.first; }
-
-// Visits the entries of the pages `fetch` returns for `options`, each page asked for after the
-// last key of the one before, until `visit` returns false or a page says there is no more.
-template <class Fetch, class Visit>
-Status ScanPages(const ScanOptions& options, Fetch&& fetch, Visit&& visit) {
-  ScanOptions page_options = options;
-  std::string cursor(options.start_after);
-  for (;;) {
-    page_options.start_after = cursor;
-    auto page = fetch(page_options);
-    if (!page.ok()) return page.status();
-    for (const auto& entry : Entries(*page)) {
-      if (!visit(entry)) return Status::OK();
-    }
-    if (!page->more) return Status::OK();
-    if (!Entries(*page).empty()) cursor = KeyOf(Entries(*page).back());
-  }
-}
-
-// Whether a core keeps its store in PostgreSQL, which has its own tools to copy and load it.
-template <class Core>
-constexpr bool kKeptInPostgres = false;
-#if IDEM_WITH_POSTGRESQL
-template <>
-constexpr bool kKeptInPostgres<PgStoreCore> = true;
-#endif
-
-// A handle: this caller's options over the process's shared core (a StoreCore for a store
-// directory, a PgStoreCore for a store in PostgreSQL).
-template <class Core>
-class StoreHandle final : public Store, public ReservingStore {
- public:
-  StoreHandle(std::shared_ptr<Core> core, const Options& options)
-      : core_(std::move(core)), options_(options) {}
-
-  Result<Claim> Begin(std::string_view key, const BeginOptions& options) override {
-    IDEM_RETURN_IF_ERROR(CheckWritable());
-    IDEM_RETURN_IF_ERROR(CheckDuration("lease", options.lease));
-    IDEM_RETURN_IF_ERROR(CheckDuration("retention", options.retention));
-    const BeginCall call{
-        .key = key,
-        .type = options.type,
-        .fingerprint = options.fingerprint,
-        .lease = options_.LeaseOrDefault(options.lease),
-        .retention = options_.RetentionOrDefault(options.retention),
-        // One id for this call, resends included: a resent Begin gets its own claim back.
-        .request_id = util::RandomRequestId(),
-        .durability = options_.durability,
-    };
-    const Holder holder = util::ThisProcessHolder();
-    return core_->Run([&](Backend& backend, bool) { return backend.Begin(call, holder); });
-  }
-
-  Result<std::unique_ptr<ClaimTransaction>> BeginClaimTransaction(std::string_view key,
-                                                                  uint64_t token) override {
-    if constexpr (kKeptInPostgres<Core>) {
-      IDEM_RETURN_IF_ERROR(CheckWritable());
-      return core_->BeginClaimTransaction(key, token, options_.durability);
-    } else {
-      return Store::BeginClaimTransaction(key, token);
-    }
-  }
-
-  bool KeptInDatabase() const override { return kKeptInPostgres<Core>; }
-
-  Status Complete(std::string_view key, uint64_t token, std::string_view result) override {
-    return Transition(
-        key, {.kind = engine::TransitionKind::kComplete, .token = token, .payload = result});
-  }
-
-  Status Complete(std::string_view key, uint64_t token, std::string_view result,
-                  const WriteSet& writes) override {
-    return Transition(
-        key, {.kind = engine::TransitionKind::kComplete, .token = token, .payload = result},
-        &writes);
-  }
-
-  Result<std::vector<std::string>> ListTables() override {
-    return core_->Run([&](Backend& backend, bool) { return backend.ListTables(); });
-  }
-
-  Result<std::vector<ImportOutcome>> ImportValues(
-      std::string_view table, std::span<const std::pair<std::string, TableValue>> values) override {
-    IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](Backend& backend, bool) { return backend.ImportValues(table, values); });
-  }
-
-  Result<TableValue> GetValue(std::string_view table, std::string_view key) override {
-    return core_->Run([&](Backend& backend, bool) { return backend.GetValue(table, key); });
-  }
-
-  Status ScanTable(std::string_view table, const ScanOptions& options,
-                   FunctionRef<bool(std::string_view, const TableValue&)> visit) override {
-    return ScanPages(
-        options,
-        [&](const ScanOptions& page_options) {
-          return core_->Run([&](Backend& backend, bool) {
-            return backend.ScanTable(table, page_options, kScanPageSize);
-          });
-        },
-        [&](const std::pair<std::string, TableValue>& entry) {
-          return visit(entry.first, entry.second);
-        });
-  }
-
-  Status Fail(std::string_view key, uint64_t token, std::string_view error, Failure kind) override {
-    return Transition(
-        key,
-        {.kind = engine::TransitionKind::kFail, .token = token, .payload = error, .failure = kind});
-  }
-
-  Status Extend(std::string_view key, uint64_t token, milliseconds lease) override {
-    IDEM_RETURN_IF_ERROR(CheckDuration("lease", lease));
-    return Transition(key, {.kind = engine::TransitionKind::kExtend,
-                            .token = token,
-                            .payload = {},
-                            .failure = Failure::kRetryable,
-                            .lease = options_.LeaseOrDefault(lease)});
-  }
-
-  Status SaveCheckpoint(std::string_view key, uint64_t token, std::string_view data) override {
-    return Transition(
-        key, {.kind = engine::TransitionKind::kSaveCheckpoint, .token = token, .payload = data});
-  }
-
-  Result<std::optional<Record>> Get(std::string_view key) override {
-    return core_->Run([&](Backend& backend, bool) { return backend.Get(key); });
-  }
-
-  Result<bool> ReserveKeys(std::string_view claim_key, uint64_t token, std::vector<TableKey> keys,
-                           milliseconds hold, milliseconds wait) override {
-    IDEM_RETURN_IF_ERROR(CheckWritable());
-    const ReserveCall call{.claim_key = claim_key,
-                           .token = token,
-                           .keys = std::move(keys),
-                           .hold = hold,
-                           .wait = wait};
-    return core_->Run([&](Backend& backend, bool) { return backend.Reserve(call); });
-  }
-
-  Status UnreserveKeys(std::string_view claim_key, uint64_t token) override {
-    return core_->Run([&](Backend& backend, bool) { return backend.Unreserve(claim_key, token); });
-  }
-
-  Status Forget(std::string_view key) override {
-    IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](Backend& backend, bool resent) {
-      Status status = backend.Forget(key, options_.durability);
-      // The first send may have forgotten it before its reply was lost.
-      if (resent && status.code() == Status::Code::kNotFound) return Status::OK();
-      return status;
-    });
-  }
-
-  Status Scan(const ScanOptions& options, FunctionRef<bool(const Record&)> visit) override {
-    return ScanPages(
-        options,
-        [&](const ScanOptions& page_options) {
-          return core_->Run(
-              [&](Backend& backend, bool) { return backend.Scan(page_options, kScanPageSize); });
-        },
-        [&](const Record& record) { return visit(record); });
-  }
-
-  Status ScanSnapshot(
-      FunctionRef<bool(const Record&)> record,
-      FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> value) override {
-    IDEM_ASSIGN_OR_RETURN(const uint64_t view,
-                          core_->Run([](Backend& backend, bool) { return backend.OpenView(); }));
-    const Status scanned = ScanView(view, record, value);
-    // Released at once, not left to the owner's idle timeout. A view gone already (the owner
-    // changed) is no error of its own: the scan said so if it needed it.
-    const Status closed =
-        core_->Run([view](Backend& backend, bool) { return backend.CloseView(view); });
-    return scanned.ok() ? closed : scanned;
-  }
-
-  Result<uint64_t> Purge(const PurgeOptions& options) override {
-    if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](Backend& backend, bool) { return backend.Purge(options); });
-  }
-
-  Result<Counters> GetCounters() const override {
-    return core_->Run([](Backend& backend, bool) { return backend.GetCounters(); });
-  }
-
-  Status Backup(std::string_view destination) override {
-    if constexpr (kKeptInPostgres<Core>) {
-      static_cast<void>(destination);
-      return Status::InvalidArgument(fmt::format(
-          "store {} is kept in PostgreSQL: back up its tables ({} and the ones named after it) "
-          "with PostgreSQL's own tools (pg_dump --table, or the server's base backups); idem "
-          "backup copies store directories",
-          core_->display_name(), options_.table));
-    } else {
-      if (destination.empty()) return Status::InvalidArgument("backup destination is empty");
-      std::error_code error;
-      fs::path target = fs::absolute(fs::path(destination), error).lexically_normal();
-      if (error) {
-        return Status::InvalidArgument(
-            fmt::format("bad backup destination {}", EscapeControls(destination)));
-      }
-      if (!target.has_filename() && target.has_relative_path()) target = target.parent_path();
-      // The owner runs in another directory: it gets the path whole. Inside the store, the copy
-      // would make the store a directory that is not an idem store.
-      const fs::path relative = target.lexically_relative(core_->directory());
-      if (!relative.empty() && *relative.begin() != "..") {
-        return Status::InvalidArgument(fmt::format(
-            "backup destination {} is inside the store {}; give a path outside it",
-            EscapeControls(target.string()), EscapeControls(core_->directory().string())));
-      }
-      return core_->Run([&](Backend& backend, bool) { return backend.Backup(target.string()); });
-    }
-  }
-
-  Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) override {
-    IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](Backend& backend, bool) { return backend.Import(records); });
-  }
-
-  Result<OwnerCounters> GetOwnerCounters() const override {
-    IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, core_->Run([](Backend& backend, bool) {
-      return backend.GetOwnerCounters();
-    }));
-    if (answer.live) return answer;
-    IDEM_RETURN_IF_ERROR(core_->CheckNoOwnerUnasked());
-    return answer;
-  }
-
-  const Options& options() const override { return options_; }
-
- private:
-  Status CheckWritable() const {
-    if (options_.read_only) return Status::InvalidArgument("the store was opened read-only");
-    return Status::OK();
-  }
-
-  // ScanSnapshot's walk in `view`. The table names are the latest: a table made since the view
-  // was taken is empty in it.
-  Status ScanView(uint64_t view, FunctionRef<bool(const Record&)> record,
-                  FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> value) {
-    bool go_on = true;
-    IDEM_RETURN_IF_ERROR(ScanPages(
-        ScanOptions{},
-        [&](const ScanOptions& page_options) {
-          return core_->Run([&](Backend& backend, bool) {
-            return backend.Scan(page_options, kScanPageSize, view);
-          });
-        },
-        [&](const Record& each) { return go_on = record(each); }));
-    if (!go_on) return Status::OK();
-    IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> tables,
-                          core_->Run([](Backend& backend, bool) { return backend.ListTables(); }));
-    for (const std::string& table : tables) {
-      IDEM_RETURN_IF_ERROR(ScanPages(
-          ScanOptions{},
-          [&](const ScanOptions& page_options) {
-            return core_->Run([&](Backend& backend, bool) {
-              return backend.ScanTable(table, page_options, kScanPageSize, view);
-            });
-          },
-          [&](const std::pair<std::string, TableValue>& entry) {
-            return go_on = value(table, entry.first, entry.second);
-          }));
-      if (!go_on) return Status::OK();
-    }
-    return Status::OK();
-  }
-
-  Status Transition(std::string_view key, const engine::TransitionRequest& request,
-                    const WriteSet* writes = nullptr) {
-    IDEM_RETURN_IF_ERROR(CheckWritable());
-    const TransitionCall call{
-        .key = key, .request = request, .durability = options_.durability, .writes = writes};
-    return core_->Run([&](Backend& backend, bool) { return backend.Transition(call); });
-  }
-
-  // Constant after construction.
-  const std::shared_ptr<Core> core_;
-  const Options options_;
-};
-
-template <class Core>
-std::unique_ptr<Store> NewHandle(std::shared_ptr<Core> core, const Options& options) {
-  return std::make_unique<StoreHandle<Core>>(std::move(core), options);
-}
-
-// A handle on the store `registry` holds under `key`, opened by this process before (and not
-// in a parent before a fork), or else on the one `open` makes. Called under RegistryMutex.
 template <class Core, class Key>
 Result<std::unique_ptr<Store>> ShareOrOpen(std::map<Key, std::weak_ptr<Core>>& registry,
                                            const Key& key, const Options& options,
