@@ -1,5 +1,5 @@
 // The backend a store's owner makes over its own storage, for the tests that drive a storage
-// below the Store API: a EngineBackend with a StallWatch (the renewal graces an owner gives).
+// below the Store API: an EngineBackend with a StallWatch (the renewal graces an owner gives).
 
 #ifndef IDEM_TESTS_OWNER_BACKEND_H_
 #define IDEM_TESTS_OWNER_BACKEND_H_

@@ -1,6 +1,7 @@
-// EngineBackend: the engine applied to this process's own RocksDB storage. Run by the owner of a
-// store (and by read-only handles, which never write). It checks every argument against its
-// own Options (the owner's limits apply to every process sharing the store). Thread-safe.
+// EngineBackend: the engine applied to a storage this process reaches itself: the RocksDB files
+// of a store directory (run by its owner, and by read-only handles, which never write) or a
+// PostgreSQL server (run by every process). It checks every argument against its own Options
+// (the owner's limits apply to every process sharing a store directory). Thread-safe.
 
 #ifndef IDEM_BACKEND_ENGINE_BACKEND_H_
 #define IDEM_BACKEND_ENGINE_BACKEND_H_

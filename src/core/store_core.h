@@ -1,5 +1,5 @@
 // StoreCore: one per open store directory in a process, shared by every handle on it. It holds
-// the process's role for the directory: owner (a EngineBackend on RocksDB, serving the other
+// the process's role for the directory: owner (an EngineBackend on RocksDB, serving the other
 // processes over the store's socket), client (a RemoteBackend talking to the owner), or reader
 // (the owner's socket, or a RocksDB read-only instance of the files). When the owner dies, a
 // client's call fails over: it takes the owner lock and becomes the owner, or reconnects to
