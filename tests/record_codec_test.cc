@@ -245,17 +245,6 @@ TEST(RecordCodec, DecodingIntoAUsedRecordLeavesNothingOfIt) {
   EXPECT_EQ(used, small);
 }
 
-// Messages name a key as `idem dump` shows it, in quotes, cut between two characters.
-TEST(RecordCodec, EscapeKeyShowsAKeyAsTheCommandDoesCutBetweenCharacters) {
-  using idem::storage::EscapeKey;
-  EXPECT_EQ(EscapeKey("caf\xc3\xa9\\1"), "\"caf\xc3\xa9\\\\1\"");
-  EXPECT_EQ(EscapeKey(std::string("bin\0\xff", 5)), "\"bin\\x00\\xff\"");
-  // 4 bytes of "a\xc3\xa9\xc3\xa9": the second character would be cut, so it is left out.
-  EXPECT_EQ(EscapeKey("a\xc3\xa9\xc3\xa9", 4), "\"a\xc3\xa9...\"");
-  EXPECT_EQ(EscapeKey("abcdef", 3), "\"abc...\"");
-  EXPECT_EQ(EscapeKey("abc", 3), "\"abc\"");
-}
-
 TEST(RecordCodec, ByteSwapReversesTheBytes) {
   EXPECT_EQ(ByteSwap(uint64_t{0x0102030405060708}), uint64_t{0x0807060504030201});
   EXPECT_EQ(ByteSwap(uint32_t{0x01020304}), uint32_t{0x04030201});

@@ -61,6 +61,17 @@ TEST(Escape, DataKeepsUtf8AndEscapesControlsMalformedBytesAndBackslashes) {
   EXPECT_NE(idem::DisplayEscape("\\x00"), idem::DisplayEscape(std::string("\0", 1)));
 }
 
+// Messages name a key as `idem dump` shows it, in quotes, cut between two characters.
+TEST(Escape, KeysShowAsTheCommandShowsThemCutBetweenCharacters) {
+  using idem::EscapeKey;
+  EXPECT_EQ(EscapeKey("caf\xc3\xa9\\1"), "\"caf\xc3\xa9\\\\1\"");
+  EXPECT_EQ(EscapeKey(std::string("bin\0\xff", 5)), "\"bin\\x00\\xff\"");
+  // 4 bytes of "a\xc3\xa9\xc3\xa9": the second character would be cut, so it is left out.
+  EXPECT_EQ(EscapeKey("a\xc3\xa9\xc3\xa9", 4), "\"a\xc3\xa9...\"");
+  EXPECT_EQ(EscapeKey("abcdef", 3), "\"abc...\"");
+  EXPECT_EQ(EscapeKey("abc", 3), "\"abc\"");
+}
+
 TEST(Random, FillsBuffersOfAnySizeWithFreshBytes) {
   // Above 256 bytes getrandom may return short: the whole buffer must still be filled.
   std::vector<unsigned char> a(4096, 0), b(4096, 0);

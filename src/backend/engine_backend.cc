@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "storage/record_codec.h"
+#include "util/escape.h"
 #include "util/process.h"
 #include "util/time.h"
 
@@ -47,7 +47,7 @@ Status EngineBackend::CheckTableName(std::string_view table) {
   if (!table.empty() && table.size() <= kMaxTableNameSize && allowed) return Status::OK();
   return Status::InvalidArgument(
       fmt::format("table name {} is not one: it must be 1 to {} letters, digits, '_', '-' or '.'",
-                  storage::EscapeKey(table), kMaxTableNameSize));
+                  EscapeKey(table), kMaxTableNameSize));
 }
 
 void EngineBackend::AtomicCounters::Count(const Claim& claim) {
@@ -315,7 +315,7 @@ Status EngineBackend::Forget(std::string_view key, Durability durability) {
   // is how an operator clears it.
   Result<std::optional<Record>> current = Get(key);
   if (current.ok() && !current->has_value()) {
-    return Status::NotFound(fmt::format("no record for key {}", storage::EscapeKey(key)));
+    return Status::NotFound(fmt::format("no record for key {}", EscapeKey(key)));
   }
   if (!current.ok() && current.status().code() != Status::Code::kCorruption &&
       current.status().code() != Status::Code::kNewerVersion) {
@@ -323,7 +323,7 @@ Status EngineBackend::Forget(std::string_view key, Durability durability) {
   }
   IDEM_ASSIGN_OR_RETURN(bool removed, storage_->Remove(key, durability));
   if (!removed) {
-    return Status::NotFound(fmt::format("no record for key {}", storage::EscapeKey(key)));
+    return Status::NotFound(fmt::format("no record for key {}", EscapeKey(key)));
   }
   if (disk_quota_) disk_quota_->MeasureSoon();
   return Status::OK();

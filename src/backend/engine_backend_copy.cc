@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "backend/engine_backend.h"
-#include "storage/record_codec.h"
+#include "util/escape.h"
 
 namespace idem {
 namespace {
@@ -24,12 +24,12 @@ Result<std::vector<ImportOutcome>> EngineBackend::ImportValues(
     if (!value.value || value.version == 0) {
       return Status::InvalidArgument(fmt::format(
           "value {} of table {} is absent or at version 0: only written values are imported",
-          storage::EscapeKey(key), table));
+          EscapeKey(key), table));
     }
     if (value.version > TableValue::kLargestVersion) {
       return Status::InvalidArgument(
           fmt::format("value {} of table {} is at version {}, above the largest, {}",
-                      storage::EscapeKey(key), table, value.version, TableValue::kLargestVersion));
+                      EscapeKey(key), table, value.version, TableValue::kLargestVersion));
     }
   }
   IDEM_ASSIGN_OR_RETURN(std::vector<ImportOutcome> outcomes, storage_->ImportValues(table, values));
@@ -97,7 +97,7 @@ Status EngineBackend::Backup(const std::string& destination) {
 Status EngineBackend::CheckImported(const Record& record) const {
   const auto bad = [&](std::string_view why) {
     return Status::InvalidArgument(
-        fmt::format("record {} cannot be imported: {}", storage::EscapeKey(record.key), why));
+        fmt::format("record {} cannot be imported: {}", EscapeKey(record.key), why));
   };
   if (Status key = CheckKey(record.key); !key.ok()) return bad(key.message());
   const std::pair<std::string_view, std::pair<std::size_t, std::size_t>> sizes[] = {

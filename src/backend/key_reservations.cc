@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "storage/record_codec.h"
 #include "util/escape.h"
 
 namespace idem {
@@ -69,7 +68,7 @@ Status KeyReservations::CheckCommit(std::string_view claim_key, uint64_t token,
           "key {} of table {} is reserved by another Execute whose earlier run conflicted (it "
           "commits next): nothing was written, and the claim is still held: read again and "
           "complete again",
-          storage::EscapeKey(write.key), EscapeControls(write.table)));
+          EscapeKey(write.key), EscapeControls(write.table)));
     }
   }
   return Status::OK();

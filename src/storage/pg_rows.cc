@@ -5,7 +5,7 @@
 #include <bit>
 #include <limits>
 
-#include "storage/record_codec.h"
+#include "util/escape.h"
 #include "util/time.h"
 
 namespace idem::storage {

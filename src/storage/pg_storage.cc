@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "storage/pg_rows.h"
-#include "storage/record_codec.h"
+#include "util/escape.h"
 #include "util/time.h"
 
 namespace idem::storage {

@@ -416,16 +416,4 @@ std::optional<int64_t> PeekExpiresMicros(std::string_view value) {
   return static_cast<int64_t>(GetFixed64(value.data() + kExpiresOffset));
 }
 
-std::string EscapeKey(std::string_view key, std::size_t max_bytes) {
-  // Cut between characters, so that a long UTF-8 key does not end in a broken one's bytes.
-  std::size_t shown = 0;
-  bool full = false;
-  util::ForEachUtf8Piece(key.substr(0, max_bytes + 4), [&](const util::Utf8Piece& piece) {
-    full = full || shown + piece.bytes.size() > max_bytes;
-    if (!full) shown += piece.bytes.size();
-  });
-  return fmt::format("\"{}{}\"", DisplayEscape(key.substr(0, shown)),
-                     shown < key.size() ? "..." : "");
-}
-
 }  // namespace idem::storage

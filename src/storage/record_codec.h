@@ -67,11 +67,6 @@ Status DecodeRecordInto(std::string_view key, std::string_view value, Record& re
 // The retention expiry of an encoded value; nullopt when the header is unreadable.
 std::optional<int64_t> PeekExpiresMicros(std::string_view value);
 
-// A key for messages and logs: in quotes, escaped as `idem dump` shows it (DisplayEscape:
-// printable ASCII and UTF-8 as they are, a backslash doubled, other bytes as \xNN), cut to at
-// most `max_bytes` of the key between two characters, then "...".
-std::string EscapeKey(std::string_view key, std::size_t max_bytes = 64);
-
 }  // namespace idem::storage
 
 #endif  // IDEM_STORAGE_RECORD_CODEC_H_

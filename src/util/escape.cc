@@ -1,5 +1,7 @@
 #include "util/escape.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "util/hex.h"
@@ -49,6 +51,18 @@ std::string DisplayEscape(std::string_view text) {
     }
   });
   return out;
+}
+
+std::string EscapeKey(std::string_view key, std::size_t max_bytes) {
+  // Cut between characters, so that a long UTF-8 key does not end in a broken one's bytes.
+  std::size_t shown = 0;
+  bool full = false;
+  util::ForEachUtf8Piece(key.substr(0, max_bytes + 4), [&](const util::Utf8Piece& piece) {
+    full = full || shown + piece.bytes.size() > max_bytes;
+    if (!full) shown += piece.bytes.size();
+  });
+  return fmt::format("\"{}{}\"", DisplayEscape(key.substr(0, shown)),
+                     shown < key.size() ? "..." : "");
 }
 
 }  // namespace idem
