@@ -93,7 +93,7 @@ std::string PgTableName(std::string_view name) {
 }
 
 Status DropPgTables(PgConnection& connection, const std::string& table) {
-  // idem's own names beside its table (src/storage/pg_schema.cc): <table>_meta,
+  // idem's own names beside its table (src/storage/postgres/pg_schema.cc): <table>_meta,
   // <table>_token_seq; and the effects workload's <table>_accounts.
   IDEM_RETURN_IF_ERROR(
       connection

@@ -23,7 +23,7 @@
 #include "idem/record.h"
 #include "idem/status.h"
 #include "sharing/protocol.h"
-#include "storage/record_codec.h"
+#include "storage/rocksdb/record_codec.h"
 
 namespace idem::fuzz {
 

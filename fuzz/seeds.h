@@ -16,7 +16,7 @@
 
 #include "idem/record.h"
 #include "sharing/protocol.h"
-#include "storage/record_codec.h"
+#include "storage/rocksdb/record_codec.h"
 
 namespace idem::fuzz {
 

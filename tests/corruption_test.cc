@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "raw_db.h"
-#include "storage/record_codec.h"
+#include "storage/rocksdb/record_codec.h"
 #include "test_util.h"
 
 namespace {

@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "storage/info_log.h"
+#include "storage/rocksdb/fs/info_log.h"
 #include "test_util.h"
 
 namespace {

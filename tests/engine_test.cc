@@ -543,8 +543,8 @@ TEST(Engine, ExtendPushesRetentionPastTheNewLease) {
 }
 
 // A storage that writes a fresh claim in one step sends the record made at the epoch and lets its
-// server add its own time to every time in it (storage/pg_storage.cc): that is only the engine's
-// record if each time is `now` plus an offset that does not depend on `now`.
+// server add its own time to every time in it (storage/postgres/pg_storage.cc): that is only the
+// engine's record if each time is `now` plus an offset that does not depend on `now`.
 TEST(Engine, AFreshClaimIsBeginsAnswerOnAnAbsentKeyWithTimesThatAreNowPlusFixedOffsets) {
   const TimePoint epoch{};
   using Times = std::pair<milliseconds, milliseconds>;  // lease, retention

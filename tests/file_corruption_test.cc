@@ -14,7 +14,7 @@
 #include <fstream>
 
 #include "core/store_directory.h"
-#include "storage/rocksdb_storage.h"
+#include "storage/rocksdb/rocksdb_storage.h"
 #include "test_util.h"
 
 namespace {
@@ -235,8 +235,8 @@ TEST(FileCorruption, ADamagedManifestIsRefusedNamingIt) {
 
 // A MANIFEST cut short: RocksDB alone would read it like one torn by a crash, open the earlier
 // state it describes and delete the table files that state does not name, so every record could
-// vanish without an error. The manifest mark (src/storage/manifest_mark.h) makes the store
-// refuse it instead, wherever the cut falls.
+// vanish without an error. The manifest mark (src/storage/rocksdb/fs/manifest_mark.h) makes the
+// store refuse it instead, wherever the cut falls.
 TEST(FileCorruption, ATruncatedManifestIsRefusedNamingIt) {
   TempDir base;
   Fill(base.StorePath());

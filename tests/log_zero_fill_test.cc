@@ -1,8 +1,8 @@
-// Write-ahead logs zero-filled ahead of their records (storage/log_zero_fill.h), and what their
-// tails become: cut by a read-write open, read up to the last whole record by a read-only one
-// (storage/log_tail.h).
+// Write-ahead logs zero-filled ahead of their records (storage/rocksdb/fs/log_zero_fill.h), and
+// what their tails become: cut by a read-write open, read up to the last whole record by a
+// read-only one (storage/rocksdb/fs/log_tail.h).
 
-#include "storage/log_zero_fill.h"
+#include "storage/rocksdb/fs/log_zero_fill.h"
 
 #include <gtest/gtest.h>
 #include <rocksdb/file_system.h>
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "storage/log_tail.h"
+#include "storage/rocksdb/fs/log_tail.h"
 #include "test_util.h"
 
 namespace {

@@ -4,7 +4,7 @@
 // process. The loss at a power cut, in time, is measured in tests/power_cut_test.cc
 // (PowerCutPeriodic).
 
-#include "storage/periodic_sync.h"
+#include "storage/rocksdb/periodic_sync.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-// PgConninfo (storage/pg_conninfo.h) and DisplayStoreName, without a server: a connection URI
-// is parsed once, gets idem's defaults only where it has none, and no password it holds, in any
+// PgConninfo (storage/postgres/pg_conninfo.h) and DisplayStoreName, without a server: a connection
+// URI is parsed once, gets idem's defaults only where it has none, and no password it holds, in any
 // of the forms a user can write one, appears in a display name or an error message.
 
-#include "storage/pg_conninfo.h"
+#include "storage/postgres/pg_conninfo.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include "idem/idem.h"
 #include "idem/sql.h"
 #include "pg_server.h"
-#include "storage/pg_schema.h"
+#include "storage/postgres/pg_schema.h"
 #include "test_util.h"
 
 namespace {

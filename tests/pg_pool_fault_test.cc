@@ -1,6 +1,6 @@
-// PgPool (storage/pg_pool.h) under faults, against a real PostgreSQL 15 (tests/pg_server.h):
-// a server restart mid-call, a killed session, a statement timeout, a server that stops
-// answering, a wrong password, a closed port, a deadlock, fork().
+// PgPool (storage/postgres/pg_pool.h) under faults, against a real PostgreSQL 15
+// (tests/pg_server.h): a server restart mid-call, a killed session, a statement timeout, a server
+// that stops answering, a wrong password, a closed port, a deadlock, fork().
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 
 #include "idem/retry.h"
 #include "pg_pool_test_util.h"
-#include "storage/pg_pool.h"
+#include "storage/postgres/pg_pool.h"
 #include "tcp_proxy.h"
 
 namespace idem::storage {

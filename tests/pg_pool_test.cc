@@ -1,11 +1,11 @@
-// PgPool (storage/pg_pool.h) against a real PostgreSQL 15 (tests/pg_server.h) and through
+// PgPool (storage/postgres/pg_pool.h) against a real PostgreSQL 15 (tests/pg_server.h) and through
 // PgBouncer: binary values, one round trip per transaction (counted by a proxy, not timed), a
 // full pool, and what SQLSTATEs mean. The faults are in pg_pool_fault_test.cc.
 
-#include "storage/pg_pool.h"
+#include "storage/postgres/pg_pool.h"
 
 #include "pg_pool_test_util.h"
-#include "storage/pg_session.h"
+#include "storage/postgres/pg_session.h"
 #include "tcp_proxy.h"
 #include "util/time.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "pg_server.h"
-#include "storage/pg_pool.h"
+#include "storage/postgres/pg_pool.h"
 #include "test_util.h"
 
 namespace idem::storage {

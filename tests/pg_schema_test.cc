@@ -1,8 +1,8 @@
-// The tables of a PostgreSQL store (storage/pg_schema.h) against a real server: created once,
-// found again, and every table that is not an idem store's (or is a newer idem's) refused with a
-// message that says so, and left exactly as it was.
+// The tables of a PostgreSQL store (storage/postgres/pg_schema.h) against a real server: created
+// once, found again, and every table that is not an idem store's (or is a newer idem's) refused
+// with a message that says so, and left exactly as it was.
 
-#include "storage/pg_schema.h"
+#include "storage/postgres/pg_schema.h"
 
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
@@ -93,7 +93,7 @@ TEST(PgSchema, CreatesTheStoreOnceAndFindsItAgain) {
   EXPECT_OK(PreparePgTables(*pool, names, /*create=*/true));
   EXPECT_OK(PreparePgTables(*pool, names, /*create=*/false));
   EXPECT_EQ(Value(conn.get(), "SELECT count(*) FROM idem.idem_records_meta"), "3");
-  // The token lead of a new store (storage/pg_storage_tokens.cc).
+  // The token lead of a new store (storage/postgres/pg_storage_tokens.cc).
   EXPECT_EQ(Value(conn.get(), "SELECT value FROM idem.idem_records_meta WHERE name = 'token_lead'"),
             "0");
 }

@@ -1,9 +1,9 @@
-// PgStorage (storage/pg_storage.h) under the engine, against a real PostgreSQL server: the
+// PgStorage (storage/postgres/pg_storage.h) under the engine, against a real PostgreSQL server: the
 // lifecycle, fencing, time from the server (moved by the test hook), tokens from the sequence,
 // scans of binary keys, purge in batches, and writers racing from several "processes" (one
 // PgStorage each, as separate processes or hosts would have).
 
-#include "storage/pg_storage.h"
+#include "storage/postgres/pg_storage.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -1,8 +1,9 @@
 // Tokens after a restore never repeat, at any reopen rate, in a store kept in PostgreSQL
-// (storage/pg_storage_tokens.cc): tables restored from a backup (their rows and the sequence as
-// the backup holds them, as pg_restore leaves them) start above every token the original handed
-// out after the backup, however fast it was reopened and however many of its processes reserved
-// blocks at once; a store of the release before the lead gets its margin and keeps rising.
+// (storage/postgres/pg_storage_tokens.cc): tables restored from a backup (their rows and the
+// sequence as the backup holds them, as pg_restore leaves them) start above every token the
+// original handed out after the backup, however fast it was reopened and however many of its
+// processes reserved blocks at once; a store of the release before the lead gets its margin and
+// keeps rising.
 //
 // Each "process" is a PgStorage of its own on the server's clock, as separate processes or hosts
 // would have; a claim is what Begin stores for a new key (ReadOrCreate).
@@ -22,7 +23,7 @@
 
 #include "engine/state_machine.h"
 #include "pg_server.h"
-#include "storage/pg_storage.h"
+#include "storage/postgres/pg_storage.h"
 #include "test_util.h"
 
 namespace {

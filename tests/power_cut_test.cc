@@ -30,8 +30,8 @@
 #include "index_check.h"
 #include "owner_backend.h"
 #include "power_cut_fs.h"
-#include "storage/log_tail.h"
-#include "storage/rocksdb_storage.h"
+#include "storage/rocksdb/fs/log_tail.h"
+#include "storage/rocksdb/rocksdb_storage.h"
 #include "test_util.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "storage/record_codec.h"
+#include "storage/rocksdb/record_codec.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 
 #include "backend/engine_backend.h"
 #include "owner_backend.h"
-#include "storage/rocksdb_storage.h"
+#include "storage/rocksdb/rocksdb_storage.h"
 #include "test_util.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include "fault_fs.h"
 #include "index_check.h"
 #include "owner_backend.h"
-#include "storage/rocksdb_storage.h"
+#include "storage/rocksdb/rocksdb_storage.h"
 #include "test_util.h"
 
 namespace {

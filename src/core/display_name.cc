@@ -5,7 +5,7 @@
 #include "util/escape.h"
 #include "util/pg_uri.h"
 #if IDEM_WITH_POSTGRESQL
-#include "storage/pg_conninfo.h"
+#include "storage/postgres/pg_conninfo.h"
 #endif
 
 namespace idem {

@@ -6,8 +6,8 @@
 #include <optional>
 #include <vector>
 
-#include "storage/pg_conninfo.h"
-#include "storage/pg_storage.h"
+#include "storage/postgres/pg_conninfo.h"
+#include "storage/postgres/pg_storage.h"
 
 namespace idem {
 namespace {

@@ -8,7 +8,7 @@
 #include "core/store_directory.h"
 #include "sharing/protocol.h"
 #include "sharing/remote_backend.h"
-#include "storage/rocksdb_storage.h"
+#include "storage/rocksdb/rocksdb_storage.h"
 #include "util/backoff.h"
 #include "util/escape.h"
 

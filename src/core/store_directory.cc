@@ -18,7 +18,7 @@
 #include "core/disk_reserve.h"
 #include "sharing/owner_lock.h"
 #include "sharing/socket_address.h"
-#include "storage/format_file.h"
+#include "storage/rocksdb/format_file.h"
 #include "util/escape.h"
 #include "util/links.h"
 #include "util/sync_directory.h"

@@ -30,7 +30,7 @@
 #include <filesystem>
 
 #include "idem/status.h"
-#include "storage/rocksdb_storage.h"
+#include "storage/rocksdb/rocksdb_storage.h"
 
 namespace idem {
 

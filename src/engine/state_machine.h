@@ -107,7 +107,7 @@ using NextToken = FunctionRef<Result<uint64_t>(uint64_t above)>;
 // answers and stores then. Every time in its record is `now` plus an offset that does not depend
 // on `now` (created and updated: none; lease_deadline: the lease; expires: the retention, at least
 // the lease), so a storage whose server keeps the clock may send the record made at the epoch and
-// let the server add its own time to each (storage/pg_storage.cc).
+// let the server add its own time to each (storage/postgres/pg_storage.cc).
 Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token);
 
 // A record that leaves pending keeps no holder: the holder serves a pending claim only (judging

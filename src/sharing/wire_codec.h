@@ -2,8 +2,8 @@
 // little-endian, bytes length-prefixed, durations in milliseconds, times in microseconds, and
 // records and counters field by field.
 //
-// It is independent of the on-disk record format (storage/record_codec.h) on purpose: the two
-// change for different reasons and are versioned apart, the disk's by the record format
+// It is independent of the on-disk record format (storage/rocksdb/record_codec.h) on purpose: the
+// two change for different reasons and are versioned apart, the disk's by the record format
 // version, the wire's by kProtocolVersion (sharing/protocol.h). A change here is a change of the
 // protocol: update docs/format.md and bump kProtocolVersion.
 

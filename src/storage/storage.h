@@ -44,7 +44,7 @@ inline constexpr uint64_t kHighestClockStart = kMaxToken - (uint64_t{1} << 48);
 // connection) is released when it is destroyed. Used by one thread at a time.
 class ReadView {
  public:
-  virtual ~ReadView() = default;
+  virtual ~ReadView();
 };
 
 class Storage {
@@ -73,7 +73,7 @@ class Storage {
     std::optional<uint64_t> created_token;
   };
 
-  virtual ~Storage() = default;
+  virtual ~Storage();
 
   // Atomically with respect to every other Update, Remove and Purge of the same key: reads the
   // record and the time, calls `decide`, and writes its answer together with its expiry-index

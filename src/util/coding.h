@@ -1,8 +1,9 @@
 // Fixed-width integers. Little-endian, as both of idem's encodings write them: the on-disk record
-// format (storage/record_codec.h) and the wire protocol (sharing/wire_codec.h); each encoding
-// decides its own layout, only the integer coding is shared. Big-endian where byte order must be
-// numeric order or a standard says so: the expiry index's keys (storage/layout.h), PostgreSQL's
-// binary values (storage/pg_pool.cc), a UUIDv7's time and counter (api/ids.cc).
+// format (storage/rocksdb/record_codec.h) and the wire protocol (sharing/wire_codec.h); each
+// encoding decides its own layout, only the integer coding is shared. Big-endian where byte order
+// must be numeric order or a standard says so: the expiry index's keys (storage/rocksdb/layout.h),
+// PostgreSQL's binary values (storage/postgres/pg_pool.cc), a UUIDv7's time and counter
+// (api/ids.cc).
 
 #ifndef IDEM_UTIL_CODING_H_
 #define IDEM_UTIL_CODING_H_

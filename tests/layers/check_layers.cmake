@@ -6,9 +6,18 @@
 # so the check cannot pass vacuously. Also refuses `#include "../..."` and absolute includes in
 # src/, the one way around an include root.
 #
+# A layer may be a subfolder of another (storage/rocksdb under storage), and its root then holds
+# the parent's files one by one (src/CMakeLists.txt). Two more ways around a root follow, and are
+# refused: a quoted include is looked for first in the including file's own folder, so
+# src/storage/storage.cc could write "rocksdb/layout.h"; hence every quoted include in src/ is
+# written from src/, its folder a layer (or include/'s idem/). And a folder under src/ that is no
+# layer would be hidden by its parent's per-file links; hence every folder is a layer (or one
+# switched off in this build: OFF_LAYERS).
+#
 # Run by CTest (tests/CMakeLists.txt) with:
 #   -DCXX=<compiler> -DSOURCE_DIR=<repo> -DWORK_DIR=<scratch> -DLAYERS=a|b|...
 #   -DVISIBLE_<layer>=a|b|... -DINCLUDES_<layer>=dir|dir|... -DEXTRA_INCLUDES=dir|...
+#   -DOFF_LAYERS=a|...
 cmake_minimum_required(VERSION 3.25)
 foreach(var CXX SOURCE_DIR WORK_DIR LAYERS)
   if(NOT DEFINED ${var})
@@ -17,6 +26,7 @@ foreach(var CXX SOURCE_DIR WORK_DIR LAYERS)
 endforeach()
 string(REPLACE "|" ";" layers "${LAYERS}")
 string(REPLACE "|" ";" extra_includes "${EXTRA_INCLUDES}")
+string(REPLACE "|" ";" off_layers "${OFF_LAYERS}")
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 
@@ -43,7 +53,8 @@ foreach(layer IN LISTS layers)
     endif()
     list(SORT headers)
     list(GET headers 0 header)
-    set(probe ${WORK_DIR}/${layer}_includes_${other}.cc)
+    string(REPLACE "/" "_" probe "${layer}_includes_${other}.cc")
+    set(probe ${WORK_DIR}/${probe})
     file(WRITE ${probe} "#include \"${header}\"\n")
     execute_process(COMMAND ${CXX} ${flags} ${probe}
                     RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -73,6 +84,24 @@ foreach(source IN LISTS sources)
   file(STRINGS ${source} bad REGEX "^[ \t]*#[ \t]*include[ \t]*\"(/|[^\"]*\\.\\./)")
   if(bad)
     string(APPEND failures "\n${source}: an include around the layers: ${bad}")
+  endif()
+  file(STRINGS ${source} quoted REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+  foreach(line IN LISTS quoted)
+    string(REGEX REPLACE "^[^\"]*\"([^\"]*)/[^/\"]*\".*" "\\1" dir "${line}")
+    if(dir STREQUAL line
+       OR NOT (dir IN_LIST layers OR dir IN_LIST off_layers OR dir MATCHES "^idem"))
+      string(APPEND failures "\n${source}: an include not written from src/: ${line}")
+    endif()
+  endforeach()
+endforeach()
+
+# Every folder under src/ is a layer: an ordinary subfolder of a layer would be hidden by the
+# parent's per-file links in the roots of the layers above.
+file(GLOB_RECURSE folders LIST_DIRECTORIES true RELATIVE ${SOURCE_DIR}/src ${SOURCE_DIR}/src/*)
+foreach(folder IN LISTS folders)
+  if(IS_DIRECTORY ${SOURCE_DIR}/src/${folder} AND NOT folder IN_LIST layers
+     AND NOT folder IN_LIST off_layers)
+    string(APPEND failures "\nsrc/${folder} is a folder but no layer (src/CMakeLists.txt)")
   endif()
 endforeach()
 

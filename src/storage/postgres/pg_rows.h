@@ -1,0 +1,32 @@
+// A record as a row of a PostgreSQL store's records table (pg_schema.h, kPgRecordColumns): the
+// row read back, and the parameters that write one. What record_codec.h is to the RocksDB store.
+#ifndef IDEM_STORAGE_POSTGRES_PG_ROWS_H_
+#define IDEM_STORAGE_POSTGRES_PG_ROWS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "idem/record.h"
+#include "idem/status.h"
+#include "storage/postgres/pg_pool.h"
+#include "storage/postgres/pg_schema.h"
+
+namespace idem::storage {
+
+// A whole row is read as kPgRecordColumns lists its columns (PgRecordColumnList), and the
+// statements that read one add the server's time after them, at this position.
+inline constexpr int kPgRecordColumnCount = static_cast<int>(kPgRecordColumns.size());
+
+// The record in row `row` of `rows` (its columns in kPgRecordColumns' order), or nullopt when its
+// key is NULL (the outer join of a read that found none); kCorruption for values no idem writes.
+// `version` receives the row's version.
+Result<std::optional<Record>> DecodePgRow(const PgRows& rows, int row, int64_t* version);
+
+// The parameters $1.. of a row's columns but the version: key, then the record's fields.
+std::vector<PgParam> PgRowParams(std::string_view key, const Record& record);
+
+}  // namespace idem::storage
+
+#endif  // IDEM_STORAGE_POSTGRES_PG_ROWS_H_

@@ -1,0 +1,79 @@
+#include "storage/rocksdb/periodic_sync.h"
+
+#include <fmt/format.h>
+
+namespace idem::storage {
+
+PeriodicSync::PeriodicSync(std::chrono::milliseconds interval, std::function<Status()> sync,
+                           std::function<void(std::string_view)> log)
+    : interval_(interval), sync_(std::move(sync)), log_(std::move(log)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+PeriodicSync::~PeriodicSync() { Stop(); }
+
+void PeriodicSync::Note() {
+  if (due_.exchange(true, std::memory_order_acq_rel)) return;
+  std::lock_guard lock(mu_);
+  if (woken_) return;  // a retry is pending already, from an earlier due_since_
+  woken_ = true;
+  due_since_ = std::chrono::steady_clock::now();
+  wake_.notify_one();
+}
+
+void PeriodicSync::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    wake_.notify_one();
+  }
+  thread_.join();
+}
+
+PeriodicSync::Counts PeriodicSync::counts() const {
+  std::lock_guard lock(mu_);
+  return counts_;
+}
+
+void PeriodicSync::Run() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    wake_.wait(lock, [&] { return woken_ || stopping_; });
+    if (stopping_) break;
+    // The oldest write not yet synced was noted at due_since_: it is synced an interval later.
+    wake_.wait_until(lock, due_since_ + interval_, [&] { return stopping_; });
+    woken_ = false;
+    lock.unlock();
+    SyncDue();
+    lock.lock();
+  }
+  lock.unlock();
+  SyncDue();  // what was written before Stop
+}
+
+void PeriodicSync::SyncDue() {
+  if (!due_.exchange(false, std::memory_order_acq_rel)) return;
+  const Status synced = sync_();
+  std::lock_guard lock(mu_);
+  ++counts_.syncs;
+  if (synced.ok()) {
+    if (failing_ && log_) log_("the periodic sync of its log works again");
+    failing_ = false;
+    return;
+  }
+  ++counts_.failures;
+  // The writes stay due; the next attempt comes an interval from now.
+  due_.store(true, std::memory_order_release);
+  woken_ = true;
+  due_since_ = std::chrono::steady_clock::now();
+  if (!failing_ && log_) {
+    log_(fmt::format(
+        "a periodic sync of its log failed ({}): calls made with kPeriodic since the last sync "
+        "are not durable yet; retrying every {} ms",
+        synced.ToString(), interval_.count()));
+  }
+  failing_ = true;
+}
+
+}  // namespace idem::storage

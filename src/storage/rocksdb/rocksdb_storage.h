@@ -1,0 +1,466 @@
+// Storage on RocksDB. Layout (docs/format.md):
+//   column family "default"   : key -> encoded record (record_codec.h)
+//   column family "by_expiry" : big-endian biased expiry micros + key -> "" (the purge index)
+//   column family "meta"      : "format_version", "token_ceiling"
+// Only this process writes the database (RocksDB's LOCK file guarantees it), so per-key
+// atomicity comes from striped in-process mutexes around Get + WriteBatch: measured faster than
+// TransactionDB and exactly as correct (architecture.md).
+
+#ifndef IDEM_STORAGE_ROCKSDB_ROCKSDB_STORAGE_H_
+#define IDEM_STORAGE_ROCKSDB_ROCKSDB_STORAGE_H_
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "storage/rocksdb/fs/log_tail.h"
+#include "storage/storage.h"
+
+namespace rocksdb {
+class ColumnFamilyHandle;
+class DB;
+class Env;
+class FileSystem;
+class Iterator;
+class Status;
+class WriteBatch;
+struct ColumnFamilyDescriptor;
+struct ColumnFamilyOptions;
+struct DBOptions;
+struct WriteOptions;
+}  // namespace rocksdb
+
+namespace idem::storage {
+
+struct DiskErrorFlags;  // log_failure_watch.h
+class InfoLog;          // info_log.h
+class PeriodicSync;     // periodic_sync.h
+
+struct RocksDbConfig {
+  std::string path;  // the RocksDB directory
+  bool create_if_missing = true;
+  bool read_only = false;                // a read-only instance: reads only, never takes the LOCK
+  std::size_t memory_budget = 96 << 20;  // Options::memory_budget
+  // Options::sync_interval: writes made with Durability::kPeriodic are synced at most this long
+  // after they return (PeriodicSync). Positive.
+  std::chrono::milliseconds sync_interval{std::chrono::seconds(1)};
+  // The time records are judged by (Storage's `now`), and the compaction filter's notion of
+  // "expired". Not null.
+  std::shared_ptr<const Clock> clock;
+  // Test hook: the Env (and through it the FileSystem) RocksDB uses; null means the default.
+  // The fault injection tests pass one whose writes and syncs fail on demand.
+  std::shared_ptr<rocksdb::Env> env;
+  // Test hook: how many tokens each persisted token ceiling reserves (kTokenBlock). The power-cut
+  // tests make it small, so that cuts land while a ceiling is being written.
+  uint64_t token_block = 0;  // 0: kTokenBlock
+  // Receives what an operator must hear and no call returns: the store stopped writing after a
+  // disk error, and started again (Options::log). Called from the caller's thread of a write,
+  // never from RocksDB's. Null: dropped.
+  std::function<void(std::string_view)> log;
+};
+
+class RocksDbStorage final : public Storage {
+ public:
+  static Result<std::unique_ptr<RocksDbStorage>> Open(const RocksDbConfig& config);
+  ~RocksDbStorage() override;
+
+  // What the directory `path` holds, found without writing anything and without opening a
+  // RocksDB instance (which would write its info log, LOCK and OPTIONS files).
+  struct Contents {
+    enum class Kind {
+      kNothing,  // no such directory, or an empty one
+      kIdem,     // a RocksDB database with idem's column families
+      kOther,    // anything else (a symbolic link, a file, other files, another database)
+    };
+    Kind kind = Kind::kNothing;
+    std::string detail;  // for kOther: what it holds, for a message ("a RocksDB database ...")
+  };
+  // A database is idem's when its newest OPTIONS file (RocksDB rewrites it at every open, and
+  // renames it into place whole) names the column families by_expiry and meta. The MANIFEST is
+  // not read: a damaged one is reported by Open, naming it. Errors: kIOError when the directory
+  // cannot be read.
+  static Result<Contents> Inspect(const std::string& path);
+
+  // Deletes what a failed open leaves in the database `path`: temporary files (*.dbtmp, a
+  // CURRENT or OPTIONS file being written) and MANIFEST files that CURRENT does not name (one
+  // written before CURRENT could be switched to it). On a full disk each attempt leaves a few
+  // pages of them, which would take the space an operator frees before the next attempt could.
+  // Only while no process has the database open (the caller holds the store's owner lock).
+  static void DeleteLeftoversOfAFailedOpen(const std::string& path);
+
+  // Puts a database built at `staging` (and closed) in place at `destination`, renaming it and
+  // syncing their parent directory, through the file system `config` names, so that a power cut
+  // leaves either no database at `destination` or the whole one.
+  static Status Install(const RocksDbConfig& config, const std::string& staging,
+                        const std::string& destination);
+
+  Status Update(std::string_view key, Decide decide, Durability durability,
+                std::optional<uint64_t> absent_since) override;
+  Result<ReadResult> Read(std::string_view key) override;
+  // Application tables: a column family each, "app.<name>" (docs/format.md), made by the first
+  // commit that writes to it. Values are read without locks; a commit locks its keys (after
+  // the record's) and checks their versions under the locks.
+  Status UpdateWithWrites(std::string_view key, Decide decide, const WriteSet& writes,
+                          Durability durability) override;
+  Result<TableValue> ReadValue(std::string_view table, std::string_view key) override;
+  Result<std::vector<std::string>> ListTables() override;
+  // Excludes every commit with table writes meanwhile (wide_commit_mu_): imports are rare.
+  Result<std::vector<ImportOutcome>> ImportValues(
+      std::string_view table, std::span<const std::pair<std::string, TableValue>> values) override;
+  Status ScanValues(std::string_view table, const ScanOptions& options,
+                    FunctionRef<bool(std::string_view key, TableValue&& value)> visit,
+                    ReadView* view = nullptr) override;
+  Result<bool> Remove(std::string_view key, Durability durability) override;
+  Status Scan(const ScanOptions& options, FunctionRef<bool(Record&& record, TimePoint now)> visit,
+              ReadView* view = nullptr) override;
+  // A RocksDB snapshot, and the storage's time when it was taken. It costs nothing to take; while
+  // it lives, compaction keeps the values it sees that were overwritten or deleted since.
+  Result<std::unique_ptr<ReadView>> OpenView() override;
+  Result<uint64_t> Purge(const PurgeOptions& options) override;
+  // RocksDB's Checkpoint: the memtables flushed first (so that the copy needs no log replay, but
+  // for what was written meanwhile), table files hard-linked when `destination` is on the same
+  // file system and copied otherwise (each 0600, through this storage's file system), then the
+  // copy and its directory synced.
+  Status Checkpoint(const std::string& destination) override;
+  Status ReserveTokensAbove(uint64_t token) override;
+  Status Sync() override;
+  // Write groups hold their keys' stripes; a group takes a stripe only by try_lock and writes
+  // what it holds before waiting for one, so it never waits while holding a stripe (no cycle
+  // with Update, Remove or a purge's DeleteDue).
+  void StartWriteGroup() override;
+  std::size_t GroupedWrites() const override;
+  std::vector<Status> FinishWriteGroup() override;
+
+  // Writes the memtables to table files and waits (tests use it to get SST files to damage).
+  Status Flush();
+  // Compacts all table files of the records, running the expiry filter over them (tests).
+  Status CompactRecords();
+  // Compacts every column family, so that no compaction starts on its own until a few more
+  // flushes (tests that copy the files).
+  Status CompactAll();
+  // Moves the filter horizon (see filter_horizon_) to a day before `now` if it is older.
+  // Opening the store and every purge call it.
+  Status AdvanceFilterHorizon(TimePoint now);
+
+  // Persisted in the meta column family and the format file; never change these values. A store
+  // is made at version 1 and stays there until its first application table is made, which
+  // raises it to 2 (the table column families, docs/format.md): so a release before tables,
+  // which reads only version 1, refuses such a store with kNewerVersion instead of failing on
+  // column families it does not know, and still opens every store without tables.
+  static constexpr uint32_t kFirstFormatVersion = 1;
+  static constexpr uint32_t kTablesFormatVersion = 2;
+  // The newest version this release reads and writes.
+  static constexpr uint32_t kStoreFormatVersion = kTablesFormatVersion;
+  // Tokens are reserved in blocks: the ceiling is persisted (fsynced) once per block, and a
+  // reopened store starts at the last persisted ceiling (or the time in microseconds plus the
+  // lead, when that is higher), so a token is never handed out twice
+  // (rocksdb_storage_tokens.cc).
+  static constexpr uint64_t kTokenBlock = 1 << 16;
+  // The block an open reserves: small, so that a store reopened at once starts little ahead of
+  // the clock, and its lead stays small.
+  static constexpr uint64_t kFirstTokenBlock = 1 << 10;
+  // How much further ahead of the clock (in microseconds: 71 minutes) a copy of the files
+  // starts than its lead: room for the clock of the host it was copied from, and for a lead the
+  // original grew after the copy was made.
+  static constexpr uint64_t kCopyMargin = uint64_t{1} << 32;
+
+ private:
+  RocksDbStorage() = default;
+  Status Initialize(const RocksDbConfig& config);
+  // The steps of Initialize before RocksDB reads the files: the manifest mark is checked and the
+  // logs' tails are cut (a power cut's refused by a read-only open). Says what was cut.
+  Result<LogTailCuts> PrepareFilesForOpen(rocksdb::FileSystem& file_system, bool read_only);
+  // The info log of the store (InfoLog), its directory made first when the store may be created.
+  std::shared_ptr<InfoLog> StartInfoLog(rocksdb::FileSystem& file_system,
+                                        const RocksDbConfig& config) const;
+  // The steps of Initialize, after the options are made: open RocksDB (read-only or not), check
+  // the store's format version (writing it into a new store), start tokens above the persisted
+  // ceiling, and load the filter horizon.
+  Status OpenDatabase(const rocksdb::DBOptions& options,
+                      const std::vector<rocksdb::ColumnFamilyDescriptor>& families, bool read_only,
+                      const InfoLog& info_log);
+  Status CheckFormatVersion(bool read_only);
+  // Visits the keys of `family` in `options`' range with their values, in key order, until
+  // `visit` returns false or an error; `what` names the scan in an error message.
+  // Visits `family`'s entries as of `view` (null: the latest).
+  Status ScanFamily(rocksdb::ColumnFamilyHandle* family, const ScanOptions& options,
+                    std::string_view what,
+                    FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit,
+                    ReadView* view);
+  // Update, with `writes` (null: none) applied in the record's batch (UpdateWithWrites).
+  Status Commit(std::string_view key, Decide decide, const WriteSet* writes, Durability durability,
+                std::optional<uint64_t> absent_since);
+  // One table write as it goes into a commit's batch.
+  struct TableWrite {
+    rocksdb::ColumnFamilyHandle* family;
+    std::string key;
+    std::string encoded;  // the value with its new version (EncodeTableValue)
+  };
+  // The locks of one commit's table keys: wide_commit_mu_ shared and each key's stripe in
+  // ascending order (exclusive for a written key, shared for a key only required, so that
+  // commits that only read a key, a setting every request reads, do not wait for each other),
+  // or, for a commit of more than kMostTableLocks keys, wide_commit_mu_ alone. Taken after the
+  // record's stripe, and nothing takes a record's stripe while holding these: no cycle.
+  class TableLocks {
+   public:
+    TableLocks(RocksDbStorage& storage, const WriteSet& writes);
+    ~TableLocks();
+    TableLocks(const TableLocks&) = delete;
+    TableLocks& operator=(const TableLocks&) = delete;
+
+   private:
+    struct Stripe {
+      std::size_t index;
+      bool exclusive;  // a key of it is written
+    };
+    RocksDbStorage& storage_;
+    std::vector<Stripe> stripes_;  // ascending, each once
+    bool wide_ = false;
+  };
+  // Under the keys' locks: kConflict when a conditional write's key, or a required one, is no
+  // longer at its version; otherwise the writes to batch (one per key, the last value given, the
+  // version one above the stored one), their tables made first where new.
+  Result<std::vector<TableWrite>> PrepareTableWrites(const WriteSet& writes);
+  // Adds to `batch` the record `encoded` under `key`, `table_writes`, and the expiry index's
+  // change (the entry of `stored_expires` deleted when there was a record and its expiry
+  // changes, and one for `expires` put).
+  rocksdb::Status AddRecordWrite(rocksdb::WriteBatch& batch, std::string_view key,
+                                 const std::string& encoded,
+                                 const std::vector<TableWrite>& table_writes,
+                                 std::optional<int64_t> stored_expires, int64_t expires);
+  // A write group's state (StartWriteGroup): one per thread, naming the storage it belongs to.
+  struct WriteGroup {
+    struct Held {
+      std::size_t stripe;
+      std::string key;
+      std::string encoded;
+      int64_t expires;
+    };
+    RocksDbStorage* storage = nullptr;
+    std::unique_ptr<rocksdb::WriteBatch> batch;
+    std::vector<Held> held;        // not yet written, each holding its stripe
+    std::vector<Status> outcomes;  // of the Updates written so far, in order
+    // kPeriodic once a held write asks for it, so that the batch is synced in time.
+    Durability durability = Durability::kBuffered;
+    bool Holds(std::size_t stripe) const;
+  };
+  // The calling thread's group, on whichever storage (storage null: none).
+  static WriteGroup& ThreadGroupSlot();
+  // The calling thread's group on this storage; null when it has none.
+  WriteGroup* ThreadWriteGroup() const;
+  // Writes what `group` holds as one batch, notes the outcome for each, and lets their stripes
+  // go.
+  void WriteGroupHeld(WriteGroup& group);
+  // A group writes what it holds once it holds this many (ThreadSanitizer tracks 64 locks a
+  // thread).
+  static constexpr std::size_t kMostGroupedWrites = 32;
+  // A thread keeps its group's batch between groups up to this size: 32 records of the sizes a
+  // client pipelines (sharing/remote_backend.cc) fit.
+  static constexpr std::size_t kGroupBatchKeepBytes = 256 << 10;
+  // The column family of `table`; null when it does not exist and `create` is false. Making one
+  // raises the store's format version first (kTablesFormatVersion).
+  Result<rocksdb::ColumnFamilyHandle*> TableFamily(std::string_view table, bool create);
+  Result<TableValue> ReadTableValue(rocksdb::ColumnFamilyHandle* family, std::string_view table,
+                                    std::string_view key);
+  // Raises the store's format version to kTablesFormatVersion: the format file, then the meta
+  // value, both synced. tables_mu_ held.
+  Status RaiseFormatForTablesLocked();
+  // The column families Initialize opens beside the three of the records: those of the tables,
+  // listed from the MANIFEST (none for a new store).
+  std::vector<std::string> ListTableFamilies(const rocksdb::DBOptions& options) const;
+  // The clock's time at the precision records keep, so that what a call returns equals what it
+  // stored.
+  TimePoint Now() const;
+  // The database's latest sequence number: every write takes a new one (ReadResult's
+  // write_version).
+  uint64_t WriteVersion() const;
+  // The record under `key`, decoded into `record` (reusing its buffers); nullopt when there is
+  // none. On an error `record` may be left partly assigned.
+  Status ReadRecordInto(std::string_view key, std::optional<Record>& record);
+  // A fencing token never handed out before, even across restarts and copies: from a counter
+  // whose ceiling is persisted a block ahead (kTokenBlock), and at most the lead ahead of `now`
+  // (the lead is raised first when it would be more). Already above every stored token.
+  Result<uint64_t> NextToken(TimePoint now);
+  // Starts the counter above the persisted ceiling and above the time `now` (in microseconds)
+  // plus the lead (and a margin more when the files are a copy: their directory is not the one
+  // they were last opened in), and persists the next ceiling, the lead and the directory.
+  Status ReserveTokens(TimePoint now);
+  Status LoadFilterHorizon(TimePoint now);
+  // The fixed-width value `bytes` long (4 or 8) at `key` of the meta column family, if any;
+  // kCorruption naming `what` when it has another size.
+  Result<std::optional<uint64_t>> ReadMeta(const char* key, std::size_t bytes,
+                                           std::string_view what);
+  // Persists (fsyncs) the token ceiling and lead, and the directory the files are in when given.
+  // Called with token_mu_ held.
+  Status PersistTokens(uint64_t ceiling, uint64_t lead, std::optional<uint64_t> device,
+                       std::optional<uint64_t> inode);
+  // Every write goes through here. After a failed write (or a failed flush: the next write then
+  // fails) RocksDB refuses further writes (its background error state): the next write first
+  // checks that RocksDB has resumed (ResumeAfterDiskError), and fails with kIOError saying why
+  // when it has not. `what` and `key` (may be empty) name the write in an error message.
+  Status Write(Durability durability, rocksdb::WriteBatch* batch, std::string_view what,
+               std::string_view key = {});
+  // OK when RocksDB takes writes (again). Otherwise kIOError: the disk is full (writes resume
+  // by themselves once space is freed), or the store must be reopened.
+  Status ResumeAfterDiskError();
+  // resume_mu_ held, RocksDB not stopped. kIOError while the log file whose write failed is
+  // still current (the call that failed has yet to stop the store), OK otherwise.
+  Status CheckFailedLogLocked();
+  // resume_mu_ held. The error a failed DB::Resume (`resume`) leaves calls with, saying whether
+  // the store writes again by itself or must be reopened.
+  Status ResumeFailure(const rocksdb::Status& resume) const;
+  // resume_mu_ held. Takes writes again, and reports the end of a stop that was reported.
+  void NoteResumedLocked(std::chrono::steady_clock::time_point now);
+  // See the .cc: keeps a memtable non-empty after a resume.
+  void WriteResumeGuard();
+  // The number of the write-ahead log file RocksDB writes now.
+  std::optional<uint64_t> CurrentLogNumber();
+  // resume_mu_ held. Keeps `cause`, and reports (rate-limited) that writes stopped, once per
+  // stop.
+  void NoteStoppedLocked(const rocksdb::Status& cause);
+  std::string FreeSpaceAdvice() const;
+  void Report(const std::string& message) const;
+  std::size_t StripeIndex(std::string_view key) const;
+  // Deletes the due records among `entries` (each an index entry's expiry and key), reading
+  // first those whose expiry is at or before `verify_up_to`.
+  // `seen_at`: the sequence number of the snapshot the entries were read from.
+  Result<uint64_t> DeleteDue(const std::vector<std::pair<int64_t, std::string>>& entries,
+                             int64_t now_micros, int64_t verify_up_to, uint64_t seen_at);
+  // Calls options.progress_total, when set, with the number of index entries `it` visits.
+  Status ReportPurgeTotal(rocksdb::Iterator& it, const PurgeOptions& options);
+  // A dry-run purge: how many of the due entries `it` walks still name their record.
+  Result<uint64_t> CountDue(rocksdb::Iterator& it, const std::function<void(uint64_t)>& progress);
+  // What a purge's pass over the due entries did, and the key range it covered.
+  struct PurgePass {
+    uint64_t purged = 0;
+    std::string smallest_key;
+    std::string largest_key;
+    std::string last_index_key;  // empty: no entry was due
+  };
+  // Deletes the due records among the entries `it` walks, in batches of kPurgeBatch (DeleteDue).
+  Result<PurgePass> DeleteDueEntries(rocksdb::Iterator& it, int64_t now_micros,
+                                     int64_t verify_up_to, uint64_t seen_at,
+                                     const std::function<void(uint64_t)>& progress);
+  // Deletes the expiry index up to and including `last_index_key`.
+  Status TrimExpiryIndex(const std::string& last_index_key);
+  // Gives back the disk space of what `pass` removed: flushes every column family, so that the
+  // log files holding the deletes go, and compacts the purged ranges of the records and index.
+  Status CompactPurged(const PurgePass& pass);
+  Status PersistFilterHorizon(int64_t horizon);
+
+  // Constant after construction.
+  std::string path_;
+  std::shared_ptr<const Clock> clock_;
+  // The Env RocksDB uses: its own thread pools (storage_env.h), and over the test hook's or the
+  // default file system, the manifest-marking one and the watch of failed log writes. Declared
+  // before db_, so it outlives it.
+  std::shared_ptr<rocksdb::Env> env_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  rocksdb::ColumnFamilyHandle* records_ = nullptr;
+  rocksdb::ColumnFamilyHandle* by_expiry_ = nullptr;
+  rocksdb::ColumnFamilyHandle* meta_ = nullptr;
+  std::shared_ptr<void> keep_alive_;           // block cache and write-buffer manager
+  std::function<void(std::string_view)> log_;  // RocksDbConfig::log
+  // Syncs the log after writes made with kPeriodic; null in a read-only instance. Stopped
+  // (syncing what is due) before the database closes.
+  std::unique_ptr<PeriodicSync> periodic_sync_;
+  std::size_t resume_free_bytes_ = 0;  // RocksDB resumes after a full disk once this is free
+
+  // What failed writes tell: the next write checks that RocksDB resumed first, under
+  // resume_mu_. Shared with the file system that notes failed log writes.
+  std::shared_ptr<DiskErrorFlags> disk_errors_;
+  std::mutex resume_mu_;
+  // A failed resume is retried no sooner than this; meanwhile calls get its error.
+  static constexpr std::chrono::milliseconds kResumeInterval{100};
+  // At most one "stopped writing" line per interval.
+  static constexpr std::chrono::seconds kStopReportInterval{60};
+  // Guarded by resume_mu_.
+  std::chrono::steady_clock::time_point next_resume_;
+  Status last_resume_error_;
+  std::string last_cause_;  // what made the last write fail
+  bool last_cause_no_space_ = false;
+  bool stop_noted_ = false;     // this stop was noted (reported or counted)
+  bool stop_reported_ = false;  // and reported: its end is reported too
+  bool stop_reported_ever_ = false;
+  std::chrono::steady_clock::time_point stopped_since_;
+  std::chrono::steady_clock::time_point last_stop_report_;
+  uint64_t unreported_stops_ = 0;
+
+  // Per-key read-modify-write atomicity. 1024 stripes keep collisions rare at 64 threads.
+  static constexpr std::size_t kStripes = 1024;
+  std::array<std::mutex, kStripes> stripes_;
+
+  // Per stripe, the record last written for one of its keys, so the next transition of that key
+  // (Complete after Begin, each Extend) decodes it instead of reading it back from RocksDB: a
+  // lifecycle then makes one RocksDB read, not two. Only this process writes the database, and
+  // every write of a key holds its stripe's lock, so the copy is the stored record, with one
+  // exception: compaction drops expired records without the lock. So a copy is used only while
+  // it expires after the filter horizon. Guarded by the stripe's mutex.
+  struct LastWrite {
+    std::string key;
+    std::string value;  // encoded record
+    int64_t expires = 0;
+    void Forget(std::string_view written) {
+      if (key == written) key.clear(), value.clear();
+    }
+  };
+  static constexpr std::size_t kLastWriteMaxBytes = 1024;  // bounds the copies to ~1 MiB
+  // A thread keeps its read buffer and its write batch between calls up to this size.
+  static constexpr std::size_t kReadBufferKeepBytes = 4096;
+  std::array<LastWrite, kStripes> last_writes_;
+  // Per stripe, the sequence number after the last Update or Remove of one of its keys: a purge
+  // rechecks an index entry from its snapshot only when its stripe was written since. Guarded by
+  // the stripe's mutex.
+  std::array<uint64_t, kStripes> written_at_{};
+
+  // The filter horizon (micros): compaction filters drop only records that expire at or before
+  // it, and it is persisted (fsynced, meta "filter_horizon") before any filter uses it. It
+  // trails the clock by a day and moves at open and at each purge. So the expiry index is
+  // exact after it: an entry later than the horizon always names a record with that expiry
+  // (every write of a record replaces its entry in the same batch), and purge deletes such
+  // records without reading them. At or before it, a filter may have removed the record and
+  // the key may hold a newer one: purge reads those first. Also bounds the last-write copies.
+  const std::shared_ptr<std::atomic<int64_t>> filter_horizon_ =
+      std::make_shared<std::atomic<int64_t>>(std::numeric_limits<int64_t>::min());
+  std::mutex horizon_mu_;  // one writer of the horizon at a time
+
+  std::mutex purge_mu_;  // one purge at a time
+
+  // The store's format version, read at open; raised when the first table is made.
+  std::atomic<uint32_t> format_version_{kFirstFormatVersion};
+
+  // Application tables, by name, and the options a new table's column family gets. The handles
+  // live as long as the database (destroyed with it). Guarded by tables_mu_ (shared to look up).
+  std::shared_mutex tables_mu_;
+  std::map<std::string, rocksdb::ColumnFamilyHandle*, std::less<>> tables_;
+  std::unique_ptr<rocksdb::ColumnFamilyOptions> table_options_;
+  // A commit's table keys are locked by stripe, like records, in ascending order, after the
+  // record's stripe and while holding wide_commit_mu_ shared. A commit of more keys than
+  // kMostTableLocks takes wide_commit_mu_ alone instead (ThreadSanitizer tracks 64 locks).
+  std::array<std::shared_mutex, kStripes> table_stripes_;
+  std::shared_mutex wide_commit_mu_;
+  static constexpr std::size_t kMostTableLocks = 32;
+
+  uint64_t token_block_ = kTokenBlock;  // RocksDbConfig::token_block
+  std::atomic<uint64_t> next_token_{1};
+  std::mutex token_mu_;
+  std::atomic<uint64_t> token_ceiling_{0};  // written under token_mu_
+  // How far ahead of the clock (microseconds) any token handed out may lie; written under
+  // token_mu_.
+  std::atomic<uint64_t> token_lead_{0};
+};
+
+}  // namespace idem::storage
+
+#endif  // IDEM_STORAGE_ROCKSDB_ROCKSDB_STORAGE_H_
