@@ -113,14 +113,18 @@ uint64_t CountRecords(idem::Store& store, std::string_view prefix) {
   return count;
 }
 
+// The writers' pace: the transfers the exports need to show at full speed, then about 600 a
+// second (3 threads), for 5 seconds or more.
+idem_test::Pace ExportPace() {
+  const auto full_speed = static_cast<uint64_t>(idem_test::Scaled(3000, 500));
+  return {.full_speed = full_speed, .pause = 5ms, .most = full_speed + 3000};
+}
+
 // Exports `store` (a directory) three times while `reader` sees transfers being made, checks
 // each export is one moment, and that transfers were made while at least one ran.
 void ExportWhileTransfersRun(const std::string& store, idem::Store& reader, const TempDir& dir) {
   ASSERT_TRUE(idem_test::WaitFor(
-      [&] {
-        return CountRecords(reader, idem_test::kTransferPrefix) >=
-               static_cast<uint64_t>(idem_test::Scaled(3000, 500));
-      },
+      [&] { return CountRecords(reader, idem_test::kTransferPrefix) >= ExportPace().full_speed; },
       120s))
       << "the writers made too few transfers";
   bool overlapped = false;
@@ -142,7 +146,9 @@ void ExportWhileTransfersRun(const std::string& store, idem::Store& reader, cons
 TEST(LiveExport, ThroughTheOwnersSocketIsOneMoment) {
   TempDir dir;
   const std::string store = dir.StorePath();
-  idem_test::Worker owner({"transfer", store, "3"});
+  const idem_test::Pace pace = ExportPace();
+  idem_test::Worker owner({"transfer", store, "3", std::to_string(pace.full_speed),
+                           std::to_string(pace.pause.count()), std::to_string(pace.most)});
   ASSERT_EQ(owner.ReadLine(60s), "ready");
   idem::Options options;
   options.read_only = true;
@@ -164,7 +170,7 @@ TEST(LiveExport, InTheOwnersProcessIsOneMoment) {
   ASSERT_TRUE(owner.ok()) << owner.status().ToString();
   ASSERT_TRUE(idem_test::OpenAccounts(**owner).ok());
   {
-    idem_test::TransferLoad load(**owner, "local", 3);
+    idem_test::TransferLoad load(**owner, "local", 3, ExportPace());
     ExportWhileTransfersRun(store, **owner, dir);
     EXPECT_FALSE(load.failed()) << load.error();
   }
@@ -270,21 +276,23 @@ TEST_P(ChainExport, IsOneMomentWhileWritersComplete) {
             .ok());
   }
   constexpr int kWriters = 3;
+  constexpr int kMostSteps = 2000;  // a writer's; 2 seconds or more
   std::atomic<bool> stop{false};
   std::atomic<int> steps{0};
   std::vector<std::thread> writers;
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] {
-      for (int i = 0; !stop.load(); ++i) {
+      for (int i = 0; !stop.load() && i < kMostSteps; ++i) {
         for (const char region : {'a', 'z'}) {
           const auto done = handle->Execute(ChainKey(region, w, i),
                                             [](idem::Attempt&) { return std::string("c"); });
           ASSERT_TRUE(done.ok()) << done.status().ToString();
         }
         steps.fetch_add(1);
-        // Paced: a store directory completes a step in microseconds, and the export of a store
-        // grown by millions of records would only take longer.
-        if (local) std::this_thread::sleep_for(200us);
+        // Paced and bounded: a store directory completes a step in microseconds, and an export
+        // takes longer the more the store holds, so writers as fast as the export would make
+        // each of the three exports longer than the one before.
+        if (local) std::this_thread::sleep_for(1ms);
       }
     });
   }

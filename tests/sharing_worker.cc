@@ -7,9 +7,10 @@
 //       Claims KEY with a one-hour lease, prints "held TOKEN", then waits to be killed.
 //   sharing_worker open STORE auto|exclusive
 //       Opens the store, prints "open" or the status, then waits to be killed.
-//   sharing_worker transfer STORE THREADS
+//   sharing_worker transfer STORE THREADS FULL_SPEED PAUSE_MS MOST
 //       Owns the store (buffered writes), opens the accounts of transfer_load.h, prints "ready",
-//       then runs transfers on THREADS threads until killed (prints the error if one fails).
+//       then runs transfers on THREADS threads at that pace (transfer_load.h's Pace) until killed
+//       (prints the error if one fails).
 //   sharing_worker snapshot STORE
 //       Opens the store read-only and starts a Store::ScanSnapshot through its owner; at the first
 //       record prints "in snapshot", then waits to be killed (an exporter that dies mid-export).
@@ -83,7 +84,7 @@ int Execute(const std::string& store_path, int first, int last, const std::strin
   return 0;
 }
 
-int RunTransfers(const std::string& store_path, int threads) {
+int RunTransfers(const std::string& store_path, int threads, const idem_test::Pace& pace) {
   idem::Options options;
   options.durability = idem::Durability::kBuffered;
   auto store = idem::Store::Open(store_path, options);
@@ -95,7 +96,7 @@ int RunTransfers(const std::string& store_path, int threads) {
     Say("open accounts failed: " + opened.ToString());
     return 1;
   }
-  idem_test::TransferLoad load(**store, "worker", threads);
+  idem_test::TransferLoad load(**store, "worker", threads, pace);
   Say("ready");
   for (;;) {
     if (load.failed()) {
@@ -113,8 +114,11 @@ int main(int argc, char** argv) {
   if (args.size() == 6 && args[0] == "execute") {
     return Execute(args[1], std::stoi(args[2]), std::stoi(args[3]), args[4], args[5]);
   }
-  if (args.size() == 3 && args[0] == "transfer") {
-    return RunTransfers(args[1], std::stoi(args[2]));
+  if (args.size() == 6 && args[0] == "transfer") {
+    return RunTransfers(args[1], std::stoi(args[2]),
+                        {.full_speed = std::stoull(args[3]),
+                         .pause = std::chrono::milliseconds(std::stoll(args[4])),
+                         .most = std::stoull(args[5])});
   }
   if (args.size() == 2 && args[0] == "snapshot") {
     idem::Options options;
