@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "pg.h"
-#include "storage/rocksdb/engine_options.h"
 #include "storage/rocksdb/fs/log_zero_fill.h"
 #include "storage/rocksdb/fs/storage_env.h"
+#include "storage/rocksdb/rocksdb_options.h"
 
 namespace idem::bench {
 namespace {
@@ -161,9 +161,9 @@ class RocksDbSubject final : public Subject {
     std::unique_ptr<RocksDbSubject> subject(new RocksDbSubject());
     subject->write_options_.sync = sync;
     // The same engine settings as idem's storage (one definition:
-    // storage/rocksdb/engine_options.h), and the same Env and log files (zero-filled ahead:
+    // storage/rocksdb/rocksdb_options.h), and the same Env and log files (zero-filled ahead:
     // storage/rocksdb/fs/log_zero_fill.h), so the ratio measures idem's own work.
-    const storage::EngineOptions engine = storage::MakeEngineOptions(config.memory_budget);
+    const storage::RocksDbOptions engine = storage::MakeRocksDbOptions(config.memory_budget);
     subject->cache_ = engine.cache;
     subject->env_ =
         storage::NewStorageEnv(storage::NewZeroFilledLogs(rocksdb::FileSystem::Default()));

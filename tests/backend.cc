@@ -4,7 +4,7 @@
 #include <memory>
 #include <mutex>
 
-#include "core/pg_store_core.h"
+#include "core/postgres_store_core.h"
 #include "pg_server.h"
 #endif
 
@@ -41,7 +41,7 @@ std::optional<std::string> PostgresUnavailable() {
       auto started = PgServer::Start();
       if (started.ok()) {
         shared.server = std::move(started).value();
-        idem::PgStoreCore::FollowOptionsClockForTests(true);
+        idem::PostgresStoreCore::FollowOptionsClockForTests(true);
       } else {
         shared.why_not =
             "the tests' PostgreSQL server did not start: " + started.status().ToString();

@@ -3,7 +3,7 @@
 // idem_test_backend of tests/CMakeLists.txt passes on), PostgreSQL: a table of its own for each
 // store, on one throwaway server per test process (tests/pg_server.h), started at the first use and
 // stopped at exit. The PostgreSQL stores decide by the test's ManualClock, not the server's clock
-// (PgStoreCore::FollowOptionsClockForTests), so a test moves time the same way on both.
+// (PostgresStoreCore::FollowOptionsClockForTests), so a test moves time the same way on both.
 //
 //   class Store : public idem_test::OnEachBackend {};
 //   TEST_P(Store, ReplaysADoneRecord) {

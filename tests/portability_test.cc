@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "cli.h"
+#include "sharing/owner_server.h"
 #include "sharing/protocol.h"
-#include "sharing/server.h"
 #include "sharing/socket.h"
 #include "sharing/wire_codec.h"
 #include "storage/rocksdb/fs/log_tail.h"

@@ -110,7 +110,7 @@ TEST(ProtocolOverSocket, EveryRequestRoundTripsWhole) {
   }
 }
 
-// A Begin and the owner's answer to it, as RemoteBackend and the server exchange them.
+// A Begin and the owner's answer to it, as OwnerClient and the server exchange them.
 TEST(ProtocolOverSocket, ABeginAndItsClaimRoundTripWhole) {
   SocketPair pair = MakeSocketPair();
   const BeginCall call = SampleBegin();
@@ -281,7 +281,7 @@ TEST(ProtocolOverSocket, APeerStallingInTheMiddleOfAFrameTimesOutAtTheDeadline) 
   EXPECT_EQ(got.status().message(), "the peer stalled in the middle of a frame");
 }
 
-// RemoteBackend reads what the owner said before closing even after its own send failed, with a
+// OwnerClient reads what the owner said before closing even after its own send failed, with a
 // deadline already past: a frame that has arrived is read, a missing one is kTimedOut at once.
 TEST(ProtocolOverSocket, AFrameThatHasArrivedIsReadEvenPastTheDeadline) {
   SocketPair pair = MakeSocketPair();

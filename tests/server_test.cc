@@ -2,8 +2,6 @@
 // connection cap, slow requests, idle connections, purges longer than a request deadline, and
 // the rate-limited log.
 
-#include "sharing/server.h"
-
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -19,16 +17,17 @@
 
 #include "response_frames.h"
 #include "sharing/log_limiter.h"
-#include "sharing/remote_backend.h"
+#include "sharing/owner_client.h"
+#include "sharing/owner_server.h"
 #include "test_util.h"
 
 namespace {
 
 using idem::Result;
 using idem::Status;
-using idem::sharing::RemoteBackend;
-using idem::sharing::Server;
-using idem::sharing::ServerOptions;
+using idem::sharing::OwnerClient;
+using idem::sharing::OwnerServer;
+using idem::sharing::OwnerServerOptions;
 using idem_test::CapturedLog;
 using idem_test::TempDir;
 using namespace std::chrono_literals;
@@ -113,18 +112,18 @@ class ControlledBackend final : public idem::Backend {
 // A server on a socket in a temporary directory, over a ControlledBackend.
 class ServerTest : public ::testing::Test {
  protected:
-  void StartServer(ServerOptions options) {
+  void StartServer(OwnerServerOptions options) {
     options.log = log_.Sink();
     struct stat info {};
     ASSERT_EQ(stat(dir_.path().c_str(), &info), 0);
     address_ = idem::sharing::SocketAddressFor(dir_.path(), info.st_dev, info.st_ino);
-    auto server = Server::Start(address_, backend_, std::move(options));
+    auto server = OwnerServer::Start(address_, backend_, std::move(options));
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
   }
 
-  std::unique_ptr<RemoteBackend> Client(std::chrono::milliseconds request_timeout = 5s) {
-    auto client = RemoteBackend::Connect(address_, request_timeout, 5s);
+  std::unique_ptr<OwnerClient> Client(std::chrono::milliseconds request_timeout = 5s) {
+    auto client = OwnerClient::Connect(address_, request_timeout, 5s);
     EXPECT_TRUE(client.ok()) << client.status().ToString();
     return client.ok() ? std::move(client).value() : nullptr;
   }
@@ -150,7 +149,7 @@ class ServerTest : public ::testing::Test {
   ControlledBackend backend_;
   CapturedLog log_;
   idem::sharing::SocketAddress address_;
-  std::unique_ptr<Server> server_;
+  std::unique_ptr<OwnerServer> server_;
 };
 
 TEST_F(ServerTest, AConnectionOverTheCapIsRefusedWithAStatusNotTakenForALostOwner) {
@@ -191,7 +190,7 @@ TEST_F(ServerTest, AConnectionOverTheCapIsRefusedWithAStatusNotTakenForALostOwne
   ASSERT_OK_AND_ASSIGN(auto record, std::move(answer));
   EXPECT_TRUE(record.has_value());
   // The client whose idle connection made room reconnects by itself, unaware.
-  for (RemoteBackend* client : {first.get(), second.get()}) {
+  for (OwnerClient* client : {first.get(), second.get()}) {
     ASSERT_OK_AND_ASSIGN(auto again, client->Get("k"));
     EXPECT_TRUE(again.has_value());
     EXPECT_FALSE(client->lost());
@@ -258,7 +257,7 @@ TEST_F(ServerTest, TheManyThreadsOfOneProcessShareAFewConnections) {
 
 TEST_F(ServerTest, SlowRequestsDoNotHoldUpTheOthers) {
   StartServer({});
-  std::vector<std::unique_ptr<RemoteBackend>> slow_clients;
+  std::vector<std::unique_ptr<OwnerClient>> slow_clients;
   std::vector<std::future<Result<std::optional<idem::Record>>>> slow_calls;
   // More slow requests than the threads the server starts with.
   for (int i = 0; i < 4; ++i) {

@@ -13,13 +13,13 @@
 #include <mutex>
 #include <string>
 
+#include "core/directory_store_core.h"
 #include "core/open_options.h"
-#include "core/store_core.h"
 #include "core/store_directory.h"
 #include "core/store_handle.h"
 #include "util/pg_uri.h"
 #if IDEM_WITH_POSTGRESQL
-#include "core/pg_store_core.h"
+#include "core/postgres_store_core.h"
 #endif
 
 namespace idem {
@@ -35,8 +35,8 @@ class SystemClockImpl final : public Clock {
   }
 };
 
-std::map<DirectoryId, std::weak_ptr<StoreCore>>& Registry() {
-  static std::map<DirectoryId, std::weak_ptr<StoreCore>> registry;
+std::map<DirectoryId, std::weak_ptr<DirectoryStoreCore>>& Registry() {
+  static std::map<DirectoryId, std::weak_ptr<DirectoryStoreCore>> registry;
   return registry;
 }
 
@@ -54,7 +54,8 @@ Result<std::unique_ptr<Store>> ShareOrOpen(std::map<Key, std::weak_ptr<Core>>& r
     }
     if (auto differences = DifferencesFromTheFirstOpen(existing->options(), options);
         !differences.empty()) {
-      StoreCore::LogTo(options, fmt::format("store {} is already open in this process: these "
+      DirectoryStoreCore::LogTo(options,
+                                fmt::format("store {} is already open in this process: these "
                                             "options are the first Open's, not this one's: {}",
                                             shown, fmt::join(differences, "; ")));
     }
@@ -65,14 +66,14 @@ Result<std::unique_ptr<Store>> ShareOrOpen(std::map<Key, std::weak_ptr<Core>>& r
   return NewHandle(std::move(core), options);
 }
 
-// Store::Open of a postgresql:// URI: one PgStoreCore per (connection, table) in the process.
+// Store::Open of a postgresql:// URI: one PostgresStoreCore per (connection, table) in the process.
 Result<std::unique_ptr<Store>> OpenPostgres(std::string_view uri, const Options& options) {
 #if IDEM_WITH_POSTGRESQL
-  IDEM_ASSIGN_OR_RETURN(const std::string key, PgStoreCore::Key(uri, options));
+  IDEM_ASSIGN_OR_RETURN(const std::string key, PostgresStoreCore::Key(uri, options));
   std::lock_guard registry_lock(RegistryMutex());
-  static auto& registry = *new std::map<std::string, std::weak_ptr<PgStoreCore>>();
-  return ShareOrOpen<PgStoreCore>(registry, key, options, DisplayStoreName(uri),
-                                  [&] { return PgStoreCore::Open(uri, options); });
+  static auto& registry = *new std::map<std::string, std::weak_ptr<PostgresStoreCore>>();
+  return ShareOrOpen<PostgresStoreCore>(registry, key, options, DisplayStoreName(uri),
+                                        [&] { return PostgresStoreCore::Open(uri, options); });
 #else
   static_cast<void>(options);
   return Status::InvalidArgument(
@@ -141,17 +142,17 @@ Result<std::unique_ptr<Store>> Store::Open(std::string_view path, const Options&
     IDEM_RETURN_IF_ERROR(RefuseUnfinishedImport(directory));
   }
   const DirectoryId id{prepared->device, prepared->inode};
-  return ShareOrOpen<StoreCore>(Registry(), id, effective, EscapeControls(directory.string()),
-                                [&]() -> Result<std::shared_ptr<StoreCore>> {
-                                  auto core = std::make_shared<StoreCore>(directory, id, effective);
-                                  if (Status started = core->Start(); !started.ok()) {
-                                    // Messages from below quote paths (RocksDB's among them) as
-                                    // they are.
-                                    return Status(started.code(),
-                                                  EscapeControls(started.message()));
-                                  }
-                                  return core;
-                                });
+  return ShareOrOpen<DirectoryStoreCore>(
+      Registry(), id, effective, EscapeControls(directory.string()),
+      [&]() -> Result<std::shared_ptr<DirectoryStoreCore>> {
+        auto core = std::make_shared<DirectoryStoreCore>(directory, id, effective);
+        if (Status started = core->Start(); !started.ok()) {
+          // Messages from below quote paths (RocksDB's among them) as
+          // they are.
+          return Status(started.code(), EscapeControls(started.message()));
+        }
+        return core;
+      });
 }
 
 }  // namespace idem

@@ -1,7 +1,7 @@
 // The store handle: this caller's options over the process's shared core. A handle validates its
-// arguments, applies its defaults and passes each call to its core (StoreCore for a store
-// directory, store_core.h; PgStoreCore for a store in PostgreSQL). Made by Store::Open
-// (store.cc), the one file that includes this.
+// arguments, applies its defaults and passes each call to its core (DirectoryStoreCore for a store
+// directory, directory_store_core.h; PostgresStoreCore for a store in PostgreSQL). Made by
+// Store::Open (store.cc), the one file that includes this.
 
 #ifndef IDEM_CORE_STORE_HANDLE_H_
 #define IDEM_CORE_STORE_HANDLE_H_
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "api/reserving_store.h"
-#include "core/store_core.h"
+#include "core/directory_store_core.h"
 #if IDEM_WITH_POSTGRESQL
-#include "core/pg_store_core.h"
+#include "core/postgres_store_core.h"
 #endif
 #include "engine/backend.h"
 #include "idem/store.h"
@@ -63,11 +63,11 @@ template <class Core>
 inline constexpr bool kKeptInPostgres = false;
 #if IDEM_WITH_POSTGRESQL
 template <>
-inline constexpr bool kKeptInPostgres<PgStoreCore> = true;
+inline constexpr bool kKeptInPostgres<PostgresStoreCore> = true;
 #endif
 
-// A handle: this caller's options over the process's shared core (a StoreCore for a store
-// directory, a PgStoreCore for a store in PostgreSQL).
+// A handle: this caller's options over the process's shared core (a DirectoryStoreCore for a store
+// directory, a PostgresStoreCore for a store in PostgreSQL).
 template <class Core>
 class StoreHandle final : public Store, public ReservingStore {
  public:

@@ -1,6 +1,6 @@
 // Backend: what a Store handle calls once it has validated its arguments. The owner of a store
 // runs an EngineBackend (the engine over RocksDB); the other processes sharing the store run a
-// RemoteBackend that sends each call to the owner over the store's socket. Every call can be
+// OwnerClient that sends each call to the owner over the store's socket. Every call can be
 // repeated after a lost reply without changing its outcome (see docs/semantics.md), which is
 // what lets a client resend it to a new owner after a failover.
 

@@ -9,7 +9,7 @@
 // (the reader), takes whatever answers have arrived at once and hands each to its caller; the
 // owner reads and answers the requests that came together in one go.
 //
-// Only for requests that do not wait on the disk (RemoteBackend decides): a synced write behind
+// Only for requests that do not wait on the disk (OwnerClient decides): a synced write behind
 // another on one connection would not share its fsync with it.
 //
 // When the connection ends before a caller's answer came (the owner closed it, said goodbye or

@@ -90,8 +90,8 @@ struct OwnerConnection {
 // reaches another user's process. Waits at most `timeout` for room in the owner's queue of
 // connections to accept (it fills up while the owner is stopped): kTimedOut then. kUnavailable
 // when nobody listens in either place (a runtime directory that is missing or refused counts as
-// nobody there; the message says why). Any other error is final for the callers (RemoteBackend,
-// StoreCore): they do not fail over for it.
+// nobody there; the message says why). Any other error is final for the callers (OwnerClient,
+// DirectoryStoreCore): they do not fail over for it.
 Result<OwnerConnection> Connect(const SocketAddress& address, std::chrono::milliseconds timeout);
 
 }  // namespace idem::sharing

@@ -216,7 +216,7 @@ class Storage {
 
   // A write group: the calling thread's buffered Updates, between StartWriteGroup and
   // FinishWriteGroup, written together as one batch instead of one write each (the owner runs a
-  // client's requests that arrived together this way: sharing/server_requests.cc). Each is
+  // client's requests that arrived together this way: sharing/owner_server_requests.cc). Each is
   // decided under its key's lock as alone, and keeps the lock until the group is written, so
   // nothing else sees or changes the key meanwhile; a caller answers none of them before
   // FinishWriteGroup. An Update with table writes or another durability, a second one of a key

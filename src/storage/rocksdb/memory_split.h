@@ -1,5 +1,5 @@
 // How Options::memory_budget is divided among RocksDB's memory pools (applied by
-// engine_options.h, which the storage and the benchmark's raw-RocksDB anchor share).
+// rocksdb_options.h, which the storage and the benchmark's raw-RocksDB anchor share).
 
 #ifndef IDEM_STORAGE_ROCKSDB_MEMORY_SPLIT_H_
 #define IDEM_STORAGE_ROCKSDB_MEMORY_SPLIT_H_

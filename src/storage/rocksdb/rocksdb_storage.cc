@@ -12,11 +12,11 @@
 #include <cstring>
 #include <functional>
 
-#include "storage/rocksdb/engine_options.h"
 #include "storage/rocksdb/fs/log_failure_watch.h"
 #include "storage/rocksdb/fs/rocksdb_status.h"
 #include "storage/rocksdb/layout.h"
 #include "storage/rocksdb/record_codec.h"
+#include "storage/rocksdb/rocksdb_options.h"
 #include "util/escape.h"
 #include "util/time.h"
 

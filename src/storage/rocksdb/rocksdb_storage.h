@@ -265,7 +265,7 @@ class RocksDbStorage final : public Storage {
   // thread).
   static constexpr std::size_t kMostGroupedWrites = 32;
   // A thread keeps its group's batch between groups up to this size: 32 records of the sizes a
-  // client pipelines (sharing/remote_backend.cc) fit.
+  // client pipelines (sharing/owner_client.cc) fit.
   static constexpr std::size_t kGroupBatchKeepBytes = 256 << 10;
   // The column family of `table`; null when it does not exist and `create` is false. Making one
   // raises the store's format version first (kTablesFormatVersion).

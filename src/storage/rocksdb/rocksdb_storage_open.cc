@@ -19,7 +19,6 @@
 #include <fstream>
 #include <istream>
 
-#include "storage/rocksdb/engine_options.h"
 #include "storage/rocksdb/expired_record_filter.h"
 #include "storage/rocksdb/format_file.h"
 #include "storage/rocksdb/fs/file_names.h"
@@ -34,6 +33,7 @@
 #include "storage/rocksdb/layout.h"
 #include "storage/rocksdb/periodic_sync.h"
 #include "storage/rocksdb/record_codec.h"
+#include "storage/rocksdb/rocksdb_options.h"
 #include "storage/rocksdb/rocksdb_storage.h"
 #include "util/escape.h"
 
@@ -58,7 +58,7 @@ class TrimmingListener final : public rocksdb::EventListener {
   }
 };
 
-rocksdb::DBOptions MakeDbOptions(const EngineOptions& engine, const RocksDbConfig& config) {
+rocksdb::DBOptions MakeDbOptions(const RocksDbOptions& engine, const RocksDbConfig& config) {
   rocksdb::DBOptions options = engine.db;
   options.create_if_missing = config.create_if_missing;
   options.create_missing_column_families = true;
@@ -87,7 +87,7 @@ rocksdb::DBOptions MakeDbOptions(const EngineOptions& engine, const RocksDbConfi
 
 // The records, their expiry index and meta (layout.h), in that order.
 std::vector<rocksdb::ColumnFamilyDescriptor> MakeColumnFamilies(
-    const EngineOptions& engine,
+    const RocksDbOptions& engine,
     std::shared_ptr<rocksdb::CompactionFilterFactory> expired_record_filter) {
   rocksdb::ColumnFamilyOptions records_options = engine.records;
   records_options.compaction_filter_factory = std::move(expired_record_filter);
@@ -210,7 +210,7 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   if (config.token_block != 0) token_block_ = config.token_block;
   log_ = config.log;
   disk_errors_ = std::make_shared<DiskErrorFlags>();
-  auto engine = std::make_shared<EngineOptions>(MakeEngineOptions(config.memory_budget));
+  auto engine = std::make_shared<RocksDbOptions>(MakeRocksDbOptions(config.memory_budget));
   keep_alive_ = engine;
   // RocksDB resumes by itself after a full disk: its SstFileManager checks the free space at
   // once and then every 5 seconds, and resumes once there is room for the largest memtable.

@@ -7,10 +7,10 @@
 
 #include <algorithm>
 
-#include "storage/rocksdb/engine_options.h"
 #include "storage/rocksdb/fs/rocksdb_status.h"
 #include "storage/rocksdb/layout.h"
 #include "storage/rocksdb/record_codec.h"
+#include "storage/rocksdb/rocksdb_options.h"
 #include "storage/rocksdb/rocksdb_storage.h"
 #include "util/escape.h"
 #include "util/time.h"

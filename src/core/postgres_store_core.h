@@ -1,10 +1,10 @@
-// PgStoreCore: a store kept in PostgreSQL, as the handles of one process share it: the engine
+// PostgresStoreCore: a store kept in PostgreSQL, as the handles of one process share it: the engine
 // (EngineBackend) over a PgStorage, one per (connection, table) in the process. There is no owner,
 // socket or failover role here: every process, on any host, runs its own engine against the
 // server, which arbitrates (docs/design/postgresql.md). Built with IDEM_WITH_POSTGRESQL only.
 
-#ifndef IDEM_CORE_PG_STORE_CORE_H_
-#define IDEM_CORE_PG_STORE_CORE_H_
+#ifndef IDEM_CORE_POSTGRES_STORE_CORE_H_
+#define IDEM_CORE_POSTGRES_STORE_CORE_H_
 
 #include <memory>
 #include <string>
@@ -19,11 +19,12 @@ namespace storage {
 class PgStorage;
 }  // namespace storage
 
-class PgStoreCore {
+class PostgresStoreCore {
  public:
   // Connects to the store at `uri` (a postgresql:// URI) with the first Open's `options`; creates
   // its tables when options.create_if_missing (and not read_only).
-  static Result<std::shared_ptr<PgStoreCore>> Open(std::string_view uri, const Options& options);
+  static Result<std::shared_ptr<PostgresStoreCore>> Open(std::string_view uri,
+                                                         const Options& options);
 
   // Test hook: the stores opened after FollowOptionsClockForTests(true) decide by
   // Options::clock (when set) instead of the server's clock, so that the store's behaviour tests
@@ -57,7 +58,7 @@ class PgStoreCore {
   }
 
  private:
-  PgStoreCore(const Options& options, std::string display_name)
+  PostgresStoreCore(const Options& options, std::string display_name)
       : options_(options), display_name_(std::move(display_name)) {}
 
   const Options options_;
@@ -69,4 +70,4 @@ class PgStoreCore {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_PG_STORE_CORE_H_
+#endif  // IDEM_CORE_POSTGRES_STORE_CORE_H_

@@ -1,4 +1,4 @@
-// RemoteBackend: a process that does not own a store sends each call to the owner over the
+// OwnerClient: a process that does not own a store sends each call to the owner over the
 // store's socket. Connections are pooled (one per concurrent caller). While several of the
 // process's calls are in flight, a call that does not wait on the owner's disk (a kBuffered
 // Begin or Transition, a Get, a GetValue) goes on one of a few connections the process's
@@ -18,8 +18,8 @@
 // A goodbye (the owner closing an idle connection) is not seen by callers: the request, which
 // the owner did not carry out, is sent again on a new connection.
 
-#ifndef IDEM_SHARING_REMOTE_BACKEND_H_
-#define IDEM_SHARING_REMOTE_BACKEND_H_
+#ifndef IDEM_SHARING_OWNER_CLIENT_H_
+#define IDEM_SHARING_OWNER_CLIENT_H_
 
 #include <sys/types.h>
 
@@ -37,13 +37,13 @@
 
 namespace idem::sharing {
 
-class RemoteBackend final : public Backend {
+class OwnerClient final : public Backend {
  public:
   // Connects once (waiting at most `connect_timeout`), to make sure an owner is listening at
   // `address`. Each later round trip waits at most `request_timeout`.
-  static Result<std::unique_ptr<RemoteBackend>> Connect(const SocketAddress& address,
-                                                        std::chrono::milliseconds request_timeout,
-                                                        std::chrono::milliseconds connect_timeout);
+  static Result<std::unique_ptr<OwnerClient>> Connect(const SocketAddress& address,
+                                                      std::chrono::milliseconds request_timeout,
+                                                      std::chrono::milliseconds connect_timeout);
 
   Result<Claim> Begin(const BeginCall& call, const Holder& holder) override;
   Status Transition(const TransitionCall& call) override;
@@ -75,7 +75,7 @@ class RemoteBackend final : public Backend {
   bool permanent() const override { return false; }
 
  private:
-  RemoteBackend(SocketAddress address, std::chrono::milliseconds request_timeout);
+  OwnerClient(SocketAddress address, std::chrono::milliseconds request_timeout);
   using Clock = std::chrono::steady_clock;
 
   // Polls the job that `message` (a PurgeMessage or BackupMessage) starts until it is done; its
@@ -123,4 +123,4 @@ class RemoteBackend final : public Backend {
 
 }  // namespace idem::sharing
 
-#endif  // IDEM_SHARING_REMOTE_BACKEND_H_
+#endif  // IDEM_SHARING_OWNER_CLIENT_H_

@@ -1,4 +1,4 @@
-#include "sharing/remote_backend.h"
+#include "sharing/owner_client.h"
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -73,36 +73,36 @@ class InFlight {
 
 }  // namespace
 
-RemoteBackend::RemoteBackend(SocketAddress address, milliseconds request_timeout)
+OwnerClient::OwnerClient(SocketAddress address, milliseconds request_timeout)
     : address_(std::move(address)),
       request_timeout_(request_timeout),
       pipelined_(PipelinedConnectionCount()) {}
 
-Result<std::unique_ptr<RemoteBackend>> RemoteBackend::Connect(const SocketAddress& address,
-                                                              milliseconds request_timeout,
-                                                              milliseconds connect_timeout) {
-  std::unique_ptr<RemoteBackend> backend(new RemoteBackend(address, request_timeout));
+Result<std::unique_ptr<OwnerClient>> OwnerClient::Connect(const SocketAddress& address,
+                                                          milliseconds request_timeout,
+                                                          milliseconds connect_timeout) {
+  std::unique_ptr<OwnerClient> backend(new OwnerClient(address, request_timeout));
   IDEM_ASSIGN_OR_RETURN(FileDescriptor connection, backend->NewConnection(connect_timeout));
   backend->idle_.push_back(std::move(connection));
   return backend;
 }
 
-Result<FileDescriptor> RemoteBackend::NewConnection(milliseconds timeout) {
+Result<FileDescriptor> OwnerClient::NewConnection(milliseconds timeout) {
   IDEM_ASSIGN_OR_RETURN(OwnerConnection connection, sharing::Connect(address_, timeout));
   owner_pid_ = connection.owner_pid;
   return std::move(connection.fd);
 }
 
-std::string RemoteBackend::OwnerName() const { return sharing::OwnerName(owner_pid_.load()); }
+std::string OwnerClient::OwnerName() const { return sharing::OwnerName(owner_pid_.load()); }
 
-Status RemoteBackend::NoAnswerInTime() const {
+Status OwnerClient::NoAnswerInTime() const {
   return Status::TimedOut(
       fmt::format("{} did not answer within {} ms (is it stopped or overloaded?); the request may "
                   "or may not have been carried out",
                   OwnerName(), request_timeout_.count()));
 }
 
-Result<FileDescriptor> RemoteBackend::TakeConnection(Clock::time_point deadline) {
+Result<FileDescriptor> OwnerClient::TakeConnection(Clock::time_point deadline) {
   {
     std::lock_guard lock(mu_);
     if (!idle_.empty()) {
@@ -121,12 +121,12 @@ Result<FileDescriptor> RemoteBackend::TakeConnection(Clock::time_point deadline)
   return fresh.status();
 }
 
-void RemoteBackend::PutBack(FileDescriptor connection) {
+void OwnerClient::PutBack(FileDescriptor connection) {
   std::lock_guard lock(mu_);
   idle_.push_back(std::move(connection));
 }
 
-std::shared_ptr<PipelinedConnection> RemoteBackend::PipelinedConnectionFor(
+std::shared_ptr<PipelinedConnection> OwnerClient::PipelinedConnectionFor(
     Clock::time_point deadline) {
   // Each thread keeps to one shared connection, the threads spread evenly over them.
   static std::atomic<std::size_t> threads_seen{0};
@@ -152,8 +152,8 @@ std::shared_ptr<PipelinedConnection> RemoteBackend::PipelinedConnectionFor(
   return made;
 }
 
-Result<std::string> RemoteBackend::Exchange(int connection, std::string_view frame,
-                                            Clock::time_point deadline, bool alone) {
+Result<std::string> OwnerClient::Exchange(int connection, std::string_view frame,
+                                          Clock::time_point deadline, bool alone) {
   const Status sent = SendFrame(connection, frame, deadline);
   if (sent.code() == Status::Code::kTimedOut) return NoAnswerInTime();
   // Alone, this request's answer comes sooner than this thread could be woken up for it. With
@@ -175,7 +175,7 @@ Result<std::string> RemoteBackend::Exchange(int connection, std::string_view fra
                                          (sent.ok() ? reply.status() : sent).message()));
 }
 
-Result<std::string> RemoteBackend::RoundTrip(const Request& request) {
+Result<std::string> OwnerClient::RoundTrip(const Request& request) {
   const auto deadline = Clock::now() + request_timeout_;
   const std::string frame = EncodeFrame(EncodeRequest(request));
   const InFlight in_flight(in_flight_);
@@ -222,43 +222,41 @@ Result<std::string> RemoteBackend::RoundTrip(const Request& request) {
   }
 }
 
-Result<Claim> RemoteBackend::Begin(const BeginCall& call, const Holder& /*holder*/) {
+Result<Claim> OwnerClient::Begin(const BeginCall& call, const Holder& /*holder*/) {
   // The owner names the holder from the connection's peer credentials, not from the client.
   IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(BeginMessage{call}));
   return DecodeClaim(body);
 }
 
-Status RemoteBackend::Transition(const TransitionCall& call) {
+Status OwnerClient::Transition(const TransitionCall& call) {
   return RoundTrip(TransitionMessage{call, {}}).status();
 }
 
-Result<TableValue> RemoteBackend::GetValue(std::string_view table, std::string_view key) {
+Result<TableValue> OwnerClient::GetValue(std::string_view table, std::string_view key) {
   IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(GetValueMessage{table, key}));
   return DecodeTableValue(body);
 }
 
-Result<std::vector<std::string>> RemoteBackend::ListTables() {
+Result<std::vector<std::string>> OwnerClient::ListTables() {
   IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(ListTablesMessage{}));
   return DecodeTableNames(body);
 }
 
-Result<TablePage> RemoteBackend::ScanTable(std::string_view table, const ScanOptions& options,
-                                           std::size_t limit, uint64_t view) {
+Result<TablePage> OwnerClient::ScanTable(std::string_view table, const ScanOptions& options,
+                                         std::size_t limit, uint64_t view) {
   IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(ScanTableMessage{
                                               table, options, static_cast<uint32_t>(limit), view}));
   return DecodeTablePage(body);
 }
 
-Result<uint64_t> RemoteBackend::OpenView() {
+Result<uint64_t> OwnerClient::OpenView() {
   IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(OpenViewMessage{}));
   return DecodeViewId(body);
 }
 
-Status RemoteBackend::CloseView(uint64_t view) {
-  return RoundTrip(CloseViewMessage{view}).status();
-}
+Status OwnerClient::CloseView(uint64_t view) { return RoundTrip(CloseViewMessage{view}).status(); }
 
-Result<bool> RemoteBackend::Reserve(const ReserveCall& call) {
+Result<bool> OwnerClient::Reserve(const ReserveCall& call) {
   const Clock::time_point give_up = Clock::now() + call.wait;
   ReserveMessage message{call};
   for (;;) {
@@ -270,29 +268,28 @@ Result<bool> RemoteBackend::Reserve(const ReserveCall& call) {
   }
 }
 
-Status RemoteBackend::Unreserve(std::string_view claim_key, uint64_t token) {
+Status OwnerClient::Unreserve(std::string_view claim_key, uint64_t token) {
   return RoundTrip(UnreserveMessage{claim_key, token}).status();
 }
 
-Result<std::optional<Record>> RemoteBackend::Get(std::string_view key) {
+Result<std::optional<Record>> OwnerClient::Get(std::string_view key) {
   IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(GetMessage{key}));
   return DecodeOptionalRecord(body);
 }
 
-Status RemoteBackend::Forget(std::string_view key, Durability durability) {
+Status OwnerClient::Forget(std::string_view key, Durability durability) {
   return RoundTrip(ForgetMessage{key, durability}).status();
 }
 
-Result<ScanPage> RemoteBackend::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
+Result<ScanPage> OwnerClient::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
   IDEM_ASSIGN_OR_RETURN(std::string body,
                         RoundTrip(ScanMessage{options, static_cast<uint32_t>(limit), view}));
   return DecodeScanPage(body);
 }
 
 template <class Message>
-Result<uint64_t> RemoteBackend::RunJob(Message message,
-                                       const std::function<void(uint64_t)>& progress,
-                                       const std::function<void(uint64_t)>& progress_total) {
+Result<uint64_t> OwnerClient::RunJob(Message message, const std::function<void(uint64_t)>& progress,
+                                     const std::function<void(uint64_t)>& progress_total) {
   message.ticket = util::RandomRequestId();
   // Half the deadline at most: the answer must arrive before the round trip gives up.
   message.wait = std::min(kJobPollWait, request_timeout_ / 2);
@@ -312,7 +309,7 @@ Result<uint64_t> RemoteBackend::RunJob(Message message,
   }
 }
 
-Result<uint64_t> RemoteBackend::Purge(const PurgeOptions& options) {
+Result<uint64_t> OwnerClient::Purge(const PurgeOptions& options) {
   PurgeMessage message;
   message.options.dry_run = options.dry_run;
   message.options.compact = options.compact;
@@ -320,18 +317,18 @@ Result<uint64_t> RemoteBackend::Purge(const PurgeOptions& options) {
   return RunJob(message, options.progress, options.progress_total);
 }
 
-Status RemoteBackend::Backup(const std::string& destination) {
+Status OwnerClient::Backup(const std::string& destination) {
   BackupMessage message;
   message.destination = destination;
   return RunJob(message, nullptr, nullptr).status();
 }
 
-Result<Counters> RemoteBackend::GetCounters() {
+Result<Counters> OwnerClient::GetCounters() {
   IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, GetOwnerCounters());
   return answer.counters;
 }
 
-Result<OwnerCounters> RemoteBackend::GetOwnerCounters() {
+Result<OwnerCounters> OwnerClient::GetOwnerCounters() {
   IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(CountersMessage{}));
   IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, DecodeCounters(body));
   answer.live = true;

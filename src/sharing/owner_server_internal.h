@@ -1,8 +1,9 @@
 // What the two halves of the owner's server share (server.cc: threads, connections and timeouts;
-// server_requests.cc: reading a request, running it, sending its answer). Included only by them.
+// owner_server_requests.cc: reading a request, running it, sending its answer). Included only by
+// them.
 
-#ifndef IDEM_SHARING_SERVER_INTERNAL_H_
-#define IDEM_SHARING_SERVER_INTERNAL_H_
+#ifndef IDEM_SHARING_OWNER_SERVER_INTERNAL_H_
+#define IDEM_SHARING_OWNER_SERVER_INTERNAL_H_
 
 #include <algorithm>
 #include <atomic>
@@ -12,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "sharing/server.h"
+#include "sharing/owner_server.h"
 
 namespace idem::sharing {
 
@@ -71,7 +72,7 @@ class ConnectionReservations {
   std::vector<std::pair<std::string, uint64_t>> claims_;
 };
 
-struct Server::Connection {
+struct OwnerServer::Connection {
   Connection(uint64_t id, int fd, pid_t pid, Holder holder, Backend& backend)
       : id(id),
         fd(fd),
@@ -86,13 +87,13 @@ struct Server::Connection {
   const pid_t pid;
   const Holder holder;  // the peer as a holder of claims, named by the kernel
 
-  // Guarded by Server::mu_. While busy, one thread has the connection (it is not armed in the
+  // Guarded by OwnerServer::mu_. While busy, one thread has the connection (it is not armed in the
   // epoll set); the others, and Sweep, leave it alone.
   bool busy = false;
   Phase phase = Phase::kIdle;
-  Server::Clock::time_point since;  // when the phase began
+  OwnerServer::Clock::time_point since;  // when the phase began
 
-  // Used only by the thread that has the connection; handed over through Server::mu_.
+  // Used only by the thread that has the connection; handed over through OwnerServer::mu_.
   // Whether the client's requests came soon after the answers before them (a Complete right
   // after its Begin): the thread that answered then waits for the next one spinning (Serve).
   bool follows_quickly = true;
@@ -104,7 +105,7 @@ struct Server::Connection {
 };
 
 // What a running job has reported, written by its thread and read by the polls.
-class Server::JobProgress {
+class OwnerServer::JobProgress {
  public:
   std::atomic<uint64_t> count{0};  // records purged so far; 0 for a backup
   // The total a purge expects to visit, counted when its client asked for it.
@@ -129,12 +130,12 @@ class Server::JobProgress {
 
 // A request that may outlast a request deadline (a purge, a backup), run on a thread of its own
 // and polled by its client with the same ticket.
-struct Server::Job {
+struct OwnerServer::Job {
   JobProgress progress;
   std::thread thread;
-  // Guarded by Server::job_mu_.
+  // Guarded by OwnerServer::job_mu_.
   std::optional<Result<uint64_t>> result;  // set when the job is over
-  Server::Clock::time_point finished;
+  OwnerServer::Clock::time_point finished;
 };
 
 // Empties a connection's buffer, giving back its memory when a large request or answer grew
@@ -150,4 +151,4 @@ inline void ReleaseLarge(std::string& buffer) {
 
 }  // namespace idem::sharing
 
-#endif  // IDEM_SHARING_SERVER_INTERNAL_H_
+#endif  // IDEM_SHARING_OWNER_SERVER_INTERNAL_H_

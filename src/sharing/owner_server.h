@@ -7,10 +7,10 @@
 // waiting (a client may send several before the first answer: protocol version 9). Each
 // connection is armed one-shot, so exactly one thread works on it at a time. While a request runs,
 // another thread waits on the set; when none is left, the pool grows (up to
-// ServerOptions::max_threads), so a slow request (a Scan page, a purge poll) never keeps the
+// OwnerServerOptions::max_threads), so a slow request (a Scan page, a purge poll) never keeps the
 // others, new connections or timeouts waiting.
 //
-// A connection from another user is refused. A frame over ServerOptions::max_frame is refused
+// A connection from another user is refused. A frame over OwnerServerOptions::max_frame is refused
 // too (kInvalidArgument naming its size and the limit), so that a client whose limits are larger
 // than the owner's does not take the owner for lost; a malformed or truncated frame drops its
 // connection without a word; both are logged. A peer that stalls in the middle of a frame, or
@@ -20,8 +20,8 @@
 // a new connection displaces the longest idle one; it is refused only when every connection has
 // a request running.
 
-#ifndef IDEM_SHARING_SERVER_H_
-#define IDEM_SHARING_SERVER_H_
+#ifndef IDEM_SHARING_OWNER_SERVER_H_
+#define IDEM_SHARING_OWNER_SERVER_H_
 
 #include <sys/types.h>
 
@@ -59,7 +59,7 @@ inline std::size_t MaxRequestFrame(std::size_t max_key, std::size_t max_label,
   return total;
 }
 
-struct ServerOptions {
+struct OwnerServerOptions {
   std::size_t max_frame = 4 << 20;  // bytes; larger request frames are refused
   // A request must arrive whole, and an answer be taken by its client, within this time once
   // begun.
@@ -75,19 +75,19 @@ struct ServerOptions {
   std::function<void(std::string_view)> log;  // never null
 };
 
-class Server {
+class OwnerServer {
  public:
   // Listens at `address` (the caller holds the owner lock; Listen) and serves `backend`, which
   // must outlive the server. Logs where it serves when that is not the store directory.
-  static Result<std::unique_ptr<Server>> Start(const SocketAddress& address, Backend& backend,
-                                               ServerOptions options);
+  static Result<std::unique_ptr<OwnerServer>> Start(const SocketAddress& address, Backend& backend,
+                                                    OwnerServerOptions options);
   // Stops serving, lets running requests and jobs (purges, backups) finish, closes every
   // connection, and removes a socket it served in the runtime directory (RemoveRuntimeSocket: the
   // caller still holds the owner lock).
-  ~Server();
+  ~OwnerServer();
 
-  Server(const Server&) = delete;
-  Server& operator=(const Server&) = delete;
+  OwnerServer(const OwnerServer&) = delete;
+  OwnerServer& operator=(const OwnerServer&) = delete;
 
  private:
   struct Connection;
@@ -101,7 +101,7 @@ class Server {
     kWriting,  // an answer is partly sent; the client has not taken the rest yet
   };
 
-  Server(Backend& backend, ServerOptions options);
+  OwnerServer(Backend& backend, OwnerServerOptions options);
   void RunThread();
   void AddThreadIfAllBusy();
   // Accepts every connection waiting on the listening socket, then arms it again.
@@ -127,7 +127,7 @@ class Server {
   // ahead up to kReadAhead); `closed` is set when the peer closed its side. False when the
   // connection must be dropped: an oversized frame (refused) or a failed connection.
   bool ReceiveRequest(Connection& connection, bool& closed);
-  // Whether a request frame of `size` bytes is within ServerOptions::max_frame; if not, logs
+  // Whether a request frame of `size` bytes is within OwnerServerOptions::max_frame; if not, logs
   // it and refuses it with a word (the caller closes the connection next).
   bool FrameSizeAllowed(Connection& connection, uint32_t size);
   // Sends, without waiting, the answers not sent yet, before a refusal and a close.
@@ -158,7 +158,7 @@ class Server {
 
   // Constant after construction.
   Backend& backend_;
-  const ServerOptions options_;
+  const OwnerServerOptions options_;
   std::size_t max_connections_ = 0;
   Listener listener_;
   FileDescriptor epoll_fd_;
@@ -186,4 +186,4 @@ class Server {
 
 }  // namespace idem::sharing
 
-#endif  // IDEM_SHARING_SERVER_H_
+#endif  // IDEM_SHARING_OWNER_SERVER_H_

@@ -1,4 +1,4 @@
-#include "core/store_core.h"
+#include "core/directory_store_core.h"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "core/store_directory.h"
+#include "sharing/owner_client.h"
 #include "sharing/protocol.h"
-#include "sharing/remote_backend.h"
 #include "storage/rocksdb/rocksdb_storage.h"
 #include "util/backoff.h"
 #include "util/escape.h"
@@ -30,7 +30,7 @@ std::recursive_mutex& RegistryMutex() {
   return mu;
 }
 
-StoreCore::~StoreCore() {
+DirectoryStoreCore::~DirectoryStoreCore() {
   if (forked()) {
     // A child of fork() holds copies of objects whose threads stayed in the parent: joining
     // or closing them here would hang or corrupt. Leave them (the fork handler of OwnerLock
@@ -46,7 +46,7 @@ StoreCore::~StoreCore() {
   ownership_.reset();
 }
 
-Status StoreCore::Start() {
+Status DirectoryStoreCore::Start() {
   std::lock_guard lock(mu_);
   IDEM_ASSIGN_OR_RETURN(
       auto backend, AcquireBackend(std::chrono::steady_clock::now() + options_.failover_timeout));
@@ -54,18 +54,18 @@ Status StoreCore::Start() {
   return Status::OK();
 }
 
-void StoreCore::SetBackendLocked(std::shared_ptr<Backend> backend) {
+void DirectoryStoreCore::SetBackendLocked(std::shared_ptr<Backend> backend) {
   backend_ = std::move(backend);
   if (backend_->permanent()) permanent_.store(backend_.get(), std::memory_order_release);
 }
 
-std::shared_ptr<Backend> StoreCore::Current() {
+std::shared_ptr<Backend> DirectoryStoreCore::Current() {
   std::lock_guard lock(mu_);
   return backend_;
 }
 
-Result<std::shared_ptr<Backend>> StoreCore::Failover(const std::shared_ptr<Backend>& lost,
-                                                     SteadyTime give_up_at) {
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::Failover(const std::shared_ptr<Backend>& lost,
+                                                              SteadyTime give_up_at) {
   std::lock_guard lock(mu_);
   if (backend_ == lost) {
     log_.Log("failover",
@@ -76,25 +76,25 @@ Result<std::shared_ptr<Backend>> StoreCore::Failover(const std::shared_ptr<Backe
   return backend_;
 }
 
-Result<std::shared_ptr<Backend>> StoreCore::AcquireBackend(SteadyTime give_up_at) {
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireBackend(SteadyTime give_up_at) {
   return options_.read_only ? AcquireReader(give_up_at) : AcquireWriter(give_up_at);
 }
 
-bool StoreCore::Unreachable(const Status& status) {
+bool DirectoryStoreCore::Unreachable(const Status& status) {
   return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
 }
 
-Result<std::shared_ptr<Backend>> StoreCore::ConnectToOwner(SteadyTime give_up_at) {
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::ConnectToOwner(SteadyTime give_up_at) {
   const auto left =
       std::max(milliseconds(1),
                std::chrono::ceil<milliseconds>(give_up_at - std::chrono::steady_clock::now()));
   IDEM_ASSIGN_OR_RETURN(auto remote,
-                        sharing::RemoteBackend::Connect(address_, options_.request_timeout,
-                                                        std::min(left, options_.request_timeout)));
+                        sharing::OwnerClient::Connect(address_, options_.request_timeout,
+                                                      std::min(left, options_.request_timeout)));
   return std::shared_ptr<Backend>(std::move(remote));
 }
 
-Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at) {
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireReader(SteadyTime give_up_at) {
   util::Backoff backoff(kFirstPause, kLongestPause);
   Status last_error;
   for (;;) {
@@ -132,7 +132,7 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireReader(SteadyTime give_up_at)
   }
 }
 
-Result<std::shared_ptr<Backend>> StoreCore::AcquireWriter(SteadyTime give_up_at) {
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireWriter(SteadyTime give_up_at) {
   const auto start = std::chrono::steady_clock::now();
   util::Backoff backoff(kFirstPause, kLongestPause);
   Status last_error;
@@ -171,26 +171,26 @@ Result<std::shared_ptr<Backend>> StoreCore::AcquireWriter(SteadyTime give_up_at)
   }
 }
 
-Result<std::shared_ptr<Backend>> StoreCore::BecomeOwner(
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::BecomeOwner(
     std::unique_ptr<sharing::OwnerLock> owner_lock) {
   auto ownership = std::make_unique<Ownership>();
   ownership->lock = std::move(owner_lock);
   IDEM_ASSIGN_OR_RETURN(auto storage, OpenStorage());
   ownership->backend = NewBackend(std::move(storage));
   if (options_.sharing == Sharing::kAuto) {
-    sharing::ServerOptions server_options;
+    sharing::OwnerServerOptions server_options;
     server_options.max_frame = sharing::MaxRequestFrame(
         options_.max_key_size, options_.max_label_size, options_.max_result_size);
     server_options.log = [this](std::string_view message) { Log(message); };
-    IDEM_ASSIGN_OR_RETURN(ownership->server,
-                          sharing::Server::Start(address_, *ownership->backend, server_options));
+    IDEM_ASSIGN_OR_RETURN(ownership->server, sharing::OwnerServer::Start(
+                                                 address_, *ownership->backend, server_options));
   }
   std::shared_ptr<Backend> backend = ownership->backend;
   ownership_ = std::move(ownership);
   return backend;
 }
 
-Status StoreCore::CheckNoOwnerUnasked() const {
+Status DirectoryStoreCore::CheckNoOwnerUnasked() const {
   const std::string directory = directory_.string();
   // A lock file that cannot be looked at: kUnavailable, "cannot tell", never "no owner".
   IDEM_ASSIGN_OR_RETURN(const bool held, sharing::OwnerLock::IsHeld(directory));
@@ -202,7 +202,7 @@ Status StoreCore::CheckNoOwnerUnasked() const {
                   owner && owner->exclusive ? " exclusively (it serves no other process)" : ""));
 }
 
-std::shared_ptr<EngineBackend> StoreCore::NewBackend(
+std::shared_ptr<EngineBackend> DirectoryStoreCore::NewBackend(
     std::unique_ptr<storage::Storage> storage) const {
   std::unique_ptr<StallWatch> stall_watch;
   std::unique_ptr<DiskQuota> disk_quota;
@@ -217,7 +217,7 @@ std::shared_ptr<EngineBackend> StoreCore::NewBackend(
                                          std::move(disk_quota), WriteBackup);
 }
 
-Result<std::unique_ptr<storage::Storage>> StoreCore::OpenStorage() {
+Result<std::unique_ptr<storage::Storage>> DirectoryStoreCore::OpenStorage() {
   storage::RocksDbConfig config;
   config.create_if_missing = options_.create_if_missing;
   config.read_only = options_.read_only;
@@ -229,7 +229,7 @@ Result<std::unique_ptr<storage::Storage>> StoreCore::OpenStorage() {
   return std::unique_ptr<storage::Storage>(std::move(storage));
 }
 
-void StoreCore::LogTo(const Options& options, std::string_view message) {
+void DirectoryStoreCore::LogTo(const Options& options, std::string_view message) {
   const std::string line = EscapeControls(message);
   if (options.log) {
     options.log(line);

@@ -1,4 +1,4 @@
-#include "core/pg_store_core.h"
+#include "core/postgres_store_core.h"
 
 #include <fmt/format.h>
 
@@ -21,16 +21,16 @@ std::atomic<bool> follow_options_clock{false};
 
 }  // namespace
 
-void PgStoreCore::FollowOptionsClockForTests(bool follow) { follow_options_clock = follow; }
+void PostgresStoreCore::FollowOptionsClockForTests(bool follow) { follow_options_clock = follow; }
 
-Result<std::string> PgStoreCore::Key(std::string_view uri, const Options& options) {
+Result<std::string> PostgresStoreCore::Key(std::string_view uri, const Options& options) {
   IDEM_ASSIGN_OR_RETURN(storage::PgConninfo conninfo,
                         storage::PgConninfo::Parse(uri, ConnDefaults(options)));
   return conninfo.display_name() + '\n' + options.table;
 }
 
-Result<std::shared_ptr<PgStoreCore>> PgStoreCore::Open(std::string_view uri,
-                                                       const Options& options) {
+Result<std::shared_ptr<PostgresStoreCore>> PostgresStoreCore::Open(std::string_view uri,
+                                                                   const Options& options) {
   IDEM_ASSIGN_OR_RETURN(storage::PgConninfo conninfo,
                         storage::PgConninfo::Parse(uri, ConnDefaults(options)));
   storage::PgStorageConfig config;
@@ -43,7 +43,7 @@ Result<std::shared_ptr<PgStoreCore>> PgStoreCore::Open(std::string_view uri,
                  .failover_timeout = options.failover_timeout};
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<storage::PgStorage> storage,
                         storage::PgStorage::Open(conninfo, std::move(config)));
-  std::shared_ptr<PgStoreCore> core(new PgStoreCore(options, conninfo.display_name()));
+  std::shared_ptr<PostgresStoreCore> core(new PostgresStoreCore(options, conninfo.display_name()));
   // No StallWatch: it measures this process's stalls against record times, which are the
   // server's, and no process owns the store. The grace that holders are owed here is after the
   // server's own outages (a restart, a failover): PgStorage::OutageGrace.
@@ -148,7 +148,7 @@ class PgClaimTransaction final : public ClaimTransaction {
 
 }  // namespace
 
-Result<std::unique_ptr<ClaimTransaction>> PgStoreCore::BeginClaimTransaction(
+Result<std::unique_ptr<ClaimTransaction>> PostgresStoreCore::BeginClaimTransaction(
     std::string_view key, uint64_t token, Durability durability) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<storage::PgOpenTransaction> open,
                         storage_->OpenTransaction());

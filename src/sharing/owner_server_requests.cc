@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "sharing/server.h"
-#include "sharing/server_internal.h"
+#include "sharing/owner_server.h"
+#include "sharing/owner_server_internal.h"
 
 namespace idem::sharing {
 namespace {
@@ -101,7 +101,7 @@ bool HoldsWholeFrame(std::string_view in) {
 
 }  // namespace
 
-bool Server::ReceiveRequest(Connection& connection, bool& closed) {
+bool OwnerServer::ReceiveRequest(Connection& connection, bool& closed) {
   std::string& in = connection.in;
   for (;;) {
     // A client may send requests before the answers to its earlier ones: read ahead of the
@@ -130,7 +130,7 @@ bool Server::ReceiveRequest(Connection& connection, bool& closed) {
   }
 }
 
-bool Server::FrameSizeAllowed(Connection& connection, uint32_t size) {
+bool OwnerServer::FrameSizeAllowed(Connection& connection, uint32_t size) {
   if (size <= options_.max_frame) return true;
   log_.Log(
       "oversized frame",
@@ -146,7 +146,7 @@ bool Server::FrameSizeAllowed(Connection& connection, uint32_t size) {
   return false;
 }
 
-void Server::SendBeforeClosing(Connection& connection) {
+void OwnerServer::SendBeforeClosing(Connection& connection) {
   // Best effort, without waiting, as Say.
   const std::string& out = connection.out;
   if (connection.out_done < out.size()) {
@@ -155,7 +155,8 @@ void Server::SendBeforeClosing(Connection& connection) {
   }
 }
 
-void Server::TurnAway(const Connection& connection, std::string_view frame, const Status& why) {
+void OwnerServer::TurnAway(const Connection& connection, std::string_view frame,
+                           const Status& why) {
   const uint8_t version = RequestVersion(frame);
   if (version == 0 || version == kProtocolVersion) {
     log_.Log("malformed request",
@@ -171,7 +172,8 @@ void Server::TurnAway(const Connection& connection, std::string_view frame, cons
                                OwnerName(::getpid()), kProtocolVersion, version)));
 }
 
-std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32_t events) {
+std::optional<OwnerServer::Phase> OwnerServer::ServeRequest(Connection& connection,
+                                                            uint32_t events) {
   std::string& in = connection.in;
   bool closed = false;
   if (!ReceiveRequest(connection, closed)) return std::nullopt;
@@ -237,7 +239,7 @@ std::optional<Server::Phase> Server::ServeRequest(Connection& connection, uint32
   return SendAnswer(connection);
 }
 
-std::optional<Server::Phase> Server::SendAnswer(Connection& connection) {
+std::optional<OwnerServer::Phase> OwnerServer::SendAnswer(Connection& connection) {
   std::string& out = connection.out;
   while (connection.out_done < out.size()) {
     const ssize_t n = ::send(connection.fd.get(), out.data() + connection.out_done,
@@ -256,7 +258,7 @@ std::optional<Server::Phase> Server::SendAnswer(Connection& connection) {
   return connection.in.empty() ? Phase::kIdle : Phase::kReading;
 }
 
-std::string Server::Handle(const Request& request, Connection& connection) {
+std::string OwnerServer::Handle(const Request& request, Connection& connection) {
   const Holder& peer = connection.holder;
   return std::visit(
       [&](const auto& message) -> std::string {
@@ -330,7 +332,7 @@ std::string Server::Handle(const Request& request, Connection& connection) {
       request);
 }
 
-std::string Server::HandlePurge(const PurgeMessage& message) {
+std::string OwnerServer::HandlePurge(const PurgeMessage& message) {
   PurgeOptions options;
   options.dry_run = message.options.dry_run;
   options.compact = message.options.compact;
@@ -346,7 +348,7 @@ std::string Server::HandlePurge(const PurgeMessage& message) {
       });
 }
 
-std::string Server::HandleBackup(const BackupMessage& message) {
+std::string OwnerServer::HandleBackup(const BackupMessage& message) {
   return HandleJob(
       message.ticket, message.wait,
       [this, destination = std::string(message.destination)](JobProgress&) -> Result<uint64_t> {
@@ -355,8 +357,8 @@ std::string Server::HandleBackup(const BackupMessage& message) {
       });
 }
 
-std::string Server::HandleJob(uint64_t ticket, milliseconds wait,
-                              std::function<Result<uint64_t>(JobProgress& progress)> work) {
+std::string OwnerServer::HandleJob(uint64_t ticket, milliseconds wait,
+                                   std::function<Result<uint64_t>(JobProgress& progress)> work) {
   std::unique_lock lock(job_mu_);
   std::shared_ptr<Job>& slot = jobs_[ticket];
   if (!slot) {

@@ -1,12 +1,12 @@
-// StoreCore: one per open store directory in a process, shared by every handle on it. It holds
-// the process's role for the directory: owner (an EngineBackend on RocksDB, serving the other
-// processes over the store's socket), client (a RemoteBackend talking to the owner), or reader
+// DirectoryStoreCore: one per open store directory in a process, shared by every handle on it. It
+// holds the process's role for the directory: owner (an EngineBackend on RocksDB, serving the other
+// processes over the store's socket), client (an OwnerClient talking to the owner), or reader
 // (the owner's socket, or a RocksDB read-only instance of the files). When the owner dies, a
 // client's call fails over: it takes the owner lock and becomes the owner, or reconnects to
 // whoever did, and resends the call.
 
-#ifndef IDEM_CORE_STORE_CORE_H_
-#define IDEM_CORE_STORE_CORE_H_
+#ifndef IDEM_CORE_DIRECTORY_STORE_CORE_H_
+#define IDEM_CORE_DIRECTORY_STORE_CORE_H_
 
 #include <fmt/format.h>
 #include <sys/types.h>
@@ -25,7 +25,7 @@
 #include "idem/options.h"
 #include "sharing/log_limiter.h"
 #include "sharing/owner_lock.h"
-#include "sharing/server.h"
+#include "sharing/owner_server.h"
 #include "sharing/socket_address.h"
 #include "storage/storage.h"
 #include "util/process.h"
@@ -50,18 +50,18 @@ std::recursive_mutex& RegistryMutex();
 struct Ownership {
   std::unique_ptr<sharing::OwnerLock> lock;
   std::shared_ptr<EngineBackend> backend;
-  std::unique_ptr<sharing::Server> server;
+  std::unique_ptr<sharing::OwnerServer> server;
 };
 
 // One per open store directory in this process, shared by every handle on it.
-class StoreCore {
+class DirectoryStoreCore {
  public:
-  StoreCore(std::filesystem::path directory, DirectoryId id, const Options& options)
+  DirectoryStoreCore(std::filesystem::path directory, DirectoryId id, const Options& options)
       : directory_(std::move(directory)),
         address_(sharing::SocketAddressFor(directory_.string(), id.device, id.inode)),
         options_(options) {}
 
-  ~StoreCore();
+  ~DirectoryStoreCore();
 
   // Takes up the process's role for the store.
   Status Start();
@@ -184,4 +184,4 @@ class StoreCore {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_STORE_CORE_H_
+#endif  // IDEM_CORE_DIRECTORY_STORE_CORE_H_

@@ -1,4 +1,4 @@
-#include "sharing/server.h"
+#include "sharing/owner_server.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include <cstring>
 #include <optional>
 
-#include "sharing/server_internal.h"
+#include "sharing/owner_server_internal.h"
 #include "util/process.h"
 
 namespace idem::sharing {
@@ -50,15 +50,16 @@ Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, uint64_t key)
 
 }  // namespace
 
-Server::Server(Backend& backend, ServerOptions options)
+OwnerServer::OwnerServer(Backend& backend, OwnerServerOptions options)
     : backend_(backend),
       options_(std::move(options)),
       log_(options_.log),
       next_id_(kFirstConnectionId) {}
 
-Result<std::unique_ptr<Server>> Server::Start(const SocketAddress& address, Backend& backend,
-                                              ServerOptions options) {
-  std::unique_ptr<Server> server(new Server(backend, std::move(options)));
+Result<std::unique_ptr<OwnerServer>> OwnerServer::Start(const SocketAddress& address,
+                                                        Backend& backend,
+                                                        OwnerServerOptions options) {
+  std::unique_ptr<OwnerServer> server(new OwnerServer(backend, std::move(options)));
   rlimit files{};
   const std::size_t descriptor_share =
       ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
@@ -102,7 +103,7 @@ Result<std::unique_ptr<Server>> Server::Start(const SocketAddress& address, Back
   return server;
 }
 
-Server::~Server() {
+OwnerServer::~OwnerServer() {
   std::vector<std::thread> threads;
   {
     std::lock_guard lock(mu_);
@@ -127,7 +128,7 @@ Server::~Server() {
   RemoveRuntimeSocket(listener_);
 }
 
-void Server::RunThread() {
+void OwnerServer::RunThread() {
   for (;;) {
     epoll_event event{};
     waiting_threads_.fetch_add(1);
@@ -156,20 +157,20 @@ void Server::RunThread() {
   }
 }
 
-void Server::AddThreadIfAllBusy() {
+void OwnerServer::AddThreadIfAllBusy() {
   if (waiting_threads_.load() > 0) return;
   std::lock_guard lock(mu_);
   if (stopping_ || threads_.size() >= options_.max_threads) return;
   threads_.emplace_back([this] { RunThread(); });
 }
 
-void Server::Say(int fd, ResponseKind kind, const Status& why) {
+void OwnerServer::Say(int fd, ResponseKind kind, const Status& why) {
   // Best effort, without waiting: a peer that does not read it learns from the close alone.
   const std::string frame = EncodeFrame(EncodeClosing(kind, why));
   static_cast<void>(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
 }
 
-std::shared_ptr<Server::Connection> Server::TakeLongestIdle() {
+std::shared_ptr<OwnerServer::Connection> OwnerServer::TakeLongestIdle() {
   std::shared_ptr<Connection> oldest;
   for (const auto& [id, connection] : connections_) {
     if (connection->busy || connection->phase != Phase::kIdle) continue;
@@ -179,7 +180,7 @@ std::shared_ptr<Server::Connection> Server::TakeLongestIdle() {
   return oldest;
 }
 
-void Server::ArmTimer(bool on) {
+void OwnerServer::ArmTimer(bool on) {
   if (on == timer_armed_) return;
   const milliseconds period =
       std::clamp(std::min(options_.idle_timeout, options_.frame_timeout) / 4, milliseconds(10),
@@ -193,7 +194,7 @@ void Server::ArmTimer(bool on) {
   if (::timerfd_settime(timer_fd_.get(), 0, &spec, nullptr) == 0) timer_armed_ = on;
 }
 
-void Server::AcceptAll() {
+void OwnerServer::AcceptAll() {
   for (;;) {
     const int fd = ::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
@@ -213,7 +214,7 @@ void Server::AcceptAll() {
                                  EPOLLIN | EPOLLONESHOT, kListenKey));
 }
 
-bool Server::ShedForDescriptors() {
+bool OwnerServer::ShedForDescriptors() {
   // An idle connection can go (its client reconnects when it needs to); otherwise the spare
   // descriptor is freed for an instant to tell the peer why it is refused, so that the listening
   // socket does not stay readable for ever.
@@ -249,7 +250,7 @@ bool Server::ShedForDescriptors() {
   return refused >= 0;
 }
 
-bool Server::Admit(int fd) {
+bool OwnerServer::Admit(int fd) {
   ucred peer{};
   socklen_t size = sizeof(peer);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
@@ -295,7 +296,7 @@ bool Server::Admit(int fd) {
   return true;
 }
 
-void Server::AddConnection(int fd, pid_t pid, Holder holder) {
+void OwnerServer::AddConnection(int fd, pid_t pid, Holder holder) {
   auto connection = std::make_shared<Connection>(next_id_++, fd, pid, std::move(holder), backend_);
   connection->since = Clock::now();
   if (EpollControl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
@@ -307,7 +308,7 @@ void Server::AddConnection(int fd, pid_t pid, Holder holder) {
   // On failure the connection's descriptor closes with it: the client reconnects.
 }
 
-void Server::RefuseAtCap(int fd, pid_t pid) {
+void OwnerServer::RefuseAtCap(int fd, pid_t pid) {
   log_.Log("cap", fmt::format("refused a connection from pid {}: all {} connections have a "
                               "request running",
                               pid, max_connections_));
@@ -318,7 +319,7 @@ void Server::RefuseAtCap(int fd, pid_t pid) {
   ::close(fd);
 }
 
-void Server::Sweep() {
+void OwnerServer::Sweep() {
   uint64_t expirations = 0;
   static_cast<void>(::read(timer_fd_.get(), &expirations, sizeof expirations));
   const auto now = Clock::now();
@@ -373,7 +374,7 @@ void Server::Sweep() {
   for (const auto& job : finished) job->thread.join();
 }
 
-void Server::Serve(uint64_t id, uint32_t events) {
+void OwnerServer::Serve(uint64_t id, uint32_t events) {
   std::shared_ptr<Connection> connection;
   {
     std::lock_guard lock(mu_);
@@ -420,7 +421,8 @@ void Server::Serve(uint64_t id, uint32_t events) {
   Release(connection, next);
 }
 
-void Server::Release(const std::shared_ptr<Connection>& connection, std::optional<Phase> phase) {
+void OwnerServer::Release(const std::shared_ptr<Connection>& connection,
+                          std::optional<Phase> phase) {
   serving_.fetch_sub(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(mu_);

@@ -1,4 +1,4 @@
-#include "storage/rocksdb/engine_options.h"
+#include "storage/rocksdb/rocksdb_options.h"
 
 #include <rocksdb/cache.h>
 #include <rocksdb/filter_policy.h>
@@ -11,9 +11,9 @@
 
 namespace idem::storage {
 
-EngineOptions MakeEngineOptions(std::size_t memory_budget) {
+RocksDbOptions MakeRocksDbOptions(std::size_t memory_budget) {
   const MemorySplit memory = SplitMemoryBudget(memory_budget);
-  EngineOptions engine;
+  RocksDbOptions engine;
   engine.cache = rocksdb::NewLRUCache(memory.block_cache);
   engine.write_buffers =
       std::make_shared<rocksdb::WriteBufferManager>(memory.write_buffers, engine.cache);

@@ -2,8 +2,8 @@
 // used by the storage and by the benchmark's raw-RocksDB anchor: the anchor runs the same
 // engine, so a ratio against it measures idem's own work and not a difference in tuning.
 
-#ifndef IDEM_STORAGE_ROCKSDB_ENGINE_OPTIONS_H_
-#define IDEM_STORAGE_ROCKSDB_ENGINE_OPTIONS_H_
+#ifndef IDEM_STORAGE_ROCKSDB_ROCKSDB_OPTIONS_H_
+#define IDEM_STORAGE_ROCKSDB_ROCKSDB_OPTIONS_H_
 
 #include <rocksdb/options.h>
 #include <rocksdb/perf_level.h>
@@ -18,7 +18,7 @@ class WriteBufferManager;
 
 namespace idem::storage {
 
-struct EngineOptions {
+struct RocksDbOptions {
   std::shared_ptr<rocksdb::Cache> cache;  // the block cache; the memtables are charged to it
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffers;
   rocksdb::DBOptions db;                 // background jobs and the write buffer manager
@@ -27,7 +27,7 @@ struct EngineOptions {
 
 // Settings for a process whose whole footprint should stay near `memory_budget` bytes
 // (Options::memory_budget; the split is memory_split.h).
-EngineOptions MakeEngineOptions(std::size_t memory_budget);
+RocksDbOptions MakeRocksDbOptions(std::size_t memory_budget);
 
 // Turns RocksDB's per-thread performance counters off on the calling thread for its lifetime,
 // then restores the thread's level. Nothing in idem reads them, and counting costs: every
@@ -51,4 +51,4 @@ class ScopedPerfCountersOff {
 
 }  // namespace idem::storage
 
-#endif  // IDEM_STORAGE_ROCKSDB_ENGINE_OPTIONS_H_
+#endif  // IDEM_STORAGE_ROCKSDB_ROCKSDB_OPTIONS_H_
