@@ -32,11 +32,7 @@ constexpr std::size_t kInitialThreads = 2;
 // other connections are served by the other threads meanwhile).
 constexpr int kServedInARow = 8;
 
-// epoll keys: the three fixed descriptors, then connection ids.
-constexpr uint64_t kListenKey = 1;
-constexpr uint64_t kStopKey = 2;
-constexpr uint64_t kTimerKey = 3;
-constexpr uint64_t kFirstConnectionId = 16;
+}  // namespace
 
 Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, uint64_t key) {
   epoll_event event{};
@@ -47,8 +43,6 @@ Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, uint64_t key)
   }
   return Status::OK();
 }
-
-}  // namespace
 
 OwnerServer::OwnerServer(Backend& backend, OwnerServerOptions options)
     : backend_(backend),
@@ -170,16 +164,6 @@ void OwnerServer::Say(int fd, ResponseKind kind, const Status& why) {
   static_cast<void>(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
 }
 
-std::shared_ptr<OwnerServer::Connection> OwnerServer::TakeLongestIdle() {
-  std::shared_ptr<Connection> oldest;
-  for (const auto& [id, connection] : connections_) {
-    if (connection->busy || connection->phase != Phase::kIdle) continue;
-    if (!oldest || connection->since < oldest->since) oldest = connection;
-  }
-  if (oldest) connections_.erase(oldest->id);
-  return oldest;
-}
-
 void OwnerServer::ArmTimer(bool on) {
   if (on == timer_armed_) return;
   const milliseconds period =
@@ -192,131 +176,6 @@ void OwnerServer::ArmTimer(bool on) {
     spec.it_interval = spec.it_value;
   }
   if (::timerfd_settime(timer_fd_.get(), 0, &spec, nullptr) == 0) timer_armed_ = on;
-}
-
-void OwnerServer::AcceptAll() {
-  for (;;) {
-    const int fd = ::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) {
-      if (!Admit(fd)) return;  // stopping: the listening socket is not armed again
-      continue;
-    }
-    if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    if (errno != EMFILE && errno != ENFILE) {
-      log_.Log("accept", fmt::format("cannot accept connections to the store's socket: {}",
-                                     std::strerror(errno)));
-      break;
-    }
-    if (!ShedForDescriptors()) break;
-  }
-  static_cast<void>(EpollControl(epoll_fd_.get(), EPOLL_CTL_MOD, listener_.fd.get(),
-                                 EPOLLIN | EPOLLONESHOT, kListenKey));
-}
-
-bool OwnerServer::ShedForDescriptors() {
-  // An idle connection can go (its client reconnects when it needs to); otherwise the spare
-  // descriptor is freed for an instant to tell the peer why it is refused, so that the listening
-  // socket does not stay readable for ever.
-  std::shared_ptr<Connection> idle;
-  {
-    std::lock_guard lock(mu_);
-    idle = TakeLongestIdle();
-  }
-  if (idle) {
-    log_.Log("descriptors",
-             fmt::format("the process is out of file descriptors: closed its longest idle "
-                         "connection to the store's socket, of pid {}",
-                         idle->pid));
-    Say(idle->fd.get(), ResponseKind::kGoodbye,
-        Status::Unavailable(fmt::format("{} is out of file descriptors", OwnerName(::getpid()))));
-    return true;  // `idle` closes here
-  }
-  int refused = -1;
-  {
-    std::lock_guard lock(mu_);
-    spare_fd_ = FileDescriptor();
-    refused = ::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (refused >= 0) {
-      Say(refused, ResponseKind::kRefusal,
-          Status::Busy(
-              fmt::format("{} is out of file descriptors and busy", OwnerName(::getpid()))));
-      ::close(refused);
-    }
-    spare_fd_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  }
-  log_.Log("descriptors",
-           "the process is out of file descriptors: refused a connection to the store's socket");
-  return refused >= 0;
-}
-
-bool OwnerServer::Admit(int fd) {
-  ucred peer{};
-  socklen_t size = sizeof(peer);
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
-    log_.Log("credentials",
-             fmt::format("dropped a connection: no peer credentials: {}", std::strerror(errno)));
-    ::close(fd);
-    return true;
-  }
-  if (peer.uid != ::geteuid()) {
-    log_.Log("uid", fmt::format("refused a connection from pid {} of uid {}: only uid {} may use "
-                                "this store",
-                                peer.pid, peer.uid, ::geteuid()));
-    Say(fd, ResponseKind::kRefusal,
-        Status::Busy(fmt::format("{} refuses uid {}: only uid {} may use this store",
-                                 OwnerName(::getpid()), peer.uid, ::geteuid())));
-    ::close(fd);
-    return true;
-  }
-  Holder holder = util::HolderFor(peer.pid);
-  std::shared_ptr<Connection> displaced;
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) {
-      ::close(fd);
-      return false;
-    }
-    if (connections_.size() >= max_connections_) displaced = TakeLongestIdle();
-    if (connections_.size() < max_connections_) {
-      AddConnection(fd, peer.pid, std::move(holder));
-    } else {
-      RefuseAtCap(fd, peer.pid);
-    }
-  }
-  if (displaced) {
-    log_.Log("displaced",
-             fmt::format("at the limit of {} connections: closed the longest idle one, of pid {}, "
-                         "to serve pid {}",
-                         max_connections_, displaced->pid, peer.pid));
-    Say(displaced->fd.get(), ResponseKind::kGoodbye,
-        Status::Unavailable(
-            fmt::format("{} closed this idle connection to make room", OwnerName(::getpid()))));
-  }
-  return true;
-}
-
-void OwnerServer::AddConnection(int fd, pid_t pid, Holder holder) {
-  auto connection = std::make_shared<Connection>(next_id_++, fd, pid, std::move(holder), backend_);
-  connection->since = Clock::now();
-  if (EpollControl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
-                   connection->id)
-          .ok()) {
-    connections_.emplace(connection->id, connection);
-    ArmTimer(true);
-  }
-  // On failure the connection's descriptor closes with it: the client reconnects.
-}
-
-void OwnerServer::RefuseAtCap(int fd, pid_t pid) {
-  log_.Log("cap", fmt::format("refused a connection from pid {}: all {} connections have a "
-                              "request running",
-                              pid, max_connections_));
-  Say(fd, ResponseKind::kRefusal,
-      Status::Busy(fmt::format("{} is serving its limit of {} connections, each with a request "
-                               "running",
-                               OwnerName(::getpid()), max_connections_)));
-  ::close(fd);
 }
 
 void OwnerServer::Sweep() {

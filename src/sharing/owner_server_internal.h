@@ -1,6 +1,6 @@
-// What the two halves of the owner's server share (server.cc: threads, connections and timeouts;
-// owner_server_requests.cc: reading a request, running it, sending its answer). Included only by
-// them.
+// What the parts of the owner's server share (owner_server.cc: threads and timeouts;
+// owner_server_admission.cc: taking connections; owner_server_requests.cc: reading a request,
+// running it, sending its answer). Included only by them.
 
 #ifndef IDEM_SHARING_OWNER_SERVER_INTERNAL_H_
 #define IDEM_SHARING_OWNER_SERVER_INTERNAL_H_
@@ -16,6 +16,15 @@
 #include "sharing/owner_server.h"
 
 namespace idem::sharing {
+
+// epoll keys: the three fixed descriptors, then connection ids.
+inline constexpr uint64_t kListenKey = 1;
+inline constexpr uint64_t kStopKey = 2;
+inline constexpr uint64_t kTimerKey = 3;
+inline constexpr uint64_t kFirstConnectionId = 16;
+
+// Adds `fd` to the epoll set (or changes it, by `op`), to report `events` under `key`.
+Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, uint64_t key);
 
 // The read views a connection opened (Backend::OpenView), ended with it: a client that dies, or
 // leaves its connection idle past idle_timeout, pins no snapshot after that.
