@@ -1,5 +1,6 @@
 // Reading a request from a connection, running it on the backend, and sending its answer; purge
-// runs as a job that the client polls. The threads and connections are in server.cc.
+// runs as a job that the client polls. The threads are in owner_server.cc, taking connections in
+// owner_server_admission.cc.
 
 #include <errno.h>
 #include <fmt/format.h>
