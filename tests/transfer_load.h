@@ -11,7 +11,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -69,9 +68,9 @@ inline idem::Status Transfer(idem::Store& store, const std::string& key, int fro
 // before (under TSan, 83 thousand records by the third of three, and minutes when the machine
 // is busy): the export tests slow them once the store holds what the exports need to show.
 struct Pace {
-  uint64_t full_speed = std::numeric_limits<uint64_t>::max();
-  std::chrono::milliseconds pause{0};
-  uint64_t most = std::numeric_limits<uint64_t>::max();
+  uint64_t full_speed;
+  std::chrono::milliseconds pause;
+  uint64_t most;
 };
 
 // Runs transfers on `threads` threads of its own, keys "transfer-<name>-<thread>-<n>", between
@@ -79,7 +78,7 @@ struct Pace {
 // first error.
 class TransferLoad {
  public:
-  TransferLoad(idem::Store& store, const std::string& name, int threads, Pace pace = {}) {
+  TransferLoad(idem::Store& store, const std::string& name, int threads, Pace pace) {
     for (int t = 0; t < threads; ++t) {
       threads_.emplace_back([this, &store, name, t, pace] {
         std::mt19937 random(static_cast<unsigned>(t + 1));

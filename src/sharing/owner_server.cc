@@ -16,7 +16,6 @@
 #include <optional>
 
 #include "sharing/owner_server_internal.h"
-#include "util/process.h"
 
 namespace idem::sharing {
 namespace {
