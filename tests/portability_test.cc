@@ -2,10 +2,10 @@
 // and long are 32 bits, and whose time_t is too unless built with _TIME_BITS=64) must change
 // nothing that idem stores, sends or reads (docs/cross.md): times past 2038 and 2106, lengths
 // past 2 GiB and 4 GiB, file offsets past them, tokens past 2^32, and the exact bytes of the
-// record, wire and export encodings. A store written on one architecture, tests/data/
-// portable_store, opens and reads the same on every other.
+// record, wire and export encodings. A store written on each architecture, tests/data/
+// portable_stores/<architecture>, opens and reads the same on every other.
 //
-// `portability_test --write-portable-store DIR` writes that store again (see PortableRecords).
+// `portability_test --write-portable-store DIR` writes such a store (see PortableRecords).
 
 #include <fcntl.h>
 #include <rocksdb/db.h>
@@ -450,7 +450,7 @@ TEST(Portability, TokensPast2To32) {
 
 // ---- The same bytes on every architecture ------------------------------------------------------
 
-// The records of tests/data/portable_store: every state, times past 2038 and 2106, tokens past
+// The records of tests/data/portable_stores/*: every state, times past 2038 and 2106, tokens past
 // 2^32, binary and UTF-8 bytes, a result of several blocks. Read on the default clock of
 // ManualClock (2026-03-01): every retention still runs; "timeout" reads as timed out.
 std::vector<Record> PortableRecords() {
@@ -553,16 +553,28 @@ idem::Status WritePortableStore(const std::string& path) {
   return idem::Status::OK();
 }
 
-// The committed store as a store of its own, in `dir`.
-std::string CopyOfPortableStore(const TempDir& dir) {
-  const std::string copy = dir.StorePath();
-  std::filesystem::copy(IDEM_PORTABLE_STORE, copy, std::filesystem::copy_options::recursive);
+// The architectures whose committed store (tests/data/portable_stores/<architecture>, written
+// there by `portability_test --write-portable-store`) every architecture reads. x86-64's is the
+// reference the others' bytes are compared with.
+constexpr const char* kReferenceArchitecture = "x86_64";
+const std::vector<std::string> kStoreArchitectures = {"x86_64", "arm64", "armhf"};
+
+// The store committed from `architecture` as a store of its own, in `dir`.
+std::string CopyOfPortableStore(const TempDir& dir, const std::string& architecture) {
+  const std::string copy = dir.Sub("from-" + architecture);
+  std::filesystem::copy(std::string(IDEM_PORTABLE_STORES) + "/" + architecture, copy,
+                        std::filesystem::copy_options::recursive);
   return copy;
 }
 
-TEST(Portability, TheCommittedStoreReadsTheSame) {
+class CommittedStore : public ::testing::TestWithParam<std::string> {};
+
+// Each committed store opens here and reads the same: every record through the API, and every
+// key and value of its column families as this architecture encodes them. With one store
+// written on each architecture, a store written on any of them reads the same on every other.
+TEST_P(CommittedStore, ReadsTheSame) {
   const TempDir dir;
-  const std::string path = CopyOfPortableStore(dir);
+  const std::string path = CopyOfPortableStore(dir, GetParam());
   {
     auto store = idem::Store::Open(path, PortableStoreOptions());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -593,14 +605,19 @@ TEST(Portability, TheCommittedStoreReadsTheSame) {
   EXPECT_EQ(raw, expected);
 }
 
-// A store written here holds the same bytes as the committed one (written on x86-64), so it
-// reads the same there.
+INSTANTIATE_TEST_SUITE_P(WrittenOn, CommittedStore, ::testing::ValuesIn(kStoreArchitectures),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+// A store written here holds the same bytes as the one committed from x86-64, so it reads the
+// same there.
 TEST(Portability, AStoreWrittenHereHoldsTheCommittedBytes) {
   const TempDir dir;
   ASSERT_TRUE(WritePortableStore(dir.Sub("here")).ok());
-  const std::string committed = CopyOfPortableStore(dir);
+  const std::string committed = CopyOfPortableStore(dir, kReferenceArchitecture);
   // Left out: the directory the files were last opened in (where they live, not what they
-  // hold), and the token lead, which the committed store (written before it) has none of.
+  // hold), and the token lead, which x86-64's committed store (written before it) has none of.
   std::map<std::string, std::string> here = RawContents(dir.Sub("here"));
   std::erase_if(here, [](const auto& entry) {
     return entry.first.starts_with("meta/home_") || entry.first == "meta/token_lead";
