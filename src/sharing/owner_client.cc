@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "util/process.h"
 
@@ -39,20 +40,6 @@ constexpr std::size_t kMaxPipelinedFrame = 4096;
 // there are as many as the cores that can run them (at least 2, measured above; at most 8).
 std::size_t PipelinedConnectionCount() {
   return std::clamp<std::size_t>(util::UsableCores(), 2, 8);
-}
-
-// Whether `request` may wait on a shared connection behind others: it does not wait on the
-// owner's disk (a synced write there would not share its fsync with the writes behind it), and
-// is answered at once (not a purge or backup poll, a scan page, or a listing).
-bool Pipelinable(const Request& request) {
-  if (const auto* begin = std::get_if<BeginMessage>(&request)) {
-    return !engine::SyncedBeforeReturning(begin->call.durability);
-  }
-  if (const auto* transition = std::get_if<TransitionMessage>(&request)) {
-    return !engine::SyncedBeforeReturning(transition->call.durability);
-  }
-  return std::holds_alternative<GetMessage>(request) ||
-         std::holds_alternative<GetValueMessage>(request);
 }
 
 // Counts a call in flight for as long as it lives.
@@ -175,12 +162,11 @@ Result<std::string> OwnerClient::Exchange(int connection, std::string_view frame
                                          (sent.ok() ? reply.status() : sent).message()));
 }
 
-Result<std::string> OwnerClient::RoundTrip(const Request& request) {
+Result<std::string> OwnerClient::RoundTrip(std::string_view frame, bool pipelinable) {
   const auto deadline = Clock::now() + request_timeout_;
-  const std::string frame = EncodeFrame(EncodeRequest(request));
   const InFlight in_flight(in_flight_);
   if (in_flight.others() >= kOthersInFlightToPipeline && frame.size() <= kMaxPipelinedFrame &&
-      Pipelinable(request)) {
+      pipelinable) {
     if (const auto shared = PipelinedConnectionFor(deadline)) {
       std::string reply;
       switch (shared->Exchange(frame, deadline, reply)) {
@@ -222,39 +208,41 @@ Result<std::string> OwnerClient::RoundTrip(const Request& request) {
   }
 }
 
+template <class Message>
+auto OwnerClient::Ask(const Message& message) {
+  Result<std::string> body = RoundTrip(EncodeFrame(EncodeRequest(message)), IsPipelinable(message));
+  using Answer = typename Message::Answer;
+  if constexpr (std::is_same_v<Answer, NoAnswer>) {
+    return body.status();
+  } else {
+    if (!body.ok()) return Result<typename Answer::Value>(body.status());
+    return Answer::Decode(*body);
+  }
+}
+
 Result<Claim> OwnerClient::Begin(const BeginCall& call, const Holder& /*holder*/) {
   // The owner names the holder from the connection's peer credentials, not from the client.
-  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(BeginMessage{call}));
-  return DecodeClaim(body);
+  return Ask(BeginMessage{call});
 }
 
 Status OwnerClient::Transition(const TransitionCall& call) {
-  return RoundTrip(TransitionMessage{call, {}}).status();
+  return Ask(TransitionMessage{call, {}});
 }
 
 Result<TableValue> OwnerClient::GetValue(std::string_view table, std::string_view key) {
-  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(GetValueMessage{table, key}));
-  return DecodeTableValue(body);
+  return Ask(GetValueMessage{table, key});
 }
 
-Result<std::vector<std::string>> OwnerClient::ListTables() {
-  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(ListTablesMessage{}));
-  return DecodeTableNames(body);
-}
+Result<std::vector<std::string>> OwnerClient::ListTables() { return Ask(ListTablesMessage{}); }
 
 Result<TablePage> OwnerClient::ScanTable(std::string_view table, const ScanOptions& options,
                                          std::size_t limit, uint64_t view) {
-  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(ScanTableMessage{
-                                              table, options, static_cast<uint32_t>(limit), view}));
-  return DecodeTablePage(body);
+  return Ask(ScanTableMessage{table, options, static_cast<uint32_t>(limit), view});
 }
 
-Result<uint64_t> OwnerClient::OpenView() {
-  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(OpenViewMessage{}));
-  return DecodeViewId(body);
-}
+Result<uint64_t> OwnerClient::OpenView() { return Ask(OpenViewMessage{}); }
 
-Status OwnerClient::CloseView(uint64_t view) { return RoundTrip(CloseViewMessage{view}).status(); }
+Status OwnerClient::CloseView(uint64_t view) { return Ask(CloseViewMessage{view}); }
 
 Result<bool> OwnerClient::Reserve(const ReserveCall& call) {
   const Clock::time_point give_up = Clock::now() + call.wait;
@@ -262,29 +250,25 @@ Result<bool> OwnerClient::Reserve(const ReserveCall& call) {
   for (;;) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(give_up - Clock::now());
     message.call.wait = std::clamp(left, std::chrono::milliseconds(0), kMaxReserveWait);
-    IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(message));
-    IDEM_ASSIGN_OR_RETURN(const bool granted, DecodeGranted(body));
+    IDEM_ASSIGN_OR_RETURN(const bool granted, Ask(message));
     if (granted || left <= message.call.wait) return granted;
   }
 }
 
 Status OwnerClient::Unreserve(std::string_view claim_key, uint64_t token) {
-  return RoundTrip(UnreserveMessage{claim_key, token}).status();
+  return Ask(UnreserveMessage{claim_key, token});
 }
 
 Result<std::optional<Record>> OwnerClient::Get(std::string_view key) {
-  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(GetMessage{key}));
-  return DecodeOptionalRecord(body);
+  return Ask(GetMessage{key});
 }
 
 Status OwnerClient::Forget(std::string_view key, Durability durability) {
-  return RoundTrip(ForgetMessage{key, durability}).status();
+  return Ask(ForgetMessage{key, durability});
 }
 
 Result<ScanPage> OwnerClient::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
-  IDEM_ASSIGN_OR_RETURN(std::string body,
-                        RoundTrip(ScanMessage{options, static_cast<uint32_t>(limit), view}));
-  return DecodeScanPage(body);
+  return Ask(ScanMessage{options, static_cast<uint32_t>(limit), view});
 }
 
 template <class Message>
@@ -295,8 +279,7 @@ Result<uint64_t> OwnerClient::RunJob(Message message, const std::function<void(u
   message.wait = std::min(kJobPollWait, request_timeout_ / 2);
   bool total_reported = false;
   for (;;) {
-    IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(message));
-    IDEM_ASSIGN_OR_RETURN(PurgeProgress answer, DecodePurgeProgress(body));
+    IDEM_ASSIGN_OR_RETURN(const PurgeProgress answer, Ask(message));
     if (progress_total && answer.total && !total_reported) {
       progress_total(*answer.total);
       total_reported = true;
@@ -329,8 +312,7 @@ Result<Counters> OwnerClient::GetCounters() {
 }
 
 Result<OwnerCounters> OwnerClient::GetOwnerCounters() {
-  IDEM_ASSIGN_OR_RETURN(std::string body, RoundTrip(CountersMessage{}));
-  IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, DecodeCounters(body));
+  IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, Ask(CountersMessage{}));
   answer.live = true;
   // The kernel's word for who answered, in this process's PID namespace (0: not visible).
   answer.pid = owner_pid_.load();

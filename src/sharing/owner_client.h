@@ -84,8 +84,13 @@ class OwnerClient final : public Backend {
   template <class Message>
   Result<uint64_t> RunJob(Message message, const std::function<void(uint64_t)>& progress,
                           const std::function<void(uint64_t)>& progress_total);
-  // Sends one request and returns the body of an OK answer, or the owner's non-OK status.
-  Result<std::string> RoundTrip(const Request& request);
+  // Sends a request of one op (sharing/protocol_ops.h) and returns its answer (an op without
+  // an answer body: the status), or the owner's non-OK status.
+  template <class Message>
+  auto Ask(const Message& message);
+  // Sends one request frame and returns the body of an OK answer, or the owner's non-OK status.
+  // `pipelinable`: the request may wait behind others on a shared connection (IsPipelinable).
+  Result<std::string> RoundTrip(std::string_view frame, bool pipelinable);
   // The shared connection this thread sends pipelined requests on, connected now if it has none
   // or its last one ended; null when no connection could be made by `deadline` (the call then
   // goes on a connection of its own, which reports why).

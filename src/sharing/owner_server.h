@@ -145,11 +145,13 @@ class OwnerServer {
   // The longest idle connection, taken out of the set; null if every one is busy. mu_ held.
   std::shared_ptr<Connection> TakeLongestIdle();
   void ArmTimer(bool on);  // mu_ held
-  // The response frame for one decoded request from the process `peer`.
-  // Runs `request` for `connection`'s client (the holder of its claims, the owner of its views).
+  // Runs `request` for `connection`'s client (the holder of its claims, the owner of its views
+  // and reservations): the response's payload.
   std::string Handle(const Request& request, Connection& connection);
-  std::string HandlePurge(const PurgeMessage& message);
-  std::string HandleBackup(const BackupMessage& message);
+  // Runs one op: its CallOn, or, for an op that changes what the connection holds or runs as a
+  // job, the specialization in owner_server_requests.cc.
+  template <class Message>
+  std::string RunOp(const Message& message, Connection& connection);
   // Starts the job `ticket` running `work` (given where it reports its progress) if it is new,
   // then answers when it is done or after `wait` (at most kMaxJobWait), whichever comes first,
   // with a PurgeProgress. kBusy when kMaxJobs are running or waiting to be collected.

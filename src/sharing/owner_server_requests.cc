@@ -19,9 +19,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Scan pages asked for over the socket are capped: a client cannot make the owner build an
-// arbitrarily large response.
-constexpr uint32_t kMaxScanPage = 4096;
 // A purge or backup poll is answered within this time, whatever the client asked: each request
 // stays short, and the client learns its progress at least this often.
 constexpr milliseconds kMaxJobWait{1000};
@@ -31,20 +28,6 @@ constexpr std::size_t kMaxJobs = 16;
 // How many bytes of requests a connection's thread reads before it runs them: dozens of the
 // small requests a client pipelines, and any one request whole however large.
 constexpr std::size_t kReadAhead = 64 << 10;
-
-// Whether `request` may join a write group (engine/backend.h): a Begin, or a Transition
-// without table writes or required keys (WriteSet::empty), that returns before a sync
-// (kBuffered, kPeriodic).
-bool JoinsWriteGroup(const Request& request) {
-  if (const auto* begin = std::get_if<BeginMessage>(&request)) {
-    return !engine::SyncedBeforeReturning(begin->call.durability);
-  }
-  if (const auto* transition = std::get_if<TransitionMessage>(&request)) {
-    return !engine::SyncedBeforeReturning(transition->call.durability) &&
-           transition->writes.empty();
-  }
-  return false;
-}
 
 // The answers of one connection's requests run in a write group, kept until the group is
 // written: the answer of a call the group took holds only if its write succeeded, and is
@@ -213,11 +196,9 @@ std::optional<OwnerServer::Phase> OwnerServer::ServeRequest(Connection& connecti
     }
     if (abandoned) {
       // A Begin would leave a claim that holds the key for a lease, and a read is of no use:
-      // they are dropped. A Complete, Fail, Extend, SaveCheckpoint or Forget is carried out: it
-      // may record the result of work already done, which a retry then finds.
-      const bool keeps_work = std::holds_alternative<TransitionMessage>(*request) ||
-                              std::holds_alternative<ForgetMessage>(*request);
-      if (keeps_work) Handle(*request, connection);
+      // they are dropped. A Complete, Fail, Extend, SaveCheckpoint or Forget is carried out
+      // (KeptWhenAbandoned).
+      if (KeptWhenAbandoned(*request)) Handle(*request, connection);
       continue;
     }
     // A group costs a lone request more than it saves: one starts only with a second request.
@@ -259,81 +240,51 @@ std::optional<OwnerServer::Phase> OwnerServer::SendAnswer(Connection& connection
   return connection.in.empty() ? Phase::kIdle : Phase::kReading;
 }
 
-std::string OwnerServer::Handle(const Request& request, Connection& connection) {
-  const Holder& peer = connection.holder;
-  return std::visit(
-      [&](const auto& message) -> std::string {
-        using T = std::decay_t<decltype(message)>;
-        if constexpr (std::is_same_v<T, BeginMessage>) {
-          Result<Claim> claim = backend_.Begin(message.call, peer);
-          return claim.ok() ? EncodeResponse(Status::OK(), EncodeClaim(*claim))
-                            : EncodeResponse(claim.status());
-        } else if constexpr (std::is_same_v<T, TransitionMessage>) {
-          TransitionCall call = message.call;
-          call.writes = &message.writes;
-          const Status status = backend_.Transition(call);
-          // EngineBackend::Transition ended the claim's reservation, if it had one.
-          if (EndsReservation(call.request.kind, status)) {
-            connection.reservations.Remove(call.key, call.request.token);
-          }
-          return EncodeResponse(status);
-        } else if constexpr (std::is_same_v<T, ReserveMessage>) {
-          ReserveCall call = message.call;
-          call.wait = std::min(call.wait, kMaxReserveWait);
-          connection.reservations.Add(call.claim_key, call.token);
-          Result<bool> granted = backend_.Reserve(call);
-          return granted.ok() ? EncodeResponse(Status::OK(), EncodeGranted(*granted))
-                              : EncodeResponse(granted.status());
-        } else if constexpr (std::is_same_v<T, UnreserveMessage>) {
-          connection.reservations.Remove(message.claim_key, message.token);
-          return EncodeResponse(backend_.Unreserve(message.claim_key, message.token));
-        } else if constexpr (std::is_same_v<T, GetValueMessage>) {
-          Result<TableValue> value = backend_.GetValue(message.table, message.key);
-          return value.ok() ? EncodeResponse(Status::OK(), EncodeTableValue(*value))
-                            : EncodeResponse(value.status());
-        } else if constexpr (std::is_same_v<T, ListTablesMessage>) {
-          Result<std::vector<std::string>> names = backend_.ListTables();
-          return names.ok() ? EncodeResponse(Status::OK(), EncodeTableNames(*names))
-                            : EncodeResponse(names.status());
-        } else if constexpr (std::is_same_v<T, ScanTableMessage>) {
-          Result<TablePage> page = backend_.ScanTable(
-              message.table, message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage),
-              message.view);
-          return page.ok() ? EncodeResponse(Status::OK(), EncodeTablePage(*page))
-                           : EncodeResponse(page.status());
-        } else if constexpr (std::is_same_v<T, OpenViewMessage>) {
-          Result<uint64_t> view = backend_.OpenView();
-          if (!view.ok()) return EncodeResponse(view.status());
-          connection.views.Add(*view);
-          return EncodeResponse(Status::OK(), EncodeViewId(*view));
-        } else if constexpr (std::is_same_v<T, CloseViewMessage>) {
-          connection.views.Remove(message.view);
-          return EncodeResponse(backend_.CloseView(message.view));
-        } else if constexpr (std::is_same_v<T, GetMessage>) {
-          Result<std::optional<Record>> record = backend_.Get(message.key);
-          return record.ok() ? EncodeResponse(Status::OK(), EncodeOptionalRecord(*record))
-                             : EncodeResponse(record.status());
-        } else if constexpr (std::is_same_v<T, ForgetMessage>) {
-          return EncodeResponse(backend_.Forget(message.key, message.durability));
-        } else if constexpr (std::is_same_v<T, ScanMessage>) {
-          Result<ScanPage> page = backend_.Scan(
-              message.options, std::clamp<uint32_t>(message.limit, 1, kMaxScanPage), message.view);
-          return page.ok() ? EncodeResponse(Status::OK(), EncodeScanPage(*page))
-                           : EncodeResponse(page.status());
-        } else if constexpr (std::is_same_v<T, PurgeMessage>) {
-          return HandlePurge(message);
-        } else if constexpr (std::is_same_v<T, BackupMessage>) {
-          return HandleBackup(message);
-        } else {
-          Result<OwnerCounters> counters = backend_.GetOwnerCounters();
-          return counters.ok() ? EncodeResponse(Status::OK(), EncodeCounters(*counters))
-                               : EncodeResponse(counters.status());
-        }
-      },
-      request);
+template <class Message>
+std::string OwnerServer::RunOp(const Message& message, Connection& connection) {
+  return EncodeAnswer<Message>(message.CallOn(backend_, connection.holder));
 }
 
-std::string OwnerServer::HandlePurge(const PurgeMessage& message) {
+// The ops that change what the connection holds: the owner ends its views and reservations with
+// it.
+template <>
+std::string OwnerServer::RunOp(const TransitionMessage& message, Connection& connection) {
+  const Status status = message.CallOn(backend_, connection.holder);
+  // EngineBackend::Transition ended the claim's reservation, if it had one.
+  if (EndsReservation(message.call.request.kind, status)) {
+    connection.reservations.Remove(message.call.key, message.call.request.token);
+  }
+  return EncodeAnswer<TransitionMessage>(status);
+}
+
+template <>
+std::string OwnerServer::RunOp(const ReserveMessage& message, Connection& connection) {
+  connection.reservations.Add(message.call.claim_key, message.call.token);
+  return EncodeAnswer<ReserveMessage>(message.CallOn(backend_, connection.holder));
+}
+
+template <>
+std::string OwnerServer::RunOp(const UnreserveMessage& message, Connection& connection) {
+  connection.reservations.Remove(message.claim_key, message.token);
+  return EncodeAnswer<UnreserveMessage>(message.CallOn(backend_, connection.holder));
+}
+
+template <>
+std::string OwnerServer::RunOp(const OpenViewMessage& message, Connection& connection) {
+  Result<uint64_t> view = message.CallOn(backend_, connection.holder);
+  if (view.ok()) connection.views.Add(*view);
+  return EncodeAnswer<OpenViewMessage>(view);
+}
+
+template <>
+std::string OwnerServer::RunOp(const CloseViewMessage& message, Connection& connection) {
+  connection.views.Remove(message.view);
+  return EncodeAnswer<CloseViewMessage>(message.CallOn(backend_, connection.holder));
+}
+
+// The jobs: each request starts the job or asks how it is going (HandleJob).
+template <>
+std::string OwnerServer::RunOp(const PurgeMessage& message, Connection& /*connection*/) {
   PurgeOptions options;
   options.dry_run = message.options.dry_run;
   options.compact = message.options.compact;
@@ -349,13 +300,18 @@ std::string OwnerServer::HandlePurge(const PurgeMessage& message) {
       });
 }
 
-std::string OwnerServer::HandleBackup(const BackupMessage& message) {
+template <>
+std::string OwnerServer::RunOp(const BackupMessage& message, Connection& /*connection*/) {
   return HandleJob(
       message.ticket, message.wait,
       [this, destination = std::string(message.destination)](JobProgress&) -> Result<uint64_t> {
         IDEM_RETURN_IF_ERROR(backend_.Backup(destination));
         return uint64_t{0};
       });
+}
+
+std::string OwnerServer::Handle(const Request& request, Connection& connection) {
+  return std::visit([&](const auto& message) { return RunOp(message, connection); }, request);
 }
 
 std::string OwnerServer::HandleJob(uint64_t ticket, milliseconds wait,

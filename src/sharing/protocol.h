@@ -27,9 +27,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "engine/backend.h"
+#include "sharing/protocol_answers.h"
+#include "sharing/protocol_ops.h"
 #include "sharing/wire_codec.h"
 
 namespace idem::sharing {
@@ -60,27 +64,6 @@ inline constexpr uint8_t kProtocolVersion = 11;
 // The largest response frame a client reads. Answers are bounded by the owner's own limits; this
 // only guards against a broken peer.
 inline constexpr std::size_t kMaxResponseFrame = std::size_t{1} << 30;
-enum class Op : uint8_t {
-  kBegin = 1,
-  kTransition = 2,
-  kGet = 3,
-  kForget = 4,
-  kScan = 5,
-  kPurge = 6,
-  kCounters = 7,
-  kBackup = 8,
-  kGetValue = 9,
-  kScanTable = 10,
-  kListTables = 11,
-  kOpenView = 12,
-  kCloseView = 13,
-  kReserve = 14,
-  kUnreserve = 15,
-};
-
-// The longest an owner waits on one Reserve request before it answers "not yet": a waiting
-// client holds a server thread no longer than this, then asks again (keeping its place).
-inline constexpr std::chrono::milliseconds kMaxReserveWait{20};
 
 // What a response is. Never change these values: they are on the wire.
 enum class ResponseKind : uint8_t {
@@ -89,95 +72,39 @@ enum class ResponseKind : uint8_t {
   kGoodbye = 2,  // the owner closes this idle connection; send the request on a new one
 };
 
-// The body of each request, as the server sees it once decoded. Views point into the frame.
-struct BeginMessage {
-  BeginCall call;
-};
-// call.writes is null in a decoded message: the writes (and requirements) are `writes` (the server
-// points the call at them; a pointer would not survive the message being moved).
-struct TransitionMessage {
-  TransitionCall call;
-  WriteSet writes;
-};
-struct GetMessage {
-  std::string_view key;
-};
-struct ForgetMessage {
-  std::string_view key;
-  Durability durability;
-};
-struct ScanMessage {
-  ScanOptions options;
-  uint32_t limit;
-  uint64_t view = Backend::kLatest;
-};
-// Starts the purge job `ticket` (chosen at random by the client, one per Store::Purge call) or
-// asks how the one already started is going. The owner answers when the job is done or after
-// `wait`, whichever comes first, with a PurgeProgress: every request is bounded however long the
-// purge takes. The callbacks of options do not travel: the answers carry what they report.
-struct PurgeMessage {
-  PurgeOptions options;
-  uint64_t ticket = 0;
-  std::chrono::milliseconds wait{0};
-  // The client wants the total (it has a progress_total): the job counts it before purging.
-  // Read when the job starts; counting costs a walk over the due index entries, so a client that
-  // does not show the total does not ask.
-  bool count_total = false;
-};
-struct PurgeProgress {
-  uint64_t count = 0;  // records purged (or counted, in a dry run) so far
-  bool done = false;   // true: count is the result
-  // How many records the purge expects to visit, once counted (only when the client asked).
-  std::optional<uint64_t> total;
-};
-struct CountersMessage {};
-struct GetValueMessage {
-  std::string_view table;
-  std::string_view key;
-};
-struct ListTablesMessage {};
-struct ScanTableMessage {
-  std::string_view table;
-  ScanOptions options;
-  uint32_t limit;
-  uint64_t view = Backend::kLatest;
-};
-// Opens a read view (Backend::OpenView), answered with its id (EncodeViewId). The owner ends it
-// with the connection it was opened on, if CloseView does not first.
-struct OpenViewMessage {};
-struct CloseViewMessage {
-  uint64_t view = 0;
-};
-// Reserves table keys for a claim (Backend::Reserve), answered with EncodeGranted once granted
-// or after min(call.wait, kMaxReserveWait). The owner also ends the reservation with the
-// connection it was asked on: a client that dies holds no key after that.
-struct ReserveMessage {
-  ReserveCall call;
-};
-struct UnreserveMessage {
-  std::string_view claim_key;
-  uint64_t token = 0;
-};
-// Starts the backup job `ticket` (one per Store::Backup call) into `destination` (an absolute
-// path, on the owner's file systems) or asks how it is going; answered as a purge poll is, with
-// a PurgeProgress whose count is 0, without a total.
-struct BackupMessage {
-  uint64_t ticket = 0;
-  std::chrono::milliseconds wait{0};
-  std::string_view destination;
-};
-
-using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
-                             ScanMessage, PurgeMessage, CountersMessage, BackupMessage,
-                             GetValueMessage, ScanTableMessage, ListTablesMessage, OpenViewMessage,
-                             CloseViewMessage, ReserveMessage, UnreserveMessage>;
-
-std::string EncodeRequest(const Request& request);
+// A request of one op (sharing/protocol_ops.h), without its frame header.
+template <class Message>
+requires requires { Message::kOp; }
+std::string EncodeRequest(const Message& message) {
+  Writer w;
+  w.U8(kProtocolVersion);
+  w.U8(Message::kOp);
+  message.Write(w);
+  return std::move(w.buffer());
+}
+// A request of any op.
+inline std::string EncodeRequest(const Request& request) {
+  return std::visit([](const auto& message) { return EncodeRequest(message); }, request);
+}
 // kInvalidArgument naming the problem for a frame that is not a valid request of this version.
 Result<Request> DecodeRequest(std::string_view frame);
 
 // Responses: the status, then for an OK status the op's result.
 std::string EncodeResponse(const Status& status, std::string_view body = {});
+// The response to a request of `Message` (sharing/protocol_ops.h) that `answered`, what its
+// CallOn returns: the status alone for an op without an answer body, else the OK response with
+// the answer's body.
+template <class Message, class Answered>
+std::string EncodeAnswer(const Answered& answered) {
+  if constexpr (std::is_same_v<typename Message::Answer, NoAnswer>) {
+    static_assert(std::is_same_v<Answered, Status>,
+                  "an op without an answer body returns a Status");
+    return EncodeResponse(answered);
+  } else {
+    if (!answered.ok()) return EncodeResponse(answered.status());
+    return EncodeResponse(Status::OK(), Message::Answer::Encode(*answered));
+  }
+}
 // A refusal or a goodbye (not OK: the status says why).
 std::string EncodeClosing(ResponseKind kind, const Status& status);
 // Splits a response into its status, kind and body; a malformed response is kUnavailable. A
@@ -190,29 +117,6 @@ uint8_t RequestVersion(std::string_view frame);
 // The owner as messages name it: "the store's owner (pid N)", or "the store's owner" when its pid
 // is not known (0: it runs in a PID namespace the reader cannot see).
 std::string OwnerName(pid_t pid);
-
-std::string EncodeClaim(const Claim& claim);
-Result<Claim> DecodeClaim(std::string_view body);
-std::string EncodeOptionalRecord(const std::optional<Record>& record);
-Result<std::optional<Record>> DecodeOptionalRecord(std::string_view body);
-std::string EncodeScanPage(const ScanPage& page);
-Result<ScanPage> DecodeScanPage(std::string_view body);
-std::string EncodeTableValue(const TableValue& value);
-Result<TableValue> DecodeTableValue(std::string_view body);
-std::string EncodeTablePage(const TablePage& page);
-Result<TablePage> DecodeTablePage(std::string_view body);
-std::string EncodeGranted(bool granted);
-Result<bool> DecodeGranted(std::string_view body);
-std::string EncodeViewId(uint64_t view);
-Result<uint64_t> DecodeViewId(std::string_view body);
-std::string EncodeTableNames(const std::vector<std::string>& names);
-Result<std::vector<std::string>> DecodeTableNames(std::string_view body);
-// The owner's counters and since when it has owned the store (OwnerCounters::since; live and
-// pid are the client's to fill in).
-std::string EncodeCounters(const OwnerCounters& counters);
-Result<OwnerCounters> DecodeCounters(std::string_view body);
-std::string EncodePurgeProgress(const PurgeProgress& progress);
-Result<PurgeProgress> DecodePurgeProgress(std::string_view body);
 
 }  // namespace idem::sharing
 
