@@ -72,17 +72,20 @@ struct TransitionMessage {
   TransitionCall call;
   WriteSet writes;
 
-  // A decoded message's call, pointed at its writes.
+  // The call, pointed at the writes the message carries.
   Status CallOn(Backend& backend, const Holder& /*peer*/) const {
     TransitionCall pointed = call;
-    pointed.writes = &writes;
+    pointed.writes = &Writes();
     return backend.Transition(pointed);
   }
   bool Pipelinable() const { return !engine::SyncedBeforeReturning(call.durability); }
   // Only without table writes or required keys (WriteSet::empty).
   bool JoinsWriteGroup() const {
-    return !engine::SyncedBeforeReturning(call.durability) && writes.empty();
+    return !engine::SyncedBeforeReturning(call.durability) && Writes().empty();
   }
+  // The writes it carries: the call's when it points at some (a client's message), else its own
+  // (a decoded one's).
+  const WriteSet& Writes() const { return call.writes != nullptr ? *call.writes : writes; }
 
   void Write(Writer& w) const {
     w.U8(static_cast<uint8_t>(call.request.kind));
@@ -92,7 +95,7 @@ struct TransitionMessage {
     w.U8(static_cast<uint8_t>(call.request.failure));
     w.Millis(call.request.lease);
     w.U8(static_cast<uint8_t>(call.durability));
-    WriteWriteSet(w, call.writes != nullptr ? *call.writes : writes);
+    WriteWriteSet(w, Writes());
   }
   static TransitionMessage Read(Reader& r, bool& bad) {
     TransitionCall c;
