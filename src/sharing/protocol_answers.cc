@@ -1,11 +1,12 @@
 // The bodies of the owner's answers (protocol_answers.h): a claim, a record, pages of a scan, table
 // values, counters, a job's progress. The requests and the frames are in protocol.cc.
 
+#include "sharing/protocol_answers.h"
+
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "sharing/protocol_answers.h"
 #include "sharing/wire_codec.h"
 
 namespace idem::sharing {
