@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <future>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,11 +45,11 @@ class FakeOwner {
       const ssize_t n = ::recv(fd_.get(), chunk, sizeof chunk, MSG_DONTWAIT);
       if (n <= 0) continue;
       in_.append(chunk, static_cast<std::size_t>(n));
-      while (in_.size() >= kFrameHeaderSize &&
-             in_.size() >= kFrameHeaderSize + FrameLength(in_.data())) {
-        const uint32_t size = FrameLength(in_.data());
-        requests_.push_back(in_.substr(kFrameHeaderSize, size));
-        in_.erase(0, kFrameHeaderSize + size);
+      for (;;) {
+        const FrameCut cut = CutFrame(in_, std::numeric_limits<uint32_t>::max());
+        if (cut.state != FrameCut::State::kWhole) break;
+        requests_.emplace_back(cut.payload);
+        in_.erase(0, cut.size);
       }
     }
     return requests_.size() >= wanted;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <string>
 #include <thread>
 #include <utility>
@@ -295,6 +296,58 @@ TEST(ProtocolOverSocket, AFrameThatHasArrivedIsReadEvenPastTheDeadline) {
 
 // SpinUntilReady: the wait without sleeping that a client does for its answer and the owner for
 // the next request on a connection.
+// CutFrame is the only reader of frame headers: the server, both clients and these tests split
+// their buffers with it.
+TEST(CutFrame, WaitsForAHeaderThenForTheWholePayload) {
+  const std::string frame = EncodeFrame("hello");
+  for (std::size_t available = 0; available < frame.size(); ++available) {
+    const FrameCut cut = CutFrame(std::string_view(frame).substr(0, available), 100);
+    EXPECT_EQ(cut.state, FrameCut::State::kPartial) << available << " bytes";
+    EXPECT_EQ(cut.length, available >= kFrameHeaderSize ? 5u : 0u) << available << " bytes";
+  }
+  const FrameCut cut = CutFrame(frame, 100);
+  ASSERT_EQ(cut.state, FrameCut::State::kWhole);
+  EXPECT_EQ(cut.payload, "hello");
+  EXPECT_EQ(cut.size, frame.size());
+  EXPECT_EQ(cut.payload.data(), frame.data() + kFrameHeaderSize) << "the payload is not copied";
+}
+
+TEST(CutFrame, TakesOnlyTheFirstOfSeveralFrames) {
+  const std::string frames = EncodeFrame("one") + EncodeFrame("") + EncodeFrame("three");
+  std::string_view rest = frames;
+  std::vector<std::string> payloads;
+  for (FrameCut cut = CutFrame(rest, 100); cut.state == FrameCut::State::kWhole;
+       cut = CutFrame(rest, 100)) {
+    payloads.emplace_back(cut.payload);
+    rest.remove_prefix(cut.size);
+  }
+  EXPECT_EQ(payloads, (std::vector<std::string>{"one", "", "three"}));
+  EXPECT_TRUE(rest.empty());
+  // The first frame whole and the next one's header only.
+  const std::string one_and_a_header = EncodeFrame("one") + EncodeFrame("next").substr(0, 4);
+  const FrameCut first = CutFrame(one_and_a_header, 100);
+  ASSERT_EQ(first.state, FrameCut::State::kWhole);
+  EXPECT_EQ(first.payload, "one");
+  EXPECT_EQ(CutFrame(std::string_view(one_and_a_header).substr(first.size), 100).state,
+            FrameCut::State::kPartial);
+}
+
+TEST(CutFrame, AnOversizedFrameIsKnownFromItsHeaderAlone) {
+  const std::string header = EncodeFrame(std::string(101, 'x')).substr(0, kFrameHeaderSize);
+  const FrameCut cut = CutFrame(header, 100);
+  EXPECT_EQ(cut.state, FrameCut::State::kOversized);
+  EXPECT_EQ(cut.length, 101u);
+  EXPECT_EQ(CutFrame(EncodeFrame(std::string(100, 'x')), 100).state, FrameCut::State::kWhole)
+      << "the limit itself is allowed";
+  // A length near 2^32 in a short buffer: partial when allowed, never a wrapped sum (a 32-bit
+  // size_t holds neither the header plus it nor the buffer it would need).
+  const std::string huge = {'\xfd', '\xff', '\xff', '\xff', 'x', 'y'};
+  EXPECT_EQ(CutFrame(huge, 100).state, FrameCut::State::kOversized);
+  const FrameCut allowed = CutFrame(huge, std::numeric_limits<uint32_t>::max());
+  EXPECT_EQ(allowed.state, FrameCut::State::kPartial);
+  EXPECT_EQ(allowed.length, 0xfffffffdu);
+}
+
 TEST(SpinUntilReady, ReturnsOnceBytesArriveWhileItSpins) {
   SocketPair pair = MakeSocketPair();
   auto writer = std::async(std::launch::async, [&] {

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,16 +38,17 @@ inline std::vector<std::pair<idem::Status, std::string>> ReadAnswers(int fd, std
       break;
     }
     in.append(chunk, static_cast<std::size_t>(n));
-    while (in.size() >= idem::sharing::kFrameHeaderSize &&
-           in.size() >= idem::sharing::kFrameHeaderSize + idem::sharing::FrameLength(in.data())) {
-      const uint32_t size = idem::sharing::FrameLength(in.data());
+    for (;;) {
+      const idem::sharing::FrameCut cut =
+          idem::sharing::CutFrame(in, std::numeric_limits<uint32_t>::max());
+      if (cut.state != idem::sharing::FrameCut::State::kWhole) break;
       idem::Status status;
       idem::sharing::ResponseKind kind{};
-      const std::string payload = in.substr(idem::sharing::kFrameHeaderSize, size);
-      idem::Result<std::string_view> body = idem::sharing::DecodeResponse(payload, status, kind);
+      idem::Result<std::string_view> body =
+          idem::sharing::DecodeResponse(cut.payload, status, kind);
       answers.emplace_back(body.ok() ? status : body.status(),
                            body.ok() ? std::string(*body) : std::string());
-      in.erase(0, idem::sharing::kFrameHeaderSize + size);
+      in.erase(0, cut.size);
     }
   }
   return answers;

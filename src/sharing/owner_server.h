@@ -127,9 +127,13 @@ class OwnerServer {
   // ahead up to kReadAhead); `closed` is set when the peer closed its side. False when the
   // connection must be dropped: an oversized frame (refused) or a failed connection.
   bool ReceiveRequest(Connection& connection, bool& closed);
-  // Whether a request frame of `size` bytes is within OwnerServerOptions::max_frame; if not, logs
-  // it and refuses it with a word (the caller closes the connection next).
-  bool FrameSizeAllowed(Connection& connection, uint32_t size);
+  // Runs every request whole in the connection's buffer and puts their answers in its `out`
+  // (none when `abandoned`: the client is gone). The bytes of the buffer used, or nullopt when
+  // the connection must be dropped: an oversized or malformed request (refused).
+  std::optional<std::size_t> RunWholeRequests(Connection& connection, bool abandoned);
+  // Logs a request frame of `size` bytes, over OwnerServerOptions::max_frame, and refuses it with
+  // a word (the caller closes the connection next).
+  void RefuseOversized(Connection& connection, uint32_t size);
   // Sends, without waiting, the answers not sent yet, before a refusal and a close.
   static void SendBeforeClosing(Connection& connection);
   // Logs why a request `frame` could not be decoded and, for a peer of another protocol version,

@@ -78,9 +78,10 @@ class GroupedAnswers {
   std::vector<Answer> answers_;
 };
 
-// Whether `in` holds a whole frame (its header, then as many bytes as the header announces).
-bool HoldsWholeFrame(std::string_view in) {
-  return in.size() >= kFrameHeaderSize && FrameIsWhole(in.size(), FrameLength(in.data()));
+// Whether `in` starts with a whole frame (its header, then as many bytes as the header announces)
+// of at most `max_frame` bytes.
+bool StartsWithWholeFrame(std::string_view in, std::size_t max_frame) {
+  return CutFrame(in, max_frame).state == FrameCut::State::kWhole;
 }
 
 }  // namespace
@@ -90,14 +91,16 @@ bool OwnerServer::ReceiveRequest(Connection& connection, bool& closed) {
   for (;;) {
     // A client may send requests before the answers to its earlier ones: read ahead of the
     // one to run, so that a batch costs one wake-up, but not without bound.
-    if (in.size() >= kReadAhead && HoldsWholeFrame(in)) return true;
+    if (in.size() >= kReadAhead && StartsWithWholeFrame(in, options_.max_frame)) return true;
     char chunk[16384];
     const ssize_t n = ::recv(connection.fd.get(), chunk, sizeof chunk, MSG_DONTWAIT);
     if (n > 0) {
       in.append(chunk, static_cast<std::size_t>(n));
       // Refused at its header, before its body arrives; a later frame is checked when it is
       // the next to run (ServeRequest).
-      if (in.size() >= kFrameHeaderSize && !FrameSizeAllowed(connection, FrameLength(in.data()))) {
+      if (const FrameCut cut = CutFrame(in, options_.max_frame);
+          cut.state == FrameCut::State::kOversized) {
+        RefuseOversized(connection, cut.length);
         return false;
       }
       // Less than asked for: the socket is drained for now (a read that would find nothing
@@ -114,8 +117,7 @@ bool OwnerServer::ReceiveRequest(Connection& connection, bool& closed) {
   }
 }
 
-bool OwnerServer::FrameSizeAllowed(Connection& connection, uint32_t size) {
-  if (size <= options_.max_frame) return true;
+void OwnerServer::RefuseOversized(Connection& connection, uint32_t size) {
   log_.Log(
       "oversized frame",
       fmt::format("dropped the connection of pid {}: frame of {} bytes is over the limit of {}",
@@ -127,7 +129,6 @@ bool OwnerServer::FrameSizeAllowed(Connection& connection, uint32_t size) {
   Say(connection.fd.get(), ResponseKind::kRefusal,
       Status::InvalidArgument(fmt::format("{} refuses a request of {} bytes: the limit is {} bytes",
                                           OwnerName(::getpid()), size, options_.max_frame)));
-  return false;
 }
 
 void OwnerServer::SendBeforeClosing(Connection& connection) {
@@ -161,7 +162,7 @@ std::optional<OwnerServer::Phase> OwnerServer::ServeRequest(Connection& connecti
   std::string& in = connection.in;
   bool closed = false;
   if (!ReceiveRequest(connection, closed)) return std::nullopt;
-  if (!HoldsWholeFrame(in)) {
+  if (CutFrame(in, options_.max_frame).state == FrameCut::State::kPartial) {
     if (closed) return std::nullopt;  // the normal end of a connection, or a peer gone mid-frame
     return in.empty() ? Phase::kIdle : Phase::kReading;
   }
@@ -171,22 +172,37 @@ std::optional<OwnerServer::Phase> OwnerServer::ServeRequest(Connection& connecti
   // This thread is busy for as long as the requests run: make sure another one waits.
   if (!abandoned) AddThreadIfAllBusy();
 
+  const std::optional<std::size_t> used = RunWholeRequests(connection, abandoned);
+  if (!used || abandoned) return std::nullopt;
+  if (*used == in.size()) {
+    ReleaseLarge(in);
+  } else {
+    in.erase(0, *used);  // the start of the next request
+  }
+  return SendAnswer(connection);
+}
+
+std::optional<std::size_t> OwnerServer::RunWholeRequests(Connection& connection, bool abandoned) {
   // Every request that has arrived whole, one at a time in the order sent, each answer after
   // the one before (a client that pipelines its requests matches answers by their order).
   // Consecutive unsynced Begins and Transitions (kBuffered, kPeriodic) are written as one batch (a
   // write group): the owner's largest cost per request was its own RocksDB write
   // (docs/design/speed.md).
+  std::string& in = connection.in;
   connection.out.clear();
   connection.out_done = 0;
   GroupedAnswers grouped(backend_, connection.out);
   std::size_t used = 0;
-  while (in.size() - used >= kFrameHeaderSize) {
-    const uint32_t size = FrameLength(in.data() + used);
-    if (size > options_.max_frame) grouped.End();  // the answers before go first
-    if (!FrameSizeAllowed(connection, size)) return std::nullopt;
-    if (!FrameIsWhole(in.size() - used, size)) break;
-    const std::string_view frame = std::string_view(in).substr(used + kFrameHeaderSize, size);
-    used += kFrameHeaderSize + size;
+  for (;;) {
+    const FrameCut cut = CutFrame(std::string_view(in).substr(used), options_.max_frame);
+    if (cut.state == FrameCut::State::kOversized) {
+      grouped.End();  // the answers before go first
+      RefuseOversized(connection, cut.length);
+      return std::nullopt;
+    }
+    if (cut.state == FrameCut::State::kPartial) break;
+    const std::string_view frame = cut.payload;
+    used += cut.size;
     Result<Request> request = DecodeRequest(frame);
     if (!request.ok()) {
       grouped.End();
@@ -203,7 +219,8 @@ std::optional<OwnerServer::Phase> OwnerServer::ServeRequest(Connection& connecti
     }
     // A group costs a lone request more than it saves: one starts only with a second request.
     if (JoinsWriteGroup(*request) &&
-        (grouped.started() || HoldsWholeFrame(std::string_view(in).substr(used)))) {
+        (grouped.started() ||
+         StartsWithWholeFrame(std::string_view(in).substr(used), options_.max_frame))) {
       grouped.Run([&] { return Handle(*request, connection); });
     } else {
       // Anything else sees what the requests before it wrote.
@@ -212,13 +229,7 @@ std::optional<OwnerServer::Phase> OwnerServer::ServeRequest(Connection& connecti
     }
   }
   grouped.End();
-  if (abandoned) return std::nullopt;
-  if (used == in.size()) {
-    ReleaseLarge(in);
-  } else {
-    in.erase(0, used);  // the start of the next request
-  }
-  return SendAnswer(connection);
+  return used;
 }
 
 std::optional<OwnerServer::Phase> OwnerServer::SendAnswer(Connection& connection) {

@@ -118,15 +118,15 @@ PipelinedConnection::Read PipelinedConnection::ReadArrived(Clock::time_point dea
 
 void PipelinedConnection::HandOutAnswers(Woken& woken) {
   std::size_t used = 0;
-  while (!ended_ && in_.size() - used >= kFrameHeaderSize) {
-    const uint32_t size = FrameLength(in_.data() + used);
-    if (size > kMaxResponseFrame) {
+  while (!ended_) {
+    const FrameCut cut = CutFrame(std::string_view(in_).substr(used), kMaxResponseFrame);
+    if (cut.state == FrameCut::State::kOversized) {
       End();
       break;
     }
-    if (!FrameIsWhole(in_.size() - used, size)) break;
-    const std::string_view payload(in_.data() + used + kFrameHeaderSize, size);
-    used += kFrameHeaderSize + size;
+    if (cut.state == FrameCut::State::kPartial) break;
+    const std::string_view payload = cut.payload;
+    used += cut.size;
     Status status;
     ResponseKind kind = ResponseKind::kAnswer;
     // A refusal or a goodbye ends the connection: the owner carried out none of the requests

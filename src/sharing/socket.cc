@@ -80,8 +80,6 @@ std::string EncodeFrame(std::string_view payload) {
   return frame;
 }
 
-uint32_t FrameLength(const char* header) { return util::GetFixed32(header); }
-
 Status SendFrame(int fd, std::string_view frame, std::chrono::steady_clock::time_point deadline) {
   std::size_t done = 0;
   while (done < frame.size()) {
@@ -133,16 +131,17 @@ Result<std::string> ReadFrame(int fd, std::size_t max_size,
       return Status::Unavailable(fmt::format("receiving: {}", std::strerror(errno)));
     }
   }
-  const uint32_t size = FrameLength(first);
-  if (size > max_size) {
+  const FrameCut cut = CutFrame(std::string_view(first, got), max_size);
+  if (cut.state == FrameCut::State::kOversized) {
     return Status::InvalidArgument(
-        fmt::format("frame of {} bytes is over the limit of {}", size, max_size));
+        fmt::format("frame of {} bytes is over the limit of {}", cut.length, max_size));
   }
   // The caller sent one request on this connection and waits for its answer: bytes past this
   // frame mean a peer that does not follow the protocol.
-  if (got - kFrameHeaderSize > size) {
+  if (cut.state == FrameCut::State::kWhole && cut.size < got) {
     return Status::InvalidArgument("the peer sent another frame before the answer to this one");
   }
+  const uint32_t size = cut.length;
   std::string payload(first + kFrameHeaderSize, got - kFrameHeaderSize);
   payload.resize(size);
   IDEM_RETURN_IF_ERROR(ReadExactly(fd, payload.data() + (got - kFrameHeaderSize),

@@ -15,6 +15,7 @@
 
 #include "idem/function_ref.h"
 #include "idem/status.h"
+#include "util/coding.h"
 
 namespace idem::sharing {
 
@@ -22,12 +23,39 @@ namespace idem::sharing {
 inline constexpr std::size_t kFrameHeaderSize = 4;
 // The frame carrying `payload`.
 std::string EncodeFrame(std::string_view payload);
-// The payload length announced by a frame header (kFrameHeaderSize bytes at `header`).
-uint32_t FrameLength(const char* header);
 // Whether `available` bytes, from a frame's header on, hold the whole frame of a payload of
 // `length` bytes. Never adds to `length`: kFrameHeaderSize + length wraps a 32-bit size_t.
 inline bool FrameIsWhole(std::size_t available, uint32_t length) {
   return available >= kFrameHeaderSize && available - kFrameHeaderSize >= length;
+}
+
+// The first frame of a buffer, as CutFrame finds it.
+struct FrameCut {
+  enum class State {
+    kPartial,    // not all of it has arrived (not even its header, perhaps)
+    kWhole,      // `payload` and `size` are set
+    kOversized,  // its header announces a payload over the limit: known before its body comes
+  };
+  State state = State::kPartial;
+  uint32_t length = 0;       // the payload length its header announces, once the header is there
+  std::string_view payload;  // kWhole: the payload, inside the buffer
+  std::size_t size = 0;      // kWhole: header and payload, what the frame takes of the buffer
+};
+
+// The first frame in `in`, of a payload of at most `max_payload` bytes. The only code that reads
+// a frame's header: the owner's server, both clients and the tests split frames with it.
+inline FrameCut CutFrame(std::string_view in, std::size_t max_payload) {
+  FrameCut cut;
+  if (in.size() < kFrameHeaderSize) return cut;
+  cut.length = util::GetFixed32(in.data());
+  if (cut.length > max_payload) {
+    cut.state = FrameCut::State::kOversized;
+  } else if (FrameIsWhole(in.size(), cut.length)) {
+    cut.state = FrameCut::State::kWhole;
+    cut.payload = in.substr(kFrameHeaderSize, cut.length);
+    cut.size = kFrameHeaderSize + cut.length;  // fits: the buffer holds it
+  }
+  return cut;
 }
 
 // Sends a whole frame (from EncodeFrame) by `deadline`. kTimedOut when the peer does not take
