@@ -291,6 +291,18 @@ void RemoveStagingAndTemporary(const std::string& path, const std::string& stagi
   if (util::IsPostgresUri(path)) ::rmdir(fs::path(staging).parent_path().c_str());
 }
 
+// Writes the mark of an unfinished import into the store directory at `path` (an exit code).
+int WriteUnfinishedMark(const Context& ctx, const std::string& path, const ImportInput& input) {
+  const std::string mark = (fs::path(path) / kUnfinishedImportFile).string();
+  return ctx.WriteFileAtomically(
+      mark,
+      fmt::format("An `idem import` of {} into this store, started at {} by process {}, is "
+                  "not finished: the store may hold some of its records without their "
+                  "table values, and is not opened until it is. The checked input is in "
+                  "{}. Finish it with: idem import {} --finish\n",
+                  input.Shown(), FormatRfc3339(ctx.Now()), ::getpid(), kStagingDirectory, path));
+}
+
 int ImportIntoStore(const Context& ctx, const ImportArgs& args, const std::string& path,
                     Options options, ImportInput& input) {
   int code = kExitOk;
@@ -322,19 +334,10 @@ int ImportIntoStore(const Context& ctx, const ImportArgs& args, const std::strin
   // their effects answers retries wrongly. So the store refuses service while the mark is there,
   // and the staging store beside it (the checked input, whatever it was read from, standard
   // input included) is what `idem import PATH --finish` copies the rest from.
-  if (!util::IsPostgresUri(path)) {
-    const std::string mark = (fs::path(path) / kUnfinishedImportFile).string();
-    if (ctx.WriteFileAtomically(
-            mark, fmt::format("An `idem import` of {} into this store, started at {} by process "
-                              "{}, is not finished: the store may hold some of its records "
-                              "without their table values, and is not opened until it is. The "
-                              "checked input is in {}. Finish it with: idem import {} --finish\n",
-                              input.Shown(), FormatRfc3339(ctx.Now()), ::getpid(),
-                              kStagingDirectory, path)) != kExitOk) {
-      staging->reset();
-      RemoveStagingAndTemporary(path, *staging_path);
-      return kExitStoreError;
-    }
+  if (!util::IsPostgresUri(path) && WriteUnfinishedMark(ctx, path, input) != kExitOk) {
+    staging->reset();
+    RemoveStagingAndTemporary(path, *staging_path);
+    return kExitStoreError;
   }
   CopyCounts counts;
   Status copied = CopyStaged(**staging, **store, counts);

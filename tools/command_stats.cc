@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "idem/function_ref.h"
 #include "json_writer.h"
 #include "text.h"
 #include "util/escape.h"
@@ -179,6 +180,41 @@ void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const Stor
   }
 }
 
+// The owner's part of `idem stats --format jsonl`: whether it answered, who it is, its counts.
+void WriteOwnerJson(JsonWriter& json, const StoreStats& stats) {
+  json.Key("owner_live");
+  json.Bool(stats.owner.live);
+  json.Key("owner_unreachable");
+  json.Bool(stats.owner_unreachable);
+  json.Key("owner");
+  if (stats.owner.live) {
+    json.BeginObject();
+    json.Key("pid");
+    if (stats.owner.pid != 0) {
+      json.Number(static_cast<uint64_t>(stats.owner.pid));
+    } else {
+      json.Null();
+    }
+    json.Key("since");
+    json.Time(stats.owner.since);
+    json.EndObject();
+  } else {
+    json.Null();
+  }
+  // The owner's counts; null when no owner answered (nobody counted, or they are unknown).
+  json.Key("counters");
+  if (stats.owner.live) {
+    json.BeginObject();
+    for (const CounterInfo& counter : kCounters) {
+      json.Key(counter.name);
+      json.Number(stats.owner.counters.*counter.field);
+    }
+    json.EndObject();
+  } else {
+    json.Null();
+  }
+}
+
 void WriteStatsJson(std::ostream& out, const std::string& name, const StoreStats& stats) {
   std::string text;
   JsonWriter json(text);
@@ -220,37 +256,7 @@ void WriteStatsJson(std::ostream& out, const std::string& name, const StoreStats
   } else {
     json.Null();
   }
-  json.Key("owner_live");
-  json.Bool(stats.owner.live);
-  json.Key("owner_unreachable");
-  json.Bool(stats.owner_unreachable);
-  json.Key("owner");
-  if (stats.owner.live) {
-    json.BeginObject();
-    json.Key("pid");
-    if (stats.owner.pid != 0) {
-      json.Number(static_cast<uint64_t>(stats.owner.pid));
-    } else {
-      json.Null();
-    }
-    json.Key("since");
-    json.Time(stats.owner.since);
-    json.EndObject();
-  } else {
-    json.Null();
-  }
-  // The owner's counts; null when no owner answered (nobody counted, or they are unknown).
-  json.Key("counters");
-  if (stats.owner.live) {
-    json.BeginObject();
-    for (const CounterInfo& counter : kCounters) {
-      json.Key(counter.name);
-      json.Number(stats.owner.counters.*counter.field);
-    }
-    json.EndObject();
-  } else {
-    json.Null();
-  }
+  WriteOwnerJson(json, stats);
   json.EndObject();
   fmt::print(out, "{}\n", text);
 }
@@ -323,6 +329,37 @@ void WarnOwnerNotAsked(const Context& ctx, const std::string& name, std::string_
   ctx.err.flush();
 }
 
+// Counts the records of `store` into `stats`: by state and type, and the oldest pending one.
+Status CountRecords(Store& store, StoreStats& stats) {
+  return store.Scan(ScanOptions{}, [&](const Record& record) {
+    ++stats.records;
+    ++stats.by_state[DisplayState(record)];
+    ++stats.by_type[record.type];
+    if (record.state == State::kPending &&
+        (!stats.oldest_pending || record.created < stats.oldest_pending->created)) {
+      Record oldest;
+      oldest.key = record.key;
+      oldest.created = record.created;
+      stats.oldest_pending = std::move(oldest);
+    }
+    return true;
+  });
+}
+
+// Has `write` print to the terminal, or to the --output file (replaced atomically). Returns
+// `code`, or the exit code of a failed write.
+int Output(const Context& ctx, const StatsArgs& args, FunctionRef<void(std::ostream&)> write,
+           int code) {
+  if (args.output.empty()) {
+    write(ctx.out);
+    return ctx.FinishOutput(code);
+  }
+  std::ostringstream text;
+  write(text);
+  const int written = ctx.WriteFileAtomically(args.output, text.str());
+  return written != kExitOk ? written : code;
+}
+
 }  // namespace
 
 int Stats(const Context& ctx, const StatsArgs& args) {
@@ -334,25 +371,8 @@ int Stats(const Context& ctx, const StatsArgs& args) {
                                                    : args.format;
   StoreStats stats;
   stats.in_postgres = util::IsPostgresUri(path);
-  Status read = Status::OK();
   auto store = ctx.OpenStore(path, /*read_only=*/true);
-  if (store.ok()) {
-    read = (*store)->Scan(ScanOptions{}, [&](const Record& record) {
-      ++stats.records;
-      ++stats.by_state[DisplayState(record)];
-      ++stats.by_type[record.type];
-      if (record.state == State::kPending &&
-          (!stats.oldest_pending || record.created < stats.oldest_pending->created)) {
-        Record oldest;
-        oldest.key = record.key;
-        oldest.created = record.created;
-        stats.oldest_pending = std::move(oldest);
-      }
-      return true;
-    });
-  } else {
-    read = store.status();
-  }
+  const Status read = store.ok() ? CountRecords(**store, stats) : store.status();
   if (!read.ok()) {
     if (!OwnerNotAsked(read)) return ctx.StoreError(path, read);
     // Only the owner could give the records: nothing to count. For the textfile collector the
@@ -360,14 +380,9 @@ int Stats(const Context& ctx, const StatsArgs& args) {
     WarnOwnerNotAsked(ctx, name, "the records and the counters", read);
     if (format != "prometheus") return kExitOwnerUnreachable;
     stats.owner_unreachable = true;
-    std::ostringstream text;
-    WriteOwnerPrometheus(args.output.empty() ? ctx.out : text, name, stats);
-    if (!args.output.empty()) {
-      const int written = ctx.WriteFileAtomically(args.output, text.str());
-      if (written != kExitOk) return written;
-    }
-    ctx.out.flush();
-    return kExitOwnerUnreachable;
+    return Output(
+        ctx, args, [&](std::ostream& out) { WriteOwnerPrometheus(out, name, stats); },
+        kExitOwnerUnreachable);
   }
   // In PostgreSQL no process owns the store: this process's own counts would say nothing.
   if (!stats.in_postgres) {
@@ -385,22 +400,16 @@ int Stats(const Context& ctx, const StatsArgs& args) {
   stats.now = ctx.Now();
   store->reset();
   if (!stats.in_postgres) stats.disk_bytes = DirectorySize(path);
-
-  std::ostringstream text;
-  std::ostream& out = args.output.empty() ? ctx.out : text;
-  if (format == "prometheus") {
-    WriteStatsPrometheus(out, name, stats);
-  } else if (format == "jsonl") {
-    WriteStatsJson(out, name, stats);
-  } else {
-    WriteStatsTable(out, name, stats);
-  }
-  const int code = stats.owner_unreachable ? kExitOwnerUnreachable : kExitOk;
-  if (!args.output.empty()) {
-    const int written = ctx.WriteFileAtomically(args.output, text.str());
-    return written != kExitOk ? written : code;
-  }
-  return ctx.FinishOutput(code);
+  const auto write = [&](std::ostream& out) {
+    if (format == "prometheus") {
+      WriteStatsPrometheus(out, name, stats);
+    } else if (format == "jsonl") {
+      WriteStatsJson(out, name, stats);
+    } else {
+      WriteStatsTable(out, name, stats);
+    }
+  };
+  return Output(ctx, args, write, stats.owner_unreachable ? kExitOwnerUnreachable : kExitOk);
 }
 
 }  // namespace idem::cli

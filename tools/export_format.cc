@@ -227,6 +227,19 @@ Result<std::optional<ExportedTableValue>> ParseTableValueLine(std::string_view l
   return std::optional<ExportedTableValue>(std::move(parsed));
 }
 
+namespace {
+
+// A record's "state": "timeout" is derived, a pending record.
+Result<State> ReadState(const Json& value, std::string_view name) {
+  const std::string state = value.is_string() ? value.get<std::string>() : "";
+  if (state == "pending" || state == "timeout") return State::kPending;
+  if (state == "done") return State::kDone;
+  if (state == "failed") return State::kFailed;
+  return Bad(name, "must be \"pending\", \"done\" or \"failed\" (or \"timeout\")");
+}
+
+}  // namespace
+
 Result<Record> ParseExportLine(std::string_view line, TimePoint now) {
   IDEM_ASSIGN_OR_RETURN(const Json object, ParseLine(line));
   if (!object.is_object()) return Status::InvalidArgument("not a JSON object");
@@ -248,16 +261,7 @@ Result<Record> ParseExportLine(std::string_view line, TimePoint now) {
     } else if (name == "checkpoint") {
       IDEM_ASSIGN_OR_RETURN(record.checkpoint, ReadBytes(value, name));
     } else if (name == "state") {
-      const std::string state = value.is_string() ? value.get<std::string>() : "";
-      if (state == "pending" || state == "timeout") {
-        record.state = State::kPending;  // "timeout" is derived: a pending record
-      } else if (state == "done") {
-        record.state = State::kDone;
-      } else if (state == "failed") {
-        record.state = State::kFailed;
-      } else {
-        return Bad(name, "must be \"pending\", \"done\" or \"failed\" (or \"timeout\")");
-      }
+      IDEM_ASSIGN_OR_RETURN(record.state, ReadState(value, name));
       has_state = true;
     } else if (name == "token") {
       IDEM_ASSIGN_OR_RETURN(record.token, ReadWhole(value, name, kLargestToken));

@@ -184,60 +184,82 @@ std::string FormatLocalTime(std::chrono::system_clock::time_point t) {
   return buffer;
 }
 
-std::optional<TimePoint> ParseRfc3339(std::string_view text) {
-  std::size_t at = 0;
-  // `digits` decimal digits at `at`, or -1.
-  const auto number = [&](std::size_t digits) -> int64_t {
-    if (at + digits > text.size()) return -1;
+namespace {
+
+// Reads an RFC 3339 date left to right, piece by piece.
+class Rfc3339Reader {
+ public:
+  explicit Rfc3339Reader(std::string_view text) : text_(text) {}
+
+  // `digits` decimal digits, or -1.
+  int64_t Number(std::size_t digits) {
+    if (at_ + digits > text_.size()) return -1;
     int64_t value = 0;
     for (std::size_t i = 0; i < digits; ++i) {
-      const char c = text[at + i];
+      const char c = text_[at_ + i];
       if (c < '0' || c > '9') return -1;
       value = value * 10 + (c - '0');
     }
-    at += digits;
+    at_ += digits;
     return value;
-  };
-  const auto literal = [&](std::string_view allowed) {
-    if (at >= text.size() || allowed.find(text[at]) == std::string_view::npos) return false;
-    ++at;
+  }
+  // Whether the next character is one of `allowed`; taken if it is.
+  bool Literal(std::string_view allowed) {
+    if (at_ >= text_.size() || allowed.find(text_[at_]) == std::string_view::npos) return false;
+    ++at_;
     return true;
-  };
-  const int64_t year = number(4);
-  if (year < 0 || !literal("-")) return std::nullopt;
-  const int64_t month = number(2);
-  if (month < 0 || !literal("-")) return std::nullopt;
-  const int64_t day = number(2);
-  if (day < 0 || !literal("Tt ")) return std::nullopt;
-  const int64_t hour = number(2);
-  if (hour < 0 || !literal(":")) return std::nullopt;
-  const int64_t minute = number(2);
-  if (minute < 0 || !literal(":")) return std::nullopt;
-  const int64_t second = number(2);
-  if (second < 0) return std::nullopt;
-  int64_t micros = 0;
-  if (literal(".")) {
+  }
+  // The fraction of a second, if any ('.' and at least one digit), in microseconds (digits past
+  // the sixth are dropped); -1 for a '.' without digits.
+  int64_t Micros() {
+    if (!Literal(".")) return 0;
+    int64_t micros = 0;
     std::size_t digits = 0;
-    while (at < text.size() && text[at] >= '0' && text[at] <= '9') {
-      if (digits < 6) micros = micros * 10 + (text[at] - '0');
-      ++digits;
-      ++at;
+    for (; at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9'; ++at_, ++digits) {
+      if (digits < 6) micros = micros * 10 + (text_[at_] - '0');
     }
-    if (digits == 0) return std::nullopt;
+    if (digits == 0) return -1;
     for (; digits < 6; ++digits) micros *= 10;
+    return micros;
   }
-  int64_t offset_minutes = 0;
-  if (!literal("Zz")) {
-    if (at >= text.size() || (text[at] != '+' && text[at] != '-')) return std::nullopt;
-    const int64_t sign = text[at] == '-' ? -1 : 1;
-    ++at;
-    const int64_t offset_hours = number(2);
-    if (offset_hours < 0 || !literal(":")) return std::nullopt;
-    const int64_t offset_rest = number(2);
-    if (offset_rest < 0 || offset_hours > 23 || offset_rest > 59) return std::nullopt;
-    offset_minutes = sign * (offset_hours * 60 + offset_rest);
+  // The offset from UTC, in minutes: 'Z', or a sign and hh:mm.
+  std::optional<int64_t> OffsetMinutes() {
+    if (Literal("Zz")) return 0;
+    if (at_ >= text_.size() || (text_[at_] != '+' && text_[at_] != '-')) return std::nullopt;
+    const int64_t sign = text_[at_++] == '-' ? -1 : 1;
+    const int64_t hours = Number(2);
+    if (hours < 0 || !Literal(":")) return std::nullopt;
+    const int64_t minutes = Number(2);
+    if (minutes < 0 || hours > 23 || minutes > 59) return std::nullopt;
+    return sign * (hours * 60 + minutes);
   }
-  if (at != text.size()) return std::nullopt;
+  bool AtEnd() const { return at_ == text_.size(); }
+
+ private:
+  std::string_view text_;
+  std::size_t at_ = 0;
+};
+
+}  // namespace
+
+std::optional<TimePoint> ParseRfc3339(std::string_view text) {
+  Rfc3339Reader read(text);
+  const int64_t year = read.Number(4);
+  if (year < 0 || !read.Literal("-")) return std::nullopt;
+  const int64_t month = read.Number(2);
+  if (month < 0 || !read.Literal("-")) return std::nullopt;
+  const int64_t day = read.Number(2);
+  if (day < 0 || !read.Literal("Tt ")) return std::nullopt;
+  const int64_t hour = read.Number(2);
+  if (hour < 0 || !read.Literal(":")) return std::nullopt;
+  const int64_t minute = read.Number(2);
+  if (minute < 0 || !read.Literal(":")) return std::nullopt;
+  const int64_t second = read.Number(2);
+  if (second < 0) return std::nullopt;
+  const int64_t micros = read.Micros();
+  if (micros < 0) return std::nullopt;
+  const std::optional<int64_t> offset_minutes = read.OffsetMinutes();
+  if (!offset_minutes || !read.AtEnd()) return std::nullopt;
   const std::chrono::year_month_day date{std::chrono::year(static_cast<int>(year)),
                                          std::chrono::month(static_cast<unsigned>(month)),
                                          std::chrono::day(static_cast<unsigned>(day))};
@@ -246,7 +268,7 @@ std::optional<TimePoint> ParseRfc3339(std::string_view text) {
   const int64_t seconds =
       static_cast<int64_t>(std::chrono::sys_days(date).time_since_epoch() / std::chrono::days(1)) *
           86400 +
-      hour * 3600 + minute * 60 + second - offset_minutes * 60;
+      hour * 3600 + minute * 60 + second - *offset_minutes * 60;
   // What a system_clock::time_point (nanoseconds in an int64) holds, with a second to spare.
   constexpr int64_t kLimit = std::numeric_limits<int64_t>::max() / 1000000000 - 1;
   if (seconds > kLimit || seconds < -kLimit) return std::nullopt;

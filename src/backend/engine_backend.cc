@@ -155,7 +155,8 @@ Result<engine::ClaimFacts> EngineBackend::GatherFacts(const Record* read, TimePo
   return facts;
 }
 
-Result<Claim> EngineBackend::Begin(const BeginCall& call, const Holder& holder) {
+Result<engine::BeginRequest> EngineBackend::CheckedBeginRequest(const BeginCall& call,
+                                                                const Holder& holder) const {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
   IDEM_RETURN_IF_ERROR(CheckSize("type", call.type.size(), options_.max_label_size));
@@ -167,6 +168,11 @@ Result<Claim> EngineBackend::Begin(const BeginCall& call, const Holder& holder) 
                                .retention = call.retention,
                                .holder = holder};
   request.holder.request_id = call.request_id;
+  return request;
+}
+
+Result<Claim> EngineBackend::Begin(const BeginCall& call, const Holder& holder) {
+  IDEM_ASSIGN_OR_RETURN(const engine::BeginRequest request, CheckedBeginRequest(call, holder));
   // A replay, a terminal failure and a mismatch write nothing, and only Forget or expiry can
   // change them: answer them from a plain read, without the key's lock. (A storage on a server
   // claims a fresh key in that same step.) The read is used where it lies: a replay's record

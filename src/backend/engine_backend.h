@@ -141,6 +141,10 @@ class EngineBackend final : public Backend {
   // and, while it is kept for its holder, whether that holder is dead. Costs I/O (/proc, the
   // database server): called before the key is locked.
   Result<engine::ClaimFacts> GatherFacts(const Record* read, TimePoint now);
+  // Begin's call checked (a writable store, the key's and labels' sizes), as the engine's
+  // request.
+  Result<engine::BeginRequest> CheckedBeginRequest(const BeginCall& call,
+                                                   const Holder& holder) const;
   void PurgeLoop(std::chrono::milliseconds interval);
 
   // Constant after construction.

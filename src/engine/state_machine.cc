@@ -110,6 +110,42 @@ std::optional<Claim> SettledAnswer(std::optional<Record>& visible, const BeginRe
   return claim;
 }
 
+namespace {
+
+// A Begin on a pending `record`: answered (true) when it is the same Begin resent, or the holder
+// keeps it (its lease, or a grace, has not run out: kInProgress; or graces are needed first);
+// false when the claim is to be taken over.
+bool AnswerPending(Record& record, const BeginRequest& request, TimePoint now,
+                   const ClaimFacts& facts, BeginDecision& decision) {
+  Claim& claim = decision.claim;
+  if (request.holder.request_id != 0 && request.holder.request_id == record.holder.request_id) {
+    // The same Begin again, its first reply lost (a client resends after a failover).
+    claim.outcome = Outcome::kAcquired;
+    claim.token = record.token;
+    claim.took_over = record.holder.took_over;
+    claim.record = std::move(record);
+    return true;
+  }
+  if (record.timed_out && !facts.graces_gathered) {
+    decision.needs_graces = true;
+    claim.outcome = Outcome::kInProgress;
+    claim.retry_after = milliseconds(1);
+    claim.record = std::move(record);
+    return true;
+  }
+  const std::optional<milliseconds> kept = KeptFor(record, facts.graces, now);
+  const bool holder_is_dead = facts.holder_is_dead && facts.judged == record.holder;
+  if (kept && !holder_is_dead) {
+    claim.outcome = Outcome::kInProgress;
+    claim.retry_after = *kept;
+    claim.record = std::move(record);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 BeginDecision DecideBegin(std::optional<Record>&& stored, const BeginRequest& request,
                           TimePoint now, NextToken next_token, const ClaimFacts& facts) {
   BeginDecision decision;
@@ -132,29 +168,7 @@ BeginDecision DecideBegin(std::optional<Record>&& stored, const BeginRequest& re
   }
   Record& record = *stored;
   if (record.state == State::kPending) {
-    if (request.holder.request_id != 0 && request.holder.request_id == record.holder.request_id) {
-      // The same Begin again, its first reply lost (a client resends after a failover).
-      claim.outcome = Outcome::kAcquired;
-      claim.token = record.token;
-      claim.took_over = record.holder.took_over;
-      claim.record = std::move(record);
-      return decision;
-    }
-    if (record.timed_out && !facts.graces_gathered) {
-      decision.needs_graces = true;
-      claim.outcome = Outcome::kInProgress;
-      claim.retry_after = milliseconds(1);
-      claim.record = std::move(record);
-      return decision;
-    }
-    const std::optional<milliseconds> kept = KeptFor(record, facts.graces, now);
-    const bool holder_is_dead = facts.holder_is_dead && facts.judged == record.holder;
-    if (kept && !holder_is_dead) {
-      claim.outcome = Outcome::kInProgress;
-      claim.retry_after = *kept;
-      claim.record = std::move(record);
-      return decision;
-    }
+    if (AnswerPending(record, request, now, facts, decision)) return decision;
     claim.took_over = true;
   }
   const uint64_t stored_token = record.token;

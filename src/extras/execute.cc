@@ -231,6 +231,82 @@ Status FailOversizedResult(Store& store, std::string_view key, uint64_t token,
                   kind == Failure::kTerminal ? "terminal" : "retryable"));
 }
 
+// One run of fn for `claim` (after runner.Start), its lease renewed meanwhile, into `outcome`.
+// An error when Start failed (recorded as a retryable failure); an exception of fn is recorded
+// the same way and thrown on.
+Status RunOnce(Store& store, std::string_view key, const Claim& claim, milliseconds lease,
+               LeaseStatus& lease_status, Attempt& attempt, AttemptRunner& runner,
+               std::optional<Result<std::string>>& outcome) {
+  // From before Start (which may wait for reserved keys) until fn returns, so that a renewal
+  // still in flight (a store slow to answer) does not hold up the claim's release; its
+  // destructor, after the release, waits for that renewal, so that the store may be closed
+  // once Execute returns.
+  LeaseKeeper::Guard renewal =
+      LeaseKeeper::Instance().Keep(&store, key, claim.token, lease, &lease_status);
+  if (const Status started = runner.Start(); !started.ok()) {
+    renewal.Stop();
+    // Recorded, so that the next caller runs it again at once.
+    static_cast<void>(FailWithin(store, key, claim.token, started.message(), Failure::kRetryable));
+    return started;
+  }
+  std::exception_ptr error;
+  try {
+    outcome.emplace(runner.Run(attempt));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  renewal.Stop();
+  if (error) {
+    runner.Abandon();
+    // Recorded so that the next caller retries at once instead of waiting for the lease; the
+    // caller's exception matters more than a failure to record it.
+    static_cast<void>(
+        FailWithin(store, key, claim.token, ExceptionText(error), Failure::kRetryable));
+    std::rethrow_exception(error);
+  }
+  return Status::OK();
+}
+
+// Records the `outcome` of one run of fn for `claim`, with its effects. What ends the attempt
+// (the Execution, or an error), or nothing when the run conflicted (`conflict` says why): fn
+// may run again.
+std::optional<Result<Execution>> RecordOutcome(Store& store, std::string_view key,
+                                               const Claim& claim, AttemptRunner& runner,
+                                               Result<std::string>& outcome, Status& conflict) {
+  if (!outcome.ok()) {
+    runner.Abandon();
+    const Status& status = outcome.status();
+    if (status.code() == Status::Code::kConflict) {
+      conflict = status;
+      return std::nullopt;
+    }
+    const Failure kind =
+        status.code() == Status::Code::kFailed ? Failure::kTerminal : Failure::kRetryable;
+    IDEM_RETURN_IF_ERROR(FailWithin(store, key, claim.token, status.message(), kind));
+    return status;
+  }
+  if (outcome->size() > store.options().max_result_size) {
+    runner.Abandon();
+    return FailOversizedResult(store, key, claim.token, outcome->size(), runner.OversizedResult());
+  }
+  const Status committed = runner.Commit(*outcome);
+  if (committed.ok()) {
+    return Execution{
+        .result = std::move(*outcome), .replayed = false, .attempts = claim.record.attempts};
+  }
+  if (committed.code() == Status::Code::kInvalidArgument) {
+    // Refused before anything applied (a staged write with a bad table name or an oversized
+    // value): released, so that the next caller runs fn at once instead of waiting out the
+    // lease. The refusal matters more to the caller than a failure to record it.
+    static_cast<void>(
+        FailWithin(store, key, claim.token, committed.message(), Failure::kRetryable));
+    return committed;
+  }
+  if (committed.code() != Status::Code::kConflict) return committed;
+  conflict = committed;
+  return std::nullopt;
+}
+
 // Runs fn for an acquired claim, whose Begin was sent at `sent`, and records its outcome with
 // its effects, run again while they conflict.
 Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOptions& options,
@@ -247,67 +323,12 @@ Result<Execution> RunAttempt(Store& store, std::string_view key, const BeginOpti
                   .lease = &lease_status};
   util::Backoff conflict_pause(kFirstConflictPause, kLongestConflictPause);
   for (int reruns = 0;; ++reruns) {
-    // From before Start (which may wait for reserved keys) until fn returns, so that a renewal
-    // still in flight (a store slow to answer) does not hold up the claim's release; its
-    // destructor, after the release, waits for that renewal, so that the store may be closed
-    // once Execute returns.
-    LeaseKeeper::Guard renewal =
-        LeaseKeeper::Instance().Keep(&store, key, claim.token, lease, &lease_status);
-    if (const Status started = runner.Start(); !started.ok()) {
-      renewal.Stop();
-      // Recorded, so that the next caller runs it again at once.
-      static_cast<void>(
-          FailWithin(store, key, claim.token, started.message(), Failure::kRetryable));
-      return started;
-    }
     std::optional<Result<std::string>> outcome;
-    std::exception_ptr error;
-    try {
-      outcome.emplace(runner.Run(attempt));
-    } catch (...) {
-      error = std::current_exception();
-    }
-    renewal.Stop();
-    if (error) {
-      runner.Abandon();
-      // Recorded so that the next caller retries at once instead of waiting for the lease; the
-      // caller's exception matters more than a failure to record it.
-      static_cast<void>(
-          FailWithin(store, key, claim.token, ExceptionText(error), Failure::kRetryable));
-      std::rethrow_exception(error);
-    }
+    IDEM_RETURN_IF_ERROR(RunOnce(store, key, claim, lease, lease_status, attempt, runner, outcome));
     Status conflict;  // why fn runs again
-    if (!outcome->ok()) {
-      runner.Abandon();
-      const Status& status = outcome->status();
-      if (status.code() != Status::Code::kConflict) {
-        const Failure kind =
-            status.code() == Status::Code::kFailed ? Failure::kTerminal : Failure::kRetryable;
-        IDEM_RETURN_IF_ERROR(FailWithin(store, key, claim.token, status.message(), kind));
-        return status;
-      }
-      conflict = status;
-    } else if (outcome->value().size() > store.options().max_result_size) {
-      runner.Abandon();
-      return FailOversizedResult(store, key, claim.token, outcome->value().size(),
-                                 runner.OversizedResult());
-    } else {
-      const Status committed = runner.Commit(outcome->value());
-      if (committed.ok()) {
-        return Execution{.result = std::move(outcome->value()),
-                         .replayed = false,
-                         .attempts = claim.record.attempts};
-      }
-      if (committed.code() == Status::Code::kInvalidArgument) {
-        // Refused before anything applied (a staged write with a bad table name or an oversized
-        // value): released, so that the next caller runs fn at once instead of waiting out the
-        // lease. The refusal matters more to the caller than a failure to record it.
-        static_cast<void>(
-            FailWithin(store, key, claim.token, committed.message(), Failure::kRetryable));
-        return committed;
-      }
-      if (committed.code() != Status::Code::kConflict) return committed;
-      conflict = committed;
+    if (std::optional<Result<Execution>> done =
+            RecordOutcome(store, key, claim, runner, *outcome, conflict)) {
+      return std::move(*done);
     }
     if (reruns < store.options().conflict_retries) {
       if (!runner.Conflicted()) std::this_thread::sleep_for(Jittered(conflict_pause.Next()));

@@ -84,6 +84,31 @@ void LeaseKeeper::Remove(uint64_t id) {
   changed_.wait(lock, [&] { return !leases_.contains(id); });
 }
 
+LeaseKeeper::Renewal LeaseKeeper::Renew(const Lease& lease) {
+  using Clock = std::chrono::steady_clock;
+  // Sent now: if it succeeds, the lease runs at least until now + lease.
+  const auto sent = Clock::now();
+  const Status renewed = lease.store->Extend(lease.key, lease.token, lease.lease);
+  // Counted from when this renewal was sent, not from its answer: a renewal that waited long
+  // (a synced write behind a busy disk, an owner slow to answer) must not push the next one
+  // later by as much. The owner set the new deadline when it ran the renewal, before the wait
+  // for its write: counted from the answer, one slow renewal and one late start after it
+  // could outlast the lease. One slower than a period is followed by the next at once.
+  auto next = sent + RenewalPeriod(lease.lease);
+  const bool lost =
+      renewed.code() == Status::Code::kLeaseLost || renewed.code() == Status::Code::kNotFound;
+  if (lost) {
+    // Taken over, ended or forgotten: nothing left to renew. The attempt's own Complete or
+    // Fail reports it.
+    next = Clock::time_point::max();
+  } else if (!renewed.ok()) {
+    // The owner did not answer in time, is failing over, or could not write: the lease may
+    // still be held, and the grace after a stall lasts only so long.
+    next = std::min(next, Clock::now() + kRetryFailedRenewal);
+  }
+  return Renewal{.sent = sent, .status = renewed, .lost = lost, .next = next};
+}
+
 void LeaseKeeper::Work() {
   using Clock = std::chrono::steady_clock;
   std::unique_lock lock(mu_);
@@ -120,26 +145,7 @@ void LeaseKeeper::Work() {
     // Someone must watch the other leases while this renewal runs, however long it takes.
     if (--waiting_ == 0) StartWorker();
     lock.unlock();
-    // Sent now: if it succeeds, the lease runs at least until now + lease.
-    const auto sent = Clock::now();
-    const Status renewed = lease.store->Extend(lease.key, lease.token, lease.lease);
-    // Counted from when this renewal was sent, not from its answer: a renewal that waited long
-    // (a synced write behind a busy disk, an owner slow to answer) must not push the next one
-    // later by as much. The owner set the new deadline when it ran the renewal, before the wait
-    // for its write: counted from the answer, one slow renewal and one late start after it
-    // could outlast the lease. One slower than a period is followed by the next at once.
-    auto next = sent + RenewalPeriod(lease.lease);
-    const bool lost =
-        renewed.code() == Status::Code::kLeaseLost || renewed.code() == Status::Code::kNotFound;
-    if (lost) {
-      // Taken over, ended or forgotten: nothing left to renew. The attempt's own Complete or
-      // Fail reports it.
-      next = Clock::time_point::max();
-    } else if (!renewed.ok()) {
-      // The owner did not answer in time, is failing over, or could not write: the lease may
-      // still be held, and the grace after a stall lasts only so long.
-      next = std::min(next, Clock::now() + kRetryFailedRenewal);
-    }
+    const Renewal renewal = Renew(lease);
     lock.lock();
     ++waiting_;
     idle_since = Clock::now();
@@ -148,9 +154,9 @@ void LeaseKeeper::Work() {
     if (it->second.stopped) {
       leases_.erase(it);  // its attempt is over: its status may be gone
     } else {
-      if (renewed.ok()) it->second.status->Renewed(sent + lease.lease);
-      if (lost) it->second.status->Lost();
-      it->second.next_renewal = next;
+      if (renewal.status.ok()) it->second.status->Renewed(renewal.sent + lease.lease);
+      if (renewal.lost) it->second.status->Lost();
+      it->second.next_renewal = renewal.next;
     }
     changed_.notify_all();
   }

@@ -105,6 +105,14 @@ class LeaseKeeper {
   // A worker's loop: waits for the next lease due that no other worker renews, renews it
   // outside the lock, reports. Returns when the worker is no longer needed.
   void Work();
+  // What one renewal of a lease, sent without mu_ held, came to.
+  struct Renewal {
+    std::chrono::steady_clock::time_point sent;
+    Status status;
+    bool lost;  // taken over, ended or forgotten: nothing left to renew
+    std::chrono::steady_clock::time_point next;  // when the next renewal is due (max: never)
+  };
+  static Renewal Renew(const Lease& lease);
   void StartWorker();   // with mu_ held
   void ResetInChild();  // in a child of fork(), with mu_ held since the fork
 

@@ -198,6 +198,26 @@ std::optional<std::string> BadValue(std::string_view keyword, std::string_view v
   return std::nullopt;
 }
 
+// How many hosts a URI's host, hostaddr and port values name (lists of the same length, or one
+// port for all); an error when they do not pair up. libpq would refuse these only when
+// connecting, where they would pass for an outage.
+Result<std::size_t> CountHosts(std::string_view host, std::string_view hostaddr,
+                               std::string_view port) {
+  const std::size_t hosts = Split(host).size();
+  const std::size_t addresses = Split(hostaddr).size();
+  const std::size_t ports = Split(port).size();
+  const std::size_t count = std::max({hosts, addresses, std::size_t{1}});
+  if (hosts != 0 && addresses != 0 && hosts != addresses) {
+    return Status::InvalidArgument(
+        fmt::format("{} host names but {} hostaddr values", hosts, addresses));
+  }
+  if (ports > 1 && ports != count) {
+    return Status::InvalidArgument(
+        fmt::format("{} port numbers for {} hosts (give one, or one per host)", ports, count));
+  }
+  return count;
+}
+
 }  // namespace
 
 Result<PgConninfo> PgConninfo::Parse(std::string_view uri, const PgConnDefaults& defaults) {
@@ -242,21 +262,10 @@ Result<PgConninfo> PgConninfo::Parse(std::string_view uri, const PgConnDefaults&
     }
   }
 
-  const std::size_t hosts = Split(info.Value("host")).size();
-  const std::size_t addresses = Split(info.Value("hostaddr")).size();
-  const std::size_t ports = Split(info.Value("port")).size();
-  const std::size_t count = std::max({hosts, addresses, std::size_t{1}});
-  // libpq would refuse these only when connecting, where they would pass for an outage.
-  if (hosts != 0 && addresses != 0 && hosts != addresses) {
-    return Status::InvalidArgument(
-        invalid + fmt::format("{} host names but {} hostaddr values", hosts, addresses));
-  }
-  if (ports > 1 && ports != count) {
-    return Status::InvalidArgument(
-        invalid +
-        fmt::format("{} port numbers for {} hosts (give one, or one per host)", ports, count));
-  }
-  info.host_count_ = static_cast<int>(count);
+  const Result<std::size_t> hosts =
+      CountHosts(info.Value("host"), info.Value("hostaddr"), info.Value("port"));
+  if (!hosts.ok()) return Status::InvalidArgument(invalid + hosts.status().message());
+  info.host_count_ = static_cast<int>(*hosts);
   info.AddDefaults(defaults);
   info.display_name_ = info.DisplayName();
   return info;

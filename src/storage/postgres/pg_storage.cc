@@ -111,30 +111,7 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
   // The claim made at the epoch has for times the offsets the server adds to its own now.
   IDEM_ASSIGN_OR_RETURN(const uint64_t token, NextToken(0));
   const Record fresh = engine::FreshClaim(request, TimePoint{}, token).record;
-  std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
-  for (PgParam& param : PgRowParams(key, fresh)) params.push_back(std::move(param));
-  const Record::TimePoint offsets[] = {fresh.created, fresh.updated, fresh.lease_deadline,
-                                       fresh.expires};
-  for (int i = 0; i < 4; ++i) params[16 + i] = PgParam::Int8(util::ToMicros(offsets[i]));
-  PgTransaction read_or_insert{.resendable = true, .alone = true};
-  // A replay is answered only once its row is on a synchronous standby (kWaitForTheStandby).
-  read_or_insert.statements.push_back(
-      {fmt::format("SELECT {}, {}, {}, {} FROM {} WHERE key = $2", PgRecordColumnList(), kNow,
-                   kSetSynchronousCommitOf3, kWaitForTheStandby, names_.records),
-       {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(durability)}});
-  read_or_insert.statements.push_back(
-      {fmt::format("INSERT INTO {table} ({columns}) SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                   "$12, $13, $14, $15, $16, {created}, {updated}, {lease_deadline}, {expires}, 1 "
-                   "FROM (SELECT {now} AS now, {durability} AS durability) n "
-                   "WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = $3) "
-                   "ON CONFLICT (key) DO NOTHING RETURNING created",
-                   fmt::arg("table", names_.records), fmt::arg("columns", PgRecordColumnList()),
-                   fmt::arg("created", After("n.now", "$17")),
-                   fmt::arg("updated", After("n.now", "$18")),
-                   fmt::arg("lease_deadline", After("n.now", "$19")),
-                   fmt::arg("expires", After("n.now", "$20")), fmt::arg("now", kNow),
-                   fmt::arg("durability", kSetSynchronousCommit)),
-       std::move(params)});
+  const PgTransaction read_or_insert = ReadOrInsert(key, fresh, durability);
   bool resent = false;
   Result<std::vector<PgRows>> answered = pool_.Run(read_or_insert, &resent);
   const bool inserted = answered.ok() && answered->back().size() > 0;
@@ -161,6 +138,35 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
   IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
   result.now = util::FromMicros(now);
   return result;
+}
+
+PgTransaction PgStorage::ReadOrInsert(std::string_view key, const Record& fresh,
+                                      Durability durability) const {
+  std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
+  for (PgParam& param : PgRowParams(key, fresh)) params.push_back(std::move(param));
+  const Record::TimePoint offsets[] = {fresh.created, fresh.updated, fresh.lease_deadline,
+                                       fresh.expires};
+  for (int i = 0; i < 4; ++i) params[16 + i] = PgParam::Int8(util::ToMicros(offsets[i]));
+  PgTransaction read_or_insert{.resendable = true, .alone = true};
+  // A replay is answered only once its row is on a synchronous standby (kWaitForTheStandby).
+  read_or_insert.statements.push_back(
+      {fmt::format("SELECT {}, {}, {}, {} FROM {} WHERE key = $2", PgRecordColumnList(), kNow,
+                   kSetSynchronousCommitOf3, kWaitForTheStandby, names_.records),
+       {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(durability)}});
+  read_or_insert.statements.push_back(
+      {fmt::format("INSERT INTO {table} ({columns}) SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, "
+                   "$12, $13, $14, $15, $16, {created}, {updated}, {lease_deadline}, {expires}, 1 "
+                   "FROM (SELECT {now} AS now, {durability} AS durability) n "
+                   "WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = $3) "
+                   "ON CONFLICT (key) DO NOTHING RETURNING created",
+                   fmt::arg("table", names_.records), fmt::arg("columns", PgRecordColumnList()),
+                   fmt::arg("created", After("n.now", "$17")),
+                   fmt::arg("updated", After("n.now", "$18")),
+                   fmt::arg("lease_deadline", After("n.now", "$19")),
+                   fmt::arg("expires", After("n.now", "$20")), fmt::arg("now", kNow),
+                   fmt::arg("durability", kSetSynchronousCommit)),
+       std::move(params)});
+  return read_or_insert;
 }
 
 Result<bool> PgStorage::TransitionIfCurrent(std::string_view key,

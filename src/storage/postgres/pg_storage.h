@@ -173,6 +173,10 @@ class PgStorage final : public Storage {
     RowSeen row;
   };
   Result<VersionedRead> ReadVersioned(std::string_view key, Durability answered);
+  // ReadOrCreate's two statements, sent alone (one implicit transaction): the row of `key`, and
+  // `fresh` inserted only when there is none (its times are offsets the server adds to its now).
+  PgTransaction ReadOrInsert(std::string_view key, const Record& fresh,
+                             Durability durability) const;
   // Writes `next` if the row under `key` is still the one `seen` (or still absent). False when
   // another writer changed, deleted or re-created it first.
   Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, RowSeen seen,

@@ -71,18 +71,8 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   // The table keys' locks come after the record's (the one lock order: see TableLocks).
   std::optional<TableLocks> table_locks;
   if (writes != nullptr) table_locks.emplace(*this, *writes);
-  LastWrite& last = last_writes_[stripe];
   std::optional<Record> stored;
-  // Every write takes a new sequence number, and a write of `key` holds this stripe's lock
-  // until it is visible: an unchanged sequence number means `key` is still absent (compaction
-  // only ever removes records).
-  if (absent_since && *absent_since == WriteVersion()) {
-    // stored stays absent
-  } else if (!last.key.empty() && last.key == key && last.expires > filter_horizon_->load()) {
-    IDEM_RETURN_IF_ERROR(DecodeRecordInto(key, last.value, stored.emplace()));
-  } else {
-    IDEM_RETURN_IF_ERROR(ReadRecordInto(key, stored));
-  }
+  IDEM_RETURN_IF_ERROR(ReadStoredLocked(key, stripe, absent_since, stored));
   // Taken before `decide`, which may move from `stored`.
   const std::optional<int64_t> stored_expires =
       stored ? std::optional<int64_t>(ToMicros(stored->expires)) : std::nullopt;
@@ -91,25 +81,53 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   const Record* next =
       decide(stored, now, [this, now](uint64_t /*above*/) { return NextToken(now); });
   if (next == nullptr) return Status::OK();
-  const int64_t expires = ToMicros(next->expires);
   if (grouped) {
     // Written with the group's others; the stripe stays locked until then.
-    WriteGroup::Held held{stripe, std::string(key), {}, expires};
-    EncodeRecordInto(*next, held.encoded);
-    group->batch->SetSavePoint();
-    const rocksdb::Status s =
-        AddRecordWrite(*group->batch, key, held.encoded, {}, stored_expires, expires);
-    if (!s.ok()) {
-      // Nothing of this record stays in the group's batch.
-      static_cast<void>(group->batch->RollbackToSavePoint());
-      return FromRocksDb(s, fmt::format("writing record {}", EscapeKey(key)));
-    }
-    static_cast<void>(group->batch->PopSavePoint());
-    group->held.push_back(std::move(held));
-    if (durability == Durability::kPeriodic) group->durability = durability;
+    IDEM_RETURN_IF_ERROR(AddToWriteGroup(*group, stripe, key, *next, stored_expires, durability));
     lock.release();
     return Status::OK();
   }
+  return WriteLocked(stripe, key, *next, writes, stored_expires, durability);
+}
+
+Status RocksDbStorage::ReadStoredLocked(std::string_view key, std::size_t stripe,
+                                        std::optional<uint64_t> absent_since,
+                                        std::optional<Record>& stored) {
+  const LastWrite& last = last_writes_[stripe];
+  // Every write takes a new sequence number, and a write of `key` holds this stripe's lock
+  // until it is visible: an unchanged sequence number means `key` is still absent (compaction
+  // only ever removes records).
+  if (absent_since && *absent_since == WriteVersion()) return Status::OK();
+  if (!last.key.empty() && last.key == key && last.expires > filter_horizon_->load()) {
+    return DecodeRecordInto(key, last.value, stored.emplace());
+  }
+  return ReadRecordInto(key, stored);
+}
+
+Status RocksDbStorage::AddToWriteGroup(WriteGroup& group, std::size_t stripe, std::string_view key,
+                                       const Record& next, std::optional<int64_t> stored_expires,
+                                       Durability durability) {
+  const int64_t expires = ToMicros(next.expires);
+  WriteGroup::Held held{stripe, std::string(key), {}, expires};
+  EncodeRecordInto(next, held.encoded);
+  group.batch->SetSavePoint();
+  const rocksdb::Status s =
+      AddRecordWrite(*group.batch, key, held.encoded, {}, stored_expires, expires);
+  if (!s.ok()) {
+    // Nothing of this record stays in the group's batch.
+    static_cast<void>(group.batch->RollbackToSavePoint());
+    return FromRocksDb(s, fmt::format("writing record {}", EscapeKey(key)));
+  }
+  static_cast<void>(group.batch->PopSavePoint());
+  group.held.push_back(std::move(held));
+  if (durability == Durability::kPeriodic) group.durability = durability;
+  return Status::OK();
+}
+
+Status RocksDbStorage::WriteLocked(std::size_t stripe, std::string_view key, const Record& next,
+                                   const WriteSet* writes, std::optional<int64_t> stored_expires,
+                                   Durability durability) {
+  const int64_t expires = ToMicros(next.expires);
   // The writes' versions are checked, and their tables made, once the record is to be written.
   std::vector<TableWrite> table_writes;
   if (writes != nullptr) {
@@ -119,8 +137,9 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   // The record is encoded straight into the stripe's copy of the last write (reusing its
   // buffer), which stops naming a key until the write succeeds. The batch and the index key
   // are per-thread buffers: a write allocates nothing once they have grown.
+  LastWrite& last = last_writes_[stripe];
   last.key.clear();
-  EncodeRecordInto(*next, last.value);
+  EncodeRecordInto(next, last.value);
   thread_local rocksdb::WriteBatch batch;
   batch.Clear();
   const rocksdb::Status s =

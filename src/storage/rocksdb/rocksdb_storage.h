@@ -25,6 +25,7 @@
 
 #include "storage/rocksdb/fs/log_tail.h"
 #include "storage/rocksdb/rocksdb_config.h"
+#include "storage/rocksdb/write_stops.h"
 #include "storage/storage.h"
 
 namespace rocksdb {
@@ -178,6 +179,16 @@ class RocksDbStorage final : public Storage {
   // Update, with `writes` (null: none) applied in the record's batch (UpdateWithWrites).
   Status Commit(std::string_view key, Decide decide, const WriteSet* writes, Durability durability,
                 std::optional<uint64_t> absent_since);
+  // Commit's steps, under the stripe's lock. The record stored under `key` (nullopt: none), from
+  // the stripe's last write when it is of `key`, not read at all when nothing was written since
+  // `absent_since` (a version at which it was absent).
+  Status ReadStoredLocked(std::string_view key, std::size_t stripe,
+                          std::optional<uint64_t> absent_since, std::optional<Record>& stored);
+  // Writes `next` (replacing a record of expiry `stored_expires`) and `writes` (null: none) in
+  // one batch, and keeps `next` as the stripe's last write.
+  Status WriteLocked(std::size_t stripe, std::string_view key, const Record& next,
+                     const WriteSet* writes, std::optional<int64_t> stored_expires,
+                     Durability durability);
   // One table write as it goes into a commit's batch.
   struct TableWrite {
     rocksdb::ColumnFamilyHandle* family;
@@ -239,6 +250,12 @@ class RocksDbStorage final : public Storage {
   // Writes what `group` holds as one batch, notes the outcome for each, and lets their stripes
   // go.
   void WriteGroupHeld(WriteGroup& group);
+  // Commit's step for a grouped write: puts `next` into the thread's write `group`, to be written
+  // with the others it holds (the caller keeps the stripe locked). `stored_expires`: the expiry
+  // of the record it replaces, whose index entry goes (AddRecordWrite).
+  Status AddToWriteGroup(WriteGroup& group, std::size_t stripe, std::string_view key,
+                         const Record& next, std::optional<int64_t> stored_expires,
+                         Durability durability);
   // A group writes what it holds once it holds this many (ThreadSanitizer tracks 64 locks a
   // thread).
   static constexpr std::size_t kMostGroupedWrites = 32;
@@ -294,19 +311,10 @@ class RocksDbStorage final : public Storage {
   // resume_mu_ held, RocksDB not stopped. kIOError while the log file whose write failed is
   // still current (the call that failed has yet to stop the store), OK otherwise.
   Status CheckFailedLogLocked();
-  // resume_mu_ held. The error a failed DB::Resume (`resume`) leaves calls with, saying whether
-  // the store writes again by itself or must be reopened.
-  Status ResumeFailure(const rocksdb::Status& resume) const;
-  // resume_mu_ held. Takes writes again, and reports the end of a stop that was reported.
-  void NoteResumedLocked(std::chrono::steady_clock::time_point now);
   // See the .cc: keeps a memtable non-empty after a resume.
   void WriteResumeGuard();
   // The number of the write-ahead log file RocksDB writes now.
   std::optional<uint64_t> CurrentLogNumber();
-  // resume_mu_ held. Keeps `cause`, and reports (rate-limited) that writes stopped, once per
-  // stop.
-  void NoteStoppedLocked(const rocksdb::Status& cause);
-  std::string FreeSpaceAdvice() const;
   void Report(const std::string& message) const;
   std::size_t StripeIndex(std::string_view key) const;
   // Deletes the due records among `entries` (each an index entry's expiry and key), reading
@@ -353,7 +361,6 @@ class RocksDbStorage final : public Storage {
   // Syncs the log after writes made with kPeriodic; null in a read-only instance. Stopped
   // (syncing what is due) before the database closes.
   std::unique_ptr<PeriodicSync> periodic_sync_;
-  std::size_t resume_free_bytes_ = 0;  // RocksDB resumes after a full disk once this is free
 
   // What failed writes tell: the next write checks that RocksDB resumed first, under
   // resume_mu_. Shared with the file system that notes failed log writes.
@@ -361,19 +368,10 @@ class RocksDbStorage final : public Storage {
   std::mutex resume_mu_;
   // A failed resume is retried no sooner than this; meanwhile calls get its error.
   static constexpr std::chrono::milliseconds kResumeInterval{100};
-  // At most one "stopped writing" line per interval.
-  static constexpr std::chrono::seconds kStopReportInterval{60};
   // Guarded by resume_mu_.
   std::chrono::steady_clock::time_point next_resume_;
   Status last_resume_error_;
-  std::string last_cause_;  // what made the last write fail
-  bool last_cause_no_space_ = false;
-  bool stop_noted_ = false;     // this stop was noted (reported or counted)
-  bool stop_reported_ = false;  // and reported: its end is reported too
-  bool stop_reported_ever_ = false;
-  std::chrono::steady_clock::time_point stopped_since_;
-  std::chrono::steady_clock::time_point last_stop_report_;
-  uint64_t unreported_stops_ = 0;
+  std::optional<WriteStops> write_stops_;  // made at open
 
   // Per-key read-modify-write atomicity. 1024 stripes keep collisions rare at 64 threads.
   static constexpr std::size_t kStripes = 1024;

@@ -32,6 +32,7 @@
 #include "storage/rocksdb/record_codec.h"
 #include "storage/rocksdb/rocksdb_options.h"
 #include "storage/rocksdb/rocksdb_storage.h"
+#include "storage/rocksdb/write_stops.h"
 #include "util/escape.h"
 
 namespace idem::storage {
@@ -80,6 +81,26 @@ rocksdb::DBOptions MakeDbOptions(const RocksDbOptions& engine, const RocksDbConf
   // refuses to open on damage anywhere else: kCorruption, and the operator decides.
   options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   return options;
+}
+
+// The options of the tables' column families. Their values are read by key, as records are: the
+// records' table options (Bloom filters, the shared block cache), and a smaller memtable each.
+rocksdb::ColumnFamilyOptions MakeTableOptions(const RocksDbOptions& engine) {
+  rocksdb::ColumnFamilyOptions options = engine.records;
+  options.memtable_insert_with_hint_prefix_extractor.reset();
+  options.write_buffer_size = std::max<std::size_t>(engine.records.write_buffer_size / 4, 1 << 20);
+  return options;
+}
+
+// Writes what the open's preparation cut off the logs (PrepareFilesForOpen) into the info log: a
+// power cut's as warnings.
+void LogCutLogs(const LogTailCuts& cut_logs, InfoLog& info_log) {
+  for (const std::string& line : cut_logs.power_cut) {
+    rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, &info_log, "idem: %s", line.c_str());
+  }
+  for (const std::string& line : cut_logs.tails) {
+    rocksdb::Log(rocksdb::InfoLogLevel::INFO_LEVEL, &info_log, "idem: %s", line.c_str());
+  }
 }
 
 // The records, their expiry index and meta (layout.h), in that order.
@@ -132,13 +153,9 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   disk_errors_ = std::make_shared<DiskErrorFlags>();
   auto engine = std::make_shared<RocksDbOptions>(MakeRocksDbOptions(config.memory_budget));
   keep_alive_ = engine;
-  // RocksDB resumes by itself after a full disk: its SstFileManager checks the free space at
-  // once and then every 5 seconds, and resumes once there is room for the largest memtable.
-  // Resuming from idem's next write instead would be sooner, but breaks RocksDB 7.8: a flush
-  // queued before the error that runs before the resume loses its scheduling slot, and the
-  // resume then waits forever for a flush never scheduled (seen on a full tmpfs). RocksDB's own
-  // recovery counts as in progress from the error on, so no flush runs in that window.
-  resume_free_bytes_ = std::max(engine->records.write_buffer_size, std::size_t{1} << 20);
+  // After a full disk RocksDB resumes once the largest memtable fits (write_stops.h).
+  write_stops_.emplace(path_, log_,
+                       std::max(engine->records.write_buffer_size, std::size_t{1} << 20));
 
   // Every file and directory RocksDB creates is the owner's only (private_files.h).
   const std::shared_ptr<rocksdb::FileSystem> file_system =
@@ -160,21 +177,13 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   db_options.env = env_.get();
   const std::shared_ptr<InfoLog> info_log = StartInfoLog(*file_system, config);
   db_options.info_log = info_log;
+  LogCutLogs(cut_logs, *info_log);
   for (const std::string& line : cut_logs.power_cut) {
-    rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, info_log, "idem: %s", line.c_str());
     Report(fmt::format("store {}: {}", EscapeControls(path_), line));
-  }
-  for (const std::string& line : cut_logs.tails) {
-    rocksdb::Log(rocksdb::InfoLogLevel::INFO_LEVEL, info_log, "idem: %s", line.c_str());
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> families =
       MakeColumnFamilies(*engine, NewExpiredRecordFilterFactory(config.clock, filter_horizon_));
-  // The tables' values are read by key, as records are: the records' table options (Bloom
-  // filters, the shared block cache), and a smaller memtable each.
-  table_options_ = std::make_unique<rocksdb::ColumnFamilyOptions>(engine->records);
-  table_options_->memtable_insert_with_hint_prefix_extractor.reset();
-  table_options_->write_buffer_size =
-      std::max<std::size_t>(engine->records.write_buffer_size / 4, 1 << 20);
+  table_options_ = std::make_unique<rocksdb::ColumnFamilyOptions>(MakeTableOptions(*engine));
   for (std::string& table : ListTableFamilies(db_options)) {
     families.emplace_back(std::move(table), *table_options_);
   }

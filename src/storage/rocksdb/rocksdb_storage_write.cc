@@ -6,14 +6,13 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
-#include <iterator>
-
 #include "storage/rocksdb/fs/log_failure_watch.h"
 #include "storage/rocksdb/fs/rocksdb_status.h"
 #include "storage/rocksdb/layout.h"
 #include "storage/rocksdb/periodic_sync.h"
 #include "storage/rocksdb/record_codec.h"
 #include "storage/rocksdb/rocksdb_storage.h"
+#include "storage/rocksdb/write_stops.h"
 #include "util/escape.h"
 
 namespace idem::storage {
@@ -43,7 +42,7 @@ Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
     disk_errors_->stopped.store(true, std::memory_order_release);
     disk_errors_->guard_needed.store(true, std::memory_order_release);
     std::lock_guard lock(resume_mu_);
-    NoteStoppedLocked(s);
+    write_stops_->NoteStopped(s);
   }
   return failed;
 }
@@ -60,42 +59,6 @@ void RocksDbStorage::WriteResumeGuard() {
   if (db_->Delete(unlogged, meta_, kResumeGuardKey).ok()) {
     disk_errors_->guard_needed.store(false, std::memory_order_release);
   }
-}
-
-void RocksDbStorage::NoteStoppedLocked(const rocksdb::Status& cause) {
-  last_cause_ = cause.ToString();
-  last_cause_no_space_ = cause.IsNoSpace();
-  if (stop_noted_) return;
-  stop_noted_ = true;
-  const auto now = std::chrono::steady_clock::now();
-  stopped_since_ = now;
-  // A disk that stays nearly full may stop and resume the store many times a minute: one line
-  // a minute says so.
-  if (stop_reported_ever_ && now - last_stop_report_ < kStopReportInterval) {
-    ++unreported_stops_;
-    stop_reported_ = false;
-    return;
-  }
-  const std::string until = last_cause_no_space_
-                                ? fmt::format("space is freed on its disk: {}", FreeSpaceAdvice())
-                                : "the disk is fixed and the store reopened";
-  std::string line =
-      fmt::format("store {} stopped writing ({}); calls that write fail with kIOError until {}",
-                  path_, last_cause_, until);
-  if (unreported_stops_ > 0) {
-    fmt::format_to(std::back_inserter(line),
-                   " (it stopped {} more times since the last such message)", unreported_stops_);
-  }
-  Report(line);
-  stop_reported_ever_ = true;
-  stop_reported_ = true;
-  last_stop_report_ = now;
-  unreported_stops_ = 0;
-}
-
-std::string RocksDbStorage::FreeSpaceAdvice() const {
-  return fmt::format("it writes again by itself within 5 seconds of {} MiB being free",
-                     resume_free_bytes_ >> 20);
 }
 
 void RocksDbStorage::Report(const std::string& message) const {
@@ -121,7 +84,7 @@ Status RocksDbStorage::ResumeAfterDiskError() {
   // new log file, which fails again while the disk still does.
   const rocksdb::Status s = db_->Resume();
   if (!s.ok()) {
-    last_resume_error_ = ResumeFailure(s);
+    last_resume_error_ = write_stops_->ResumeFailure(s);
     return last_resume_error_;
   }
   // Resumed. On a new log file, unless the one whose write failed is still current (or the
@@ -129,11 +92,7 @@ Status RocksDbStorage::ResumeAfterDiskError() {
   if (uint64_t failed = disk_errors_->failed_log.load(std::memory_order_acquire); failed != 0) {
     const std::optional<uint64_t> current = CurrentLogNumber();
     if (!current || *current == failed) {
-      last_resume_error_ = Status::IOError(fmt::format(
-          "store {} stopped writing after a write to its log file failed ({}), and cannot resume "
-          "in place: RocksDB would write to that file again. Close and reopen the store once its "
-          "disk has space and works: every acknowledged record is kept",
-          path_, last_cause_));
+      last_resume_error_ = write_stops_->LogFailed();
       next_resume_ = std::chrono::steady_clock::time_point::max();  // for good
       Report(last_resume_error_.message());
       return last_resume_error_;
@@ -141,7 +100,10 @@ Status RocksDbStorage::ResumeAfterDiskError() {
     // Unless another log write failed meanwhile.
     disk_errors_->failed_log.compare_exchange_strong(failed, 0);
   }
-  NoteResumedLocked(now);
+  disk_errors_->stopped.store(false, std::memory_order_release);
+  next_resume_ = {};
+  last_resume_error_ = Status::OK();
+  write_stops_->NoteResumed(now);
   return Status::OK();
 }
 
@@ -157,36 +119,6 @@ Status RocksDbStorage::CheckFailedLogLocked() {
   }
   return Status::IOError(
       fmt::format("store {}: a write to its log file failed just now; retry the call", path_));
-}
-
-Status RocksDbStorage::ResumeFailure(const rocksdb::Status& resume) const {
-  if (resume.IsNoSpace() || (resume.IsBusy() && last_cause_no_space_)) {
-    return Status::IOError(fmt::format(
-        "store {} cannot write: its disk is full ({}); {}, and keeps every acknowledged record",
-        path_, last_cause_, FreeSpaceAdvice()));
-  }
-  if (resume.IsBusy()) {
-    return Status::IOError(fmt::format(
-        "store {} is recovering from a disk error ({}); retry the call", path_, last_cause_));
-  }
-  return Status::IOError(fmt::format(
-      "store {} stopped writing after a disk error and cannot resume ({}); fix the disk, then "
-      "close and reopen the store: every acknowledged record is kept",
-      path_, resume.ToString()));
-}
-
-void RocksDbStorage::NoteResumedLocked(std::chrono::steady_clock::time_point now) {
-  disk_errors_->stopped.store(false, std::memory_order_release);
-  next_resume_ = {};
-  last_resume_error_ = Status::OK();
-  // A stop that was reported has its end reported too.
-  if (stop_noted_ && stop_reported_) {
-    const auto stopped_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - stopped_since_).count();
-    Report(fmt::format("store {} writes again, after {} ms stopped by a disk error", path_,
-                       stopped_ms));
-  }
-  stop_noted_ = false;
 }
 
 Status RocksDbStorage::CompactAll() {
