@@ -8,7 +8,7 @@
 #                   in build-bench/); then the core tests cross-built for arm64 and run under
 #                   qemu (scripts/cross.sh arm64 --quick, in build-cross-arm64/)
 #   2. build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer: all tests
-#   3. build-tsan/  ThreadSanitizer: the tests labelled "concurrency"
+#   3. build-tsan/  ThreadSanitizer: the tests labelled "concurrency" (only they are built)
 # Each build is a preset of CMakePresets.json (default, shared, asan, tsan); the default and
 # shared builds treat warnings as errors (IDEM_WERROR; GCC's flow warnings misfire under the
 # sanitizers). To reproduce one step by hand, `cmake --preset asan && cmake --build --preset asan

@@ -9,8 +9,13 @@
 #               and its manual page idem(1) is installed in man1/
 #   python      ctypes.util.find_library("idem") finds the shared library, ctypes loads it
 # SHARED says whether the library is shared (libidem.so.SOVERSION) or static.
+# TARGET_C_COMPILER is the project's C compiler (the pkg-config step's driver). In a cross build,
+# TOOLCHAIN_FILE and CROSS_SYSROOT are the project's toolchain file and sysroot
+# (cmake/toolchains/): the consumers are built with them, as a cross-compiling user's would be,
+# and run through binfmt_misc and qemu (scripts/cross.sh sets QEMU_LD_PREFIX).
 #   cmake -DSTEP=... -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DSHARED=ON|OFF
-#         [-DVERSION=... -DSOVERSION=... -DPYTHON=...] -P check_package.cmake
+#         [-DVERSION=... -DSOVERSION=... -DPYTHON=... -DTARGET_C_COMPILER=...]
+#         [-DTOOLCHAIN_FILE=... -DCROSS_SYSROOT=...] -P check_package.cmake
 foreach(var STEP BUILD_DIR SOURCE_DIR WORK_DIR SHARED)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "${var} is not set")
@@ -65,9 +70,19 @@ function(step_install)
   message(STATUS "installed into ${prefix}")
 endfunction()
 
-# Configures, builds and runs a consumer project against the installed package.
+# Configures and builds a consumer project against the installed package. A cross build's
+# toolchain file confines find_package to the sysroot (CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY), so
+# there the consumer is pointed at the package's directory (idem_DIR) rather than its prefix; idem's
+# own dependencies (RocksDB, OpenSSL, libpq) are then found in the sysroot.
 function(build_consumer name source_dir)
-  run(${CMAKE_COMMAND} -S ${source_dir} -B ${WORK_DIR}/${name} -DCMAKE_PREFIX_PATH=${prefix}
+  if(TOOLCHAIN_FILE)
+    find_libdir(libdir)
+    set(find_idem -DCMAKE_TOOLCHAIN_FILE=${TOOLCHAIN_FILE} -DIDEM_CROSS_SYSROOT=${CROSS_SYSROOT}
+                  -Didem_DIR=${libdir}/cmake/idem)
+  else()
+    set(find_idem -DCMAKE_PREFIX_PATH=${prefix})
+  endif()
+  run(${CMAKE_COMMAND} -S ${source_dir} -B ${WORK_DIR}/${name} ${find_idem}
       -DCMAKE_BUILD_TYPE=Release ${ARGN})
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/${name} -j2)
 endfunction()
@@ -111,12 +126,29 @@ function(step_pkg_config)
   list(GET pc_files 0 pc_file)
   get_filename_component(pc_dir ${pc_file} DIRECTORY)
   find_program(PKG_CONFIG NAMES pkg-config pkgconf REQUIRED)
-  find_program(C_COMPILER NAMES cc gcc clang REQUIRED)
+  set(compile ${TARGET_C_COMPILER})
+  if(NOT TARGET_C_COMPILER)
+    find_program(C_COMPILER NAMES cc gcc clang REQUIRED)
+    set(compile ${C_COMPILER})
+  endif()
   if(SHARED)
     # Only idem.pc: the shared library's users need no other package's .pc file (RocksDB's).
     set(ENV{PKG_CONFIG_LIBDIR} "${pc_dir}")
   else()
     set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+  endif()
+  if(CROSS_SYSROOT)
+    # The target's compiler driver in the sysroot, and the target's .pc files (RocksDB's, OpenSSL's)
+    # in place of the build machine's. Their paths are the target's /usr: pkg-config leaves out its
+    # system include directory and the driver finds the headers and libraries in the sysroot. No
+    # PKG_CONFIG_SYSROOT_DIR: it would be put before idem.pc's own paths too, which are not in it.
+    list(APPEND compile --sysroot=${CROSS_SYSROOT})
+    if(NOT SHARED)
+      execute_process(COMMAND ${TARGET_C_COMPILER} -print-multiarch OUTPUT_VARIABLE multiarch
+                      OUTPUT_STRIP_TRAILING_WHITESPACE)
+      set(ENV{PKG_CONFIG_LIBDIR}
+          "${CROSS_SYSROOT}/usr/lib/${multiarch}/pkgconfig:${CROSS_SYSROOT}/usr/share/pkgconfig")
+    endif()
   endif()
 
   pkg_config(cflags --cflags)
@@ -146,12 +178,12 @@ function(step_pkg_config)
 
   # The C header alone is C89 (with <stdint.h>) and C++.
   file(WRITE ${WORK_DIR}/c_header.c "#include <idem/c.h>\nint main(void) { return IDEM_OK; }\n")
-  run(${C_COMPILER} -std=c89 -pedantic-errors -Wall -Wextra -Werror -fsyntax-only ${cflags}
+  run(${compile} -std=c89 -pedantic-errors -Wall -Wextra -Werror -fsyntax-only ${cflags}
       ${WORK_DIR}/c_header.c)
-  run(${C_COMPILER} -x c++ -std=c++11 -pedantic-errors -Wall -Wextra -Werror -fsyntax-only
+  run(${compile} -x c++ -std=c++11 -pedantic-errors -Wall -Wextra -Werror -fsyntax-only
       ${cflags} ${WORK_DIR}/c_header.c)
 
-  run(${C_COMPILER} -std=c99 -Wall -Wextra -Werror ${cflags}
+  run(${compile} -std=c99 -Wall -Wextra -Werror ${cflags}
       "-DIDEM_EXPECTED_VERSION=\"${VERSION}\"" ${SOURCE_DIR}/tests/c_api_test.c ${libs} -pthread
       -o ${WORK_DIR}/pkg_config_consumer)
   # The program has no RPATH: the loader finds the shared library as a user's would be told to.
