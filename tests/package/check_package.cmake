@@ -89,7 +89,16 @@ endfunction()
 
 function(step_cxx)
   build_consumer(cxx ${SOURCE_DIR}/tests/package)
-  run(${WORK_DIR}/cxx/consumer ${WORK_DIR}/cxx_store)
+  # The store in $TMPDIR when it is set: scripts/cross.sh puts it on a tmpfs, as a 32-bit program
+  # under qemu on a 64-bit kernel cannot read a hashed ext4 directory (docs/cross.md).
+  if(IS_DIRECTORY "$ENV{TMPDIR}")
+    string(RANDOM LENGTH 8 suffix)
+    set(store "$ENV{TMPDIR}/idem-package-cxx-${suffix}")
+  else()
+    set(store ${WORK_DIR}/cxx_store)
+  endif()
+  run(${WORK_DIR}/cxx/consumer ${store})
+  file(REMOVE_RECURSE ${store})
   message(STATUS "find_package(idem) consumer (C++) built and ran")
 endfunction()
 
