@@ -1,4 +1,5 @@
-// The small tools of src/util/ that every layer shares: hex, random bytes, backoff; and the
+// The small tools of src/util/ that every layer shares: hex, random bytes, backoff, deadlines;
+// and the
 // defaults helpers and counter table of the public headers that replaced copies of them.
 
 #include <gtest/gtest.h>
@@ -7,14 +8,17 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "idem/counters.h"
 #include "idem/options.h"
 #include "idem/status.h"
 #include "util/backoff.h"
+#include "util/deadline.h"
 #include "util/escape.h"
 #include "util/hex.h"
 #include "util/process.h"
@@ -109,6 +113,66 @@ TEST(Backoff, DoublesUpToItsLongestPause) {
   for (int i = 0; i < 9; ++i) pauses.push_back(backoff.Next());
   EXPECT_EQ(pauses, (std::vector<std::chrono::milliseconds>{1ms, 2ms, 4ms, 8ms, 16ms, 32ms, 50ms,
                                                             50ms, 50ms}));
+}
+
+TEST(Deadline, TimeLeftRoundsUpAndIsZeroOnlyOncePassed) {
+  EXPECT_EQ(idem::util::TimeLeft(std::chrono::steady_clock::now() - 1s), 0ms);
+  // Rounded up: a sleep of the time left, which never ends early, ends past the moment.
+  const auto until = std::chrono::steady_clock::now() + 1500us;
+  std::this_thread::sleep_for(idem::util::TimeLeft(until));
+  EXPECT_GE(std::chrono::steady_clock::now(), until);
+  EXPECT_EQ(idem::util::TimeLeft(until), 0ms);
+
+  const idem::util::Deadline passed(0ms);
+  EXPECT_TRUE(passed.Passed());
+  EXPECT_EQ(passed.Left(), 0ms);
+  EXPECT_EQ(passed.budget(), 0ms);
+  const idem::util::Deadline later(1h);
+  EXPECT_FALSE(later.Passed());
+  EXPECT_GT(later.Left(), 59min);
+  EXPECT_LE(later.Left(), 1h);
+  EXPECT_GE(later.Elapsed(), 0ms);
+  EXPECT_LT(later.Elapsed(), 1min);
+}
+
+TEST(Deadline, RetryUntilReturnsTheFirstValueAnAttemptGives) {
+  int attempts = 0;
+  const std::string got = idem::util::RetryUntil(
+      idem::util::Deadline(1h), idem::util::Backoff(1ms, 1ms),
+      [&]() -> std::optional<std::string> {
+        if (++attempts < 3) return std::nullopt;
+        return "third";
+      },
+      [](int /*attempts*/) -> std::string { return "gave up"; });
+  EXPECT_EQ(got, "third");
+  EXPECT_EQ(attempts, 3);
+}
+
+TEST(Deadline, RetryUntilMakesOneAttemptWhateverTheBudgetAndNeverSleepsPastIt) {
+  int attempts = 0;
+  int counted = -1;
+  const auto never = [&]() -> std::optional<int> {
+    ++attempts;
+    return std::nullopt;
+  };
+  const auto give_up = [&](int made) {
+    counted = made;
+    return -1;
+  };
+  EXPECT_EQ(idem::util::RetryUntil(idem::util::Deadline(0ms), idem::util::Backoff(1ms, 1ms), never,
+                                   give_up),
+            -1);
+  EXPECT_EQ(attempts, 1);
+  EXPECT_EQ(counted, 1);
+
+  // Pauses of 1, 2, 4, ... 32 ms come to 63 ms; the next (50 ms) would end past the budget of
+  // 100 ms, so at most 7 attempts are made (fewer when a sleep oversleeps on a busy machine).
+  attempts = 0;
+  const idem::util::Deadline deadline(100ms);
+  EXPECT_EQ(idem::util::RetryUntil(deadline, idem::util::Backoff(1ms, 50ms), never, give_up), -1);
+  EXPECT_EQ(counted, attempts);
+  EXPECT_GE(attempts, 1);
+  EXPECT_LE(attempts, 7);
 }
 
 TEST(Options, ZeroLeaseAndRetentionMeanTheDefaults) {

@@ -9,7 +9,6 @@
 #include "sharing/owner_client.h"
 #include "sharing/protocol.h"
 #include "storage/rocksdb/rocksdb_storage.h"
-#include "util/backoff.h"
 #include "util/escape.h"
 
 namespace idem {
@@ -48,8 +47,7 @@ DirectoryStoreCore::~DirectoryStoreCore() {
 
 Status DirectoryStoreCore::Start() {
   std::lock_guard lock(mu_);
-  IDEM_ASSIGN_OR_RETURN(
-      auto backend, AcquireBackend(std::chrono::steady_clock::now() + options_.failover_timeout));
+  IDEM_ASSIGN_OR_RETURN(auto backend, AcquireBackend(util::Deadline(options_.failover_timeout)));
   SetBackendLocked(std::move(backend));
   return Status::OK();
 }
@@ -65,45 +63,45 @@ std::shared_ptr<Backend> DirectoryStoreCore::Current() {
 }
 
 Result<std::shared_ptr<Backend>> DirectoryStoreCore::Failover(const std::shared_ptr<Backend>& lost,
-                                                              SteadyTime give_up_at) {
+                                                              const util::Deadline& deadline) {
   std::lock_guard lock(mu_);
   if (backend_ == lost) {
     log_.Log("failover",
              fmt::format("lost the owner of store {}; failing over", directory_.string()));
-    IDEM_ASSIGN_OR_RETURN(auto backend, AcquireBackend(give_up_at));
+    IDEM_ASSIGN_OR_RETURN(auto backend, AcquireBackend(deadline));
     SetBackendLocked(std::move(backend));
   }
   return backend_;
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireBackend(SteadyTime give_up_at) {
-  return options_.read_only ? AcquireReader(give_up_at) : AcquireWriter(give_up_at);
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireBackend(
+    const util::Deadline& deadline) {
+  return options_.read_only ? AcquireReader(deadline) : AcquireWriter(deadline);
 }
 
 bool DirectoryStoreCore::Unreachable(const Status& status) {
   return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::ConnectToOwner(SteadyTime give_up_at) {
-  const auto left =
-      std::max(milliseconds(1),
-               std::chrono::ceil<milliseconds>(give_up_at - std::chrono::steady_clock::now()));
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::ConnectToOwner(
+    const util::Deadline& deadline) {
+  const milliseconds left = std::max(milliseconds(1), deadline.Left());
   IDEM_ASSIGN_OR_RETURN(auto remote,
                         sharing::OwnerClient::Connect(address_, options_.request_timeout,
                                                       std::min(left, options_.request_timeout)));
   return std::shared_ptr<Backend>(std::move(remote));
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireReader(SteadyTime give_up_at) {
-  util::Backoff backoff(kFirstPause, kLongestPause);
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireReader(const util::Deadline& deadline) {
+  using Acquired = std::optional<Result<std::shared_ptr<Backend>>>;
   Status last_error;
-  for (;;) {
-    Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
+  std::optional<sharing::OwnerInfo> owner;
+  const auto attempt = [&]() -> Acquired {
+    Result<std::shared_ptr<Backend>> remote = ConnectToOwner(deadline);
     if (remote.ok() || !Unreachable(remote.status())) return remote;
     last_error = remote.status();
 
-    const std::optional<sharing::OwnerInfo> owner =
-        sharing::OwnerLock::ReadOwner(directory_.string());
+    owner = sharing::OwnerLock::ReadOwner(directory_.string());
     const bool exclusive_owner = owner && owner->exclusive;
     // The files are read when no owner could answer: none holds the lock, or it serves nobody
     // (exclusive), or its lock file cannot be looked at (another user's), which is no worse
@@ -113,62 +111,64 @@ Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireReader(SteadyTime gi
       const Result<bool> held = sharing::OwnerLock::IsHeld(directory_.string());
       return exclusive_owner || !held.ok() || !*held;
     };
-    if (read_files()) {
-      Result<std::unique_ptr<storage::Storage>> storage = OpenStorage();
-      // An owner that appeared while the files were opened may have changed them meanwhile:
-      // ask it instead.
-      if (read_files()) {
-        if (!storage.ok()) return storage.status();
-        return std::shared_ptr<Backend>(NewBackend(std::move(storage).value()));
-      }
-    }
-    if (std::chrono::steady_clock::now() >= give_up_at) {
-      return Status::Unavailable(
-          fmt::format("the owner of store {}{} holds it but did not answer within {} ms: {}",
-                      directory_.string(), owner ? fmt::format(" (pid {})", owner->pid) : "",
-                      options_.failover_timeout.count(), last_error.message()));
-    }
-    std::this_thread::sleep_for(backoff.Next());
-  }
+    if (!read_files()) return std::nullopt;
+    Result<std::unique_ptr<storage::Storage>> storage = OpenStorage();
+    // An owner that appeared while the files were opened may have changed them meanwhile: ask
+    // it instead.
+    if (!read_files()) return std::nullopt;
+    if (!storage.ok()) return storage.status();
+    return std::shared_ptr<Backend>(NewBackend(std::move(storage).value()));
+  };
+  return util::RetryUntil(
+      deadline, util::Backoff(kFirstPause, kLongestPause), attempt,
+      [&](int /*attempts*/) -> Result<std::shared_ptr<Backend>> {
+        return Status::Unavailable(
+            fmt::format("the owner of store {}{} holds it but did not answer within {} "
+                        "ms: {}",
+                        directory_.string(), owner ? fmt::format(" (pid {})", owner->pid) : "",
+                        deadline.budget().count(), last_error.message()));
+      });
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireWriter(SteadyTime give_up_at) {
-  const auto start = std::chrono::steady_clock::now();
-  util::Backoff backoff(kFirstPause, kLongestPause);
+Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireWriter(const util::Deadline& deadline) {
+  using Acquired = std::optional<Result<std::shared_ptr<Backend>>>;
+  const util::Deadline busy_after(kBusyAfter);
   Status last_error;
-  for (;;) {
+  std::string holder;
+  const auto attempt = [&]() -> Acquired {
     IDEM_ASSIGN_OR_RETURN(auto owner_lock,
                           sharing::OwnerLock::TryAcquire(directory_.string(), options_.sharing));
     if (owner_lock) return BecomeOwner(std::move(owner_lock));
 
     const std::optional<sharing::OwnerInfo> owner =
         sharing::OwnerLock::ReadOwner(directory_.string());
-    const std::string holder = owner ? fmt::format(" by pid {}", owner->pid) : "";
-    // A reader checking the lock holds it for an instant (OwnerLock::IsHeld), and the lock
-    // file may still name an exclusive owner that died: only a refusal that lasts is Busy.
-    const bool lasting = std::chrono::steady_clock::now() - start >= kBusyAfter;
+    holder = owner ? fmt::format(" by pid {}", owner->pid) : "";
     if (options_.sharing == Sharing::kExclusive || (owner && owner->exclusive)) {
-      if (lasting) {
-        return Status::Busy(
-            options_.sharing == Sharing::kExclusive
-                ? fmt::format("store {} is held{}; Sharing::kExclusive needs it alone",
-                              directory_.string(), holder)
-                : fmt::format("store {} is held exclusively{}", directory_.string(), holder));
-      }
-    } else {
-      Result<std::shared_ptr<Backend>> remote = ConnectToOwner(give_up_at);
-      if (remote.ok() || !Unreachable(remote.status())) return remote;
-      last_error = remote.status();
+      last_error = Status::Busy(
+          options_.sharing == Sharing::kExclusive
+              ? fmt::format("store {} is held{}; Sharing::kExclusive needs it alone",
+                            directory_.string(), holder)
+              : fmt::format("store {} is held exclusively{}", directory_.string(), holder));
+      // A reader checking the lock holds it for an instant (OwnerLock::IsHeld), and the lock
+      // file may still name an exclusive owner that died: only a refusal that lasts is Busy.
+      if (busy_after.Passed()) return last_error;
+      return std::nullopt;
     }
-
-    if (std::chrono::steady_clock::now() >= give_up_at) {
-      return Status::Unavailable(fmt::format(
-          "could not reach the owner of store {}{} within {} ms: {}", directory_.string(), holder,
-          options_.failover_timeout.count(), last_error.message()));
-    }
+    Result<std::shared_ptr<Backend>> remote = ConnectToOwner(deadline);
+    if (remote.ok() || !Unreachable(remote.status())) return remote;
+    last_error = remote.status();
     // The owner holds the lock but is still opening RocksDB, or has just died.
-    std::this_thread::sleep_for(backoff.Next());
-  }
+    return std::nullopt;
+  };
+  return util::RetryUntil(
+      deadline, util::Backoff(kFirstPause, kLongestPause), attempt,
+      [&](int /*attempts*/) -> Result<std::shared_ptr<Backend>> {
+        // Refused exclusively up to the deadline: that refusal lasted.
+        if (last_error.code() == Status::Code::kBusy) return last_error;
+        return Status::Unavailable(fmt::format(
+            "could not reach the owner of store {}{} within {} ms: {}", directory_.string(), holder,
+            deadline.budget().count(), last_error.message()));
+      });
 }
 
 Result<std::shared_ptr<Backend>> DirectoryStoreCore::BecomeOwner(

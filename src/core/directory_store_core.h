@@ -28,6 +28,7 @@
 #include "sharing/owner_server.h"
 #include "sharing/socket_address.h"
 #include "storage/storage.h"
+#include "util/deadline.h"
 #include "util/process.h"
 
 namespace idem {
@@ -101,43 +102,40 @@ class DirectoryStoreCore {
       return call(*permanent, false);
     }
     std::shared_ptr<Backend> backend = Current();
-    std::optional<std::chrono::steady_clock::time_point> give_up_at;
+    std::optional<util::Deadline> failovers_end;  // from the first loss
     for (bool resent = false;; resent = true) {
       auto result = call(*backend, resent);
       if (!backend->lost()) return result;
-      const auto now = std::chrono::steady_clock::now();
-      if (!give_up_at) {
-        give_up_at = now + options_.failover_timeout;
-      } else if (now >= *give_up_at) {
+      if (!failovers_end) {
+        failovers_end.emplace(options_.failover_timeout);
+      } else if (failovers_end->Passed()) {
         return Status::Unavailable(
             fmt::format("lost the owner of store {} again and again for {} ms", directory_.string(),
                         options_.failover_timeout.count()));
       }
-      Result<std::shared_ptr<Backend>> next = Failover(backend, *give_up_at);
+      Result<std::shared_ptr<Backend>> next = Failover(backend, *failovers_end);
       if (!next.ok()) return next.status();
       backend = std::move(next).value();
     }
   }
 
  private:
-  using SteadyTime = std::chrono::steady_clock::time_point;
-
   std::shared_ptr<Backend> Current();
 
   Result<std::shared_ptr<Backend>> Failover(const std::shared_ptr<Backend>& lost,
-                                            SteadyTime give_up_at);
+                                            const util::Deadline& deadline);
 
-  // mu_ held. Gives up at `give_up_at`.
-  Result<std::shared_ptr<Backend>> AcquireBackend(SteadyTime give_up_at);
+  // mu_ held. Gives up by `deadline`.
+  Result<std::shared_ptr<Backend>> AcquireBackend(const util::Deadline& deadline);
 
   // kUnavailable (nobody listens) and kTimedOut (the owner accepts nothing) may pass; any other
   // error from ConnectToOwner is a refusal (this process's own checks of the owner, or a
   // failure here) and is final.
   static bool Unreachable(const Status& status);
 
-  // A client of the owner listening at address_; waits at most until `give_up_at` for the
-  // owner to accept.
-  Result<std::shared_ptr<Backend>> ConnectToOwner(SteadyTime give_up_at);
+  // A client of the owner listening at address_; waits at most until `deadline` for the owner
+  // to accept.
+  Result<std::shared_ptr<Backend>> ConnectToOwner(const util::Deadline& deadline);
 
   // A reader never takes the owner lock: it asks the running owner (live records, the owner's
   // counters) or, when none serves the store, reads the files as a RocksDB read-only instance.
@@ -145,12 +143,12 @@ class DirectoryStoreCore {
   // serves nobody): a new owner holds the lock while it replays the log and starts serving,
   // and files read in that window may be rewritten or deleted under the reader (the soak
   // caught readers missing acknowledged results then). So it waits for that owner, up to
-  // `give_up_at`. A refusal is returned at once.
-  Result<std::shared_ptr<Backend>> AcquireReader(SteadyTime give_up_at);
+  // `deadline`. A refusal is returned at once.
+  Result<std::shared_ptr<Backend>> AcquireReader(const util::Deadline& deadline);
 
   // Becomes the owner, or a client of the owner; retries while the owner is starting or has
-  // just died, up to `give_up_at`. A refusal is returned at once.
-  Result<std::shared_ptr<Backend>> AcquireWriter(SteadyTime give_up_at);
+  // just died, up to `deadline`. A refusal is returned at once.
+  Result<std::shared_ptr<Backend>> AcquireWriter(const util::Deadline& deadline);
 
   // mu_ held, `owner_lock` taken.
   Result<std::shared_ptr<Backend>> BecomeOwner(std::unique_ptr<sharing::OwnerLock> owner_lock);

@@ -15,7 +15,7 @@
 #include "extras/lease_keeper.h"
 #include "extras/staged_writes.h"
 #include "idem/store.h"
-#include "util/backoff.h"
+#include "util/deadline.h"
 #include "util/escape.h"
 #include "util/random.h"
 
@@ -119,17 +119,17 @@ class StagedRunner final : public AttemptRunner {
  private:
   // Reserves wanted_, waiting at most the claim's lease (renewed meanwhile: RunAttempt).
   Status Reserve() {
-    const auto give_up = std::chrono::steady_clock::now() + lease_;
+    const util::Deadline deadline(lease_);
     for (;;) {
-      const auto left = std::chrono::ceil<milliseconds>(give_up - std::chrono::steady_clock::now());
-      IDEM_ASSIGN_OR_RETURN(const bool granted,
-                            reserving_->ReserveKeys(key_, token_, {wanted_.begin(), wanted_.end()},
-                                                    lease_, std::max(left, milliseconds(0))));
+      const milliseconds left = deadline.Left();
+      IDEM_ASSIGN_OR_RETURN(
+          const bool granted,
+          reserving_->ReserveKeys(key_, token_, {wanted_.begin(), wanted_.end()}, lease_, left));
       if (granted) {
         reserved_ = wanted_.size();
         return Status::OK();
       }
-      if (left <= milliseconds(0)) {
+      if (left == milliseconds(0)) {
         const TableKey& first = *wanted_.begin();
         return Status::Conflict(fmt::format(
             "fn's run conflicted, and the {} key(s) it touched (key \"{}\" of table {} first) "
@@ -348,7 +348,7 @@ Result<Execution> ExecuteClaimed(
     FunctionRef<Result<Execution>(const Claim&, std::chrono::steady_clock::time_point)>
         run_acquired) {
   const milliseconds wait = store.options().execute_wait;
-  const auto give_up_at = std::chrono::steady_clock::now() + wait;
+  const util::Deadline deadline(wait);
   util::Backoff poll(kFirstPoll, kLongestPoll);
   for (;;) {
     // An acquired lease runs from the owner's answer, which comes after this.
@@ -369,12 +369,11 @@ Result<Execution> ExecuteClaimed(
       case Outcome::kInProgress:
         break;
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= give_up_at) {
+    const milliseconds left = deadline.Left();
+    if (left == milliseconds(0)) {
       return Status::InProgress(
           fmt::format("another attempt still holds the key after waiting {} ms", wait.count()));
     }
-    const auto left = std::chrono::ceil<milliseconds>(give_up_at - now);
     std::this_thread::sleep_for(std::min({poll.Next(), claim.retry_after, left}));
   }
 }

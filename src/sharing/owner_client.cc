@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "util/deadline.h"
 #include "util/process.h"
 
 namespace idem::sharing {
@@ -17,10 +18,6 @@ using Clock = std::chrono::steady_clock;
 // The longest a purge or backup poll asks the owner to wait for the job to end, and its share of
 // the request deadline: the answer must come back well within it.
 constexpr milliseconds kJobPollWait{1000};
-
-milliseconds Left(Clock::time_point deadline) {
-  return std::max(milliseconds(0), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
-}
 
 // A call is pipelined on a shared connection only while at least this many other calls of the
 // process are in flight: alone, a call is answered sooner on a connection of its own (both
@@ -98,8 +95,8 @@ Result<FileDescriptor> OwnerClient::TakeConnection(Clock::time_point deadline) {
       return pooled;
     }
   }
-  if (Left(deadline).count() == 0) return NoAnswerInTime();
-  Result<FileDescriptor> fresh = NewConnection(Left(deadline));
+  if (util::TimeLeft(deadline).count() == 0) return NoAnswerInTime();
+  Result<FileDescriptor> fresh = NewConnection(util::TimeLeft(deadline));
   if (fresh.ok()) return fresh;
   if (fresh.status().code() == Status::Code::kTimedOut) return NoAnswerInTime();
   // Nobody listens: the owner is gone.
@@ -130,8 +127,8 @@ std::shared_ptr<PipelinedConnection> OwnerClient::PipelinedConnectionFor(
   // past its connection cap.
   std::lock_guard connecting(connect_mu_);
   if (auto shared = usable()) return shared;
-  if (Left(deadline).count() == 0) return nullptr;
-  Result<FileDescriptor> fresh = NewConnection(Left(deadline));
+  if (util::TimeLeft(deadline).count() == 0) return nullptr;
+  Result<FileDescriptor> fresh = NewConnection(util::TimeLeft(deadline));
   if (!fresh.ok()) return nullptr;
   auto made = std::make_shared<PipelinedConnection>(std::move(fresh).value());
   std::lock_guard lock(mu_);
@@ -245,11 +242,11 @@ Result<uint64_t> OwnerClient::OpenView() { return Ask(OpenViewMessage{}); }
 Status OwnerClient::CloseView(uint64_t view) { return Ask(CloseViewMessage{view}); }
 
 Result<bool> OwnerClient::Reserve(const ReserveCall& call) {
-  const Clock::time_point give_up = Clock::now() + call.wait;
+  const util::Deadline deadline(call.wait);
   ReserveMessage message{call};
   for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(give_up - Clock::now());
-    message.call.wait = std::clamp(left, std::chrono::milliseconds(0), kMaxReserveWait);
+    const std::chrono::milliseconds left = deadline.Left();
+    message.call.wait = std::min(left, kMaxReserveWait);
     IDEM_ASSIGN_OR_RETURN(const bool granted, Ask(message));
     if (granted || left <= message.call.wait) return granted;
   }

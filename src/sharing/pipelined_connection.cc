@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "sharing/protocol.h"
+#include "util/deadline.h"
 
 namespace idem::sharing {
 
@@ -89,9 +90,8 @@ void PipelinedConnection::End() {
 
 PipelinedConnection::Read PipelinedConnection::ReadArrived(Clock::time_point deadline) {
   for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
     pollfd ready{fd_.get(), POLLIN, 0};
-    const int polled = ::poll(&ready, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+    const int polled = ::poll(&ready, 1, static_cast<int>(util::TimeLeft(deadline).count()));
     if (polled < 0 && errno == EINTR) continue;
     if (polled < 0) return Read::kClosed;
     if (polled == 0) return Read::kNothingInTime;

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "util/coding.h"
+#include "util/deadline.h"
 #include "util/escape.h"
 #include "util/process.h"
 
@@ -25,9 +26,7 @@ namespace {
 Status WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadline,
                std::string_view what) {
   for (;;) {
-    const auto left = std::max(
-        std::chrono::milliseconds(0),
-        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+    const std::chrono::milliseconds left = util::TimeLeft(deadline);
     pollfd p{fd, events, 0};
     const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
     if (ready > 0) return Status::OK();

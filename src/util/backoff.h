@@ -1,5 +1,6 @@
 // Pauses that double up to a limit: for polling something that is usually ready soon (an owner
-// starting up, another attempt finishing) without spinning when it is not.
+// starting up, another attempt finishing) without spinning when it is not. util/deadline.h
+// bounds such polling by a deadline.
 
 #ifndef IDEM_UTIL_BACKOFF_H_
 #define IDEM_UTIL_BACKOFF_H_

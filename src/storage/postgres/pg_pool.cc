@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "storage/postgres/pg_session.h"
-#include "util/backoff.h"
+#include "util/deadline.h"
 #include "util/process.h"
 
 namespace idem::storage {
@@ -102,41 +102,43 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
   }
   const milliseconds timeout =
       transaction.timeout > milliseconds(0) ? transaction.timeout : options_.request_timeout;
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point give_up = start + options_.failover_timeout;
-  util::Backoff backoff(milliseconds(10), milliseconds(500));
-  for (int attempts = 1;; ++attempts) {
-    Step step = Attempt(transaction, timeout, give_up);
-    if (step.next == Step::Next::kReturn) return step;
-    const Status why = step.result.status();
-    if (step.next == Step::Next::kResend && !transaction.resendable) {
-      return {.result = Status::Unavailable(fmt::format(
-                  "{}; the transaction may or may not have been committed, and was not sent again",
-                  why.message()))};
-    }
-    // Trying again would wait as long again, past the call's deadline. Failures that come back
-    // at once (a restart, a failover) are tried until give_up.
-    if (step.silent_for > milliseconds(0)) {
-      return {.result = Status::Unavailable(fmt::format("{}; no answer for {} ms, not tried again",
-                                                        why.message(), step.silent_for.count()))};
-    }
-    const milliseconds pause = backoff.Next();
-    if (Clock::now() + pause >= give_up) {
-      return {
-          .result = Status(
-              why.code(),
-              fmt::format("{}; gave up after {} attempts in {} ms (failover timeout: {} ms)",
-                          why.message(), attempts,
-                          std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
-                          options_.failover_timeout.count()))};
-    }
-    std::this_thread::sleep_for(pause);
-    if (step.next == Step::Next::kResend) {
+  const util::Deadline deadline(options_.failover_timeout);
+  Step::Next previous = Step::Next::kReturn;  // how the last attempt ended, when one did
+  Status why;
+  const auto attempt = [&]() -> std::optional<Step> {
+    if (previous == Step::Next::kResend) {
       ++resends_;
       if (resent != nullptr) *resent = true;
     }
-    if (step.next == Step::Next::kRetry) ++retries_;
-  }
+    if (previous == Step::Next::kRetry) ++retries_;
+    Step step = Attempt(transaction, timeout, deadline.at());
+    if (step.next == Step::Next::kReturn) return step;
+    why = step.result.status();
+    if (step.next == Step::Next::kResend && !transaction.resendable) {
+      return Step{.result = Status::Unavailable(fmt::format(
+                      "{}; the transaction may or may not have been committed, and was not sent "
+                      "again",
+                      why.message()))};
+    }
+    // Trying again would wait as long again, past the call's deadline. Failures that come back
+    // at once (a restart, a failover) are tried until the deadline.
+    if (step.silent_for > milliseconds(0)) {
+      return Step{.result =
+                      Status::Unavailable(fmt::format("{}; no answer for {} ms, not tried again",
+                                                      why.message(), step.silent_for.count()))};
+    }
+    previous = step.next;
+    return std::nullopt;
+  };
+  return util::RetryUntil(
+      deadline, util::Backoff(milliseconds(10), milliseconds(500)), attempt, [&](int attempts) {
+        return Step{.result = Status(
+                        why.code(),
+                        fmt::format("{}; gave up after {} attempts in {} ms (failover timeout: {} "
+                                    "ms)",
+                                    why.message(), attempts, deadline.Elapsed().count(),
+                                    deadline.budget().count()))};
+      });
 }
 
 PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds timeout,

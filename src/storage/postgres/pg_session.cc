@@ -12,6 +12,7 @@
 #include <system_error>
 #include <thread>
 
+#include "util/deadline.h"
 #include "util/escape.h"
 
 namespace idem::storage {
@@ -36,8 +37,8 @@ SocketWait WaitForSocket(PGconn* conn, bool read, bool write, PgDeadline deadlin
   if (socket.fd < 0) return SocketWait::kFailed;
   socket.events = static_cast<short>((read ? POLLIN : 0) | (write ? POLLOUT : 0));
   for (;;) {
-    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
-    if (left <= milliseconds(0)) return SocketWait::kTimedOut;
+    const milliseconds left = util::TimeLeft(deadline);
+    if (left == milliseconds(0)) return SocketWait::kTimedOut;
     const int ready = ::poll(&socket, 1, static_cast<int>(std::min<int64_t>(left.count(), 60000)));
     if (ready > 0) return SocketWait::kReady;  // POLLERR and POLLHUP too: libpq reads the why
     if (ready < 0 && errno != EINTR) return SocketWait::kFailed;

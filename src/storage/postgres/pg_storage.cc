@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "storage/postgres/pg_rows.h"
+#include "util/deadline.h"
 #include "util/escape.h"
 #include "util/time.h"
 
@@ -285,7 +286,7 @@ Status PgStorage::Update(std::string_view key, Decide decide, Durability durabil
   IDEM_RETURN_IF_ERROR(CheckWritable());
   // A resent write that had committed finds its own row changed, reads it, and the engine
   // answers the same (a Begin's own claim, a repeated Complete) without writing it again.
-  const auto give_up = std::chrono::steady_clock::now() + config_.pool.request_timeout;
+  const util::Deadline deadline(config_.pool.request_timeout);
   for (int attempt = 1;; ++attempt) {
     // What `decide` answers without writing (a resent Begin's own claim, a repeated Complete)
     // is given only once it is on a synchronous standby, as what it writes would be.
@@ -295,10 +296,10 @@ Status PgStorage::Update(std::string_view key, Decide decide, Durability durabil
     if (next == nullptr) return Status::OK();
     IDEM_ASSIGN_OR_RETURN(bool written, WriteIfUnchanged(key, *next, read.row, durability));
     if (written) return Status::OK();
-    if (std::chrono::steady_clock::now() >= give_up) {
+    if (deadline.Passed()) {
       return Status::TimedOut(fmt::format(
           "record {} of {} changed under each of {} attempts to write it in {} ms", EscapeKey(key),
-          pool_.conninfo().display_name(), attempt, config_.pool.request_timeout.count()));
+          pool_.conninfo().display_name(), attempt, deadline.budget().count()));
     }
   }
 }
