@@ -275,7 +275,7 @@ TEST(PgTokensAfterRestore, AStoreOfTheReleaseBeforeTheLeadGetsTheMarginAndKeepsR
     EXPECT_GT(token, handed_out) << "a token of the release before came again";
     EXPECT_GT(token, last);
     last = token;
-    EXPECT_EQ(admin.Lead(), PgStorage::kPreLeadMargin);
+    EXPECT_EQ(admin.Lead(), idem::storage::kUnknownLeadMargin);
     // Its records are read as they were.
     auto kept = storage->Read("made-before");
     ASSERT_TRUE(kept.ok()) << kept.status().ToString();

@@ -24,19 +24,9 @@
 #include "idem/status.h"
 #include "idem/store.h"
 #include "idem/tables.h"
+#include "storage/tokens.h"
 
 namespace idem::storage {
-
-// The largest fencing token a store hands out (docs/format.md): PostgreSQL keeps tokens as int8,
-// and the export format reads them as such. A storage whose counter would pass it refuses to
-// hand out tokens (kIOError) rather than one that its own export could not import.
-inline constexpr uint64_t kMaxToken = (uint64_t{1} << 63) - 1;
-// Import takes every token up to kMaxToken, so that every store's export imports back (a store
-// that took one near the top hands out the rest, then refuses to claim). The start a store
-// derives from the clock and its lead stops 2^48 below the top (nine years at a million claims a
-// second; the clock alone reaches it in the year 292,000): above it only the persisted ceiling
-// counts, so a store's own tokens never make its start pass kMaxToken.
-inline constexpr uint64_t kHighestClockStart = kMaxToken - (uint64_t{1} << 48);
 
 // A view of a storage as of one moment (Storage::OpenView): the Scan and ScanValues calls given it
 // all read that moment, whatever was written since. What it pins (RocksDB's snapshot, which keeps

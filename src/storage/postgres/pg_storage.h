@@ -122,10 +122,6 @@ class PgStorage final : public Storage {
   // the sequence at the time plus the lead. A block that starts further above raises the lead
   // instead, by as much again, so that the processes reserving with it wait no longer either.
   static constexpr uint64_t kTokenLeadSlack = 128 * kTokenBlock;
-  // The lead given to a store made by a release before the lead, at its first open by this one:
-  // its tokens ran ahead of the clock by what its processes reserved at once, without a bound
-  // kept (as a store directory of such a release is given, RocksDbStorage::kCopyMargin: 71 min).
-  static constexpr uint64_t kPreLeadMargin = uint64_t{1} << 32;
   // The key of the advisory lock that orders token reservations against raising the sequence
   // (ReserveTokensAbove): every reservation holds it shared for its transaction, a raise holds it
   // exclusively, so no nextval runs between the raise's read of the sequence and its setval,
@@ -191,9 +187,10 @@ class PgStorage final : public Storage {
     TimePoint since;
   };
   Result<ServerWritable> NoteServerIncarnation(bool prune);
-  // At open: gives a store of a release before the lead its lead row (kPreLeadMargin), and raises
-  // the sequence above the server's time plus the lead, above every token handed out so far
-  // even when the tables went back in time (a backup restored).
+  // At open: gives a store of a release before the lead its lead row (kUnknownLeadMargin: its
+  // tokens ran ahead of the clock by what its processes reserved at once, without a bound kept),
+  // and raises the sequence above the server's time plus the lead, above every token handed out so
+  // far even when the tables went back in time (a backup restored).
   Status StartTokens();
   // Raises the sequence (never lowers it) so that every block reserved after is above the token
   // that the SQL expression `token` gives, with parameters $1 = the test clock's time (NowParam)

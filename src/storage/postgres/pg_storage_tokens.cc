@@ -34,7 +34,7 @@ Status PgStorage::StartTokens() {
   PgStatement note_lead{
       fmt::format("INSERT INTO {} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
                   names_.meta),
-      {PgParam::Text(kPgTokenLeadRow), PgParam::Text(std::to_string(kPreLeadMargin))}};
+      {PgParam::Text(kPgTokenLeadRow), PgParam::Text(std::to_string(kUnknownLeadMargin))}};
   // Above the server's time plus the lead: above every token handed out before now, even by a
   // process of a store whose tables were since restored from a backup. At most kMaxToken (a lead
   // raised by an import of tokens near the top): the reservations then refuse to pass it.

@@ -148,10 +148,6 @@ class RocksDbStorage final : public Storage {
   // The block an open reserves: small, so that a store reopened at once starts little ahead of
   // the clock, and its lead stays small.
   static constexpr uint64_t kFirstTokenBlock = 1 << 10;
-  // How much further ahead of the clock (in microseconds: 71 minutes) a copy of the files
-  // starts than its lead: room for the clock of the host it was copied from, and for a lead the
-  // original grew after the copy was made.
-  static constexpr uint64_t kCopyMargin = uint64_t{1} << 32;
 
  private:
   RocksDbStorage() = default;

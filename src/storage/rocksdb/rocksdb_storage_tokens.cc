@@ -68,7 +68,7 @@ Status RocksDbStorage::ReserveTokens(TimePoint now) {
   // large took imported tokens that high, and keeps the ceiling's promise only.
   const uint64_t micros = MicrosOf(now);
   const uint64_t above_clock =
-      AddUpTo(micros, AddUpTo(token_lead_, copy ? kCopyMargin : 0, kHighestClockStart) + 1,
+      AddUpTo(micros, AddUpTo(token_lead_, copy ? kUnknownLeadMargin : 0, kHighestClockStart) + 1,
               kHighestClockStart);
   const uint64_t start = std::max(ceiling.value_or(1), above_clock);
   next_token_ = start;
