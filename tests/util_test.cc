@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -23,6 +25,7 @@
 #include "util/hex.h"
 #include "util/process.h"
 #include "util/random.h"
+#include "util/record_fields.h"
 
 namespace {
 
@@ -173,6 +176,38 @@ TEST(Deadline, RetryUntilMakesOneAttemptWhateverTheBudgetAndNeverSleepsPastIt) {
   EXPECT_EQ(counted, attempts);
   EXPECT_GE(attempts, 1);
   EXPECT_LE(attempts, 7);
+}
+
+// The table's wire places are the order docs/format.md gives for "record :=" and "holder :=";
+// the goldens in protocol_golden_test.cc pin the bytes themselves.
+TEST(RecordFields, TheWireOrderIsTheDocumentedOne) {
+  std::vector<std::string_view> names;
+  idem::util::ForEachRecordField<idem::util::kWireOrder>(
+      [&](auto row) { names.push_back(decltype(row)::field.name); });
+  EXPECT_EQ(names, (std::vector<std::string_view>{
+                       "key", "state", "timed_out", "type", "fingerprint", "result", "checkpoint",
+                       "token", "attempts", "retryable", "created", "updated", "lease_deadline",
+                       "expires", "pid", "process_start", "pid_scope", "request_id", "took_over"}));
+}
+
+TEST(RecordFields, EachFieldReadsAndWritesItsOwnMember) {
+  idem::Record record;
+  record.key = "k";
+  record.holder.request_id = 42;
+  record.token = 7;
+  const idem::Record& shown = record;
+  EXPECT_EQ(std::get<idem::util::RecordFieldIndex("key")>(idem::util::kRecordFields).Of(shown),
+            "k");
+  EXPECT_EQ(
+      std::get<idem::util::RecordFieldIndex("request_id")>(idem::util::kRecordFields).Of(shown),
+      42u);
+  std::get<idem::util::RecordFieldIndex("token")>(idem::util::kRecordFields).Of(record) = 9;
+  EXPECT_EQ(record.token, 9u);
+  EXPECT_EQ(idem::util::RecordFieldIndex("colour"), idem::util::kRecordFieldCount);
+  EXPECT_EQ(std::get<idem::util::RecordFieldIndex("token")>(idem::util::kRecordFields).Largest(),
+            uint64_t{std::numeric_limits<int64_t>::max()});
+  EXPECT_EQ(std::get<idem::util::RecordFieldIndex("pid")>(idem::util::kRecordFields).Largest(),
+            uint64_t{std::numeric_limits<uint32_t>::max()});
 }
 
 TEST(Options, ZeroLeaseAndRetentionMeanTheDefaults) {

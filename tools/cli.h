@@ -77,10 +77,10 @@ std::string FormatLocalTime(std::chrono::system_clock::time_point t);
 // order. A time at the epoch (never set) is written as null.
 std::string RecordToJson(const Record& record);
 
-// One line of `idem export` (no trailing newline): every field of the record, in the order
-// key, type, state (as stored: pending, done or failed), result, fingerprint, checkpoint, token,
+// One line of `idem export` (no trailing newline): every exported field of the record, in
+// util::kRecordFields' order (key, type, state as stored, result, fingerprint, checkpoint, token,
 // attempts, retryable, created, updated, lease_deadline, expires, holder {pid, process_start,
-// pid_scope, request_id, took_over}. Byte strings that are well-formed UTF-8 are JSON strings;
+// pid_scope, request_id, took_over}). Byte strings that are well-formed UTF-8 are JSON strings;
 // others are {"hex":"..."}. Times as RecordToJson writes them.
 std::string RecordToExportJson(const Record& record);
 

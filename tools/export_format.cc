@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <bitset>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "json_writer.h"
 #include "records.h"
 #include "util/hex.h"
+#include "util/record_fields.h"
 
 namespace idem::cli {
 namespace {
@@ -24,7 +26,6 @@ using Json = nlohmann::json;
 // When a line gives no `expires`: idem's default retention (Options::default_retention, 30 days)
 // after `created`.
 constexpr std::chrono::hours kDefaultRetention{24 * 30};
-constexpr uint64_t kLargestToken = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 
 // A byte string: as text when it is well-formed UTF-8 (then the JSON string is exactly its
 // bytes), otherwise {"hex":"..."}, so that no byte depends on how a reader decodes escapes.
@@ -38,6 +39,16 @@ void WriteBytes(JsonWriter& json, std::string_view bytes) {
   json.String(util::ToHex(bytes));
   json.EndObject();
 }
+
+// A field's value in the export, by its type (util::kRecordFields lists the fields).
+void WriteExported(JsonWriter& json, const std::string& bytes) { WriteBytes(json, bytes); }
+void WriteExported(JsonWriter& json, State state) {
+  json.String(StateName(state));  // as stored: a timed-out record is pending
+}
+void WriteExported(JsonWriter& json, bool value) { json.Bool(value); }
+void WriteExported(JsonWriter& json, uint32_t value) { json.Number(value); }
+void WriteExported(JsonWriter& json, uint64_t value) { json.Number(value); }
+void WriteExported(JsonWriter& json, TimePoint time) { json.Time(time); }
 
 Status Bad(std::string_view field, std::string_view why) {
   return Status::InvalidArgument(fmt::format("{}: {}", field, why));
@@ -75,36 +86,6 @@ Result<TimePoint> ReadTime(const Json& value, std::string_view field) {
              "2261), or null");
 }
 
-Result<Holder> ReadHolder(const Json& value) {
-  if (!value.is_object()) return Bad("holder", "must be an object");
-  Holder holder;
-  for (const auto& [name, member] : value.items()) {
-    const std::string field = "holder." + name;
-    if (name == "pid") {
-      IDEM_ASSIGN_OR_RETURN(uint64_t pid,
-                            ReadWhole(member, field, std::numeric_limits<uint32_t>::max()));
-      holder.pid = static_cast<uint32_t>(pid);
-    } else if (name == "process_start") {
-      IDEM_ASSIGN_OR_RETURN(holder.process_start,
-                            ReadWhole(member, field, std::numeric_limits<uint64_t>::max()));
-    } else if (name == "pid_scope") {
-      IDEM_ASSIGN_OR_RETURN(holder.pid_scope,
-                            ReadWhole(member, field, std::numeric_limits<uint64_t>::max()));
-    } else if (name == "request_id") {
-      IDEM_ASSIGN_OR_RETURN(holder.request_id,
-                            ReadWhole(member, field, std::numeric_limits<uint64_t>::max()));
-    } else if (name == "took_over") {
-      if (!member.is_boolean()) return Bad(field, "must be true or false");
-      holder.took_over = member.get<bool>();
-    } else {
-      return Bad(field,
-                 "is not a field of the holder (pid, process_start, pid_scope, "
-                 "request_id, took_over)");
-    }
-  }
-  return holder;
-}
-
 }  // namespace
 
 std::string RecordToExportJson(const Record& record) {
@@ -112,38 +93,18 @@ std::string RecordToExportJson(const Record& record) {
   out.reserve(320 + 2 * (record.key.size() + record.result.size() + record.checkpoint.size()));
   JsonWriter json(out);
   json.BeginObject();
-  json.Key("key");
-  WriteBytes(json, record.key);
-  json.Key("type");
-  WriteBytes(json, record.type);
-  json.Key("state");
-  json.String(StateName(record.state));  // as stored: a timed-out record is pending
-  json.Key("result");
-  WriteBytes(json, record.result);
-  json.Key("fingerprint");
-  WriteBytes(json, record.fingerprint);
-  json.Key("checkpoint");
-  WriteBytes(json, record.checkpoint);
-  json.Key("token");
-  json.Number(record.token);
-  json.Key("attempts");
-  json.Number(record.attempts);
-  json.Key("retryable");
-  json.Bool(record.retryable);
-  WriteRecordTimes(json, record);
-  json.Key("holder");
-  json.BeginObject();
-  json.Key("pid");
-  json.Number(record.holder.pid);
-  json.Key("process_start");
-  json.Number(record.holder.process_start);
-  json.Key("pid_scope");
-  json.Number(record.holder.pid_scope);
-  json.Key("request_id");
-  json.Number(record.holder.request_id);
-  json.Key("took_over");
-  json.Bool(record.holder.took_over);
-  json.EndObject();
+  util::ForEachRecordField<util::kTableOrder>([&](auto row) {
+    constexpr const auto& field = decltype(row)::field;
+    if constexpr (field.exported) {
+      if constexpr (decltype(row)::kFirstInHolder) {
+        json.Key("holder");
+        json.BeginObject();
+      }
+      json.Key(field.name);
+      WriteExported(json, field.Of(record));
+    }
+  });
+  json.EndObject();  // the holder's
   json.EndObject();
   return out;
 }
@@ -238,6 +199,93 @@ Result<State> ReadState(const Json& value, std::string_view name) {
   return Bad(name, "must be \"pending\", \"done\" or \"failed\" (or \"timeout\")");
 }
 
+// Which rows of util::kRecordFields a line gave.
+using FieldsGiven = std::bitset<util::kRecordFieldCount>;
+
+constexpr std::size_t RowOf(std::string_view name) {
+  const std::size_t row = util::RecordFieldIndex(name);
+  if (row == util::kRecordFieldCount) throw "no such field";  // fails to compile
+  return row;
+}
+constexpr std::size_t kKeyRow = RowOf("key");
+constexpr std::size_t kStateRow = RowOf("state");
+constexpr std::size_t kCreatedRow = RowOf("created");
+constexpr std::size_t kUpdatedRow = RowOf("updated");
+constexpr std::size_t kLeaseDeadlineRow = RowOf("lease_deadline");
+constexpr std::size_t kExpiresRow = RowOf("expires");
+
+// Reads `value` into the field of `record` that `Row` is, by the field's type; `name` as
+// messages show it ("holder.pid").
+template <class Row>
+Status ReadField(const Json& value, std::string_view name, Record& record) {
+  auto& out = Row::field.Of(record);
+  using Type = std::remove_cvref_t<decltype(out)>;
+  if constexpr (std::is_same_v<Type, std::string>) {
+    IDEM_ASSIGN_OR_RETURN(out, ReadBytes(value, name));
+  } else if constexpr (std::is_same_v<Type, State>) {
+    IDEM_ASSIGN_OR_RETURN(out, ReadState(value, name));
+  } else if constexpr (std::is_same_v<Type, bool>) {
+    if (!value.is_boolean()) return Bad(name, "must be true or false");
+    out = value.get<bool>();
+  } else if constexpr (std::is_integral_v<Type>) {
+    IDEM_ASSIGN_OR_RETURN(const uint64_t number, ReadWhole(value, name, Row::field.Largest()));
+    if constexpr (Row::field.name == "attempts") {
+      if (number == 0) return Bad(name, "must be at least 1 (a record was acquired once)");
+    }
+    out = static_cast<Type>(number);
+  } else {
+    static_assert(std::is_same_v<Type, TimePoint>, "a field of a type the export cannot read");
+    IDEM_ASSIGN_OR_RETURN(out, ReadTime(value, name));
+  }
+  return Status::OK();
+}
+
+// Reads `value` into the exported field named `field` (the holder's when kInHolder), or nullopt
+// when no such field is exported.
+template <bool kInHolder>
+std::optional<Status> ReadNamedField(std::string_view field, std::string_view shown_as,
+                                     const Json& value, Record& record, FieldsGiven& given) {
+  std::optional<Status> read;
+  util::ForEachRecordField<util::kTableOrder>([&](auto row) {
+    using Row = decltype(row);
+    if constexpr (Row::field.exported && Row::field.kInHolder == kInHolder) {
+      if (!read && field == Row::field.name) {
+        read = ReadField<Row>(value, shown_as, record);
+        given.set(Row::kIndex);
+      }
+    }
+  });
+  return read;
+}
+
+// "pid, process_start, pid_scope, request_id, took_over".
+std::string HolderFieldNames() {
+  std::string names;
+  util::ForEachRecordField<util::kTableOrder>([&](auto row) {
+    if constexpr (decltype(row)::field.kInHolder) {
+      if (!names.empty()) names += ", ";
+      names += decltype(row)::field.name;
+    }
+  });
+  return names;
+}
+
+// The "holder" object: a whole holder, whose fields not given are 0.
+Status ReadHolder(const Json& value, Record& record, FieldsGiven& given) {
+  if (!value.is_object()) return Bad("holder", "must be an object");
+  record.holder = Holder{};
+  for (const auto& [name, member] : value.items()) {
+    const std::string shown_as = "holder." + name;
+    std::optional<Status> read =
+        ReadNamedField</*kInHolder=*/true>(name, shown_as, member, record, given);
+    if (!read) {
+      return Bad(shown_as, fmt::format("is not a field of the holder ({})", HolderFieldNames()));
+    }
+    IDEM_RETURN_IF_ERROR(*read);
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<Record> ParseExportLine(std::string_view line, TimePoint now) {
@@ -245,59 +293,32 @@ Result<Record> ParseExportLine(std::string_view line, TimePoint now) {
   if (!object.is_object()) return Status::InvalidArgument("not a JSON object");
   Record record;
   record.attempts = 1;
-  bool has_key = false;
-  bool has_state = false;
-  std::optional<TimePoint> created, updated, lease_deadline, expires;
+  FieldsGiven given;
   for (const auto& [name, value] : object.items()) {
-    if (name == "key") {
-      IDEM_ASSIGN_OR_RETURN(record.key, ReadBytes(value, name));
-      has_key = true;
-    } else if (name == "type") {
-      IDEM_ASSIGN_OR_RETURN(record.type, ReadBytes(value, name));
-    } else if (name == "result") {
-      IDEM_ASSIGN_OR_RETURN(record.result, ReadBytes(value, name));
-    } else if (name == "fingerprint") {
-      IDEM_ASSIGN_OR_RETURN(record.fingerprint, ReadBytes(value, name));
-    } else if (name == "checkpoint") {
-      IDEM_ASSIGN_OR_RETURN(record.checkpoint, ReadBytes(value, name));
-    } else if (name == "state") {
-      IDEM_ASSIGN_OR_RETURN(record.state, ReadState(value, name));
-      has_state = true;
-    } else if (name == "token") {
-      IDEM_ASSIGN_OR_RETURN(record.token, ReadWhole(value, name, kLargestToken));
-    } else if (name == "attempts") {
-      IDEM_ASSIGN_OR_RETURN(uint64_t attempts,
-                            ReadWhole(value, name, std::numeric_limits<uint32_t>::max()));
-      if (attempts == 0) return Bad(name, "must be at least 1 (a record was acquired once)");
-      record.attempts = static_cast<uint32_t>(attempts);
-    } else if (name == "retryable") {
-      if (!value.is_boolean()) return Bad(name, "must be true or false");
-      record.retryable = value.get<bool>();
-    } else if (name == "created") {
-      IDEM_ASSIGN_OR_RETURN(created, ReadTime(value, name));
-    } else if (name == "updated") {
-      IDEM_ASSIGN_OR_RETURN(updated, ReadTime(value, name));
-    } else if (name == "lease_deadline") {
-      IDEM_ASSIGN_OR_RETURN(lease_deadline, ReadTime(value, name));
-    } else if (name == "expires") {
-      IDEM_ASSIGN_OR_RETURN(expires, ReadTime(value, name));
-    } else if (name == "holder") {
-      IDEM_ASSIGN_OR_RETURN(record.holder, ReadHolder(value));
-    } else {
-      return Bad(name, "is not a field of a record (see docs/format.md, \"Export format\")");
+    if (name == "holder") {
+      IDEM_RETURN_IF_ERROR(ReadHolder(value, record, given));
+      continue;
     }
+    std::optional<Status> read =
+        ReadNamedField</*kInHolder=*/false>(name, name, value, record, given);
+    if (!read)
+      return Bad(name, "is not a field of a record (see docs/format.md, \"Export format\")");
+    IDEM_RETURN_IF_ERROR(*read);
   }
-  if (!has_key) return Status::InvalidArgument("key: missing");
+  // The import's own rules: what a line must give, and what it may leave out.
+  if (!given[kKeyRow]) return Status::InvalidArgument("key: missing");
   if (record.key.empty()) return Bad("key", "is empty");
-  if (!has_state) return Status::InvalidArgument("state: missing");
+  if (!given[kStateRow]) return Status::InvalidArgument("state: missing");
   if (record.retryable && record.state != State::kFailed) {
     return Bad("retryable", "may be true only when state is \"failed\"");
   }
-  record.created = created.value_or(std::chrono::time_point_cast<TimePoint::duration>(
-      std::chrono::floor<std::chrono::microseconds>(now)));
-  record.updated = updated.value_or(record.created);
-  record.lease_deadline = lease_deadline.value_or(record.created);
-  record.expires = expires.value_or(record.created + kDefaultRetention);
+  if (!given[kCreatedRow]) {
+    record.created = std::chrono::time_point_cast<TimePoint::duration>(
+        std::chrono::floor<std::chrono::microseconds>(now));
+  }
+  if (!given[kUpdatedRow]) record.updated = record.created;
+  if (!given[kLeaseDeadlineRow]) record.lease_deadline = record.created;
+  if (!given[kExpiresRow]) record.expires = record.created + kDefaultRetention;
   return record;
 }
 

@@ -9,12 +9,15 @@
 
 #include <cstdint>
 
+#include "util/record_fields.h"
+
 namespace idem::storage {
 
 // The largest fencing token a store hands out (docs/format.md): PostgreSQL keeps tokens as int8,
 // and the export format reads them as such. A storage whose counter would pass it refuses to
 // hand out tokens (kIOError) rather than one that its own export could not import.
 inline constexpr uint64_t kMaxToken = (uint64_t{1} << 63) - 1;
+static_assert(kMaxToken == util::kLargestToken, "the export and PostgreSQL hold every token");
 // Import takes every token up to kMaxToken, so that every store's export imports back (a store
 // that took one near the top hands out the rest, then refuses to claim). The start a store
 // derives from the clock and its lead stops 2^48 below the top (nine years at a million claims a
