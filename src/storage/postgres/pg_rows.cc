@@ -4,87 +4,144 @@
 
 #include <bit>
 #include <limits>
+#include <type_traits>
 
 #include "util/escape.h"
+#include "util/record_fields.h"
 #include "util/time.h"
 
 namespace idem::storage {
 namespace {
 
 constexpr int kVersionColumn = PgColumnIndex("version");
-static_assert(kVersionColumn < kPgRecordColumnCount);
-// DecodePgRow and PgRowParams take the fields in this order, by position.
-static_assert(PgColumnIndex("key") == 0 && PgColumnIndex("checkpoint") == 4 &&
-              PgColumnIndex("state") == 5 && PgColumnIndex("holder_took_over") == 13 &&
-              PgColumnIndex("created") == 14 && PgColumnIndex("expires") == 17);
+static_assert(kVersionColumn == kPgRecordColumnCount - 1,
+              "the version is the last column: the parameters of a row's fields come before it");
+
+// The column of a row of util::kRecordFields, by its name in kPgRecordColumns (or none).
+template <class Row>
+constexpr bool kHasColumn = !Row::field.column.empty();
+template <class Row>
+constexpr int kColumnOf = PgColumnIndex(Row::field.column);
+
+// The PostgreSQL type that a field of C++ type T is kept as (kPgRecordColumns' reported_type).
+template <class T>
+constexpr std::string_view PgTypeOf() {
+  if constexpr (std::is_same_v<T, std::string>) return kPgBytea;
+  if constexpr (std::is_same_v<T, State>) return "smallint";
+  if constexpr (std::is_same_v<T, bool>) return "boolean";
+  if constexpr (std::is_integral_v<T>) return "bigint";  // a uint32_t does not fit integer
+  if constexpr (std::is_same_v<T, Record::TimePoint>) return kPgTimestamp;
+  return "";
+}
+
+// An integer field whose largest value fits int8 is kept as its value (and read back within
+// [0, largest]); a wider one (the holder's digests) bit-cast.
+template <class Row>
+constexpr bool kKeptAsValue = Row::field.Largest() <= uint64_t{std::numeric_limits<int64_t>::max()};
+
+// Every column but the version is one field's, of that field's type; the version is no field's.
+template <std::size_t... I>
+constexpr bool ColumnsAreTheFields(std::index_sequence<I...>) {
+  for (int column = 0; column < kPgRecordColumnCount; ++column) {
+    int fields = 0;
+    bool typed = true;
+    ((fields += kHasColumn<util::RecordRow<I>> && kColumnOf<util::RecordRow<I>> == column,
+      typed =
+          typed &&
+          (!kHasColumn<util::RecordRow<I>> || kColumnOf<util::RecordRow<I>> != column ||
+           PgTypeOf<typename std::remove_cvref_t<decltype(util::RecordRow<I>::field)>::Type>() ==
+               kPgRecordColumns[column].reported_type)),
+     ...);
+    if (fields != (column == kVersionColumn ? 0 : 1) || !typed) return false;
+  }
+  return true;
+}
+static_assert(ColumnsAreTheFields(std::make_index_sequence<util::kRecordFieldCount>()),
+              "each column of kPgRecordColumns but the version is one row of util::kRecordFields, "
+              "of the PostgreSQL type of its C++ type");
+
+// Reads the field that `Row` is from its column.
+template <class Row>
+Status ReadColumn(const PgRows& rows, int row, Record& record) {
+  auto& out = Row::field.Of(record);
+  using Type = std::remove_cvref_t<decltype(out)>;
+  constexpr int column = kColumnOf<Row>;
+  if constexpr (std::is_same_v<Type, std::string>) {
+    out = std::string(rows.Bytes(row, column));
+  } else if constexpr (std::is_same_v<Type, bool>) {
+    IDEM_ASSIGN_OR_RETURN(out, rows.Bool(row, column));
+  } else if constexpr (std::is_same_v<Type, Record::TimePoint>) {
+    IDEM_ASSIGN_OR_RETURN(const int64_t micros, rows.Timestamp(row, column));
+    out = util::FromMicros(micros);
+  } else {
+    IDEM_ASSIGN_OR_RETURN(const int64_t value, rows.Int(row, column));
+    if constexpr (std::is_same_v<Type, State>) {
+      if (value < 0 || value > static_cast<int64_t>(State::kFailed)) {
+        return Status::Corruption(fmt::format("record {} has state {}, which no idem writes",
+                                              EscapeKey(record.key), value));
+      }
+      out = static_cast<State>(value);
+    } else if constexpr (kKeptAsValue<Row>) {
+      if (value < 0 || static_cast<uint64_t>(value) > Row::field.Largest()) {
+        return Status::Corruption(fmt::format("record {} has {} {}, out of range (0 to {})",
+                                              EscapeKey(record.key), Row::field.column, value,
+                                              Row::field.Largest()));
+      }
+      out = static_cast<Type>(value);
+    } else {
+      out = std::bit_cast<uint64_t>(value);
+    }
+  }
+  return Status::OK();
+}
+
+// The parameter that writes the field that `Row` is; `times` as PgRowParams says.
+template <class Row>
+PgParam ColumnParam(const Record& record, PgTimes times) {
+  const auto& value = Row::field.Of(record);
+  using Type = std::remove_cvref_t<decltype(value)>;
+  if constexpr (std::is_same_v<Type, std::string>) {
+    return PgParam::Bytea(value);
+  } else if constexpr (std::is_same_v<Type, State>) {
+    return PgParam::Int2(static_cast<int16_t>(value));
+  } else if constexpr (std::is_same_v<Type, bool>) {
+    return PgParam::Bool(value);
+  } else if constexpr (std::is_same_v<Type, Record::TimePoint>) {
+    return times == PgTimes::kMicros ? PgParam::Int8(util::ToMicros(value))
+                                     : PgParam::Timestamp(util::ToMicros(value));
+  } else if constexpr (kKeptAsValue<Row>) {
+    return PgParam::Int8(static_cast<int64_t>(value));
+  } else {
+    return PgParam::Int8(std::bit_cast<int64_t>(value));
+  }
+}
 
 }  // namespace
 
-// The record in row `row` of `rows` (its columns in kPgRecordColumns' order), or nullopt when its
-// key is NULL (the outer join of a read that found none). `version` receives the row's version.
 Result<std::optional<Record>> DecodePgRow(const PgRows& rows, int row, int64_t* version) {
+  static_assert(kColumnOf<util::RecordRow<0>> == 0, "the key is read first: messages name it");
   if (rows.IsNull(row, 0)) return std::optional<Record>();
   std::optional<Record> record(std::in_place);
-  Record& r = *record;
-  r.key = std::string(rows.Bytes(row, 0));
-  r.type = std::string(rows.Bytes(row, 1));
-  r.fingerprint = std::string(rows.Bytes(row, 2));
-  r.result = std::string(rows.Bytes(row, 3));
-  r.checkpoint = std::string(rows.Bytes(row, 4));
-  IDEM_ASSIGN_OR_RETURN(int64_t state, rows.Int(row, 5));
-  if (state < 0 || state > static_cast<int64_t>(State::kFailed)) {
-    return Status::Corruption(
-        fmt::format("record {} has state {}, which no idem writes", EscapeKey(r.key), state));
-  }
-  r.state = static_cast<State>(state);
-  IDEM_ASSIGN_OR_RETURN(r.retryable, rows.Bool(row, 6));
-  IDEM_ASSIGN_OR_RETURN(int64_t token, rows.Int(row, 7));
-  IDEM_ASSIGN_OR_RETURN(int64_t attempts, rows.Int(row, 8));
-  IDEM_ASSIGN_OR_RETURN(int64_t pid, rows.Int(row, 9));
-  IDEM_ASSIGN_OR_RETURN(int64_t start, rows.Int(row, 10));
-  IDEM_ASSIGN_OR_RETURN(int64_t scope, rows.Int(row, 11));
-  IDEM_ASSIGN_OR_RETURN(int64_t request, rows.Int(row, 12));
-  IDEM_ASSIGN_OR_RETURN(r.holder.took_over, rows.Bool(row, 13));
-  if (token < 0 || attempts < 0 || attempts > std::numeric_limits<uint32_t>::max() || pid < 0 ||
-      pid > std::numeric_limits<uint32_t>::max()) {
-    return Status::Corruption(
-        fmt::format("record {} has a token, attempt count or pid out of range", EscapeKey(r.key)));
-  }
-  r.token = static_cast<uint64_t>(token);
-  r.attempts = static_cast<uint32_t>(attempts);
-  r.holder.pid = static_cast<uint32_t>(pid);
-  r.holder.process_start = std::bit_cast<uint64_t>(start);
-  r.holder.pid_scope = std::bit_cast<uint64_t>(scope);
-  r.holder.request_id = std::bit_cast<uint64_t>(request);
-  Record::TimePoint* times[] = {&r.created, &r.updated, &r.lease_deadline, &r.expires};
-  for (int i = 0; i < 4; ++i) {
-    IDEM_ASSIGN_OR_RETURN(int64_t micros, rows.Timestamp(row, 14 + i));
-    *times[i] = util::FromMicros(micros);
-  }
+  Status status;
+  util::ForEachRecordField<util::kTableOrder>([&](auto field_row) {
+    using Row = decltype(field_row);
+    if constexpr (kHasColumn<Row>) {
+      if (status.ok()) status = ReadColumn<Row>(rows, row, *record);
+    }
+  });
+  IDEM_RETURN_IF_ERROR(status);
   IDEM_ASSIGN_OR_RETURN(*version, rows.Int(row, kVersionColumn));
   return record;
 }
 
-// The parameters $1.. of a row's columns but the version: key, then the record's fields.
-std::vector<PgParam> PgRowParams(std::string_view key, const Record& r) {
-  return {PgParam::Bytea(key),
-          PgParam::Bytea(r.type),
-          PgParam::Bytea(r.fingerprint),
-          PgParam::Bytea(r.result),
-          PgParam::Bytea(r.checkpoint),
-          PgParam::Int2(static_cast<int16_t>(r.state)),
-          PgParam::Bool(r.retryable),
-          PgParam::Int8(static_cast<int64_t>(r.token)),
-          PgParam::Int8(r.attempts),
-          PgParam::Int8(r.holder.pid),
-          PgParam::Int8(std::bit_cast<int64_t>(r.holder.process_start)),
-          PgParam::Int8(std::bit_cast<int64_t>(r.holder.pid_scope)),
-          PgParam::Int8(std::bit_cast<int64_t>(r.holder.request_id)),
-          PgParam::Bool(r.holder.took_over),
-          PgParam::Timestamp(util::ToMicros(r.created)),
-          PgParam::Timestamp(util::ToMicros(r.updated)),
-          PgParam::Timestamp(util::ToMicros(r.lease_deadline)),
-          PgParam::Timestamp(util::ToMicros(r.expires))};
+std::vector<PgParam> PgRowParams(std::string_view key, const Record& record, PgTimes times) {
+  std::vector<PgParam> params(kVersionColumn);
+  util::ForEachRecordField<util::kTableOrder>([&](auto field_row) {
+    using Row = decltype(field_row);
+    if constexpr (kHasColumn<Row>) params[kColumnOf<Row>] = ColumnParam<Row>(record, times);
+  });
+  params[PgColumnIndex("key")] = PgParam::Bytea(key);  // the key given, not the record's
+  return params;
 }
 
 }  // namespace idem::storage

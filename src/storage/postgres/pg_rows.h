@@ -24,8 +24,14 @@ inline constexpr int kPgRecordColumnCount = static_cast<int>(kPgRecordColumns.si
 // `version` receives the row's version.
 Result<std::optional<Record>> DecodePgRow(const PgRows& rows, int row, int64_t* version);
 
-// The parameters $1.. of a row's columns but the version: key, then the record's fields.
-std::vector<PgParam> PgRowParams(std::string_view key, const Record& record);
+// How PgRowParams gives the times: as timestamptz values, or as int8 microseconds since the Unix
+// epoch (for a statement that makes them relative to the server's clock).
+enum class PgTimes { kTimestamps, kMicros };
+
+// The parameters $1.. of a row's columns but the version, in kPgRecordColumns' order: `key`, then
+// the record's fields (util::kRecordFields).
+std::vector<PgParam> PgRowParams(std::string_view key, const Record& record,
+                                 PgTimes times = PgTimes::kTimestamps);
 
 }  // namespace idem::storage
 

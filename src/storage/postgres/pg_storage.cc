@@ -144,10 +144,10 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
 PgTransaction PgStorage::ReadOrInsert(std::string_view key, const Record& fresh,
                                       Durability durability) const {
   std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
-  for (PgParam& param : PgRowParams(key, fresh)) params.push_back(std::move(param));
-  const Record::TimePoint offsets[] = {fresh.created, fresh.updated, fresh.lease_deadline,
-                                       fresh.expires};
-  for (int i = 0; i < 4; ++i) params[16 + i] = PgParam::Int8(util::ToMicros(offsets[i]));
+  // The times as microseconds: the statement adds them to the server's time (After).
+  for (PgParam& param : PgRowParams(key, fresh, PgTimes::kMicros)) {
+    params.push_back(std::move(param));
+  }
   PgTransaction read_or_insert{.resendable = true, .alone = true};
   // A replay is answered only once its row is on a synchronous standby (kWaitForTheStandby).
   read_or_insert.statements.push_back(
