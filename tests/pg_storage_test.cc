@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <future>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -687,6 +688,49 @@ TEST(PgStorage, AFencedCompleteInTheApplicationsTransactionSkipsARowRecreatedMea
   ASSERT_TRUE(stored.has_value());
   EXPECT_EQ(stored->token, successor.token);
   EXPECT_EQ(stored->state, idem::State::kPending);
+}
+
+// A row holding a value that no idem writes (edited by hand, or by a broken tool) is refused with
+// kCorruption naming the record and the column, never read as a wrapped or truncated number; a
+// holder's 64-bit digest is stored bit-cast, so every bigint is one.
+TEST(PgStorage, AValueNoIdemWritesIsRefusedNamingItsColumn) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim claim, store->Begin("edited"));
+  ASSERT_OK(store->End("edited", claim.token, TransitionKind::kComplete));
+  PGconn* admin = PQconnectdb(server->AdminConninfo().c_str());
+  ASSERT_EQ(PQstatus(admin), CONNECTION_OK) << PQerrorMessage(admin);
+  struct Case {
+    std::string assignment;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"state = 3", "record \"edited\" has state 3, which no idem writes"},
+      {"attempts = -1", "record \"edited\" has attempts -1, out of range (0 to 4294967295)"},
+      {"attempts = 4294967296",
+       "record \"edited\" has attempts 4294967296, out of range (0 to 4294967295)"},
+      {"holder_pid = -2", "record \"edited\" has holder_pid -2, out of range (0 to 4294967295)"},
+      {"token = -5", "record \"edited\" has token -5, out of range (0 to 9223372036854775807)"},
+  };
+  const std::string restore =
+      "UPDATE idem.idem_records SET state = 1, attempts = 1, holder_pid = 0, "
+      "token = " +
+      std::to_string(claim.token) + ", holder_scope = 0";
+  for (const Case& c : cases) {
+    Exec(admin, "UPDATE idem.idem_records SET " + c.assignment + " WHERE key = 'edited'::bytea");
+    const auto got = store->backend().Get("edited");
+    ASSERT_FALSE(got.ok()) << c.assignment;
+    EXPECT_EQ(got.status().code(), idem::Status::Code::kCorruption) << c.assignment;
+    EXPECT_NE(got.status().message().find(c.message), std::string::npos)
+        << c.assignment << ": " << got.status().message();
+    Exec(admin, restore + " WHERE key = 'edited'::bytea");
+  }
+  Exec(admin, "UPDATE idem.idem_records SET holder_scope = -1 WHERE key = 'edited'::bytea");
+  ASSERT_OK_AND_ASSIGN(auto read, store->backend().Get("edited"));
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->holder.pid_scope, std::numeric_limits<uint64_t>::max());
+  PQfinish(admin);
 }
 
 }  // namespace
