@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pg_server.h"
+#include "storage/postgres/pg_rows.h"
 #include "test_util.h"
 
 namespace {
@@ -69,6 +70,24 @@ Status Prepare(PgPool& pool, std::string_view table, bool create) {
 
 bool Contains(const Status& status, std::string_view text) {
   return status.message().find(text) != std::string::npos;
+}
+
+// The statements' lists of a row's values and assignments are generated from the columns and the
+// table of record fields; they are the text written by hand before, byte for byte (a prepared
+// statement's name follows its text).
+TEST(PgRowStatements, TheGeneratedListsAreTheHandWrittenOnes) {
+  EXPECT_EQ(idem::storage::PgRowValues(1),
+            "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18");
+  EXPECT_EQ(idem::storage::PgRowValues(
+                3, [](std::string_view parameter) { return "t(" + std::string(parameter) + ")"; }),
+            "$3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, t($17), t($18), "
+            "t($19), t($20)");
+  EXPECT_EQ(idem::storage::PgRowAssignments(1),
+            "type = $2, fingerprint = $3, result = $4, checkpoint = $5, state = $6, "
+            "retryable = $7, token = $8, attempts = $9, holder_pid = $10, holder_start = $11, "
+            "holder_scope = $12, holder_request = $13, holder_took_over = $14, created = $15, "
+            "updated = $16, lease_deadline = $17, expires = $18");
+  EXPECT_EQ(idem::storage::PgRowParams("k", idem::Record{}).size(), 18u);
 }
 
 TEST(PgSchema, CreatesTheStoreOnceAndFindsItAgain) {

@@ -144,4 +144,26 @@ std::vector<PgParam> PgRowParams(std::string_view key, const Record& record, PgT
   return params;
 }
 
+std::string PgRowValues(int first, std::string (*time)(std::string_view parameter)) {
+  std::string values;
+  for (int column = 0; column < kVersionColumn; ++column) {
+    if (column > 0) values += ", ";
+    const std::string parameter = fmt::format("${}", first + column);
+    values += time != nullptr && kPgRecordColumns[column].reported_type == kPgTimestamp
+                  ? time(parameter)
+                  : parameter;
+  }
+  return values;
+}
+
+std::string PgRowAssignments(int first) {
+  std::string assignments;
+  for (int column = 0; column < kVersionColumn; ++column) {
+    if (column == PgColumnIndex("key")) continue;
+    if (!assignments.empty()) assignments += ", ";
+    assignments += fmt::format("{} = ${}", kPgRecordColumns[column].name, first + column);
+  }
+  return assignments;
+}
+
 }  // namespace idem::storage

@@ -33,6 +33,15 @@ enum class PgTimes { kTimestamps, kMicros };
 std::vector<PgParam> PgRowParams(std::string_view key, const Record& record,
                                  PgTimes times = PgTimes::kTimestamps);
 
+// The values of a row's columns but the version, for INSERT ... VALUES or SELECT:
+// "$first, $first+1, ...", one a column in kPgRecordColumns' order, as PgRowParams gives them from
+// parameter `first` on. `time` (when not null) makes each timestamptz column's value from its
+// parameter ("$15").
+std::string PgRowValues(int first, std::string (*time)(std::string_view parameter) = nullptr);
+// "type = $(first+1), ..., expires = $(first+17)": an UPDATE's assignments of every column but the
+// key and the version, from PgRowParams' parameters given from `first` on.
+std::string PgRowAssignments(int first);
+
 }  // namespace idem::storage
 
 #endif  // IDEM_STORAGE_POSTGRES_PG_ROWS_H_

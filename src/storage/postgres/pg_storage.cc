@@ -144,7 +144,9 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
 PgTransaction PgStorage::ReadOrInsert(std::string_view key, const Record& fresh,
                                       Durability durability) const {
   std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
-  // The times as microseconds: the statement adds them to the server's time (After).
+  // The row's values from $3 on, its times as microseconds after the server's time.
+  static const std::string kValues =
+      PgRowValues(3, [](std::string_view parameter) { return After("n.now", parameter); });
   for (PgParam& param : PgRowParams(key, fresh, PgTimes::kMicros)) {
     params.push_back(std::move(param));
   }
@@ -155,16 +157,12 @@ PgTransaction PgStorage::ReadOrInsert(std::string_view key, const Record& fresh,
                    kSetSynchronousCommitOf3, kWaitForTheStandby, names_.records),
        {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(durability)}});
   read_or_insert.statements.push_back(
-      {fmt::format("INSERT INTO {table} ({columns}) SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                   "$12, $13, $14, $15, $16, {created}, {updated}, {lease_deadline}, {expires}, 1 "
+      {fmt::format("INSERT INTO {table} ({columns}) SELECT {values}, 1 "
                    "FROM (SELECT {now} AS now, {durability} AS durability) n "
                    "WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = $3) "
                    "ON CONFLICT (key) DO NOTHING RETURNING created",
                    fmt::arg("table", names_.records), fmt::arg("columns", PgRecordColumnList()),
-                   fmt::arg("created", After("n.now", "$17")),
-                   fmt::arg("updated", After("n.now", "$18")),
-                   fmt::arg("lease_deadline", After("n.now", "$19")),
-                   fmt::arg("expires", After("n.now", "$20")), fmt::arg("now", kNow),
+                   fmt::arg("values", kValues), fmt::arg("now", kNow),
                    fmt::arg("durability", kSetSynchronousCommit)),
        std::move(params)});
   return read_or_insert;
@@ -257,24 +255,23 @@ Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& nex
                                          Durability durability) {
   PgTransaction transaction{.resendable = true};
   transaction.statements.push_back({std::string(SynchronousCommit(durability)), {}});
+  // The row's parameters are $1 (the key) to $18; an UPDATE's guard follows them.
+  static const std::string kValues = PgRowValues(1);
+  static const std::string kAssignments = PgRowAssignments(1);
+  constexpr int kVersionParameter = kPgRecordColumnCount;
   std::vector<PgParam> params = PgRowParams(key, next);
   if (seen.version == 0) {
     transaction.statements.push_back(
-        {fmt::format("INSERT INTO {} ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                     "$12, $13, $14, $15, $16, $17, $18, 1) ON CONFLICT (key) DO NOTHING",
-                     names_.records, PgRecordColumnList()),
+        {fmt::format("INSERT INTO {} ({}) VALUES ({}, 1) ON CONFLICT (key) DO NOTHING",
+                     names_.records, PgRecordColumnList(), kValues),
          std::move(params)});
   } else {
     params.push_back(PgParam::Int8(seen.version));
     params.push_back(PgParam::Int8(BitCast(seen.token)));
     transaction.statements.push_back(
-        {fmt::format("UPDATE {} SET type = $2, fingerprint = $3, result = $4, checkpoint = $5, "
-                     "state = $6, retryable = $7, token = $8, attempts = $9, holder_pid = $10, "
-                     "holder_start = $11, holder_scope = $12, holder_request = $13, "
-                     "holder_took_over = $14, created = $15, updated = $16, "
-                     "lease_deadline = $17, expires = $18, version = version + 1 "
-                     "WHERE key = $1 AND version = $19 AND token = $20",
-                     names_.records),
+        {fmt::format("UPDATE {} SET {}, version = version + 1 "
+                     "WHERE key = $1 AND version = ${} AND token = ${}",
+                     names_.records, kAssignments, kVersionParameter, kVersionParameter + 1),
          std::move(params)});
   }
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
