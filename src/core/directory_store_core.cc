@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <iostream>
-#include <thread>
 
 #include "core/store_directory.h"
 #include "sharing/owner_client.h"

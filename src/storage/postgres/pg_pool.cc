@@ -4,7 +4,6 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
-#include <thread>
 
 #include "storage/postgres/pg_session.h"
 #include "util/deadline.h"
