@@ -151,15 +151,17 @@ TEST(Deadline, RetryUntilReturnsTheFirstValueAnAttemptGives) {
   EXPECT_EQ(attempts, 3);
 }
 
-TEST(Deadline, RetryUntilMakesOneAttemptWhateverTheBudgetAndNeverSleepsPastIt) {
+TEST(Deadline, RetryUntilMakesOneAttemptWhateverTheBudgetAndUsesTheBudgetWhole) {
   int attempts = 0;
   int counted = -1;
+  std::chrono::steady_clock::time_point gave_up_at;
   const auto never = [&]() -> std::optional<int> {
     ++attempts;
     return std::nullopt;
   };
   const auto give_up = [&](int made) {
     counted = made;
+    gave_up_at = std::chrono::steady_clock::now();
     return -1;
   };
   EXPECT_EQ(idem::util::RetryUntil(idem::util::Deadline(0ms), idem::util::Backoff(1ms, 1ms), never,
@@ -168,14 +170,31 @@ TEST(Deadline, RetryUntilMakesOneAttemptWhateverTheBudgetAndNeverSleepsPastIt) {
   EXPECT_EQ(attempts, 1);
   EXPECT_EQ(counted, 1);
 
-  // Pauses of 1, 2, 4, ... 32 ms come to 63 ms; the next (50 ms) would end past the budget of
-  // 100 ms, so at most 7 attempts are made (fewer when a sleep oversleeps on a busy machine).
+  // Pauses of 1, 2, 4, ... 32 ms come to 63 ms; the next (50 ms) is cut to the 37 ms left of the
+  // budget of 100 ms, and the last attempt is made at the deadline: at most 8 attempts (fewer
+  // when a sleep oversleeps on a busy machine), and no giving up before the deadline.
   attempts = 0;
   const idem::util::Deadline deadline(100ms);
   EXPECT_EQ(idem::util::RetryUntil(deadline, idem::util::Backoff(1ms, 50ms), never, give_up), -1);
   EXPECT_EQ(counted, attempts);
-  EXPECT_GE(attempts, 1);
-  EXPECT_LE(attempts, 7);
+  EXPECT_GE(attempts, 2);
+  EXPECT_LE(attempts, 8);
+  EXPECT_GE(gave_up_at, deadline.at());
+}
+
+// What comes back just before the deadline is still found: a last attempt is made at it, even
+// when the next pause of the backoff would have ended far past it.
+TEST(Deadline, RetryUntilTriesOnceMoreAtTheDeadline) {
+  const idem::util::Deadline deadline(100ms);
+  const auto back_at = deadline.at() - 5ms;
+  const std::string got = idem::util::RetryUntil(
+      deadline, idem::util::Backoff(60ms, 60ms),
+      [&]() -> std::optional<std::string> {
+        if (std::chrono::steady_clock::now() < back_at) return std::nullopt;
+        return "back";
+      },
+      [](int /*attempts*/) -> std::string { return "gave up"; });
+  EXPECT_EQ(got, "back");
 }
 
 // The table's wire places are the order docs/format.md gives for "record :=" and "holder :=";

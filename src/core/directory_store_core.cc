@@ -21,6 +21,9 @@ constexpr milliseconds kBusyAfter{50};
 // answer within milliseconds.
 constexpr milliseconds kFirstPause{1};
 constexpr milliseconds kLongestPause{50};
+// The least time a connection to the owner is given, even when made at the deadline (the last
+// attempt of RetryUntil): as long as the pause it ends.
+constexpr milliseconds kShortestConnect = kLongestPause;
 }  // namespace
 
 std::recursive_mutex& RegistryMutex() {
@@ -84,7 +87,7 @@ bool DirectoryStoreCore::Unreachable(const Status& status) {
 
 Result<std::shared_ptr<Backend>> DirectoryStoreCore::ConnectToOwner(
     const util::Deadline& deadline) {
-  const milliseconds left = std::max(milliseconds(1), deadline.Left());
+  const milliseconds left = std::max(kShortestConnect, deadline.Left());
   IDEM_ASSIGN_OR_RETURN(auto remote,
                         sharing::OwnerClient::Connect(address_, options_.request_timeout,
                                                       std::min(left, options_.request_timeout)));

@@ -1,6 +1,6 @@
 // Deadlines: the time left until a moment, as a poll() or a wait takes it, and polling bounded
 // by a budget (RetryUntil) for calls that keep trying while an owner starts up or a server fails
-// over, without waiting past the caller's budget.
+// over, for the whole of the caller's budget and not past it.
 
 #ifndef IDEM_UTIL_DEADLINE_H_
 #define IDEM_UTIL_DEADLINE_H_
@@ -49,18 +49,20 @@ class Deadline {
 };
 
 // Calls `attempt()`, which returns a std::optional (empty: try again), until it returns a value,
-// and returns that value. Between attempts it pauses `backoff.Next()`; when that pause would end
-// at or past `deadline`, it returns `give_up(attempts)` instead (the number of attempts made).
-// So the whole ends by the deadline, give or take the length of one attempt, and never sleeps
-// past it. The first attempt is always made, whatever the deadline.
+// and returns that value. Between attempts it pauses `backoff.Next()`, cut short at `deadline`;
+// once an attempt has failed at or past the deadline, it returns `give_up(attempts)` instead (the
+// number of attempts made). So the budget is used whole: the last attempt is made at the
+// deadline (a caller whose owner or server comes back just before it still gets through), and
+// the whole ends by the deadline plus the length of one attempt. The first attempt is always
+// made, whatever the deadline.
 template <class Attempt, class GiveUp>
 auto RetryUntil(const Deadline& deadline, Backoff backoff, Attempt&& attempt, GiveUp&& give_up)
     -> std::invoke_result_t<GiveUp&, int> {
   for (int attempts = 1;; ++attempts) {
     if (auto done = attempt()) return std::move(*done);
-    const std::chrono::milliseconds pause = backoff.Next();
-    if (Deadline::Clock::now() + pause >= deadline.at()) return give_up(attempts);
-    std::this_thread::sleep_for(pause);
+    const Deadline::Clock::duration left = deadline.at() - Deadline::Clock::now();
+    if (left <= Deadline::Clock::duration::zero()) return give_up(attempts);
+    std::this_thread::sleep_for(std::min<Deadline::Clock::duration>(backoff.Next(), left));
   }
 }
 

@@ -18,6 +18,10 @@ using Clock = std::chrono::steady_clock;
 // How much longer than the server's statement_timeout an answer is awaited: the server's
 // timeout keeps the connection, the client's does not.
 constexpr milliseconds kAnswerGrace{1000};
+// Calls tried again after a failover pause up to kLongestPause between attempts; the last
+// attempt, made at the failover deadline, still gets that long to connect.
+constexpr milliseconds kLongestPause{500};
+constexpr milliseconds kShortestConnect = kLongestPause;
 
 }  // namespace
 
@@ -130,7 +134,7 @@ PgPool::Step PgPool::Drive(const PgTransaction& transaction, bool* resent) {
     return std::nullopt;
   };
   return util::RetryUntil(
-      deadline, util::Backoff(milliseconds(10), milliseconds(500)), attempt, [&](int attempts) {
+      deadline, util::Backoff(milliseconds(10), kLongestPause), attempt, [&](int attempts) {
         return Step{.result = Status(
                         why.code(),
                         fmt::format("{}; gave up after {} attempts in {} ms (failover timeout: {} "
@@ -160,7 +164,8 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
   };
   Lease lease(this, *checked_out);
   if (lease.conn() == nullptr) {
-    Result<pg_conn*> connected = Connect(std::min(give_up, deadline));
+    Result<pg_conn*> connected =
+        Connect(std::min(deadline, std::max(give_up, Clock::now() + kShortestConnect)));
     if (!connected.ok()) {
       const bool final = connected.status().code() != Status::Code::kUnavailable;
       return {.next = final ? Step::Next::kReturn : Step::Next::kReconnect,
