@@ -1,10 +1,10 @@
 # Proves that the layers of src/ are enforced by the build (src/CMakeLists.txt,
 # docs/architecture.md): for every pair of layers (L, M), a source of L that includes a header of
-# M compiles with L's include directories exactly when M is L itself or below it, and otherwise
-# fails because the header is not found. Each layer's include directories are read from its
-# object library (idem_<layer>), so the check sees what the build uses. Both outcomes must occur,
-# so the check cannot pass vacuously. Also refuses `#include "../..."` and absolute includes in
-# src/, the one way around an include root.
+# M preprocesses with L's include directories (the header and everything it includes are found)
+# exactly when M is L itself or below it, and otherwise fails because the header is not found.
+# Each layer's include directories are read from its object library (idem_<layer>), so the check
+# sees what the build uses. Both outcomes must occur, so the check cannot pass vacuously. Also
+# refuses `#include "../..."` and absolute includes in src/, the one way around an include root.
 #
 # A layer may be a subfolder of another (storage/rocksdb under storage), and its root then holds
 # the parent's files one by one (src/CMakeLists.txt). Two more ways around a root follow, and are
@@ -39,7 +39,11 @@ foreach(layer IN LISTS layers)
   if(NOT includes)
     message(FATAL_ERROR "no include directories for layer ${layer}")
   endif()
-  set(flags -std=c++20 -fsyntax-only)
+  # Preprocessed only: whether a layer may use a header is whether the header and all it
+  # includes are found with the layer's include directories; that they compile is the build's
+  # own check. (Parsing each probe, with RocksDB's headers and the standard library behind it,
+  # made this the slowest test of the suite: 57 s against about 10 s.)
+  set(flags -std=c++20 -E -o /dev/null)
   foreach(dir IN LISTS includes extra_includes)
     if(dir)
       list(APPEND flags -I${dir})
@@ -61,13 +65,13 @@ foreach(layer IN LISTS layers)
     if(other IN_LIST visible)
       math(EXPR allowed_checked "${allowed_checked} + 1")
       if(NOT code EQUAL 0)
-        string(APPEND failures "\n${layer} may include ${header}, but it does not compile:\n${out}")
+        string(APPEND failures "\n${layer} may include ${header}, but it is not found whole:\n${out}")
       endif()
     else()
       math(EXPR forbidden_checked "${forbidden_checked} + 1")
       string(REPLACE "." "\\." header_regex "${header}")
       if(code EQUAL 0)
-        string(APPEND failures "\n${layer} must not include ${header}, yet it compiles")
+        string(APPEND failures "\n${layer} must not include ${header}, yet it is found")
       elseif(NOT out MATCHES "${header_regex}.*(No such file or directory|file not found)"
              AND NOT out MATCHES "(No such file or directory|file not found).*${header_regex}")
         string(APPEND failures
@@ -112,5 +116,5 @@ if(allowed_checked EQUAL 0 OR forbidden_checked EQUAL 0)
   message(FATAL_ERROR "vacuous: ${allowed_checked} allowed and ${forbidden_checked} forbidden "
                       "includes checked")
 endif()
-message(STATUS "layers: ${allowed_checked} allowed includes compile, ${forbidden_checked} "
+message(STATUS "layers: ${allowed_checked} allowed includes are found, ${forbidden_checked} "
                "wrong-way includes fail")
