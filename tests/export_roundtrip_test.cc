@@ -226,7 +226,7 @@ class ExportRoundTrip : public idem_test::OnEachBackend {};
 
 TEST_P(ExportRoundTrip, ImportsBackToTheSameBytes) {
   const bool tables = GetParam() == idem_test::Backend::kRocksDb;  // PostgreSQL keeps none
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < idem_test::Scaled(3, 1); ++round) {
     const uint64_t seed = Seed();
     SCOPED_TRACE("seed " + std::to_string(seed) +
                  " (run it again with IDEM_ROUNDTRIP_SEED=" + std::to_string(seed) + ")");

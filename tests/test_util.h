@@ -283,8 +283,27 @@ inline bool UnderEmulator() {
   return value != nullptr && *value != '\0' && std::string(value) != "0";
 }
 
-// `normal` normally, `small` under ThreadSanitizer or an emulator.
-inline int Scaled(int normal, int small) { return UnderTsan() || UnderEmulator() ? small : normal; }
+// True when built with AddressSanitizer (GCC defines the macro; clang answers __has_feature).
+inline bool UnderAsan() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
+// `normal` normally, `small` under a sanitizer or an emulator: the plain build runs the whole
+// workload, and the sanitizers check the same paths on a part of it (CI's AddressSanitizer pass
+// is its longest stage).
+inline int Scaled(int normal, int small) {
+  return UnderTsan() || UnderAsan() || UnderEmulator() ? small : normal;
+}
 
 // Everything about the tree at `root` that a write could change: for each entry (the root
 // included) its type and mode, owner, size, modification time to the nanosecond, and for a file
