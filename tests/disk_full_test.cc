@@ -582,10 +582,19 @@ TEST(DiskFull, NoProcessSharingTheStoreAbortsAndTheNextOwnerWritesOnceSpaceIsFre
   // Closing gave back a little space (the log file's unused preallocated tail): fill it too.
   FillDisk(filler + "-more");
   // This process takes over on the full disk: it opens the store by spending the store's
-  // reserve, says so, and writes into the room that gave.
-  ASSERT_OK(RunRequest(*store, "after-owner"));
-  acknowledged.push_back("after-owner");
-  EXPECT_TRUE(log.Contains("deleted the store's reserve"));
+  // reserve, and says so. Whether its first write fits in the room that gave depends on what
+  // the old owner left in its memtable: a write that makes RocksDB flush a nearly full one
+  // needs up to a memtable's size on disk, more than the reserve's 1 MiB (seen in CI, under
+  // load). Either way no process aborts: the write is done, or refused with kIOError.
+  const Status after_owner = RunRequest(*store, "after-owner");
+  if (after_owner.ok()) {
+    acknowledged.push_back("after-owner");
+  } else {
+    EXPECT_EQ(after_owner.code(), Status::Code::kIOError) << after_owner.ToString();
+    EXPECT_TRUE(Contains(after_owner.message(), kNoSpace)) << after_owner.ToString();
+  }
+  std::cout << "the first write after the takeover: " << after_owner.ToString() << "\n";
+  EXPECT_TRUE(log.Contains("deleted the store's reserve")) << log.All();
   // Space is freed: calls go on writing.
   ASSERT_EQ(::unlink(filler.c_str()), 0);
   ASSERT_EQ(::unlink((filler + "-more").c_str()), 0);
