@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-
 #include "sharing/protocol.h"
 #include "util/deadline.h"
 
