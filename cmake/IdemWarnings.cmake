@@ -6,13 +6,18 @@
 # none is forgotten. With IDEM_WERROR=ON (scripts/test.sh and CI), a warning fails the build.
 
 option(IDEM_WERROR "Treat compiler warnings as errors (scripts/test.sh turns it on)" OFF)
+# Clang's thread-safety analysis (src/util/thread_annotations.h) warns in every clang build; the
+# preset clang-thread-safety makes its findings errors without making clang's other warnings so.
+option(IDEM_WERROR_THREAD_SAFETY "Treat clang's -Wthread-safety findings as errors" OFF)
 
 function(idem_set_warnings target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wpedantic>
     # Designated initializers such as {.lease = 1s} leave the other fields defaulted on purpose.
     $<$<COMPILE_LANGUAGE:CXX>:-Wno-missing-field-initializers>
-    $<$<AND:$<BOOL:${IDEM_WERROR}>,$<COMPILE_LANGUAGE:C,CXX>>:-Werror>)
+    $<$<AND:$<BOOL:${IDEM_WERROR}>,$<COMPILE_LANGUAGE:C,CXX>>:-Werror>
+    $<$<COMPILE_LANG_AND_ID:CXX,Clang>:-Wthread-safety>
+    $<$<AND:$<COMPILE_LANG_AND_ID:CXX,Clang>,$<BOOL:${IDEM_WERROR_THREAD_SAFETY}>>:-Werror=thread-safety>)
 endfunction()
 
 # Every compiled target in `directory` and below.

@@ -8,6 +8,7 @@ packages=(
   build-essential   # g++ 12, make, and libasan/libubsan/libtsan for the sanitizer builds
   cmake
   ccache            # scripts/test.sh: build-shared/ reuses build/'s compilations
+  clang             # build-clang-tsa/ (-Wthread-safety) and the fuzzers
   g++
   pkg-config
   librocksdb-dev    # the storage engine (7.8.3)

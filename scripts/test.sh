@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages, builds idem, and runs every test:
+#   0. build-clang-tsa/  clang's thread-safety analysis over src/ and tools/ (compiled only)
 #   1. build/       RelWithDebInfo: all tests (ctest); then build-shared/: the library as a
 #                   shared library (BUILD_SHARED_LIBS=ON), only it, the idem command and the C
 #                   API test built, and only the tests a shared build changes run (exports,
@@ -9,11 +10,12 @@
 #                   qemu (scripts/cross.sh arm64 --quick, in build-cross-arm64/)
 #   2. build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer: all tests
 #   3. build-tsan/  ThreadSanitizer: the tests labelled "concurrency" (only they are built)
-# Each build is a preset of CMakePresets.json (default, shared, asan, tsan); the default and
-# shared builds treat warnings as errors (IDEM_WERROR; GCC's flow warnings misfire under the
-# sanitizers). To reproduce one step by hand, `cmake --preset asan && cmake --build --preset asan
-# -j2 && ctest --preset asan -j2`.
-# Set IDEM_SKIP_SANITIZERS=1 to run step 1 only. IDEM_JOBS sets build and test parallelism
+# Each build is a preset of CMakePresets.json (clang-thread-safety, default, shared, asan, tsan);
+# the default and shared builds treat warnings as errors (IDEM_WERROR; GCC's flow warnings
+# misfire under the sanitizers), the clang one its thread-safety findings only. To reproduce one
+# step by hand, `cmake --preset asan && cmake --build --preset asan -j2 && ctest --preset asan
+# -j2`.
+# Set IDEM_SKIP_SANITIZERS=1 to run steps 0 and 1 only. IDEM_JOBS sets build and test parallelism
 # (default 2). Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -45,6 +47,12 @@ if command -v ccache >/dev/null; then
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 fi
+
+# First, as it takes a minute or two: a lock misused in src/ or tools/ fails here, before the
+# long builds (clang's thread-safety analysis, src/util/mutex.h; nothing is linked or run).
+step "build-clang-tsa/: clang -Wthread-safety over src/ and tools/"
+cmake --preset clang-thread-safety >/dev/null
+cmake --build --preset clang-thread-safety -j "$jobs"
 
 step "build/: configure and build"
 cmake --preset default

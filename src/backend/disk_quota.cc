@@ -22,8 +22,10 @@ bool DiskQuota::Exceeded() {
   const int64_t interval = std::chrono::nanoseconds(kMeasureInterval).count();
   const int64_t last = measured_at_.load(std::memory_order_relaxed);
   if (last == kNever || now - last >= interval) {
-    std::unique_lock lock(measure_mu_, std::try_to_lock);
-    if (lock.owns_lock()) Measure(now);
+    if (measure_mu_.TryLock()) {
+      Measure(now);
+      measure_mu_.Unlock();
+    }
   }
   return exceeded_.load(std::memory_order_relaxed);
 }

@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
-#include <mutex>
 #include <string_view>
 
 #include "idem/status.h"
+#include "util/mutex.h"
 
 namespace idem {
 
@@ -46,7 +46,7 @@ class DiskQuota {
  private:
   static constexpr int64_t kNever = INT64_MIN;
   static constexpr std::chrono::seconds kMeasureInterval{1};
-  void Measure(int64_t now);
+  void Measure(int64_t now) IDEM_REQUIRES(measure_mu_);
 
   const uint64_t limit_;
   const std::filesystem::path database_;
@@ -55,7 +55,9 @@ class DiskQuota {
   std::atomic<uint64_t> used_{0};
   std::atomic<bool> exceeded_{false};
   std::atomic<uint64_t> crossings_{0};
-  std::mutex measure_mu_;  // one caller measures; the others answer from the last measure
+  // One caller measures; the others answer from the last measure. The measure itself is in
+  // atomics, read without it.
+  util::Mutex measure_mu_;
 };
 
 }  // namespace idem

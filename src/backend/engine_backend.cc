@@ -104,21 +104,21 @@ EngineBackend::EngineBackend(std::unique_ptr<storage::Storage> storage, const Op
 
 EngineBackend::~EngineBackend() {
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     stopping_ = true;
   }
-  stop_.notify_all();
+  stop_.NotifyAll();
   if (purge_thread_.joinable()) purge_thread_.join();
 }
 
 void EngineBackend::PurgeLoop(std::chrono::milliseconds interval) {
-  std::unique_lock lock(mu_);
-  while (!stop_.wait_for(lock, interval, [this] { return stopping_; })) {
-    lock.unlock();
+  util::MutexLock lock(mu_);
+  while (!stop_.WaitFor(lock, interval, [this]() IDEM_REQUIRES(mu_) { return stopping_; })) {
+    lock.Unlock();
     // A failed background purge is retried at the next interval; a caller's own Purge reports
     // the error.
     static_cast<void>(Purge(PurgeOptions{}));
-    lock.lock();
+    lock.Lock();
   }
 }
 

@@ -8,10 +8,8 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "backend/disk_quota.h"
@@ -20,6 +18,7 @@
 #include "backend/stall_watch.h"
 #include "engine/backend.h"
 #include "storage/storage.h"
+#include "util/mutex.h"
 
 namespace idem {
 
@@ -164,9 +163,9 @@ class EngineBackend final : public Backend {
   // After storage_: closed before it.
   ReadViews views_{*storage_};
 
-  std::mutex mu_;
-  std::condition_variable stop_;
-  bool stopping_ = false;  // guarded by mu_
+  util::Mutex mu_;
+  util::CondVar stop_;
+  bool stopping_ IDEM_GUARDED_BY(mu_) = false;
   std::thread purge_thread_;
 };
 

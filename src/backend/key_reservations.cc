@@ -9,7 +9,7 @@
 namespace idem {
 
 bool KeyReservations::Reserve(const ReserveCall& call) {
-  std::unique_lock lock(mu_);
+  util::MutexLock lock(mu_);
   const Clock::time_point now = Clock::now();
   GrantLocked(now);
   std::set<TableKey> keys(call.keys.begin(), call.keys.end());
@@ -40,25 +40,25 @@ bool KeyReservations::Reserve(const ReserveCall& call) {
     // drop it), or at the end of the wait.
     Clock::time_point wake = give_up;
     for (const Entry& entry : queue_) wake = std::min(wake, entry.lapses);
-    changed_.wait_until(lock, wake);
+    changed_.WaitUntil(lock, wake);
     GrantLocked(Clock::now());
   }
 }
 
 void KeyReservations::Release(std::string_view claim_key, uint64_t token) {
   if (entries_.load() == 0) return;
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   const auto it = FindLocked(claim_key, token);
   if (it == queue_.end()) return;
   queue_.erase(it);
   GrantLocked(Clock::now());
-  changed_.notify_all();  // a call of this claim waiting for it learns that it is gone
+  changed_.NotifyAll();  // a call of this claim waiting for it learns that it is gone
 }
 
 Status KeyReservations::CheckCommit(std::string_view claim_key, uint64_t token,
                                     const WriteSet& writes) {
   if (entries_.load() == 0) return Status::OK();
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   GrantLocked(Clock::now());
   for (const Entry& entry : queue_) {
     if (!entry.granted || (entry.token == token && entry.claim_key == claim_key)) continue;
@@ -90,7 +90,7 @@ void KeyReservations::GrantLocked(Clock::time_point now) {
     taken.insert(entry.keys.begin(), entry.keys.end());
   }
   entries_.store(queue_.size());
-  if (granted_any) changed_.notify_all();
+  if (granted_any) changed_.NotifyAll();
 }
 
 std::list<KeyReservations::Entry>::iterator KeyReservations::FindLocked(std::string_view claim_key,

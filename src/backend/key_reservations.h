@@ -20,15 +20,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <list>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 
 #include "engine/backend.h"
+#include "util/mutex.h"
 
 namespace idem {
 
@@ -58,13 +57,14 @@ class KeyReservations {
     Clock::time_point lapses;
   };
 
-  // Drops lapsed entries, then grants in arrival order what can be granted. mu_ held.
-  void GrantLocked(Clock::time_point now);
-  std::list<Entry>::iterator FindLocked(std::string_view claim_key, uint64_t token);
+  // Drops lapsed entries, then grants in arrival order what can be granted.
+  void GrantLocked(Clock::time_point now) IDEM_REQUIRES(mu_);
+  std::list<Entry>::iterator FindLocked(std::string_view claim_key, uint64_t token)
+      IDEM_REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::list<Entry> queue_;  // guarded by mu_; arrival order, granted and waiting
+  util::Mutex mu_;
+  util::CondVar changed_;
+  std::list<Entry> queue_ IDEM_GUARDED_BY(mu_);  // arrival order, granted and waiting
   // queue_.size(), read without mu_ so that the commits of a store where nothing is reserved
   // (the usual case) do not take it.
   std::atomic<std::size_t> entries_{0};

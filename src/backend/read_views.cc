@@ -8,7 +8,7 @@ Result<uint64_t> ReadViews::Open() {
   auto entry = std::make_shared<Entry>();
   IDEM_ASSIGN_OR_RETURN(entry->view, storage_.OpenView());
   uint64_t id = 0;
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   if (open_.size() >= kMaxOpen) {
     return Status::Busy(fmt::format(
         "{} read views of the store are open already (exports running): try again later",
@@ -23,7 +23,7 @@ Result<uint64_t> ReadViews::Open() {
 
 void ReadViews::Close(uint64_t id) {
   std::shared_ptr<Entry> entry;
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   const auto it = open_.find(id);
   if (it == open_.end()) return;
   entry = std::move(it->second);  // released after mu_, or by the page still reading it

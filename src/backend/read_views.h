@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "idem/status.h"
 #include "storage/storage.h"
+#include "util/mutex.h"
 
 namespace idem {
 
@@ -40,7 +40,7 @@ class ReadViews {
     if (id == 0) return read(nullptr);
     std::shared_ptr<Entry> entry;
     {
-      std::lock_guard lock(mu_);
+      util::MutexLock lock(mu_);
       const auto it = open_.find(id);
       if (it != open_.end()) entry = it->second;
     }
@@ -50,19 +50,20 @@ class ReadViews {
           "idle, or the owner changed): read the store again",
           id));
     }
-    std::lock_guard lock(entry->mu);
+    util::MutexLock lock(entry->mu);
     return read(entry->view.get());
   }
 
  private:
   struct Entry {
-    std::mutex mu;  // one reader at a time (a PostgreSQL view is one connection)
+    util::Mutex mu;  // one reader at a time (a PostgreSQL view is one connection)
+    // Set before the entry is published in open_, then read under mu.
     std::unique_ptr<storage::ReadView> view;
   };
 
   storage::Storage& storage_;
-  std::mutex mu_;
-  std::map<uint64_t, std::shared_ptr<Entry>> open_;  // guarded by mu_
+  util::Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Entry>> open_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem

@@ -20,16 +20,18 @@ StallWatch::StallWatch(std::shared_ptr<const Clock> clock, milliseconds grace)
 
 StallWatch::~StallWatch() {
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     stopping_ = true;
   }
-  stop_.notify_all();
+  stop_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void StallWatch::Run() {
-  std::unique_lock lock(mu_);
-  while (!stop_.wait_for(lock, kTick, [this] { return stopping_; })) Tick(Steady::now());
+  util::MutexLock lock(mu_);
+  while (!stop_.WaitFor(lock, kTick, [this]() IDEM_REQUIRES(mu_) { return stopping_; })) {
+    Tick(Steady::now());
+  }
 }
 
 void StallWatch::Tick(Steady::time_point now) {
@@ -47,7 +49,7 @@ void StallWatch::Tick(Steady::time_point now) {
 std::array<engine::RenewalGrace, 2> StallWatch::Graces() {
   std::array<engine::RenewalGrace, 2> graces;
   if (grace_ <= milliseconds(0)) return graces;
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   const auto now = Steady::now();
   Tick(now);
   const Window* windows[] = {&ownership_, &stall_};

@@ -17,13 +17,12 @@
 
 #include <array>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "engine/state_machine.h"
 #include "idem/options.h"
+#include "util/mutex.h"
 
 namespace idem {
 
@@ -56,20 +55,19 @@ class StallWatch {
   };
 
   void Run();
-  void Tick(Steady::time_point now);  // mu_ held
+  void Tick(Steady::time_point now) IDEM_REQUIRES(mu_);
 
   // Constant after construction.
   const std::shared_ptr<const Clock> clock_;
   const std::chrono::milliseconds grace_;
 
-  std::mutex mu_;
-  std::condition_variable stop_;
-  // Guarded by mu_.
-  bool stopping_ = false;
-  Steady::time_point last_tick_;
-  std::chrono::system_clock::time_point last_tick_wall_;
-  Window ownership_;
-  Window stall_;
+  util::Mutex mu_;
+  util::CondVar stop_;
+  bool stopping_ IDEM_GUARDED_BY(mu_) = false;
+  Steady::time_point last_tick_ IDEM_GUARDED_BY(mu_);
+  std::chrono::system_clock::time_point last_tick_wall_ IDEM_GUARDED_BY(mu_);
+  Window ownership_ IDEM_GUARDED_BY(mu_);
+  Window stall_ IDEM_GUARDED_BY(mu_);
 
   std::thread thread_;
 };

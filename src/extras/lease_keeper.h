@@ -10,13 +10,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 
 #include "idem/store.h"
+#include "util/mutex.h"
 
 namespace idem {
 
@@ -113,16 +112,17 @@ class LeaseKeeper {
     std::chrono::steady_clock::time_point next;  // when the next renewal is due (max: never)
   };
   static Renewal Renew(const Lease& lease);
-  void StartWorker();   // with mu_ held
-  void ResetInChild();  // in a child of fork(), with mu_ held since the fork
+  void StartWorker() IDEM_REQUIRES(mu_);
+  // In a child of fork(), with mu_ held since the fork: releases it.
+  void ResetInChild() IDEM_RELEASE(mu_);
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  // Guarded by mu_.
-  std::map<uint64_t, Lease> leases_;
-  uint64_t next_id_ = 1;
-  int workers_ = 0;  // threads running Work
-  int waiting_ = 0;  // of them, those not renewing: one of them watches for the next lease due
+  util::Mutex mu_;
+  util::CondVar changed_;
+  std::map<uint64_t, Lease> leases_ IDEM_GUARDED_BY(mu_);
+  uint64_t next_id_ IDEM_GUARDED_BY(mu_) = 1;
+  int workers_ IDEM_GUARDED_BY(mu_) = 0;  // threads running Work
+  // Of them, those not renewing: one of them watches for the next lease due.
+  int waiting_ IDEM_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace idem

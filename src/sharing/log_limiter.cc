@@ -7,7 +7,7 @@ namespace idem::sharing {
 void LogLimiter::Log(std::string_view cause, std::string message) {
   const auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     auto it = causes_.find(cause);
     if (it == causes_.end()) it = causes_.emplace(std::string(cause), Cause{}).first;
     Cause& seen = it->second;

@@ -9,10 +9,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "util/mutex.h"
 
 namespace idem::sharing {
 
@@ -37,8 +38,8 @@ class LogLimiter {
   const std::function<void(std::string_view)> sink_;
   const std::chrono::milliseconds interval_;
 
-  std::mutex mu_;
-  std::map<std::string, Cause, std::less<>> causes_;  // guarded by mu_
+  util::Mutex mu_;
+  std::map<std::string, Cause, std::less<>> causes_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem::sharing

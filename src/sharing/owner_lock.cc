@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "util/escape.h"
+#include "util/mutex.h"
 
 namespace idem::sharing {
 namespace {
@@ -25,8 +26,8 @@ std::string LockPath(const std::string& directory) { return directory + "/" + kO
 // The descriptors of the owner locks this process holds. A child made by fork() shares their
 // open file descriptions, and so the locks: if it kept them, the store would stay locked after
 // the owner died, with nobody serving it. The fork handler closes them in the child.
-std::mutex held_mu;
-std::set<int>& HeldLocks() {
+util::Mutex held_mu;
+std::set<int>& HeldLocks() IDEM_REQUIRES(held_mu) {
   static std::set<int> fds;
   return fds;
 }
@@ -34,11 +35,13 @@ std::set<int>& HeldLocks() {
 void InstallForkHandler() {
   static std::once_flag once;
   std::call_once(once, [] {
-    pthread_atfork([] { held_mu.lock(); }, [] { held_mu.unlock(); },
-                   [] {
+    // The analysis cannot follow a lock taken in one handler and released in another.
+    pthread_atfork([]() IDEM_NO_THREAD_SAFETY_ANALYSIS { held_mu.Lock(); },
+                   []() IDEM_NO_THREAD_SAFETY_ANALYSIS { held_mu.Unlock(); },
+                   []() IDEM_NO_THREAD_SAFETY_ANALYSIS {
                      for (int fd : HeldLocks()) ::close(fd);
                      HeldLocks().clear();
-                     held_mu.unlock();
+                     held_mu.Unlock();
                    });
   });
 }
@@ -92,14 +95,14 @@ Result<std::unique_ptr<OwnerLock>> OwnerLock::TryAcquire(const std::string& dire
   }
   InstallForkHandler();
   {
-    std::lock_guard lock(held_mu);
+    util::MutexLock lock(held_mu);
     HeldLocks().insert(fd.get());
   }
   return std::unique_ptr<OwnerLock>(new OwnerLock(std::move(fd)));
 }
 
 OwnerLock::~OwnerLock() {
-  std::lock_guard lock(held_mu);
+  util::MutexLock lock(held_mu);
   // After a fork the child's handler has closed it already; the number may have been reused.
   if (HeldLocks().erase(fd_.get()) == 0) static_cast<void>(fd_.release());
 }
