@@ -14,48 +14,48 @@ PeriodicSync::~PeriodicSync() { Stop(); }
 
 void PeriodicSync::Note() {
   if (due_.exchange(true, std::memory_order_acq_rel)) return;
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   if (woken_) return;  // a retry is pending already, from an earlier due_since_
   woken_ = true;
   due_since_ = std::chrono::steady_clock::now();
-  wake_.notify_one();
+  wake_.NotifyOne();
 }
 
 void PeriodicSync::Stop() {
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     if (stopping_) return;
     stopping_ = true;
-    wake_.notify_one();
+    wake_.NotifyOne();
   }
   thread_.join();
 }
 
 PeriodicSync::Counts PeriodicSync::counts() const {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   return counts_;
 }
 
 void PeriodicSync::Run() {
-  std::unique_lock lock(mu_);
+  util::MutexLock lock(mu_);
   while (!stopping_) {
-    wake_.wait(lock, [&] { return woken_ || stopping_; });
+    wake_.Wait(lock, [&]() IDEM_REQUIRES(mu_) { return woken_ || stopping_; });
     if (stopping_) break;
     // The oldest write not yet synced was noted at due_since_: it is synced an interval later.
-    wake_.wait_until(lock, due_since_ + interval_, [&] { return stopping_; });
+    wake_.WaitUntil(lock, due_since_ + interval_, [&]() IDEM_REQUIRES(mu_) { return stopping_; });
     woken_ = false;
-    lock.unlock();
+    lock.Unlock();
     SyncDue();
-    lock.lock();
+    lock.Lock();
   }
-  lock.unlock();
+  lock.Unlock();
   SyncDue();  // what was written before Stop
 }
 
 void PeriodicSync::SyncDue() {
   if (!due_.exchange(false, std::memory_order_acq_rel)) return;
   const Status synced = sync_();
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   ++counts_.syncs;
   if (synced.ok()) {
     if (failing_ && log_) log_("the periodic sync of its log works again");

@@ -8,14 +8,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 
 #include "idem/status.h"
+#include "util/mutex.h"
 
 namespace idem::storage {
 
@@ -58,14 +57,14 @@ class PeriodicSync {
   // set happened before the clear, and its bytes before the sync that follows.
   std::atomic<bool> due_{false};
 
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  // Guarded by mu_.
-  bool stopping_ = false;
-  bool woken_ = false;  // a write became due, or a failed sync must be retried
-  std::chrono::steady_clock::time_point due_since_;
-  bool failing_ = false;  // the last sync failed (it was logged)
-  Counts counts_;
+  mutable util::Mutex mu_;
+  util::CondVar wake_;
+  bool stopping_ IDEM_GUARDED_BY(mu_) = false;
+  // A write became due, or a failed sync must be retried.
+  bool woken_ IDEM_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point due_since_ IDEM_GUARDED_BY(mu_);
+  bool failing_ IDEM_GUARDED_BY(mu_) = false;  // the last sync failed (it was logged)
+  Counts counts_ IDEM_GUARDED_BY(mu_);
 
   std::thread thread_;  // last: started once the rest is ready
 };

@@ -43,7 +43,7 @@ InfoLog::InfoLog(std::string db_path, std::size_t max_file_size)
     : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL),
       db_path_(std::move(db_path)),
       max_file_size_(max_file_size) {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   StartFileLocked();
   DeleteOldFiles();
 }
@@ -142,7 +142,7 @@ void InfoLog::WriteLine(rocksdb::InfoLogLevel level, const char* format, va_list
   }
   if (line.empty() || line.back() != '\n') line += '\n';
 
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   if (level >= rocksdb::InfoLogLevel::WARN_LEVEL) {
     // The message starts with the file's path: "PATH: dropping N bytes; Corruption: ...".
     const std::string_view message = std::string_view(line).substr(head.size());
@@ -165,17 +165,17 @@ void InfoLog::WriteLine(rocksdb::InfoLogLevel level, const char* format, va_list
 }
 
 std::size_t InfoLog::GetLogFileSize() const {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   return file_size_;
 }
 
 std::string InfoLog::damaged_file() const {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   return damaged_file_;
 }
 
 uint64_t InfoLog::dropped_lines() const {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   return dropped_lines_;
 }
 

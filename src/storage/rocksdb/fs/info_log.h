@@ -24,8 +24,9 @@
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
+
+#include "util/mutex.h"
 
 namespace idem::storage {
 
@@ -57,9 +58,9 @@ class InfoLog final : public rocksdb::Logger {
   uint64_t dropped_lines() const;
 
  private:
-  // mu_ held. Renames the current LOG (if any) to LOG.old.<micros> and opens a new one, unless
-  // the disk has less than kLeastFreeBytes free.
-  void StartFileLocked();
+  // Renames the current LOG (if any) to LOG.old.<micros> and opens a new one, unless the disk
+  // has less than kLeastFreeBytes free.
+  void StartFileLocked() IDEM_REQUIRES(mu_);
   // Deletes the LOG.old files but the newest kKeptInfoLogFiles.
   void DeleteOldFiles() const;
   void WriteLine(rocksdb::InfoLogLevel level, const char* format, va_list ap);
@@ -68,12 +69,11 @@ class InfoLog final : public rocksdb::Logger {
   const std::string db_path_;  // empty: no file
   const std::size_t max_file_size_;
 
-  mutable std::mutex mu_;
-  // Guarded by mu_.
-  int fd_ = -1;
-  std::size_t file_size_ = 0;
-  std::string damaged_file_;
-  uint64_t dropped_lines_ = 0;
+  mutable util::Mutex mu_;
+  int fd_ IDEM_GUARDED_BY(mu_) = -1;
+  std::size_t file_size_ IDEM_GUARDED_BY(mu_) = 0;
+  std::string damaged_file_ IDEM_GUARDED_BY(mu_);
+  uint64_t dropped_lines_ IDEM_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace idem::storage
