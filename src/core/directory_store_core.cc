@@ -41,14 +41,14 @@ DirectoryStoreCore::~DirectoryStoreCore() {
     return;
   }
   std::lock_guard registry_lock(RegistryMutex());
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   permanent_.store(nullptr, std::memory_order_release);
   backend_.reset();
   ownership_.reset();
 }
 
 Status DirectoryStoreCore::Start() {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   IDEM_ASSIGN_OR_RETURN(auto backend, AcquireBackend(util::Deadline(options_.failover_timeout)));
   SetBackendLocked(std::move(backend));
   return Status::OK();
@@ -60,13 +60,13 @@ void DirectoryStoreCore::SetBackendLocked(std::shared_ptr<Backend> backend) {
 }
 
 std::shared_ptr<Backend> DirectoryStoreCore::Current() {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   return backend_;
 }
 
 Result<std::shared_ptr<Backend>> DirectoryStoreCore::Failover(const std::shared_ptr<Backend>& lost,
                                                               const util::Deadline& deadline) {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   if (backend_ == lost) {
     log_.Log("failover",
              fmt::format("lost the owner of store {}; failing over", directory_.string()));
@@ -138,6 +138,7 @@ Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireWriter(const util::D
   Status last_error;
   std::string holder;
   const auto attempt = [&]() -> Acquired {
+    mu_.AssertHeld();  // RetryUntil runs it on this thread, within this call
     IDEM_ASSIGN_OR_RETURN(auto owner_lock,
                           sharing::OwnerLock::TryAcquire(directory_.string(), options_.sharing));
     if (owner_lock) return BecomeOwner(std::move(owner_lock));

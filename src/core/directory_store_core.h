@@ -29,6 +29,7 @@
 #include "sharing/socket_address.h"
 #include "storage/storage.h"
 #include "util/deadline.h"
+#include "util/mutex.h"
 #include "util/process.h"
 
 namespace idem {
@@ -125,8 +126,9 @@ class DirectoryStoreCore {
   Result<std::shared_ptr<Backend>> Failover(const std::shared_ptr<Backend>& lost,
                                             const util::Deadline& deadline);
 
-  // mu_ held. Gives up by `deadline`.
-  Result<std::shared_ptr<Backend>> AcquireBackend(const util::Deadline& deadline);
+  // Gives up by `deadline`.
+  Result<std::shared_ptr<Backend>> AcquireBackend(const util::Deadline& deadline)
+      IDEM_REQUIRES(mu_);
 
   // kUnavailable (nobody listens) and kTimedOut (the owner accepts nothing) may pass; any other
   // error from ConnectToOwner is a refusal (this process's own checks of the owner, or a
@@ -148,10 +150,11 @@ class DirectoryStoreCore {
 
   // Becomes the owner, or a client of the owner; retries while the owner is starting or has
   // just died, up to `deadline`. A refusal is returned at once.
-  Result<std::shared_ptr<Backend>> AcquireWriter(const util::Deadline& deadline);
+  Result<std::shared_ptr<Backend>> AcquireWriter(const util::Deadline& deadline) IDEM_REQUIRES(mu_);
 
-  // mu_ held, `owner_lock` taken.
-  Result<std::shared_ptr<Backend>> BecomeOwner(std::unique_ptr<sharing::OwnerLock> owner_lock);
+  // `owner_lock` taken.
+  Result<std::shared_ptr<Backend>> BecomeOwner(std::unique_ptr<sharing::OwnerLock> owner_lock)
+      IDEM_REQUIRES(mu_);
 
   Result<std::unique_ptr<storage::Storage>> OpenStorage();
   // The backend that runs the engine over `storage`, this store directory's files: with the
@@ -169,15 +172,14 @@ class DirectoryStoreCore {
   const Options options_;  // the first opener's
   sharing::LogLimiter log_{[this](std::string_view message) { Log(message); }};
 
-  // Sets backend_ (mu_ held), and permanent_ once it is a permanent backend.
-  void SetBackendLocked(std::shared_ptr<Backend> backend);
+  // Sets backend_, and permanent_ once it is a permanent backend.
+  void SetBackendLocked(std::shared_ptr<Backend> backend) IDEM_REQUIRES(mu_);
 
-  std::mutex mu_;
-  // Guarded by mu_.
-  std::shared_ptr<Backend> backend_;
+  util::Mutex mu_;  // taken after RegistryMutex() when both are
+  std::shared_ptr<Backend> backend_ IDEM_GUARDED_BY(mu_);
   // backend_.get() once backend_ is permanent (it is then never replaced), else null.
   std::atomic<Backend*> permanent_{nullptr};
-  std::unique_ptr<Ownership> ownership_;
+  std::unique_ptr<Ownership> ownership_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem

@@ -60,14 +60,15 @@ class InFlight {
 OwnerClient::OwnerClient(SocketAddress address, milliseconds request_timeout)
     : address_(std::move(address)),
       request_timeout_(request_timeout),
-      pipelined_(PipelinedConnectionCount()) {}
+      pipelined_count_(PipelinedConnectionCount()),
+      pipelined_(pipelined_count_) {}
 
 Result<std::unique_ptr<OwnerClient>> OwnerClient::Connect(const SocketAddress& address,
                                                           milliseconds request_timeout,
                                                           milliseconds connect_timeout) {
   std::unique_ptr<OwnerClient> backend(new OwnerClient(address, request_timeout));
   IDEM_ASSIGN_OR_RETURN(FileDescriptor connection, backend->NewConnection(connect_timeout));
-  backend->idle_.push_back(std::move(connection));
+  backend->PutBack(std::move(connection));
   return backend;
 }
 
@@ -88,7 +89,7 @@ Status OwnerClient::NoAnswerInTime() const {
 
 Result<FileDescriptor> OwnerClient::TakeConnection(Clock::time_point deadline) {
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     if (!idle_.empty()) {
       FileDescriptor pooled = std::move(idle_.back());
       idle_.pop_back();
@@ -106,7 +107,7 @@ Result<FileDescriptor> OwnerClient::TakeConnection(Clock::time_point deadline) {
 }
 
 void OwnerClient::PutBack(FileDescriptor connection) {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   idle_.push_back(std::move(connection));
 }
 
@@ -115,9 +116,9 @@ std::shared_ptr<PipelinedConnection> OwnerClient::PipelinedConnectionFor(
   // Each thread keeps to one shared connection, the threads spread evenly over them.
   static std::atomic<std::size_t> threads_seen{0};
   thread_local const std::size_t thread_number = threads_seen.fetch_add(1);
-  const std::size_t slot = thread_number % pipelined_.size();
+  const std::size_t slot = thread_number % pipelined_count_;
   const auto usable = [&]() -> std::shared_ptr<PipelinedConnection> {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     if (pipelined_[slot] && !pipelined_[slot]->ended()) return pipelined_[slot];
     return nullptr;
   };
@@ -125,13 +126,13 @@ std::shared_ptr<PipelinedConnection> OwnerClient::PipelinedConnectionFor(
   // One connect at a time: the threads that find the slot empty together (at the start of a
   // burst) wait for one connection instead of each making its own, which could take the owner
   // past its connection cap.
-  std::lock_guard connecting(connect_mu_);
+  util::MutexLock connecting(connect_mu_);
   if (auto shared = usable()) return shared;
   if (util::TimeLeft(deadline).count() == 0) return nullptr;
   Result<FileDescriptor> fresh = NewConnection(util::TimeLeft(deadline));
   if (!fresh.ok()) return nullptr;
   auto made = std::make_shared<PipelinedConnection>(std::move(fresh).value());
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   pipelined_[slot] = made;
   return made;
 }

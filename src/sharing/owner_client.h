@@ -27,13 +27,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "engine/backend.h"
 #include "sharing/pipelined_connection.h"
 #include "sharing/protocol.h"
 #include "sharing/socket_address.h"
+#include "util/mutex.h"
 
 namespace idem::sharing {
 
@@ -114,16 +114,17 @@ class OwnerClient final : public Backend {
   // Constant after construction.
   const SocketAddress address_;
   const std::chrono::milliseconds request_timeout_;
+  const std::size_t pipelined_count_;  // pipelined_.size()
 
   std::atomic<bool> lost_{false};
   std::atomic<pid_t> owner_pid_{0};
   std::atomic<int> in_flight_{0};  // calls begun and not yet answered
-  std::mutex connect_mu_;          // held while connecting a shared connection
-  std::mutex mu_;
-  // Guarded by mu_.
-  std::vector<FileDescriptor> idle_;
-  // The shared connections, a fixed number; each thread uses one (null until first needed).
-  std::vector<std::shared_ptr<PipelinedConnection>> pipelined_;
+  util::Mutex connect_mu_;         // held while connecting a shared connection
+  util::Mutex mu_;
+  std::vector<FileDescriptor> idle_ IDEM_GUARDED_BY(mu_);
+  // The shared connections, pipelined_count_ of them; each thread uses one (null until first
+  // needed).
+  std::vector<std::shared_ptr<PipelinedConnection>> pipelined_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem::sharing

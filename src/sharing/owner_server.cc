@@ -64,7 +64,6 @@ Result<std::unique_ptr<OwnerServer>> OwnerServer::Start(const SocketAddress& add
   server->epoll_fd_ = FileDescriptor(::epoll_create1(EPOLL_CLOEXEC));
   server->stop_fd_ = FileDescriptor(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   server->timer_fd_ = FileDescriptor(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-  server->spare_fd_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (server->epoll_fd_.get() < 0 || server->stop_fd_.get() < 0 || server->timer_fd_.get() < 0) {
     return Status::IOError(
         fmt::format("cannot set up the store's socket server: {}", std::strerror(errno)));
@@ -89,7 +88,8 @@ Result<std::unique_ptr<OwnerServer>> OwnerServer::Start(const SocketAddress& add
       EpollControl(epoll_fd, EPOLL_CTL_ADD, server->stop_fd_.get(), EPOLLIN, kStopKey));
   IDEM_RETURN_IF_ERROR(EpollControl(epoll_fd, EPOLL_CTL_ADD, server->timer_fd_.get(),
                                     EPOLLIN | EPOLLONESHOT, kTimerKey));
-  std::lock_guard lock(server->mu_);
+  util::MutexLock lock(server->mu_);
+  server->spare_fd_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   for (std::size_t i = 0; i < std::min(kInitialThreads, server->options_.max_threads); ++i) {
     server->threads_.emplace_back([s = server.get()] { s->RunThread(); });
   }
@@ -99,7 +99,7 @@ Result<std::unique_ptr<OwnerServer>> OwnerServer::Start(const SocketAddress& add
 OwnerServer::~OwnerServer() {
   std::vector<std::thread> threads;
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     stopping_ = true;
     threads.swap(threads_);
   }
@@ -109,14 +109,14 @@ OwnerServer::~OwnerServer() {
   for (std::thread& thread : threads) thread.join();
   std::map<uint64_t, std::shared_ptr<Job>> jobs;
   {
-    std::lock_guard lock(job_mu_);
+    util::MutexLock lock(job_mu_);
     jobs.swap(jobs_);
   }
   for (auto& [ticket, job] : jobs) {
     if (job->thread.joinable()) job->thread.join();
   }
   // Closing the connections tells their clients that this owner is gone.
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   connections_.clear();
   RemoveRuntimeSocket(listener_);
 }
@@ -152,7 +152,7 @@ void OwnerServer::RunThread() {
 
 void OwnerServer::AddThreadIfAllBusy() {
   if (waiting_threads_.load() > 0) return;
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   if (stopping_ || threads_.size() >= options_.max_threads) return;
   threads_.emplace_back([this] { RunThread(); });
 }
@@ -183,7 +183,7 @@ void OwnerServer::Sweep() {
   const auto now = Clock::now();
   std::vector<std::shared_ptr<Connection>> idle, stalled;
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     for (auto it = connections_.begin(); it != connections_.end();) {
       const Connection& connection = *it->second;
       const auto age = now - connection.since;
@@ -219,7 +219,7 @@ void OwnerServer::Sweep() {
   // Results of jobs that their clients never came back for.
   std::vector<std::shared_ptr<Job>> finished;
   {
-    std::lock_guard lock(job_mu_);
+    util::MutexLock lock(job_mu_);
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       if (it->second->result && now - it->second->finished >= kJobResultKept) {
         finished.push_back(std::move(it->second));
@@ -235,7 +235,7 @@ void OwnerServer::Sweep() {
 void OwnerServer::Serve(uint64_t id, uint32_t events) {
   std::shared_ptr<Connection> connection;
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     auto it = connections_.find(id);
     // Gone: closed by Sweep or displaced after the event was queued.
     if (it == connections_.end() || it->second->busy) return;
@@ -283,7 +283,7 @@ void OwnerServer::Release(const std::shared_ptr<Connection>& connection,
                           std::optional<Phase> phase) {
   serving_.fetch_sub(1, std::memory_order_relaxed);
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     connection->busy = false;
     if (!phase) {
       connections_.erase(connection->id);  // the descriptor closes with the last reference
@@ -303,7 +303,7 @@ void OwnerServer::Release(const std::shared_ptr<Connection>& connection,
   if (!EpollControl(epoll_fd_.get(), EPOLL_CTL_MOD, connection->fd.get(), wanted | EPOLLONESHOT,
                     connection->id)
            .ok()) {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     connections_.erase(connection->id);
   }
 }

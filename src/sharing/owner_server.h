@@ -27,12 +27,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -42,6 +40,7 @@
 #include "sharing/log_limiter.h"
 #include "sharing/protocol.h"
 #include "sharing/socket_address.h"
+#include "util/mutex.h"
 
 namespace idem::sharing {
 
@@ -113,10 +112,10 @@ class OwnerServer {
   // Serves the connection `fd` just accepted, or refuses it and closes `fd`. False when the
   // server is stopping.
   bool Admit(int fd);
-  // Adds `fd` (from `pid`) to the set of connections. mu_ held.
-  void AddConnection(int fd, pid_t pid, Holder holder);
-  // Refuses `fd` (from `pid`): every connection has a request running. mu_ held.
-  void RefuseAtCap(int fd, pid_t pid);
+  // Adds `fd` (from `pid`) to the set of connections.
+  void AddConnection(int fd, pid_t pid, Holder holder) IDEM_REQUIRES(mu_);
+  // Refuses `fd` (from `pid`): every connection has a request running.
+  void RefuseAtCap(int fd, pid_t pid) IDEM_REQUIRES(mu_);
   void Sweep();
   void Serve(uint64_t id, uint32_t events);
   // Reads what has arrived and runs every request that is whole, in order, then sends their
@@ -146,9 +145,9 @@ class OwnerServer {
   // Sends a refusal or a goodbye on a connection nobody else uses any more (the caller closes
   // it next).
   static void Say(int fd, ResponseKind kind, const Status& why);
-  // The longest idle connection, taken out of the set; null if every one is busy. mu_ held.
-  std::shared_ptr<Connection> TakeLongestIdle();
-  void ArmTimer(bool on);  // mu_ held
+  // The longest idle connection, taken out of the set; null if every one is busy.
+  std::shared_ptr<Connection> TakeLongestIdle() IDEM_REQUIRES(mu_);
+  void ArmTimer(bool on) IDEM_REQUIRES(mu_);
   // Runs `request` for `connection`'s client (the holder of its claims, the owner of its views
   // and reservations): the response's payload.
   std::string Handle(const Request& request, Connection& connection);
@@ -175,19 +174,18 @@ class OwnerServer {
   std::atomic<int> waiting_threads_{0};  // threads in epoll_wait
   std::atomic<int> serving_{0};          // connections a thread has (Serve)
 
-  std::mutex mu_;
-  // Guarded by mu_.
-  std::map<uint64_t, std::shared_ptr<Connection>> connections_;
-  uint64_t next_id_;
-  std::vector<std::thread> threads_;
-  bool stopping_ = false;
-  bool timer_armed_ = false;
-  FileDescriptor spare_fd_;  // closed for an instant to refuse a peer when out of descriptors
+  util::Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Connection>> connections_ IDEM_GUARDED_BY(mu_);
+  uint64_t next_id_ IDEM_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ IDEM_GUARDED_BY(mu_);
+  bool stopping_ IDEM_GUARDED_BY(mu_) = false;
+  bool timer_armed_ IDEM_GUARDED_BY(mu_) = false;
+  // Closed for an instant to refuse a peer when out of descriptors.
+  FileDescriptor spare_fd_ IDEM_GUARDED_BY(mu_);
 
-  std::mutex job_mu_;
-  std::condition_variable job_changed_;
-  // Guarded by job_mu_.
-  std::map<uint64_t, std::shared_ptr<Job>> jobs_;
+  util::Mutex job_mu_;
+  util::CondVar job_changed_;
+  std::map<uint64_t, std::shared_ptr<Job>> jobs_ IDEM_GUARDED_BY(job_mu_);
 };
 
 }  // namespace idem::sharing

@@ -43,7 +43,7 @@ bool OwnerServer::ShedForDescriptors() {
   // socket does not stay readable for ever.
   std::shared_ptr<Connection> idle;
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     idle = TakeLongestIdle();
   }
   if (idle) {
@@ -57,7 +57,7 @@ bool OwnerServer::ShedForDescriptors() {
   }
   int refused = -1;
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     spare_fd_ = FileDescriptor();
     refused = ::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (refused >= 0) {
@@ -95,7 +95,7 @@ bool OwnerServer::Admit(int fd) {
   Holder holder = util::HolderFor(peer.pid);
   std::shared_ptr<Connection> displaced;
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     if (stopping_) {
       ::close(fd);
       return false;

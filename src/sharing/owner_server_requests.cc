@@ -327,7 +327,7 @@ std::string OwnerServer::Handle(const Request& request, Connection& connection) 
 
 std::string OwnerServer::HandleJob(uint64_t ticket, milliseconds wait,
                                    std::function<Result<uint64_t>(JobProgress& progress)> work) {
-  std::unique_lock lock(job_mu_);
+  util::MutexLock lock(job_mu_);
   std::shared_ptr<Job>& slot = jobs_[ticket];
   if (!slot) {
     if (jobs_.size() > kMaxJobs) {
@@ -339,16 +339,16 @@ std::string OwnerServer::HandleJob(uint64_t ticket, milliseconds wait,
     slot->thread = std::thread([this, job = slot.get(), work = std::move(work)] {
       Result<uint64_t> result = work(job->progress);
       {
-        std::lock_guard done_lock(job_mu_);
+        util::MutexLock done_lock(job_mu_);
         job->result = std::move(result);
         job->finished = Clock::now();
       }
-      job_changed_.notify_all();
+      job_changed_.NotifyAll();
     });
   }
   const std::shared_ptr<Job> job = slot;
-  job_changed_.wait_for(lock, std::clamp(wait, milliseconds(0), kMaxJobWait),
-                        [&] { return job->result.has_value(); });
+  job_changed_.WaitFor(lock, std::clamp(wait, milliseconds(0), kMaxJobWait),
+                       [&] { return job->result.has_value(); });
   if (!job->result) {
     return EncodeResponse(Status::OK(), EncodePurgeProgress(job->progress.Running()));
   }
@@ -357,7 +357,7 @@ std::string OwnerServer::HandleJob(uint64_t ticket, milliseconds wait,
   const Result<uint64_t> result = *job->result;
   // Whoever takes the job out of the map joins its thread.
   if (jobs_.erase(ticket) == 1) {
-    lock.unlock();
+    lock.Unlock();
     job->thread.join();
   }
   return result.ok()

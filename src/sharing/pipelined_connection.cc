@@ -10,7 +10,7 @@
 namespace idem::sharing {
 
 bool PipelinedConnection::ended() const {
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   return ended_;
 }
 
@@ -19,9 +19,9 @@ PipelinedConnection::Exchanged PipelinedConnection::Exchange(std::string_view fr
                                                              std::string& answer) {
   const auto me = std::make_shared<Waiter>();
   {
-    std::lock_guard send_lock(send_mu_);
+    util::MutexLock send_lock(send_mu_);
     {
-      std::lock_guard lock(mu_);
+      util::MutexLock lock(mu_);
       if (ended_) return Exchanged::kEnded;
       if (waiting_.size() >= kMaxWaiting) return Exchanged::kFull;
       waiting_.push_back(me);
@@ -29,17 +29,17 @@ PipelinedConnection::Exchanged PipelinedConnection::Exchange(std::string_view fr
     const Status sent = SendFrame(fd_.get(), frame, deadline);
     if (!sent.ok()) {
       // Part of a frame may be on the wire: nothing after it could be read by the owner.
-      std::lock_guard lock(mu_);
+      util::MutexLock lock(mu_);
       End();
       return sent.code() == Status::Code::kTimedOut ? Exchanged::kTimedOut : Exchanged::kEnded;
     }
   }
   Woken woken;
-  std::unique_lock lock(mu_);
+  util::MutexLock lock(mu_);
   Exchanged outcome = Exchanged::kEnded;
   while (!me->answered && !ended_) {
     if (reading_) {
-      if (me->turn.wait_until(lock, deadline) == std::cv_status::timeout && !me->answered &&
+      if (me->turn.WaitUntil(lock, deadline) == std::cv_status::timeout && !me->answered &&
           !ended_) {
         outcome = Exchanged::kTimedOut;
         End();
@@ -47,9 +47,9 @@ PipelinedConnection::Exchanged PipelinedConnection::Exchange(std::string_view fr
       continue;
     }
     reading_ = true;
-    lock.unlock();
+    lock.Unlock();
     const Read read = ReadArrived(deadline);
-    lock.lock();
+    lock.Lock();
     reading_ = false;
     // What arrived before a close is handed out first: answers, or the owner's word on why.
     if (!ended_) HandOutAnswers(woken);
@@ -61,16 +61,16 @@ PipelinedConnection::Exchanged PipelinedConnection::Exchange(std::string_view fr
     }
     if (!me->answered && !ended_ && !woken.empty()) {
       // Others' answers came first: wake them now, not after this caller's own arrives.
-      lock.unlock();
-      for (const std::shared_ptr<Waiter>& waiter : woken) waiter->turn.notify_one();
+      lock.Unlock();
+      for (const std::shared_ptr<Waiter>& waiter : woken) waiter->turn.NotifyOne();
       woken.clear();
-      lock.lock();
+      lock.Lock();
     }
   }
   // The reader leaves when its own answer came: the next waiter reads from now on.
   if (!reading_ && !ended_ && !waiting_.empty()) woken.push_back(waiting_.front());
-  lock.unlock();
-  for (const std::shared_ptr<Waiter>& waiter : woken) waiter->turn.notify_one();
+  lock.Unlock();
+  for (const std::shared_ptr<Waiter>& waiter : woken) waiter->turn.NotifyOne();
   if (!me->answered) return outcome;
   answer = std::move(me->answer);
   return Exchanged::kAnswered;
@@ -82,7 +82,7 @@ void PipelinedConnection::End() {
   // Wakes a reader in poll and a sender waiting for room; the descriptor itself stays open (and
   // its number unused) until the last user lets the connection go.
   static_cast<void>(::shutdown(fd_.get(), SHUT_RDWR));
-  for (const std::shared_ptr<Waiter>& waiter : waiting_) waiter->turn.notify_one();
+  for (const std::shared_ptr<Waiter>& waiter : waiting_) waiter->turn.NotifyOne();
   waiting_.clear();
 }
 

@@ -24,16 +24,15 @@
 #define IDEM_SHARING_PIPELINED_CONNECTION_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "sharing/socket.h"
+#include "util/mutex.h"
 
 namespace idem::sharing {
 
@@ -65,7 +64,7 @@ class PipelinedConnection {
   struct Waiter {
     std::string answer;
     bool answered = false;
-    std::condition_variable turn;  // answered, the connection ended, or its turn to read
+    util::CondVar turn;  // answered, the connection ended, or its turn to read
   };
   // Waiters to wake once mu_ is released: a thread woken while the waker still holds mu_ would
   // at once sleep again on mu_ (measured: an eighth of a client process's time at 16 threads
@@ -74,25 +73,25 @@ class PipelinedConnection {
   using Woken = std::vector<std::shared_ptr<Waiter>>;
   enum class Read { kSome, kNothingInTime, kClosed };
 
-  // Ends the connection: the waiters left learn it, and the reader's poll returns. mu_ held.
-  void End();
+  // Ends the connection: the waiters left learn it, and the reader's poll returns.
+  void End() IDEM_REQUIRES(mu_);
   // Waits (at most until `deadline`) for bytes and reads what has arrived into in_; reader only.
   Read ReadArrived(Clock::time_point deadline);
   // Hands each whole answer in in_ to the waiter at the front of the queue, in order, adding
-  // each to `woken`; ends the connection at a refusal, a goodbye or a malformed answer. mu_
-  // held, reader only.
-  void HandOutAnswers(Woken& woken);
+  // each to `woken`; ends the connection at a refusal, a goodbye or a malformed answer. Reader
+  // only.
+  void HandOutAnswers(Woken& woken) IDEM_REQUIRES(mu_);
 
   const FileDescriptor fd_;
   // One sender at a time, from queueing its waiter to the end of its send: the order of the
   // queue is the order on the wire. Never held while waiting for an answer, so a sender blocked
   // on a full socket does not keep the reader from taking the answers that free it.
-  std::mutex send_mu_;
-  mutable std::mutex mu_;
-  // Guarded by mu_.
-  std::deque<std::shared_ptr<Waiter>> waiting_;  // in the order their requests were sent
-  bool reading_ = false;                         // a waiter is reading (outside mu_)
-  bool ended_ = false;
+  util::Mutex send_mu_;
+  mutable util::Mutex mu_;
+  // In the order their requests were sent.
+  std::deque<std::shared_ptr<Waiter>> waiting_ IDEM_GUARDED_BY(mu_);
+  bool reading_ IDEM_GUARDED_BY(mu_) = false;  // a waiter is reading (outside mu_)
+  bool ended_ IDEM_GUARDED_BY(mu_) = false;
   // Bytes read and not yet handed out: touched only by the reader (reading_ hands it over).
   std::string in_;
 };
