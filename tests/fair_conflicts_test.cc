@@ -160,11 +160,12 @@ void MakeSqlTable(idem::Store& store, const std::string& table) {
 
 // Two processes (on a store directory: its owner and a process that reaches it through the
 // owner's socket) increment one key as fast as they can for two seconds. Neither commits less
-// than a quarter of what the other does, none of their Executes gives up, and no increment is
-// lost. Before reservations, the owner committed some 50 times more than the client, whose
-// Executes gave up after conflict_retries. On PostgreSQL the two are peers, each with its own
-// connections (no unfairness to correct), and the reruns are the server's: an Execute may still
-// give up after conflict_retries there, and only the ratio and the total are checked.
+// than a quarter of what the other does (an eighth under an emulator or a sanitizer), none of their
+// Executes gives up, and no increment is lost. Before reservations, the owner committed some 50
+// times more than the client, whose Executes gave up after conflict_retries. On PostgreSQL the two
+// are peers, each with its own connections (no unfairness to correct), and the reruns are the
+// server's: an Execute may still give up after conflict_retries there, and only the ratio and the
+// total are checked.
 TEST_P(FairConflicts, TwoProcessesOnOneHotKeyCommitInBoundedRatio) {
   TestStore store(GetParam());
   const bool may_give_up = GetParam() != idem_test::Backend::kRocksDb;
@@ -190,8 +191,13 @@ TEST_P(FairConflicts, TwoProcessesOnOneHotKeyCommitInBoundedRatio) {
   const int by_client = DoneWithPrefix(*owner, "client-");
   std::printf("commits in 2 s: %d by the first process, %d by the second\n", by_owner, by_client);
   EXPECT_GT(by_owner, 0);
-  EXPECT_GE(by_client * 4, by_owner) << by_owner << " vs " << by_client;
-  EXPECT_GE(by_owner * 4, by_client) << by_owner << " vs " << by_client;
+  // The ratio also measures speed: the client's every call is a round trip through the owner's
+  // socket. Under an emulator or a sanitizer those cost many times what the owner's direct
+  // calls do (qemu-arm beside a build: 1731 against 345, a ratio of 5); the unfairness this
+  // guards against was a ratio of 50.
+  const int bound = idem_test::Scaled(4, 8);
+  EXPECT_GE(by_client * bound, by_owner) << by_owner << " vs " << by_client;
+  EXPECT_GE(by_owner * bound, by_client) << by_owner << " vs " << by_client;
   EXPECT_EQ(ValueOf(*owner, "counters", "hot"), by_owner + by_client);
 }
 

@@ -81,7 +81,7 @@ PgPoolStats PgPool::stats() const {
           .cancels = cancels_.load(),
           .prepares = prepares_.load(),
           .waiting = [this] {
-            std::lock_guard lock(mu_);
+            util::MutexLock lock(mu_);
             return waiters_.size();
           }()};
 }
@@ -185,7 +185,7 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
 
 PgPreparedNames* PgPool::PreparedOn(pg_conn* conn) {
   if (!prepares_.load(std::memory_order_relaxed)) return nullptr;
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   return &prepared_[conn];
 }
 
@@ -265,7 +265,7 @@ Status PgPool::Failed(PgFailure failure, std::string_view what, std::string_view
 Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
   pg_conn* conn = nullptr;
   {
-    std::unique_lock lock(mu_);
+    util::MutexLock lock(mu_);
     // While anyone waits, no connection is idle and no slot free: Return hands them over.
     if (waiters_.empty() &&
         (!idle_.empty() || checked_out_ + static_cast<int>(idle_.size()) < options_.size)) {
@@ -277,7 +277,7 @@ Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
     } else {
       Waiter me;
       waiters_.push_back(&me);
-      if (!me.ready.wait_for(lock, timeout, [&me] { return me.granted; })) {
+      if (!me.ready.WaitFor(lock, timeout, [&me] { return me.granted; })) {
         waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &me));
         return Status::TimedOut(
             fmt::format("{}: all {} connections of the pool are busy; waited {} ms for one",
@@ -293,7 +293,7 @@ Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
 
 void PgPool::Return(pg_conn* conn) {
   if (conn != nullptr && !SessionReusable(conn)) Discard(std::exchange(conn, nullptr), false);
-  std::lock_guard lock(mu_);
+  util::MutexLock lock(mu_);
   if (!waiters_.empty()) {
     // The slot passes to the oldest waiter as it is, still counted in checked_out_. Notified
     // under the lock: the waiter's record lives on its stack only until it sees `granted`.
@@ -301,7 +301,7 @@ void PgPool::Return(pg_conn* conn) {
     waiters_.pop_front();
     next.conn = conn;
     next.granted = true;
-    next.ready.notify_one();
+    next.ready.NotifyOne();
     return;
   }
   --checked_out_;
@@ -310,7 +310,7 @@ void PgPool::Return(pg_conn* conn) {
 
 void PgPool::Discard(pg_conn* conn, bool cancel) {
   {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     prepared_.erase(conn);
   }
   if (cancel) {

@@ -44,11 +44,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +56,7 @@
 
 #include "idem/status.h"
 #include "storage/postgres/pg_conninfo.h"
+#include "util/mutex.h"
 
 struct pg_conn;    // libpq's PGconn
 struct pg_result;  // libpq's PGresult
@@ -258,7 +257,7 @@ class PgPool {
   // A Checkout waiting its turn, on its own stack; granted a slot by Return (with `conn`, or
   // null: connect anew), under mu_.
   struct Waiter {
-    std::condition_variable ready;
+    util::CondVar ready;
     bool granted = false;
     pg_conn* conn = nullptr;
   };
@@ -312,18 +311,18 @@ class PgPool {
   // any of its sessions. From then on this pool sends every statement unnamed.
   std::atomic<bool> prepares_{true};
 
-  // Guarded by mu_.
-  mutable std::mutex mu_;
-  std::vector<pg_conn*> idle_;  // connected, idle outside a transaction
+  mutable util::Mutex mu_;
+  std::vector<pg_conn*> idle_ IDEM_GUARDED_BY(mu_);  // connected, idle outside a transaction
   // Callers waiting for a connection, oldest first (Checkout). A connection given back goes to
   // the oldest, never to a caller that came later: otherwise a thread that gives its connection
   // back and asks again at once could take it first every time, until a waiter timed out with
   // "all connections busy" while others were served.
-  std::deque<Waiter*> waiters_;
+  std::deque<Waiter*> waiters_ IDEM_GUARDED_BY(mu_);
   // Per connection, the statements prepared on it. Its entry is only read and changed by the
   // thread that has the connection checked out (the map's nodes do not move).
-  std::unordered_map<pg_conn*, PgPreparedNames> prepared_;
-  int checked_out_ = 0;  // connections (or places for one) in use by a Run
+  std::unordered_map<pg_conn*, PgPreparedNames> prepared_ IDEM_GUARDED_BY(mu_);
+  // Connections (or places for one) in use by a Run.
+  int checked_out_ IDEM_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace idem::storage

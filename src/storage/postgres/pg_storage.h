@@ -35,7 +35,6 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,6 +43,7 @@
 #include "storage/postgres/pg_pool.h"
 #include "storage/postgres/pg_schema.h"
 #include "storage/storage.h"
+#include "util/mutex.h"
 
 namespace idem::storage {
 
@@ -201,12 +201,12 @@ class PgStorage final : public Storage {
   // earlier than the server's time plus the lead reaches it (WaitUntilWithinLead).
   Result<uint64_t> NextToken(uint64_t above);
   // Reserves the next block from the sequence, raising the lead first when the block starts
-  // more than kTokenLeadSlack above the server's time plus the lead. Under token_mu_.
-  Status ReserveBlock();
+  // more than kTokenLeadSlack above the server's time plus the lead.
+  Status ReserveBlock() IDEM_REQUIRES(token_mu_);
   // Waits (kTokenLeadSlack at most, after ReserveBlock) until the server's time
   // plus the lead, as the reservation read them and the steady clock moved since, reaches
-  // `token`. Under token_mu_.
-  void WaitUntilWithinLead(uint64_t token) const;
+  // `token`.
+  void WaitUntilWithinLead(uint64_t token) const IDEM_REQUIRES(token_mu_);
   // Returns `token`, drawn by NextToken and written nowhere, to the block when no token was
   // drawn after it; otherwise it stays unused.
   void GiveBackToken(uint64_t token);
@@ -216,14 +216,14 @@ class PgStorage final : public Storage {
   PgPool pool_;
   PgTableNames names_;
 
-  std::mutex token_mu_;
-  uint64_t next_token_ = 0;  // guarded by token_mu_; next_token_ == block_end_: none left
-  uint64_t block_end_ = 0;
+  util::Mutex token_mu_;
+  uint64_t next_token_ IDEM_GUARDED_BY(token_mu_) = 0;  // == block_end_: none left
+  uint64_t block_end_ IDEM_GUARDED_BY(token_mu_) = 0;
   // The server's time at the block's reservation plus the lead then, in microseconds, and when
   // the reservation's answer came: no token of the block is handed out above that time plus the
-  // time passed since. Guarded by token_mu_.
-  uint64_t block_bound_ = 0;
-  std::chrono::steady_clock::time_point block_reserved_at_;
+  // time passed since.
+  uint64_t block_bound_ IDEM_GUARDED_BY(token_mu_) = 0;
+  std::chrono::steady_clock::time_point block_reserved_at_ IDEM_GUARDED_BY(token_mu_);
 };
 
 }  // namespace idem::storage

@@ -48,7 +48,7 @@ Status PgStorage::StartTokens() {
 }
 
 Result<uint64_t> PgStorage::NextToken(uint64_t above) {
-  std::lock_guard lock(token_mu_);
+  util::MutexLock lock(token_mu_);
   // A new block is above every block reserved before it (CACHE 1: the sequence hands out
   // numbers in order), so above every stored token.
   if (next_token_ == block_end_ || next_token_ <= above) IDEM_RETURN_IF_ERROR(ReserveBlock());
@@ -123,7 +123,7 @@ void PgStorage::WaitUntilWithinLead(uint64_t token) const {
 }
 
 void PgStorage::GiveBackToken(uint64_t token) {
-  std::lock_guard lock(token_mu_);
+  util::MutexLock lock(token_mu_);
   // Only the last token drawn, from the block still in use: no other call has one above it.
   if (next_token_ == token + 1 && block_end_ - kTokenBlock <= token) next_token_ = token;
 }
@@ -134,7 +134,7 @@ Status PgStorage::ReserveTokensAbove(uint64_t token) {
   // raised sequence.
   IDEM_RETURN_IF_ERROR(RaiseTokenSequence("$2", PgParam::Int8(std::bit_cast<int64_t>(token))));
   // This process's own block may hold tokens at or below `token`: draw a new one next time.
-  std::lock_guard lock(token_mu_);
+  util::MutexLock lock(token_mu_);
   if (next_token_ <= token) next_token_ = block_end_;
   return Status::OK();
 }

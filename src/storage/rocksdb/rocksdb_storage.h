@@ -27,6 +27,7 @@
 #include "storage/rocksdb/rocksdb_config.h"
 #include "storage/rocksdb/write_stops.h"
 #include "storage/storage.h"
+#include "util/mutex.h"
 
 namespace rocksdb {
 class ColumnFamilyHandle;
@@ -292,9 +293,8 @@ class RocksDbStorage final : public Storage {
   Result<std::optional<uint64_t>> ReadMeta(const char* key, std::size_t bytes,
                                            std::string_view what);
   // Persists (fsyncs) the token ceiling and lead, and the directory the files are in when given.
-  // Called with token_mu_ held.
   Status PersistTokens(uint64_t ceiling, uint64_t lead, std::optional<uint64_t> device,
-                       std::optional<uint64_t> inode);
+                       std::optional<uint64_t> inode) IDEM_REQUIRES(token_mu_);
   // Every write goes through here. After a failed write (or a failed flush: the next write then
   // fails) RocksDB refuses further writes (its background error state): the next write first
   // checks that RocksDB has resumed (ResumeAfterDiskError), and fails with kIOError saying why
@@ -304,9 +304,9 @@ class RocksDbStorage final : public Storage {
   // OK when RocksDB takes writes (again). Otherwise kIOError: the disk is full (writes resume
   // by themselves once space is freed), or the store must be reopened.
   Status ResumeAfterDiskError();
-  // resume_mu_ held, RocksDB not stopped. kIOError while the log file whose write failed is
-  // still current (the call that failed has yet to stop the store), OK otherwise.
-  Status CheckFailedLogLocked();
+  // RocksDB not stopped. kIOError while the log file whose write failed is still current (the
+  // call that failed has yet to stop the store), OK otherwise.
+  Status CheckFailedLogLocked() IDEM_REQUIRES(resume_mu_);
   // See the .cc: keeps a memtable non-empty after a resume.
   void WriteResumeGuard();
   // The number of the write-ahead log file RocksDB writes now.
@@ -317,7 +317,8 @@ class RocksDbStorage final : public Storage {
   // first those whose expiry is at or before `verify_up_to`.
   // `seen_at`: the sequence number of the snapshot the entries were read from.
   Result<uint64_t> DeleteDue(const std::vector<std::pair<int64_t, std::string>>& entries,
-                             int64_t now_micros, int64_t verify_up_to, uint64_t seen_at);
+                             int64_t now_micros, int64_t verify_up_to, uint64_t seen_at)
+      IDEM_REQUIRES(purge_mu_);
   // Calls options.progress_total, when set, with the number of index entries `it` visits.
   Status ReportPurgeTotal(rocksdb::Iterator& it, const PurgeOptions& options);
   // A dry-run purge: how many of the due entries `it` walks still name their record.
@@ -332,13 +333,14 @@ class RocksDbStorage final : public Storage {
   // Deletes the due records among the entries `it` walks, in batches of kPurgeBatch (DeleteDue).
   Result<PurgePass> DeleteDueEntries(rocksdb::Iterator& it, int64_t now_micros,
                                      int64_t verify_up_to, uint64_t seen_at,
-                                     const std::function<void(uint64_t)>& progress);
+                                     const std::function<void(uint64_t)>& progress)
+      IDEM_REQUIRES(purge_mu_);
   // Deletes the expiry index up to and including `last_index_key`.
   Status TrimExpiryIndex(const std::string& last_index_key);
   // Gives back the disk space of what `pass` removed: flushes every column family, so that the
   // log files holding the deletes go, and compacts the purged ranges of the records and index.
   Status CompactPurged(const PurgePass& pass);
-  Status PersistFilterHorizon(int64_t horizon);
+  Status PersistFilterHorizon(int64_t horizon) IDEM_REQUIRES(horizon_mu_);
 
   // Constant after construction.
   std::string path_;
@@ -361,13 +363,12 @@ class RocksDbStorage final : public Storage {
   // What failed writes tell: the next write checks that RocksDB resumed first, under
   // resume_mu_. Shared with the file system that notes failed log writes.
   std::shared_ptr<DiskErrorFlags> disk_errors_;
-  std::mutex resume_mu_;
+  util::Mutex resume_mu_;
   // A failed resume is retried no sooner than this; meanwhile calls get its error.
   static constexpr std::chrono::milliseconds kResumeInterval{100};
-  // Guarded by resume_mu_.
-  std::chrono::steady_clock::time_point next_resume_;
-  Status last_resume_error_;
-  std::optional<WriteStops> write_stops_;  // made at open
+  std::chrono::steady_clock::time_point next_resume_ IDEM_GUARDED_BY(resume_mu_);
+  Status last_resume_error_ IDEM_GUARDED_BY(resume_mu_);
+  std::optional<WriteStops> write_stops_ IDEM_GUARDED_BY(resume_mu_);  // made at open
 
   // Per-key read-modify-write atomicity. 1024 stripes keep collisions rare at 64 threads.
   static constexpr std::size_t kStripes = 1024;
@@ -405,9 +406,9 @@ class RocksDbStorage final : public Storage {
   // the key may hold a newer one: purge reads those first. Also bounds the last-write copies.
   const std::shared_ptr<std::atomic<int64_t>> filter_horizon_ =
       std::make_shared<std::atomic<int64_t>>(std::numeric_limits<int64_t>::min());
-  std::mutex horizon_mu_;  // one writer of the horizon at a time
+  util::Mutex horizon_mu_;  // one writer of the horizon at a time
 
-  std::mutex purge_mu_;  // one purge at a time
+  util::Mutex purge_mu_;  // one purge at a time
 
   // The store's format version, read at open; raised when the first table is made.
   std::atomic<uint32_t> format_version_{kFirstFormatVersion};
@@ -426,10 +427,10 @@ class RocksDbStorage final : public Storage {
 
   uint64_t token_block_ = kTokenBlock;  // RocksDbConfig::token_block
   std::atomic<uint64_t> next_token_{1};
-  std::mutex token_mu_;
+  util::Mutex token_mu_;
   std::atomic<uint64_t> token_ceiling_{0};  // written under token_mu_
   // How far ahead of the clock (microseconds) any token handed out may lie; written under
-  // token_mu_.
+  // token_mu_ once the store is open.
   std::atomic<uint64_t> token_lead_{0};
 };
 

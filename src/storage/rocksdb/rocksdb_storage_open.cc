@@ -153,9 +153,11 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   disk_errors_ = std::make_shared<DiskErrorFlags>();
   auto engine = std::make_shared<RocksDbOptions>(MakeRocksDbOptions(config.memory_budget));
   keep_alive_ = engine;
-  // After a full disk RocksDB resumes once the largest memtable fits (write_stops.h).
-  write_stops_.emplace(path_, log_,
-                       std::max(engine->records.write_buffer_size, std::size_t{1} << 20));
+  {  // After a full disk RocksDB resumes once the largest memtable fits (write_stops.h).
+    util::MutexLock lock(resume_mu_);  // uncontended: nothing else runs before the open
+    write_stops_.emplace(path_, log_,
+                         std::max(engine->records.write_buffer_size, std::size_t{1} << 20));
+  }
 
   // Every file and directory RocksDB creates is the owner's only (private_files.h).
   const std::shared_ptr<rocksdb::FileSystem> file_system =
@@ -316,13 +318,16 @@ Status RocksDbStorage::CheckFormatVersion(bool read_only) {
 }
 
 Status RocksDbStorage::LoadFilterHorizon(TimePoint now) {
-  IDEM_ASSIGN_OR_RETURN(const std::optional<uint64_t> horizon,
-                        ReadMeta(kFilterHorizonKey, 8, "filter horizon"));
-  if (horizon) {
-    filter_horizon_->store(static_cast<int64_t>(*horizon));
-  } else {
-    // Written by an idem whose filter dropped whatever had expired: up to now.
-    IDEM_RETURN_IF_ERROR(PersistFilterHorizon(ToMicros(now)));
+  {
+    util::MutexLock lock(horizon_mu_);  // uncontended: the store is opening
+    IDEM_ASSIGN_OR_RETURN(const std::optional<uint64_t> horizon,
+                          ReadMeta(kFilterHorizonKey, 8, "filter horizon"));
+    if (horizon) {
+      filter_horizon_->store(static_cast<int64_t>(*horizon));
+    } else {
+      // Written by an idem whose filter dropped whatever had expired: up to now.
+      IDEM_RETURN_IF_ERROR(PersistFilterHorizon(ToMicros(now)));
+    }
   }
   return AdvanceFilterHorizon(now);
 }
@@ -340,7 +345,7 @@ Status RocksDbStorage::PersistFilterHorizon(int64_t horizon) {
 }
 
 Status RocksDbStorage::AdvanceFilterHorizon(TimePoint now) {
-  std::lock_guard lock(horizon_mu_);
+  util::MutexLock lock(horizon_mu_);
   const int64_t target = ToMicros(now) - kFilterHorizonLagMicros;
   if (target <= filter_horizon_->load()) return Status::OK();
   return PersistFilterHorizon(target);

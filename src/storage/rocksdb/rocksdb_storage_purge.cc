@@ -58,7 +58,7 @@ class DueIndexEntries {
 
 Result<uint64_t> RocksDbStorage::Purge(const PurgeOptions& options) {
   const ScopedPerfCountersOff counters_off;
-  std::lock_guard purge_lock(purge_mu_);
+  util::MutexLock purge_lock(purge_mu_);
   const TimePoint now = Now();
   const int64_t now_micros = ToMicros(now);
   if (options.dry_run) {
@@ -71,7 +71,7 @@ Result<uint64_t> RocksDbStorage::Purge(const PurgeOptions& options) {
   // without reading them. Entries at or before it may have lost their record to a compaction
   // filter, and the key may hold a newer record since: those are checked first.
   const int64_t verify_up_to = filter_horizon_->load();
-  Result<PurgePass> deleted = [&]() -> Result<PurgePass> {
+  Result<PurgePass> deleted = [&]() IDEM_REQUIRES(purge_mu_) -> Result<PurgePass> {
     // The snapshot goes before the compaction below: as long as it lives, compaction must keep
     // every record it sees, deleted or not (measured: a purge of half the records gave back
     // nothing).
@@ -133,7 +133,7 @@ Result<RocksDbStorage::PurgePass> RocksDbStorage::DeleteDueEntries(
     const std::function<void(uint64_t)>& progress) {
   PurgePass pass;
   std::vector<std::pair<int64_t, std::string>> batch;
-  auto flush = [&]() -> Status {
+  auto flush = [&]() IDEM_REQUIRES(purge_mu_) -> Status {
     IDEM_ASSIGN_OR_RETURN(uint64_t deleted, DeleteDue(batch, now_micros, verify_up_to, seen_at));
     pass.purged += deleted;
     batch.clear();

@@ -77,7 +77,7 @@ Status RocksDbStorage::ReserveTokens(TimePoint now) {
   // microsecond (so an open adds nothing to the lead, and a restore right after many opens still
   // starts above them). Tokens that come faster (or a clock that does not move: a test's) raise
   // it in NextToken, a block at a time.
-  std::lock_guard lock(token_mu_);
+  util::MutexLock lock(token_mu_);
   return PersistTokens(start + std::min(kFirstTokenBlock, token_block_), token_lead_.load(), device,
                        inode);
 }
@@ -117,7 +117,7 @@ Result<uint64_t> RocksDbStorage::NextToken(TimePoint now) {
   const uint64_t micros = MicrosOf(now);
   const uint64_t lead_needed = token > micros ? token - micros : 0;
   if (token >= token_ceiling_.load() || lead_needed > token_lead_.load()) {
-    std::lock_guard lock(token_mu_);
+    util::MutexLock lock(token_mu_);
     uint64_t ceiling = token_ceiling_.load();
     uint64_t lead = token_lead_.load();
     if (token >= ceiling) ceiling = token + token_block_;
@@ -135,7 +135,7 @@ Status RocksDbStorage::ReserveTokensAbove(uint64_t token) {
     return Status::InvalidArgument(fmt::format(
         "token {} is too large; a store takes tokens up to {} (2^63-1)", token, kMaxToken));
   }
-  std::lock_guard lock(token_mu_);
+  util::MutexLock lock(token_mu_);
   // The ceiling first: a restart starts at it, so once it is above `token`, no token up to
   // `token` is ever handed out again, even if this process dies before the records are written.
   if (token_ceiling_.load() <= token) {

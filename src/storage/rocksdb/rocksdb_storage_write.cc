@@ -41,7 +41,7 @@ Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
   if (s.IsIOError() || s.IsCorruption() || s.severity() >= rocksdb::Status::Severity::kSoftError) {
     disk_errors_->stopped.store(true, std::memory_order_release);
     disk_errors_->guard_needed.store(true, std::memory_order_release);
-    std::lock_guard lock(resume_mu_);
+    util::MutexLock lock(resume_mu_);
     write_stops_->NoteStopped(s);
   }
   return failed;
@@ -72,7 +72,7 @@ std::optional<uint64_t> RocksDbStorage::CurrentLogNumber() {
 }
 
 Status RocksDbStorage::ResumeAfterDiskError() {
-  std::lock_guard lock(resume_mu_);
+  util::MutexLock lock(resume_mu_);
   if (!disk_errors_->stopped.load(std::memory_order_acquire)) return CheckFailedLogLocked();
   const auto now = std::chrono::steady_clock::now();
   // A failed attempt is not repeated at once: callers retrying in a loop would otherwise make

@@ -5,12 +5,12 @@
 
 #include <atomic>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string_view>
 
 #include "storage/rocksdb/fs/file_names.h"
 #include "storage/rocksdb/fs/rocksdb_status.h"
+#include "util/mutex.h"
 
 namespace idem::storage {
 namespace {
@@ -89,7 +89,7 @@ class MarkingFileSystem final : public rocksdb::FileSystemWrapper {
     rocksdb::IOStatus status = target()->RenameFile(from, to, options, debug);
     if (status.ok() && BaseName(to) == "CURRENT") {
       const auto installed = ReadCurrent(*target(), db_path_);
-      std::lock_guard lock(mu_);
+      util::MutexLock lock(mu_);
       installed_ = installed;
     }
     return status;
@@ -148,14 +148,14 @@ class MarkingFileSystem final : public rocksdb::FileSystemWrapper {
   };
 
   void NoteSynced(uint64_t manifest, uint64_t bytes) {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     synced_[manifest] = bytes;
   }
 
   // Writes (fsynced, atomically by rename) the installed MANIFEST and its synced size, unless
   // the mark already says so.
   rocksdb::IOStatus WriteMark(const rocksdb::IOOptions& options, rocksdb::IODebugContext* debug) {
-    std::lock_guard lock(mu_);
+    util::MutexLock lock(mu_);
     if (!installed_) return rocksdb::IOStatus::OK();
     const auto synced = synced_.find(*installed_);
     // A MANIFEST this file system did not see written: keep the older mark, which stays true.
@@ -175,10 +175,10 @@ class MarkingFileSystem final : public rocksdb::FileSystemWrapper {
   }
 
   const std::string db_path_;
-  std::mutex mu_;
-  std::optional<uint64_t> installed_;    // the MANIFEST number CURRENT names
-  std::map<uint64_t, uint64_t> synced_;  // MANIFEST number -> bytes synced
-  std::string written_;                  // the mark's text as last written
+  util::Mutex mu_;
+  std::optional<uint64_t> installed_ IDEM_GUARDED_BY(mu_);    // the MANIFEST number CURRENT names
+  std::map<uint64_t, uint64_t> synced_ IDEM_GUARDED_BY(mu_);  // MANIFEST number -> bytes synced
+  std::string written_ IDEM_GUARDED_BY(mu_);                  // the mark's text as last written
 };
 
 }  // namespace
