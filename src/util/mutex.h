@@ -1,5 +1,6 @@
 // util::Mutex, MutexLock and CondVar: std::mutex, std::unique_lock and std::condition_variable
-// with Clang's thread-safety attributes (libstdc++'s carry none), so that the clang-thread-safety
+// with Clang's thread-safety attributes (libstdc++'s carry none), and SharedMutex with its
+// WriterMutexLock and ReaderMutexLock over std::shared_mutex, so that the clang-thread-safety
 // build checks every member declared IDEM_GUARDED_BY(mu_) is used under mu_. Everything is
 // inline and compiles to the std:: calls. There is no lower-case lock(): a std::lock_guard left
 // on a util::Mutex does not compile.
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 #include <utility>
 
 #include "util/thread_annotations.h"
@@ -74,6 +76,44 @@ class CondVar {
 
  private:
   std::condition_variable cv_;
+};
+
+// A reader/writer mutex, for state read far more often than it changes: many holders in shared
+// mode (LockShared, ReaderMutexLock) or one in exclusive mode (Lock, WriterMutexLock). A member
+// IDEM_GUARDED_BY it may be read under either and written only under the exclusive one.
+class IDEM_CAPABILITY("mutex") SharedMutex {
+ public:
+  void Lock() IDEM_ACQUIRE() { mu_.lock(); }
+  void Unlock() IDEM_RELEASE() { mu_.unlock(); }
+  void LockShared() IDEM_ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void UnlockShared() IDEM_RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds a SharedMutex exclusively for its scope.
+class IDEM_SCOPED_CAPABILITY WriterMutexLock {
+ public:
+  explicit WriterMutexLock(SharedMutex& mu) IDEM_ACQUIRE(mu) : mu_(mu) { mu_.Lock(); }
+  ~WriterMutexLock() IDEM_RELEASE() { mu_.Unlock(); }
+  WriterMutexLock(const WriterMutexLock&) = delete;
+  WriterMutexLock& operator=(const WriterMutexLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
+};
+
+// Holds a SharedMutex in shared mode for its scope.
+class IDEM_SCOPED_CAPABILITY ReaderMutexLock {
+ public:
+  explicit ReaderMutexLock(SharedMutex& mu) IDEM_ACQUIRE_SHARED(mu) : mu_(mu) { mu_.LockShared(); }
+  ~ReaderMutexLock() IDEM_RELEASE() { mu_.UnlockShared(); }
+  ReaderMutexLock(const ReaderMutexLock&) = delete;
+  ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
 };
 
 }  // namespace idem::util

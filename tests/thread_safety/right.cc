@@ -54,7 +54,30 @@ class Counter {
   int value_ IDEM_GUARDED_BY(mu_) = 0;
 };
 
+class Names {
+ public:
+  bool Has(int name) {
+    idem::util::ReaderMutexLock lock(mu_);
+    return name < count_;
+  }
+
+  void Add() {
+    idem::util::WriterMutexLock lock(mu_);
+    ++count_;
+  }
+
+ private:
+  idem::util::SharedMutex mu_;
+  int count_ IDEM_GUARDED_BY(mu_) = 0;
+};
+
 }  // namespace
+
+bool UseNames() {
+  Names names;
+  names.Add();
+  return names.Has(0);
+}
 
 int UseCounter() {
   Counter counter;

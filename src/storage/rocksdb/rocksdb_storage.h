@@ -265,8 +265,8 @@ class RocksDbStorage final : public Storage {
   Result<TableValue> ReadTableValue(rocksdb::ColumnFamilyHandle* family, std::string_view table,
                                     std::string_view key);
   // Raises the store's format version to kTablesFormatVersion: the format file, then the meta
-  // value, both synced. tables_mu_ held.
-  Status RaiseFormatForTablesLocked();
+  // value, both synced.
+  Status RaiseFormatForTablesLocked() IDEM_REQUIRES(tables_mu_);
   // The column families Initialize opens beside the three of the records: those of the tables,
   // listed from the MANIFEST (none for a new store).
   std::vector<std::string> ListTableFamilies(const rocksdb::DBOptions& options) const;
@@ -414,9 +414,10 @@ class RocksDbStorage final : public Storage {
   std::atomic<uint32_t> format_version_{kFirstFormatVersion};
 
   // Application tables, by name, and the options a new table's column family gets. The handles
-  // live as long as the database (destroyed with it). Guarded by tables_mu_ (shared to look up).
-  std::shared_mutex tables_mu_;
-  std::map<std::string, rocksdb::ColumnFamilyHandle*, std::less<>> tables_;
+  // live as long as the database (destroyed with it). Looked up under tables_mu_ shared.
+  util::SharedMutex tables_mu_;
+  std::map<std::string, rocksdb::ColumnFamilyHandle*, std::less<>> tables_
+      IDEM_GUARDED_BY(tables_mu_);
   std::unique_ptr<rocksdb::ColumnFamilyOptions> table_options_;
   // A commit's table keys are locked by stripe, like records, in ascending order, after the
   // record's stripe and while holding wide_commit_mu_ shared. A commit of more keys than

@@ -264,7 +264,9 @@ Status RocksDbStorage::OpenDatabase(const rocksdb::DBOptions& options,
   records_ = handles_[0];
   by_expiry_ = handles_[1];
   meta_ = handles_[2];
-  // The rest are the tables' (ListTableFamilies), kept by table name.
+  // The rest are the tables' (ListTableFamilies), kept by table name. No other thread has the
+  // store yet: the lock is uncontended, taken because the analysis checks every function.
+  util::WriterMutexLock lock(tables_mu_);
   for (std::size_t i = 3; i < handles_.size(); ++i) {
     tables_.emplace(handles_[i]->GetName().substr(std::strlen(kTableFamilyPrefix)), handles_[i]);
   }

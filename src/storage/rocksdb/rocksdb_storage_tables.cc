@@ -174,11 +174,11 @@ Result<std::vector<RocksDbStorage::TableWrite>> RocksDbStorage::PrepareTableWrit
 Result<rocksdb::ColumnFamilyHandle*> RocksDbStorage::TableFamily(std::string_view table,
                                                                  bool create) {
   {
-    std::shared_lock lock(tables_mu_);
+    util::ReaderMutexLock lock(tables_mu_);
     if (auto it = tables_.find(table); it != tables_.end()) return it->second;
   }
   if (!create) return static_cast<rocksdb::ColumnFamilyHandle*>(nullptr);
-  std::unique_lock lock(tables_mu_);
+  util::WriterMutexLock lock(tables_mu_);
   if (auto it = tables_.find(table); it != tables_.end()) return it->second;
   IDEM_RETURN_IF_ERROR(RaiseFormatForTablesLocked());
   rocksdb::ColumnFamilyHandle* family = nullptr;
@@ -217,7 +217,7 @@ Result<TableValue> RocksDbStorage::ReadTableValue(rocksdb::ColumnFamilyHandle* f
 }
 
 Result<std::vector<std::string>> RocksDbStorage::ListTables() {
-  std::shared_lock lock(tables_mu_);
+  util::ReaderMutexLock lock(tables_mu_);
   std::vector<std::string> names;
   names.reserve(tables_.size());
   for (const auto& [name, family] : tables_) names.push_back(name);
