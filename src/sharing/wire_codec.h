@@ -38,6 +38,14 @@ class Writer {
   std::string& buffer() { return out_; }
 
  private:
+  // One record field by its C++ type (RecordFields folds over util::kRecordFields).
+  void Field(std::string_view bytes);
+  void Field(State state);
+  void Field(bool value);
+  void Field(uint32_t value);
+  void Field(uint64_t value);
+  void Field(std::chrono::system_clock::time_point value);
+
   std::string out_;
 };
 
@@ -65,6 +73,13 @@ class Reader {
 
  private:
   bool Take(std::size_t size, std::string_view& out);
+  // One record field by its C++ type, as Writer writes it.
+  void Field(std::string& bytes);
+  void Field(State& state);
+  void Field(bool& value);
+  void Field(uint32_t& value);
+  void Field(uint64_t& value);
+  void Field(std::chrono::system_clock::time_point& value);
 
   std::string_view in_;
   bool failed_ = false;
