@@ -8,7 +8,7 @@
 option(IDEM_WERROR "Treat compiler warnings as errors (scripts/test.sh turns it on)" OFF)
 # Clang's thread-safety analysis (src/util/thread_annotations.h) warns in every clang build; the
 # preset clang-thread-safety makes its findings errors without making clang's other warnings so.
-option(IDEM_WERROR_THREAD_SAFETY "Treat clang's -Wthread-safety findings as errors" OFF)
+option(IDEM_WERROR_THREAD_SAFETY "Treat clang's -Wthread-safety(-beta) findings as errors" OFF)
 
 function(idem_set_warnings target)
   target_compile_options(${target} PRIVATE
@@ -16,8 +16,11 @@ function(idem_set_warnings target)
     # Designated initializers such as {.lease = 1s} leave the other fields defaulted on purpose.
     $<$<COMPILE_LANGUAGE:CXX>:-Wno-missing-field-initializers>
     $<$<AND:$<BOOL:${IDEM_WERROR}>,$<COMPILE_LANGUAGE:C,CXX>>:-Werror>
+    # -beta adds the lock order (IDEM_ACQUIRED_AFTER).
     $<$<COMPILE_LANG_AND_ID:CXX,Clang>:-Wthread-safety>
-    $<$<AND:$<COMPILE_LANG_AND_ID:CXX,Clang>,$<BOOL:${IDEM_WERROR_THREAD_SAFETY}>>:-Werror=thread-safety>)
+    $<$<COMPILE_LANG_AND_ID:CXX,Clang>:-Wthread-safety-beta>
+    $<$<AND:$<COMPILE_LANG_AND_ID:CXX,Clang>,$<BOOL:${IDEM_WERROR_THREAD_SAFETY}>>:-Werror=thread-safety>
+    $<$<AND:$<COMPILE_LANG_AND_ID:CXX,Clang>,$<BOOL:${IDEM_WERROR_THREAD_SAFETY}>>:-Werror=thread-safety-beta>)
 endfunction()
 
 # Every compiled target in `directory` and below.

@@ -20,6 +20,7 @@
 #include "idem/options.h"
 #include "idem/status.h"
 #include "util/backoff.h"
+#include "util/check.h"
 #include "util/deadline.h"
 #include "util/escape.h"
 #include "util/hex.h"
@@ -30,6 +31,18 @@
 namespace {
 
 using namespace std::chrono_literals;
+
+// IDEM_DCHECK aborts naming the condition where checks are on (builds without NDEBUG: the
+// sanitizer presets), and never evaluates it where they are off.
+TEST(Dcheck, AbortsNamingTheBrokenConditionOnlyWhereChecksAreOn) {
+  int evaluated = 0;
+  IDEM_DCHECK(++evaluated == 1);
+  EXPECT_EQ(evaluated, IDEM_DCHECK_IS_ON ? 1 : 0);
+#if IDEM_DCHECK_IS_ON
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(IDEM_DCHECK(evaluated == 2), "invariant broken: evaluated == 2");
+#endif
+}
 
 TEST(Hex, EncodesEveryByteAsTwoLowercaseDigits) {
   EXPECT_EQ(idem::util::ToHex(std::string("\x00\x0f\xa0\xff", 4)), "000fa0ff");

@@ -98,7 +98,7 @@ class DirectoryStoreCore {
     // The owner's (or a reader's) own backend serves until the core is destroyed, which no
     // call outlives: it is used without the lock and without a reference count. Both are
     // written by every call, and a cache line written by calls on two cores moves between
-    // them at each call (replays at 4 threads: 11% faster without them).
+    // them at each call (docs/design/speed.md, increment 4).
     if (Backend* permanent = permanent_.load(std::memory_order_acquire)) {
       return call(*permanent, false);
     }

@@ -15,8 +15,8 @@
 namespace idem {
 
 inline constexpr char kReserveFile[] = "reserve";
-// Measured: a store reopened on a full disk with 624 KiB of logs to recover needed 12-20 KiB
-// (docs/operations.md, "A full disk"); a megabyte covers an open many times over.
+// A store reopened on a full disk needs a few tens of kilobytes to recover its logs
+// (docs/operations.md, "A full or failing disk"); a megabyte covers an open many times over.
 inline constexpr std::size_t kReserveBytes = 1 << 20;
 
 // Whether `status` failed because the disk was full (ENOSPC).

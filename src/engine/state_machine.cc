@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "util/check.h"
+
 namespace idem::engine {
 namespace {
 
@@ -49,6 +51,11 @@ void Acquire(Record next, const BeginRequest& request, TimePoint now, Claim& cla
 }  // namespace
 
 void ForgetHolder(Record& record) { record.holder = Holder{.took_over = record.holder.took_over}; }
+
+bool KeepsNoHolder(const Record& record) {
+  return record.state == State::kPending ||
+         record.holder == Holder{.took_over = record.holder.took_over};
+}
 
 Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token) {
   Record next;
@@ -242,6 +249,7 @@ void ApplyTransition(Record& record, const TransitionRequest& request, TimePoint
   }
   record.updated = now;
   record.timed_out = false;
+  IDEM_DCHECK(KeepsNoHolder(record));
 }
 
 }  // namespace idem::engine

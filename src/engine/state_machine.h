@@ -1,8 +1,9 @@
 // The idempotency state machine as pure functions:
 //   (stored record?, request, now) -> (answer, record to write?)
 // No I/O, no locks, no clock reads: the storage layer reads the stored record under the key's
-// lock, calls one of these, and writes what it returns in one atomic batch. Any storage backend
-// (RocksDB here; a distributed engine later) reuses this unchanged.
+// lock, calls one of these, and writes what it returns in one atomic batch. RocksDB and
+// PostgreSQL use these unchanged: under the key's stripe lock, or as an UPDATE conditional on the
+// row's version and token (TransitionApplies).
 
 #ifndef IDEM_ENGINE_STATE_MACHINE_H_
 #define IDEM_ENGINE_STATE_MACHINE_H_
@@ -116,6 +117,9 @@ Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token);
 // Whether the attempt took over another stays: it is one flag bit. Used by the transitions out
 // of pending, and by an import of a record that is not pending.
 void ForgetHolder(Record& record);
+// Whether `record` keeps what ForgetHolder leaves: true of every record a store writes (checked
+// by IDEM_DCHECK where the storages write one).
+bool KeepsNoHolder(const Record& record);
 
 // Begin's answer on a record that no Begin changes, only Forget or expiry: a mismatch, a replay,
 // a terminal failure. `visible` (MakeVisible applied) is moved into the claim then. Nullopt for

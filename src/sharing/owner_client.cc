@@ -23,10 +23,8 @@ constexpr milliseconds kJobPollWait{1000};
 // process are in flight: alone, a call is answered sooner on a connection of its own (both
 // sides spin for each other instead of sleeping), and the hand-off between a shared
 // connection's reader and its callers costs a wake-up that a connection of its own does not.
-// Measured on 2 cores (client workload, two rounds of 3 s): with two shared connections and
-// this threshold, 53k-55k / 49k-51k / 50k lifecycles a second at 4 / 16 / 64 client threads
-// against 51k-52k / 39k-41k / 31k with a connection per call; a threshold of 4 gave 51k / 50k /
-// 50k, one shared connection 36k-38k at 4 threads.
+// The threshold and the number of connections were measured against others
+// (docs/design/speed.md, increment 9).
 constexpr int kOthersInFlightToPipeline = 2;
 // Requests larger than this always go on a connection of their own: the owner refuses a frame
 // over its limit (never below this) by closing the connection, which would end the shared one
@@ -34,7 +32,7 @@ constexpr int kOthersInFlightToPipeline = 2;
 constexpr std::size_t kMaxPipelinedFrame = 4096;
 
 // Shared connections per client process: the owner serves each with one thread at a time, so
-// there are as many as the cores that can run them (at least 2, measured above; at most 8).
+// there are as many as the cores that can run them (at least 2, as measured; at most 8).
 std::size_t PipelinedConnectionCount() {
   return std::clamp<std::size_t>(util::UsableCores(), 2, 8);
 }

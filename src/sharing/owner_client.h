@@ -120,7 +120,7 @@ class OwnerClient final : public Backend {
   std::atomic<pid_t> owner_pid_{0};
   std::atomic<int> in_flight_{0};  // calls begun and not yet answered
   util::Mutex connect_mu_;         // held while connecting a shared connection
-  util::Mutex mu_;
+  util::Mutex mu_ IDEM_ACQUIRED_AFTER(connect_mu_);
   std::vector<FileDescriptor> idle_ IDEM_GUARDED_BY(mu_);
   // The shared connections, pipelined_count_ of them; each thread uses one (null until first
   // needed).

@@ -256,10 +256,8 @@ void OwnerServer::Serve(uint64_t id, uint32_t events) {
   // while no other connection is being served: then the cores have work and wake-ups are cheap.
   // Otherwise requests that are there already (a client pipelining its threads' calls, which
   // sent more while this thread ran the last ones) are served by this thread at once, up to
-  // kServedInARow times: arming the connection would wake another thread for them. Measured on
-  // 2 cores, client processes, three interleaved rounds of 3 s: 4 threads 54k-57k lifecycles/s
-  // against 51k-52k, 16 threads 50k-51k against 49k-50k, 64 threads 50k-52k against 48k-49k,
-  // p99 lower at each.
+  // kServedInARow times: arming the connection would wake another thread for them
+  // (docs/design/speed.md, increment 9).
   const auto alone = [this] { return serving_.load(std::memory_order_relaxed) == 1; };
   for (int served = 0; next == Phase::kIdle; ++served) {
     short ready = 0;

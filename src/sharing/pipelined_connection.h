@@ -67,8 +67,7 @@ class PipelinedConnection {
     util::CondVar turn;  // answered, the connection ended, or its turn to read
   };
   // Waiters to wake once mu_ is released: a thread woken while the waker still holds mu_ would
-  // at once sleep again on mu_ (measured: an eighth of a client process's time at 16 threads
-  // in that second sleep). Shared, so that a waiter that sees its answer and leaves before the
+  // at once sleep again on mu_ (docs/design/speed.md, increment 10). Shared, so that a waiter that sees its answer and leaves before the
   // wake-up does not take the condition variable with it.
   using Woken = std::vector<std::shared_ptr<Waiter>>;
   enum class Read { kSome, kNothingInTime, kClosed };
@@ -87,7 +86,7 @@ class PipelinedConnection {
   // queue is the order on the wire. Never held while waiting for an answer, so a sender blocked
   // on a full socket does not keep the reader from taking the answers that free it.
   util::Mutex send_mu_;
-  mutable util::Mutex mu_;
+  mutable util::Mutex mu_ IDEM_ACQUIRED_AFTER(send_mu_);
   // In the order their requests were sent.
   std::deque<std::shared_ptr<Waiter>> waiting_ IDEM_GUARDED_BY(mu_);
   bool reading_ IDEM_GUARDED_BY(mu_) = false;  // a waiter is reading (outside mu_)

@@ -73,10 +73,8 @@ Result<std::string> ReadFrame(int fd, std::size_t max_size,
 
 // How long a thread that expects bytes on a socket soon polls it without sleeping before it
 // blocks (SpinUntilReady). Waking a thread that slept costs tens of microseconds on a virtual
-// machine whose idle cores halt, about as long as a whole request: measured on the benchmark's
-// 2-core VM, a client process's lifecycle took 95 us (p50) when both sides slept between the
-// request and its answer, and 20 us when both spun; a kBuffered request is answered well within
-// this budget.
+// machine whose idle cores halt, about as long as a whole request (docs/design/speed.md,
+// increment 2); a kBuffered request is answered well within this budget.
 inline constexpr std::chrono::microseconds kSpinBudget{50};
 
 // Polls `fd` without sleeping until one of `events` (POLLIN, POLLRDHUP, ...) is ready, `budget`

@@ -1,7 +1,7 @@
 // The storage boundary: what the engine needs from a key-value backend. Records go in and out
 // whole; the backend makes each read-modify-write atomic per key and keeps an expiry index so
-// that purging costs in proportion to what expired. RocksDB implements it here
-// (rocksdb_storage.h); a distributed backend can implement it later and reuse the engine.
+// that purging costs in proportion to what expired. RocksDbStorage (storage/rocksdb/) and
+// PgStorage (storage/postgres/) implement it, and the engine runs over either unchanged.
 
 #ifndef IDEM_STORAGE_STORAGE_H_
 #define IDEM_STORAGE_STORAGE_H_

@@ -16,7 +16,8 @@ foreach(var CLANGXX SOURCE_DIR)
 endforeach()
 
 set(here ${SOURCE_DIR}/tests/thread_safety)
-set(flags -std=c++20 -fsyntax-only -Wthread-safety -Werror=thread-safety -I${SOURCE_DIR}/src)
+set(flags -std=c++20 -fsyntax-only -Wthread-safety -Wthread-safety-beta -Werror=thread-safety
+          -Werror=thread-safety-beta -I${SOURCE_DIR}/src)
 
 execute_process(COMMAND ${CLANGXX} ${flags} ${here}/right.cc RESULT_VARIABLE rc
                 OUTPUT_VARIABLE out ERROR_VARIABLE out)

@@ -45,6 +45,12 @@ class Counter {
     });
   }
 
+  void AddInOrder() {
+    idem::util::MutexLock first(mu_);
+    idem::util::MutexLock second(after_mu_);
+    ++value_;
+  }
+
  private:
   void AddLocked() IDEM_REQUIRES(mu_) { ++value_; }
   static void Report(int) {}
@@ -52,6 +58,7 @@ class Counter {
   idem::util::Mutex mu_;
   idem::util::CondVar cv_;
   int value_ IDEM_GUARDED_BY(mu_) = 0;
+  idem::util::Mutex after_mu_ IDEM_ACQUIRED_AFTER(mu_);
 };
 
 class Names {
@@ -84,5 +91,6 @@ int UseCounter() {
   counter.Add();
   counter.TryAdd();
   counter.AddThroughTemplate();
+  counter.AddInOrder();
   return counter.WaitAtLeast(1);
 }

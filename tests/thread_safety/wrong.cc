@@ -51,6 +51,12 @@ class Counter {
 #elif defined(WRONG_UNLOCKED_SHARED_READ)
   // expect: reading variable 'names_' requires holding mutex 'names_mu_'
   int Names() { return names_; }
+#elif defined(WRONG_LOCK_ORDER)
+  // expect: mutex 'mu_' must be acquired before 'after_mu_'
+  void Add() {
+    idem::util::MutexLock after(after_mu_);
+    idem::util::MutexLock before(mu_);
+  }
 #else
 #error "define one WRONG_* case"
 #endif
@@ -64,6 +70,7 @@ class Counter {
   int value_ IDEM_GUARDED_BY(mu_) = 0;
   idem::util::SharedMutex names_mu_;
   int names_ IDEM_GUARDED_BY(names_mu_) = 0;
+  idem::util::Mutex after_mu_ IDEM_ACQUIRED_AFTER(mu_);
 };
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "engine/state_machine.h"
+#include "util/check.h"
 #include "util/escape.h"
 #include "util/record_fields.h"
 #include "util/time.h"
@@ -135,6 +137,7 @@ Result<std::optional<Record>> DecodePgRow(const PgRows& rows, int row, int64_t* 
 }
 
 std::vector<PgParam> PgRowParams(std::string_view key, const Record& record, PgTimes times) {
+  IDEM_DCHECK(engine::KeepsNoHolder(record));
   std::vector<PgParam> params(kVersionColumn);
   util::ForEachRecordField<util::kTableOrder>([&](auto field_row) {
     using Row = decltype(field_row);

@@ -24,7 +24,7 @@
 // transaction (sec. 5), so a token is never handed out twice, even after a server crash; and
 // none is handed out above the server's time plus the store's lead (the meta table's
 // token_lead row), so tables restored from a backup start above every token handed out after it
-// (pg_storage_tokens.cc; docs/postgresql.md, "Tokens").
+// (pg_storage_tokens.cc; docs/postgresql.md, "What holds", "Tokens after a restore").
 // Durability: kSync commits with synchronous_commit = on, kBuffered with off (the server can
 // lose its last ~0.6 s of commits in a crash, never leaving a partial one).
 //

@@ -3,7 +3,8 @@
 // and a lead over the server's clock (the meta table's token_lead row) that bounds every token
 // handed out, so that tables restored from a backup (pg_restore, a point-in-time recovery)
 // start above every token handed out after the backup, at any rate of opens (docs/postgresql.md,
-// "Tokens"; the same design as a store directory's, rocksdb_storage_tokens.cc).
+// "What holds", "Tokens after a restore"; the same design as a store directory's,
+// rocksdb_storage_tokens.cc).
 //
 // The bound: every token is handed out no earlier than the server's time plus the lead reaches
 // it. The server's clock, not the process's: it is one clock for every host using the store.

@@ -15,8 +15,7 @@ struct MemorySplit {
   std::size_t write_buffer_size;  // one memtable of the records column family
   // A records table file written by a compaction. Its index (partitions of about 4 KiB) stays
   // in memory, outside the block cache, until the file is finished: about 3-4% of the file's
-  // size per running compaction (heaptrack, 3,000,000 records: 10.8 MiB of a 37 MiB heap peak
-  // with RocksDB's 64 MiB files).
+  // size per running compaction (docs/design/speed.md, increment 15).
   std::size_t table_file_size;
 };
 

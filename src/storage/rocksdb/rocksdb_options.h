@@ -31,8 +31,8 @@ RocksDbOptions MakeRocksDbOptions(std::size_t memory_budget);
 
 // Turns RocksDB's per-thread performance counters off on the calling thread for its lifetime,
 // then restores the thread's level. Nothing in idem reads them, and counting costs: every
-// counter update looks up two thread-locals of the shared library (measured: a replay's Begin
-// took 1.33 us with them, 1.04 us without). Restoring leaves a thread that counts for its own
+// counter update looks up two thread-locals of the shared library (docs/design/speed.md,
+// "Settings measured", N4). Restoring leaves a thread that counts for its own
 // use of RocksDB as it was.
 class ScopedPerfCountersOff {
  public:

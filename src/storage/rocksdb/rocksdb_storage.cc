@@ -12,11 +12,13 @@
 #include <cstring>
 #include <functional>
 
+#include "engine/state_machine.h"
 #include "storage/rocksdb/fs/log_failure_watch.h"
 #include "storage/rocksdb/fs/rocksdb_status.h"
 #include "storage/rocksdb/layout.h"
 #include "storage/rocksdb/record_codec.h"
 #include "storage/rocksdb/rocksdb_options.h"
+#include "util/check.h"
 #include "util/escape.h"
 #include "util/time.h"
 
@@ -81,6 +83,7 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   const Record* next =
       decide(stored, now, [this, now](uint64_t /*above*/) { return NextToken(now); });
   if (next == nullptr) return Status::OK();
+  IDEM_DCHECK(engine::KeepsNoHolder(*next));
   if (grouped) {
     // Written with the group's others; the stripe stays locked until then.
     IDEM_RETURN_IF_ERROR(AddToWriteGroup(*group, stripe, key, *next, stored_expires, durability));
@@ -99,9 +102,24 @@ Status RocksDbStorage::ReadStoredLocked(std::string_view key, std::size_t stripe
   // only ever removes records).
   if (absent_since && *absent_since == WriteVersion()) return Status::OK();
   if (!last.key.empty() && last.key == key && last.expires > filter_horizon_->load()) {
+    // Only a write of `key` under this stripe's lock changes its record, and it updates the
+    // copy; a filter removes only records at or before the horizon.
+    IDEM_DCHECK(StoredValueIs(key, last.value));
     return DecodeRecordInto(key, last.value, stored.emplace());
   }
   return ReadRecordInto(key, stored);
+}
+
+bool RocksDbStorage::StoredValueIs(std::string_view key, std::string_view encoded) const {
+  std::string value;
+  return db_->Get(rocksdb::ReadOptions(), records_, AsSlice(key), &value).ok() && value == encoded;
+}
+
+bool RocksDbStorage::RecordExpiresAt(std::string_view key, int64_t expires) const {
+  std::string value;
+  if (!db_->Get(rocksdb::ReadOptions(), records_, AsSlice(key), &value).ok()) return false;
+  const std::optional<int64_t> stored_expires = PeekExpiresMicros(value);
+  return !stored_expires || *stored_expires == expires;
 }
 
 Status RocksDbStorage::AddToWriteGroup(WriteGroup& group, std::size_t stripe, std::string_view key,
@@ -249,7 +267,8 @@ RocksDbStorage::TimePoint RocksDbStorage::Now() const {
 
 Result<Storage::ReadResult> RocksDbStorage::Read(std::string_view key) {
   // Decoded where the caller gets it, one return of one object: a replay is little more than
-  // this read, and each move of a record on its way out cost as much as a tenth of it.
+  // this read, and the moves of a record on its way out were a large part of it
+  // (docs/design/speed.md, increment 1).
   Result<ReadResult> result = ReadResult{.write_version = WriteVersion()};
   if (Status read = ReadRecordInto(key, result->record); read.ok()) {
     result->now = Now();

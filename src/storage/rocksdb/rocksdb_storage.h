@@ -1,10 +1,9 @@
-// Storage on RocksDB. Layout (docs/format.md):
-//   column family "default"   : key -> encoded record (record_codec.h)
-//   column family "by_expiry" : big-endian biased expiry micros + key -> "" (the purge index)
-//   column family "meta"      : "format_version", "token_ceiling"
+// Storage on RocksDB. Its column families are in docs/format.md, "Column families": the records
+// (key -> record_codec.h's encoding), the expiry index the purge walks, the meta values (format
+// version, token ceiling and lead, filter horizon, ...) and one family per application table.
 // Only this process writes the database (RocksDB's LOCK file guarantees it), so per-key
-// atomicity comes from striped in-process mutexes around Get + WriteBatch: measured faster than
-// TransactionDB and exactly as correct (architecture.md).
+// atomicity comes from striped in-process mutexes around Get + WriteBatch rather than a
+// TransactionDB (docs/design/speed.md, "Settings measured", N1).
 
 #ifndef IDEM_STORAGE_ROCKSDB_ROCKSDB_STORAGE_H_
 #define IDEM_STORAGE_ROCKSDB_ROCKSDB_STORAGE_H_
@@ -181,6 +180,10 @@ class RocksDbStorage final : public Storage {
   // `absent_since` (a version at which it was absent).
   Status ReadStoredLocked(std::string_view key, std::size_t stripe,
                           std::optional<uint64_t> absent_since, std::optional<Record>& stored);
+  // For IDEM_DCHECK only (each costs a read): whether `records_` holds `encoded` under `key`, and
+  // whether it holds a record of `key` that expires at `expires` (or one too damaged to say).
+  bool StoredValueIs(std::string_view key, std::string_view encoded) const;
+  bool RecordExpiresAt(std::string_view key, int64_t expires) const;
   // Writes `next` (replacing a record of expiry `stored_expires`) and `writes` (null: none) in
   // one batch, and keeps `next` as the stripe's last write.
   Status WriteLocked(std::size_t stripe, std::string_view key, const Record& next,
@@ -363,7 +366,9 @@ class RocksDbStorage final : public Storage {
   // What failed writes tell: the next write checks that RocksDB resumed first, under
   // resume_mu_. Shared with the file system that notes failed log writes.
   std::shared_ptr<DiskErrorFlags> disk_errors_;
-  util::Mutex resume_mu_;
+  // Taken last: a token reservation, a move of the filter horizon and the making of a table
+  // write under their own mutex, and a write may have to resume RocksDB first.
+  util::Mutex resume_mu_ IDEM_ACQUIRED_AFTER(token_mu_, horizon_mu_, tables_mu_);
   // A failed resume is retried no sooner than this; meanwhile calls get its error.
   static constexpr std::chrono::milliseconds kResumeInterval{100};
   std::chrono::steady_clock::time_point next_resume_ IDEM_GUARDED_BY(resume_mu_);
@@ -406,7 +411,7 @@ class RocksDbStorage final : public Storage {
   // the key may hold a newer one: purge reads those first. Also bounds the last-write copies.
   const std::shared_ptr<std::atomic<int64_t>> filter_horizon_ =
       std::make_shared<std::atomic<int64_t>>(std::numeric_limits<int64_t>::min());
-  util::Mutex horizon_mu_;  // one writer of the horizon at a time
+  util::Mutex horizon_mu_ IDEM_ACQUIRED_AFTER(purge_mu_);  // one writer of the horizon at a time
 
   util::Mutex purge_mu_;  // one purge at a time
 
@@ -429,7 +434,7 @@ class RocksDbStorage final : public Storage {
   uint64_t token_block_ = kTokenBlock;  // RocksDbConfig::token_block
   std::atomic<uint64_t> next_token_{1};
   util::Mutex token_mu_;
-  std::atomic<uint64_t> token_ceiling_{0};  // written under token_mu_
+  std::atomic<uint64_t> token_ceiling_{0};  // written under token_mu_ once the store is open
   // How far ahead of the clock (microseconds) any token handed out may lie; written under
   // token_mu_ once the store is open.
   std::atomic<uint64_t> token_lead_{0};

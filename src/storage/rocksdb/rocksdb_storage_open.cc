@@ -33,6 +33,7 @@
 #include "storage/rocksdb/rocksdb_options.h"
 #include "storage/rocksdb/rocksdb_storage.h"
 #include "storage/rocksdb/write_stops.h"
+#include "util/check.h"
 #include "util/escape.h"
 
 namespace idem::storage {
@@ -47,7 +48,7 @@ constexpr std::size_t kInfoLogFileBytes = 1 << 20;
 
 // Returns freed heap memory to the system after each flush and compaction. Those allocate and
 // free many megabytes of blocks on their own threads, and glibc keeps what they free in
-// per-thread arenas: measured at 1M records, the peak RSS fell from 57 to 49 MiB with this.
+// per-thread arenas, which this hands back (docs/design/speed.md, "Settings measured", N3).
 class TrimmingListener final : public rocksdb::EventListener {
  public:
   void OnFlushCompleted(rocksdb::DB*, const rocksdb::FlushJobInfo&) override { malloc_trim(0); }
@@ -335,6 +336,8 @@ Status RocksDbStorage::LoadFilterHorizon(TimePoint now) {
 }
 
 Status RocksDbStorage::PersistFilterHorizon(int64_t horizon) {
+  // Never back: a filter may already have removed records up to the horizon in force.
+  IDEM_DCHECK(horizon >= filter_horizon_->load());
   std::string encoded;
   PutFixed64(encoded, static_cast<uint64_t>(horizon));
   rocksdb::WriteBatch batch;

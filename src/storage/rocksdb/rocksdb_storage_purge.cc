@@ -12,6 +12,7 @@
 #include "storage/rocksdb/record_codec.h"
 #include "storage/rocksdb/rocksdb_options.h"
 #include "storage/rocksdb/rocksdb_storage.h"
+#include "util/check.h"
 #include "util/escape.h"
 #include "util/time.h"
 
@@ -204,6 +205,7 @@ Result<uint64_t> RocksDbStorage::DeleteDue(
         if (read.IsNotFound()) continue;
         if (!read.ok()) return FromRocksDb(read, "reading the expiry index");
       }
+      IDEM_DCHECK(RecordExpiresAt(key, expires));
     } else {
       std::string value;
       rocksdb::Status read = db_->Get(rocksdb::ReadOptions(), records_, key, &value);

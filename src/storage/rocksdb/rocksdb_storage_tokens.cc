@@ -2,7 +2,7 @@
 // that no token is handed out twice across crashes and restarts, and a lead over the clock that
 // bounds every token handed out, so that a copy of the files (a backup restored, a store copied
 // elsewhere or rolled back) starts above every token the original handed out after the copy was
-// made (docs/format.md, "Tokens").
+// made (docs/format.md, "Fencing tokens").
 
 #include <fmt/format.h>
 #include <rocksdb/db.h>
@@ -15,6 +15,7 @@
 #include "storage/rocksdb/fs/rocksdb_status.h"
 #include "storage/rocksdb/layout.h"
 #include "storage/rocksdb/rocksdb_storage.h"
+#include "util/check.h"
 #include "util/coding.h"
 #include "util/escape.h"
 #include "util/time.h"
@@ -126,6 +127,9 @@ Result<uint64_t> RocksDbStorage::NextToken(TimePoint now) {
       IDEM_RETURN_IF_ERROR(PersistTokens(ceiling, lead, std::nullopt, std::nullopt));
     }
   }
+  // What a restart and a copy of the files rely on: the token is below the persisted ceiling
+  // and within the persisted lead of the clock (both only ever rise).
+  IDEM_DCHECK(token < token_ceiling_.load() && token <= micros + token_lead_.load());
   return token;
 }
 
@@ -145,6 +149,7 @@ Status RocksDbStorage::ReserveTokensAbove(uint64_t token) {
   uint64_t next = next_token_.load();
   while (next <= token && !next_token_.compare_exchange_weak(next, token + 1)) {
   }
+  IDEM_DCHECK(next_token_.load() > token && token_ceiling_.load() > token);
   return Status::OK();
 }
 

@@ -1,6 +1,6 @@
 // Every write of RocksDbStorage, and what a failed one leaves to do: RocksDB stops taking writes
 // after a failed write or flush, and resumes by itself after a full disk, or must be reopened
-// (docs/reliability.md, "A full or failing disk").
+// (docs/operations.md, "A full or failing disk"; docs/reliability.md, "Disk faults").
 
 #include <fmt/format.h>
 #include <rocksdb/db.h>

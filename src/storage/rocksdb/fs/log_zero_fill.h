@@ -4,9 +4,8 @@
 // RocksDB appends to its log: each synced write (kSync) makes the file longer, and on ext4 its
 // fdatasync then also commits the new length (and, into fallocate'd space, the extent turning
 // from unwritten to written) through the journal. Over blocks already written, the same
-// fdatasync writes only the data. Measured here (300-byte write + fdatasync, 2,000 each):
-// appending p50 164-183 us, into fallocate'd space 148-173 us, over blocks already written
-// 113-116 us. SQLite's log is overwritten from its start for the same reason.
+// fdatasync writes only the data, and takes about two thirds of the time (docs/design/speed.md,
+// increment 6). SQLite's log is overwritten from its start for the same reason.
 //
 // So every `*.log` file RocksDB creates is, from its first sync on, written with zeros ahead of
 // its records, a chunk at a time (kZeroFillChunk), and the records are written into them at

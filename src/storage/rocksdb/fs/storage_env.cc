@@ -15,7 +15,7 @@ class StorageEnv final : public rocksdb::EnvWrapper {
       : EnvWrapper(rocksdb::NewCompositeEnv(std::move(file_system))) {
     // RocksDB reaches files and the clock through these, not through the Env's own methods.
     // Env's constructor points them back at this Env (through adapters that build a debug
-    // context for every call: measured 4% of a lifecycle on the write-ahead log's appends);
+    // context for every call: docs/design/speed.md, "Settings measured", N2);
     // point them straight at the composite Env's file system and clock instead.
     file_system_ = target()->GetFileSystem();
     system_clock_ = target()->GetSystemClock();
