@@ -67,8 +67,8 @@ class PipelinedConnection {
     util::CondVar turn;  // answered, the connection ended, or its turn to read
   };
   // Waiters to wake once mu_ is released: a thread woken while the waker still holds mu_ would
-  // at once sleep again on mu_ (docs/design/speed.md, increment 10). Shared, so that a waiter that sees its answer and leaves before the
-  // wake-up does not take the condition variable with it.
+  // at once sleep again on mu_ (docs/design/speed.md, increment 10). Shared, so that a waiter that
+  // sees its answer and leaves before the wake-up does not take the condition variable with it.
   using Woken = std::vector<std::shared_ptr<Waiter>>;
   enum class Read { kSome, kNothingInTime, kClosed };
 
