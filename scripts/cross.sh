@@ -195,10 +195,10 @@ export IDEM_UNDER_EMULATOR=1
 ctest_args=(--test-dir "$build_dir" -j "$jobs" --output-on-failure --timeout 1800)
 if [[ $quick == 1 ]]; then
   step "core tests under $qemu"
-  ctest_args+=(-L core)
+  ctest_args+=(-L '^core$')
 elif [[ $postgres == 0 ]]; then
   step "all tests but PostgreSQL's under $qemu"
-  ctest_args+=(-LE postgres)
+  ctest_args+=(-LE '^postgres$')
 else
   step "all tests under $qemu"
 fi
