@@ -1,5 +1,5 @@
 // What each fuzz target does with one input, shared by the libFuzzer targets (fuzz_*.cc) and by
-// tests/fuzz_regression_test.cc, which replays the seed corpus and every saved crash through the
+// tests/system/fuzz_regression_test.cc, which replays the seed corpus and every saved crash through the
 // same code in the normal build.
 //
 // Each check returns an empty string when the input is handled correctly, and otherwise a

@@ -1,7 +1,7 @@
 // The seed corpus of the fuzz targets: valid encodings of each kind of input, in the layout that
 // fuzz/fuzz_checks.h reads, so that the fuzzers start from inputs that get past the first checks.
 // Made from the library's current encoders and constants: fuzz_make_seeds writes them to
-// fuzz/corpus/<target>/<name>, and tests/fuzz_regression_test.cc checks that the files there are
+// fuzz/corpus/<target>/<name>, and tests/system/fuzz_regression_test.cc checks that the files there are
 // these (a format or protocol version change leaves them stale until they are written again).
 
 #ifndef IDEM_FUZZ_SEEDS_H_

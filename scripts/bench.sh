@@ -133,7 +133,7 @@ if [[ $postgres_only -eq 0 ]]; then
 fi
 
 # PostgreSQL refuses to run as root: then the server runs as the `postgres` user that Debian's
-# package creates (as tests/pg_server.cc does). Its directory is under /tmp, short enough for
+# package creates (as tests/support/pg_server.cc does). Its directory is under /tmp, short enough for
 # the socket's path, and only its user may enter it. max_connections is 200, not 100: the replay
 # workload keeps every system's store open through its rounds, idem's pool of 64 connections
 # beside the 64 of the anchor measured next. fsync stays on (the default, said explicitly):

@@ -21,7 +21,7 @@ packages=(
   curl              # drives the HTTP service example in its test
   python3           # the shared library's package test loads it with ctypes
   libpq-dev         # libpq, for the PostgreSQL tests (and the PostgreSQL store)
-  postgresql-15     # initdb and postgres: the tests start throwaway servers (tests/pg_server.h);
+  postgresql-15     # initdb and postgres: the tests start throwaway servers (tests/support/pg_server.h);
                     # the package's own cluster, if it makes one, is not used
   pgbouncer         # PgBouncer in transaction pooling mode in front of those servers
   groff-base        # the man_page test renders docs/idem.1 with groff -man -ww

@@ -2,7 +2,7 @@
 # (tests/CMakeLists.txt; the install step is their fixture):
 #   install     installs the build tree into WORK_DIR/prefix; checks the installed headers
 #   cxx         a C++ project: find_package(idem) + idem::idem (tests/package/CMakeLists.txt)
-#   c           a C-only project (LANGUAGES C) the same way, building tests/c_api_test.c and the
+#   c           a C-only project (LANGUAGES C) the same way, building tests/unit/extras/c_api_test.c and the
 #               example of docs/c_api.md (tests/package/c_consumer/)
 #   pkg-config  a C program compiled and linked with `pkg-config` and the C compiler driver
 #   tool        the installed `idem` command runs as installed (its RPATH finds libidem.so.N),
@@ -108,7 +108,7 @@ function(step_c)
   set(OUT ${WORK_DIR}/c_api_example.c)
   include(${SOURCE_DIR}/tests/docs/c_api_example.cmake)
   build_consumer(c ${SOURCE_DIR}/tests/package/c_consumer
-                 -DC_API_TEST=${SOURCE_DIR}/tests/c_api_test.c -DDOC_EXAMPLE=${OUT})
+                 -DC_API_TEST=${SOURCE_DIR}/tests/unit/extras/c_api_test.c -DDOC_EXAMPLE=${OUT})
   run(${WORK_DIR}/c/c_consumer)
   message(STATUS "find_package(idem) consumer (C only) built and ran; the docs' example built")
 endfunction()
@@ -125,7 +125,7 @@ function(pkg_config out)
 endfunction()
 
 # The pkg-config file: installed, relocatable, and enough to build and run a C program
-# (tests/c_api_test.c, compiled as C99 and linked by the C compiler driver): with --static for the
+# (tests/unit/extras/c_api_test.c, compiled as C99 and linked by the C compiler driver): with --static for the
 # static library, without for the shared one.
 function(step_pkg_config)
   file(GLOB_RECURSE pc_files ${prefix}/*/pkgconfig/idem.pc)
@@ -193,7 +193,7 @@ function(step_pkg_config)
       ${cflags} ${WORK_DIR}/c_header.c)
 
   run(${compile} -std=c99 -Wall -Wextra -Werror ${cflags}
-      "-DIDEM_EXPECTED_VERSION=\"${VERSION}\"" ${SOURCE_DIR}/tests/c_api_test.c ${libs} -pthread
+      "-DIDEM_EXPECTED_VERSION=\"${VERSION}\"" ${SOURCE_DIR}/tests/unit/extras/c_api_test.c ${libs} -pthread
       -o ${WORK_DIR}/pkg_config_consumer)
   # The program has no RPATH: the loader finds the shared library as a user's would be told to.
   find_libdir(libdir)

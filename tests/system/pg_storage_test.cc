@@ -1,0 +1,740 @@
+// PgStorage (storage/postgres/pg_storage.h) under the engine, against a real PostgreSQL server: the
+// lifecycle, fencing, time from the server (moved by the test hook), tokens from the sequence,
+// scans of binary keys, purge in batches, and writers racing from several "processes" (one
+// PgStorage each, as separate processes or hosts would have).
+
+#include "storage/postgres/pg_storage.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <atomic>
+#include <future>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/engine_backend.h"
+#include "support/pg_server.h"
+#include "support/test_util.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using idem::Claim;
+using idem::Outcome;
+using idem::Record;
+using idem::Status;
+using idem::engine::TransitionKind;
+using idem::storage::PgConninfo;
+using idem::storage::PgStorage;
+using idem::storage::PgStorageConfig;
+
+// A EngineBackend on a PgStorage whose time is `clock_`'s (each store has its own, all starting at
+// ManualClock::DefaultStart()).
+class PgStore {
+ public:
+  // `ahead`: how far its clock is past ManualClock::DefaultStart() when it opens.
+  static std::unique_ptr<PgStore> Open(const std::string& uri, std::string table = "idem_records",
+                                       bool create = true, std::chrono::microseconds ahead = {}) {
+    auto store = std::unique_ptr<PgStore>(new PgStore());
+    store->clock_->Advance(ahead);
+    auto conninfo = PgConninfo::Parse(uri);
+    EXPECT_TRUE(conninfo.ok()) << conninfo.status().ToString();
+    if (!conninfo.ok()) return nullptr;
+    PgStorageConfig config;
+    config.table = std::move(table);
+    config.create_if_missing = create;
+    config.clock = store->clock_;
+    auto storage = PgStorage::Open(*conninfo, std::move(config));
+    EXPECT_TRUE(storage.ok()) << storage.status().ToString();
+    if (!storage.ok()) return nullptr;
+    store->storage_ = storage->get();
+    store->backend_ = std::make_unique<idem::EngineBackend>(
+        std::move(storage).value(), idem_test::TestOptions(), /*stall_watch=*/nullptr);
+    return store;
+  }
+
+  void Advance(std::chrono::microseconds by) { clock_->Advance(by); }
+  // The store's time now (the server's, as the test hook moves it).
+  Record::TimePoint Now() const { return clock_->Now(); }
+
+  idem::Result<Claim> Begin(std::string_view key, std::chrono::milliseconds lease = 10s,
+                            uint64_t request_id = 0) {
+    static std::atomic<uint64_t> next_request{1};
+    return backend_->Begin({.key = key,
+                            .lease = lease,
+                            .retention = 1h,
+                            .request_id = request_id ? request_id : next_request++},
+                           idem::Holder{.pid = 1, .process_start = 2, .pid_scope = 3});
+  }
+  Status End(std::string_view key, uint64_t token, TransitionKind kind,
+             std::string_view payload = "result") {
+    return backend_->Transition(
+        {.key = key, .request = {.kind = kind, .token = token, .payload = payload, .lease = 10s}});
+  }
+  idem::EngineBackend& backend() { return *backend_; }
+  PgStorage& storage() { return *storage_; }
+
+ private:
+  PgStore() = default;
+  std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
+  PgStorage* storage_ = nullptr;
+  std::unique_ptr<idem::EngineBackend> backend_;
+};
+
+TEST(PgStorage, ALifecycleIsStoredWholeAndReplayed) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim claim, store->Begin("pay-1"));
+  EXPECT_EQ(claim.outcome, Outcome::kAcquired);
+  EXPECT_GE(claim.token, PgStorage::kTokenBlock);
+  EXPECT_EQ(claim.record.holder.pid_scope, 3u);
+  ASSERT_OK(store->End("pay-1", claim.token, TransitionKind::kSaveCheckpoint, "step-1"));
+  ASSERT_OK(store->End("pay-1", claim.token, TransitionKind::kComplete, "receipt"));
+  ASSERT_OK_AND_ASSIGN(Claim replay, store->Begin("pay-1"));
+  EXPECT_EQ(replay.outcome, Outcome::kReplay);
+  EXPECT_EQ(replay.record.result, "receipt");
+  EXPECT_EQ(replay.record.checkpoint, "step-1");
+  // A done record keeps no holder (engine::ApplyTransition): the UPDATE clears it as well.
+  EXPECT_EQ(replay.record.holder, idem::Holder{});
+  ASSERT_OK_AND_ASSIGN(auto got, store->backend().Get("pay-1"));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, replay.record);
+
+  // Another process opening the same store sees the same record.
+  auto other = PgStore::Open(server->Uri(), "idem_records", /*create=*/false);
+  ASSERT_NE(other, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto seen, other->backend().Get("pay-1"));
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(*seen, *got);
+}
+
+TEST(PgStorage, AStaleHolderCannotOverwriteItsSuccessor) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("k", 1s));
+  ASSERT_OK_AND_ASSIGN(Claim busy, store->Begin("k"));
+  EXPECT_EQ(busy.outcome, Outcome::kInProgress);
+  store->Advance(2s);  // the server's time, not this host's
+  ASSERT_OK_AND_ASSIGN(Claim second, store->Begin("k"));
+  EXPECT_EQ(second.outcome, Outcome::kAcquired);
+  EXPECT_TRUE(second.took_over);
+  EXPECT_GT(second.token, first.token);
+  EXPECT_CODE(store->End("k", first.token, TransitionKind::kComplete, "late"), kLeaseLost);
+  ASSERT_OK(store->End("k", second.token, TransitionKind::kComplete, "right"));
+  ASSERT_OK_AND_ASSIGN(auto got, store->backend().Get("k"));
+  EXPECT_EQ(got->result, "right");
+  EXPECT_EQ(got->attempts, 2u);
+}
+
+TEST(PgStorage, KeysAreBytesAndScansFollowTheirOrder) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  // In memcmp order, which bytea keeps.
+  const std::vector<std::string> keys = {std::string("a\0b", 3), "ab", "a\xff", "a\xff\xff", "b",
+                                         std::string(1, '\xff')};
+  for (const std::string& key : keys) ASSERT_OK(store->Begin(key).status());
+  std::vector<std::string> all;
+  ASSERT_OK(store->storage().Scan({}, [&](Record&& record, auto) {
+    all.push_back(record.key);
+    return true;
+  }));
+  EXPECT_EQ(all, keys);
+  std::vector<std::string> prefixed;
+  ASSERT_OK(store->storage().Scan({.prefix = "a\xff"}, [&](Record&& record, auto) {
+    prefixed.push_back(record.key);
+    return true;
+  }));
+  EXPECT_EQ(prefixed, (std::vector<std::string>{"a\xff", "a\xff\xff"}));
+  // Pages of EngineBackend::Scan go on after start_after.
+  ASSERT_OK_AND_ASSIGN(auto page, store->backend().Scan({.start_after = "ab"}, 2));
+  ASSERT_EQ(page.records.size(), 2u);
+  EXPECT_EQ(page.records[0].key, "a\xff");
+  EXPECT_TRUE(page.more);
+}
+
+TEST(PgStorage, PurgeDeletesWhatExpiredByTheServersClockInBatches) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  const int due = PgStorage::kPurgeBatch + 10;  // more than one batch
+  for (int i = 0; i < due; ++i) ASSERT_OK(store->Begin("due-" + std::to_string(i), 1s).status());
+  store->Advance(30min);
+  for (int i = 0; i < 5; ++i) ASSERT_OK(store->Begin("kept-" + std::to_string(i)).status());
+  store->Advance(31min);  // the first ones' retention (1 h) ended; not the others'
+  ASSERT_OK_AND_ASSIGN(uint64_t would, store->backend().Purge({.dry_run = true}));
+  EXPECT_EQ(would, static_cast<uint64_t>(due));
+  uint64_t last_progress = 0;
+  ASSERT_OK_AND_ASSIGN(uint64_t purged, store->backend().Purge(
+                                            {.progress = [&](uint64_t n) { last_progress = n; }}));
+  EXPECT_EQ(purged, static_cast<uint64_t>(due));
+  EXPECT_EQ(last_progress, purged);
+  ASSERT_OK_AND_ASSIGN(auto page, store->backend().Scan({}, 100));
+  EXPECT_EQ(page.records.size(), 5u);
+}
+
+// Four "processes" (a PgStorage each, as on four hosts), four threads each, race to acquire 200
+// keys: each key is acquired exactly once, and every token is distinct.
+TEST(PgStorage, RacingProcessesAcquireEachKeyExactlyOnce) {
+  IDEM_START_PG_OR_SKIP(server);
+  std::vector<std::unique_ptr<PgStore>> stores;
+  for (int i = 0; i < 4; ++i) {
+    stores.push_back(PgStore::Open(server->Uri()));
+    ASSERT_NE(stores.back(), nullptr);
+  }
+  constexpr int kKeys = 200;
+  std::mutex mu;
+  std::map<std::string, int> acquired;
+  std::set<uint64_t> tokens;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      PgStore& store = *stores[t % stores.size()];
+      for (int k = 0; k < kKeys; ++k) {
+        const std::string key = "key-" + std::to_string((k * 7 + t) % kKeys);
+        auto claim = store.Begin(key, 1h);
+        ASSERT_TRUE(claim.ok()) << claim.status().ToString();
+        if (claim->outcome != Outcome::kAcquired) continue;
+        std::lock_guard lock(mu);
+        ++acquired[key];
+        EXPECT_TRUE(tokens.insert(claim->token).second) << "token " << claim->token << " twice";
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(acquired.size(), static_cast<std::size_t>(kKeys));
+  for (const auto& [key, count] : acquired) EXPECT_EQ(count, 1) << key;
+}
+
+TEST(PgStorage, ForgetRemovesAndTokensStayUnique) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("k"));
+  ASSERT_OK(store->backend().Forget("k", idem::Durability::kSync));
+  EXPECT_CODE(store->backend().Forget("k", idem::Durability::kSync), kNotFound);
+  ASSERT_OK_AND_ASSIGN(Claim again, store->Begin("k"));
+  EXPECT_EQ(again.outcome, Outcome::kAcquired);
+  EXPECT_NE(again.token, first.token);
+  EXPECT_CODE(store->End("k", first.token, TransitionKind::kComplete), kLeaseLost);
+}
+
+// A Begin resent with the same request id (its first reply lost) gets its own claim back.
+TEST(PgStorage, AResentBeginGetsItsOwnClaim) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim claim, store->Begin("k", 10s, /*request_id=*/77));
+  ASSERT_OK_AND_ASSIGN(Claim resent, store->Begin("k", 10s, /*request_id=*/77));
+  EXPECT_EQ(resent.outcome, Outcome::kAcquired);
+  EXPECT_EQ(resent.token, claim.token);
+}
+
+// What a one-step write left under `key`, read back whole.
+Record ReadBack(PgStore& store, std::string_view key) {
+  auto read = store.storage().Read(key);
+  EXPECT_TRUE(read.ok()) << read.status().ToString();
+  if (!read.ok() || !read->record) {
+    ADD_FAILURE() << "no record under " << key;
+    return Record();
+  }
+  return *read->record;
+}
+
+// Begin on a fresh key writes exactly the engine's fresh claim, with the server's time, in two
+// round trips (the read, the insert); on a key with a row (live or retention-expired) it writes
+// nothing and returns the row for the engine to decide on, in one.
+TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimOrReadsTheRow) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  idem::engine::BeginRequest request{
+      .key = "fresh",
+      .type = "pay",
+      .fingerprint = "fp",
+      .lease = 10s,
+      .retention = 1h,
+      .holder = {.pid = 7, .process_start = 8, .pid_scope = 9, .request_id = 10}};
+  PgStorage& storage = store->storage();
+  // The process's first token reserves a block from the sequence: a round trip of its own, once
+  // per PgStorage::kTokenBlock tokens.
+  ASSERT_OK(store->Begin("first").status());
+  const uint64_t sent = storage.pool_stats().sent;
+  ASSERT_OK_AND_ASSIGN(auto created,
+                       storage.ReadOrCreate("fresh", request, idem::Durability::kSync));
+  EXPECT_EQ(storage.pool_stats().sent, sent + 1);
+  ASSERT_TRUE(created.created_token.has_value());
+  EXPECT_FALSE(created.record.has_value());
+  EXPECT_EQ(created.now, store->Now());
+  const Record expected =
+      idem::engine::FreshClaim(request, store->Now(), *created.created_token).record;
+  EXPECT_EQ(ReadBack(*store, "fresh"), expected);
+
+  // Again, and once the retention is over: the row as it is, nothing written.
+  store->Advance(30min);
+  for (int round = 0; round < 2; ++round) {
+    request.holder.request_id = 11;
+    const uint64_t sent_before = storage.pool_stats().sent;
+    ASSERT_OK_AND_ASSIGN(auto again,
+                         storage.ReadOrCreate("fresh", request, idem::Durability::kBuffered));
+    EXPECT_EQ(storage.pool_stats().sent, sent_before + 1);
+    EXPECT_FALSE(again.created_token.has_value());
+    ASSERT_TRUE(again.record.has_value());
+    EXPECT_EQ(*again.record, expected);
+    EXPECT_EQ(again.now, store->Now());
+    EXPECT_EQ(ReadBack(*store, "fresh"), expected);
+    store->Advance(1h);
+  }
+  // A retention shorter than the lease is made as long as the lease, as the engine does.
+  request.key = "short";
+  request.retention = 1s;
+  ASSERT_OK_AND_ASSIGN(auto short_claim,
+                       storage.ReadOrCreate("short", request, idem::Durability::kBuffered));
+  ASSERT_TRUE(short_claim.created_token.has_value());
+  // The reads that created nothing drew no token.
+  EXPECT_EQ(*short_claim.created_token, *created.created_token + 1);
+  EXPECT_EQ(ReadBack(*store, "short"),
+            idem::engine::FreshClaim(request, store->Now(), *short_claim.created_token).record);
+}
+
+// The one-statement transition (a guarded UPDATE) applies exactly when the engine's
+// TransitionApplies holds, and writes exactly what DecideTransition would, in every situation a
+// record can be in, for every call, with the current token and a stale one.
+TEST(PgStorage, AOneStepTransitionAppliesExactlyWhenTheEngineWouldAndWritesWhatItWould) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  using idem::State;
+  using idem::engine::TransitionRequest;
+  const Record::TimePoint now = store->Now();
+  const auto stored_at = [&](State state, Record::TimePoint lease_deadline,
+                             Record::TimePoint expires) {
+    Record r;
+    r.type = "pay";
+    r.fingerprint = "fp";
+    r.checkpoint = "step-1";
+    r.result = state == State::kPending ? "" : "earlier";
+    r.state = state;
+    r.retryable = state == State::kFailed;
+    r.token = 5000;
+    r.attempts = 2;
+    // As a store holds them: only a pending record names its holder (IDEM_DCHECK'd where
+    // records are written).
+    if (state == State::kPending) {
+      r.holder = {.pid = 7, .process_start = 8, .pid_scope = 9, .request_id = 10};
+    }
+    r.created = now - 1h;
+    r.updated = now - 1s;
+    r.lease_deadline = lease_deadline;
+    r.expires = expires;
+    return r;
+  };
+  const std::vector<std::pair<std::string, Record>> situations = {
+      {"pending", stored_at(State::kPending, now + 5s, now + 1h)},
+      {"pending-timed-out", stored_at(State::kPending, now, now + 1h)},
+      {"pending-expiring-soon", stored_at(State::kPending, now + 5s, now + 10s)},
+      {"pending-retention-over", stored_at(State::kPending, now - 1s, now)},
+      {"done", stored_at(State::kDone, now - 5s, now + 1h)},
+      {"failed", stored_at(State::kFailed, now - 5s, now + 1h)}};
+  const std::vector<TransitionRequest> requests = {
+      {.kind = TransitionKind::kComplete, .payload = "receipt"},
+      {.kind = TransitionKind::kFail, .payload = "declined", .failure = idem::Failure::kTerminal},
+      {.kind = TransitionKind::kFail, .payload = "timeout", .failure = idem::Failure::kRetryable},
+      {.kind = TransitionKind::kExtend, .lease = 30s},
+      {.kind = TransitionKind::kSaveCheckpoint, .payload = std::string_view("step\0002", 6)}};
+  int applied_count = 0;
+  for (const auto& [name, stored] : situations) {
+    for (std::size_t r = 0; r < requests.size(); ++r) {
+      for (const uint64_t token : {stored.token, stored.token + 1}) {
+        const std::string key = fmt::format("{}-{}-{}", name, r, token);
+        SCOPED_TRACE(key);
+        Record placed = stored;
+        placed.key = key;
+        ASSERT_OK(store->storage().Update(
+            key,
+            [&](std::optional<Record>&, Record::TimePoint, idem::engine::NextToken) {
+              return static_cast<const Record*>(&placed);
+            },
+            idem::Durability::kBuffered, std::nullopt));
+        TransitionRequest request = requests[r];
+        request.token = token;
+        ASSERT_OK_AND_ASSIGN(const bool applied, store->storage().TransitionIfCurrent(
+                                                     key, request, idem::Durability::kSync));
+        EXPECT_EQ(applied, idem::engine::TransitionApplies(placed, request, now));
+        Record expected = placed;
+        if (applied) {
+          idem::engine::ApplyTransition(expected, request, now);
+          ++applied_count;
+        }
+        EXPECT_EQ(ReadBack(*store, key), expected);
+      }
+    }
+  }
+  EXPECT_EQ(applied_count, 3 * static_cast<int>(requests.size()));  // the three live pending
+}
+
+// A fresh key's Begin is two round trips (the read, the insert), its Complete one (the fenced
+// UPDATE); a replay is one; a refused Complete reads the row to say why.
+TEST(PgStorage, AFreshBeginAReplayAndACompleteAreOneRoundTripEach) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  const auto sent = [&] { return store->storage().pool_stats().sent; };
+  ASSERT_OK(store->Begin("first").status());  // reserves this process's block of tokens
+  uint64_t before = sent();
+  ASSERT_OK_AND_ASSIGN(Claim claim, store->Begin("k"));
+  EXPECT_EQ(claim.outcome, Outcome::kAcquired);
+  EXPECT_EQ(sent() - before, 1u);
+  before = sent();
+  ASSERT_OK(store->End("k", claim.token, TransitionKind::kComplete));
+  EXPECT_EQ(sent() - before, 1u);
+  before = sent();
+  ASSERT_OK_AND_ASSIGN(Claim replay, store->Begin("k"));
+  EXPECT_EQ(replay.outcome, Outcome::kReplay);
+  EXPECT_EQ(sent() - before, 1u);
+  EXPECT_EQ(replay.record, ReadBack(*store, "k"));
+  // The same Complete again (its reply lost) is OK; a stale token is refused; both after a read.
+  ASSERT_OK(store->End("k", claim.token, TransitionKind::kComplete));
+  EXPECT_CODE(store->End("k", claim.token + 1, TransitionKind::kComplete), kLeaseLost);
+  EXPECT_CODE(store->End("absent", claim.token, TransitionKind::kComplete), kNotFound);
+}
+
+// The single value of `sql` run with parameter $1 = `param` on `conn`; "" (and a test failure)
+// when it fails. Commands (BEGIN, COMMIT) give "".
+std::string Exec(PGconn* conn, const std::string& sql, const std::string& param = "") {
+  const char* values[] = {param.c_str()};
+  PGresult* result =
+      PQexecParams(conn, sql.c_str(), param.empty() ? 0 : 1, nullptr, values, nullptr, nullptr, 0);
+  std::string value;
+  if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) > 0) {
+    value = PQgetvalue(result, 0, 0);
+  } else if (PQresultStatus(result) != PGRES_COMMAND_OK &&
+             PQresultStatus(result) != PGRES_TUPLES_OK) {
+    ADD_FAILURE() << sql << ": " << PQerrorMessage(conn);
+  }
+  PQclear(result);
+  return value;
+}
+
+// Raising the sequence above imported tokens (ReserveTokensAbove) waits for every token
+// reservation in flight, here another process's, holding the reservation lock while it draws
+// blocks; then it raises the sequence only upwards, and this process's own block is dropped when
+// it lies below: every token drawn after is above the imported ones and above every block drawn.
+TEST(PgStorage, RaisingTheTokenSequenceWaitsForReservationsInFlightAndNeverLowersIt) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("first"));  // this process's block
+  const std::string sequence = store->storage().names().sequence;
+  PGconn* other = PQconnectdb(server->AdminConninfo().c_str());
+  ASSERT_EQ(PQstatus(other), CONNECTION_OK) << PQerrorMessage(other);
+  Exec(other, "BEGIN");
+  Exec(other, fmt::format("SELECT pg_advisory_xact_lock_shared({})", PgStorage::kTokenLockKey),
+       sequence);
+  const uint64_t imported = first.token + 3 * PgStorage::kTokenBlock;
+  std::future<Status> raised =
+      std::async(std::launch::async, [&] { return store->storage().ReserveTokensAbove(imported); });
+  const auto waiting = [&] {
+    return Exec(other, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted");
+  };
+  EXPECT_TRUE(idem_test::WaitFor([&] { return waiting() == "1"; }))
+      << "the raise does not wait for the reservation lock";
+  // Meanwhile the other process draws blocks past the raise's floor; then it commits.
+  std::string last;
+  for (int i = 0; i < 8; ++i) last = Exec(other, "SELECT nextval($1::regclass)", sequence);
+  Exec(other, "COMMIT");
+  ASSERT_OK(raised.get());
+  const uint64_t drawn_above = (std::stoull(last) + 1) * PgStorage::kTokenBlock;
+  ASSERT_OK_AND_ASSIGN(Claim after, store->Begin("after"));
+  EXPECT_GE(after.token, drawn_above) << "the sequence went back below a block handed out";
+  EXPECT_GT(after.token, imported);
+
+  // A raise far above moves every later block above it, in this process and in others.
+  const uint64_t far = after.token + 1000 * PgStorage::kTokenBlock + 5;
+  ASSERT_OK(store->storage().ReserveTokensAbove(far));
+  ASSERT_OK_AND_ASSIGN(Claim mine, store->Begin("mine"));
+  EXPECT_GT(mine.token, far);
+  auto another = PgStore::Open(server->Uri());
+  ASSERT_NE(another, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim theirs, another->Begin("theirs"));
+  EXPECT_GT(theirs.token, far);
+  // And a raise below the sequence leaves it as it is.
+  const std::string query = fmt::format("SELECT last_value FROM {}", sequence);
+  const std::string before = Exec(other, query);
+  ASSERT_OK(store->storage().ReserveTokensAbove(first.token));
+  EXPECT_EQ(Exec(other, query), before);
+  PQfinish(other);
+}
+
+// Tables restored from a backup hold the sequence as it was then, below blocks handed out
+// after. A store opened on them later starts its tokens at the time in microseconds plus the
+// lead, above those (more in pg_token_restore_test.cc).
+TEST(PgStorage, TokensAfterARestoreOfTheTablesAreAboveThoseHandedOutAfterTheBackup) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto before = PgStore::Open(server->Uri());
+  ASSERT_NE(before, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim first, before->Begin("first"));
+  const std::string sequence = before->storage().names().sequence;
+  PGconn* admin = PQconnectdb(server->AdminConninfo().c_str());
+  ASSERT_EQ(PQstatus(admin), CONNECTION_OK) << PQerrorMessage(admin);
+  const std::string backed_up = Exec(admin, fmt::format("SELECT last_value FROM {}", sequence));
+  auto after_backup = PgStore::Open(server->Uri());  // another process, after the backup
+  ASSERT_NE(after_backup, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim later, after_backup->Begin("later"));
+  EXPECT_GT(later.token, first.token);
+  // The restore, as pg_restore does it: the sequence as the backup holds it.
+  Exec(admin, "SELECT setval($1::regclass, " + backed_up + ")", sequence);
+  PQfinish(admin);
+  auto restored = PgStore::Open(server->Uri(), "idem_records", true, /*ahead=*/1s);
+  ASSERT_NE(restored, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim again, restored->Begin("again"));
+  EXPECT_GT(again.token, later.token) << "a token handed out after the backup came again";
+}
+
+// The rows the meta table keeps of server incarnations.
+std::string IncarnationRows(const idem_test::PgServer& server, const PgStorage& storage) {
+  PGconn* conn = PQconnectdb(server.Uri().c_str());
+  const std::string count =
+      Exec(conn, fmt::format("SELECT count(*) FROM {} WHERE name LIKE 'server started %'",
+                             storage.names().meta));
+  PQfinish(conn);
+  return count;
+}
+
+// OutageGrace notes each incarnation of the server (its postmaster's start) once, when first
+// seen, and measures the grace from then in the server's time (here the test clock's); an open
+// prunes the rows of other incarnations first seen over kIncarnationsKept ago.
+TEST(PgStorage, EachServerIncarnationIsNotedOnceAndTheGraceRunsFromThen) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  const auto opened = store->Now();  // the open noted the incarnation
+  ASSERT_OK_AND_ASSIGN(auto grace, store->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.written_before, opened);
+  EXPECT_EQ(grace.left, 5s);
+  store->Advance(3s);
+  ASSERT_OK_AND_ASSIGN(grace, store->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.written_before, opened);
+  EXPECT_EQ(grace.left, 2s);
+  store->Advance(3s);
+  ASSERT_OK_AND_ASSIGN(grace, store->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.left, 0s);
+
+  // The note is committed asynchronously (an open waits for no synchronous standby): a crash
+  // right after it may lose it, harmlessly, as it names the incarnation the crash ends. Flushed
+  // here, to count the rows.
+  ASSERT_OK(store->storage().Sync());
+  ASSERT_OK(server->Restart(idem_test::PgServer::Shutdown::kImmediate));
+  store->Advance(1s);
+  const auto restarted = store->Now();
+  ASSERT_OK_AND_ASSIGN(grace, store->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.written_before, restarted);
+  EXPECT_EQ(grace.left, 5s);
+  EXPECT_EQ(IncarnationRows(*server, store->storage()), "2");
+
+  // A month later, an open forgets the incarnation before the restart, and keeps the current one
+  // however old.
+  auto later = PgStore::Open(
+      server->Uri(), "idem_records", /*create=*/true,
+      std::chrono::duration_cast<std::chrono::microseconds>(PgStorage::kIncarnationsKept + 1h));
+  ASSERT_NE(later, nullptr);
+  EXPECT_EQ(IncarnationRows(*server, later->storage()), "1");
+  ASSERT_OK_AND_ASSIGN(grace, later->storage().OutageGrace(5s));
+  EXPECT_EQ(grace.written_before, restarted);
+  EXPECT_EQ(grace.left, 0s);
+}
+
+// A Begin that reads no row, then inserts its claim while another process's insert of the same
+// key is uncommitted, waits on it; once it commits, the insert does nothing, and the Begin reads
+// the row it lost to and gives its token back.
+TEST(PgStorage, ABeginThatWaitedOnAnotherInsertOfItsKeyReadsTheRowItLostTo) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  PgStorage& storage = store->storage();
+  ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("first"));  // reserves this process's block
+  PGconn* other = PQconnectdb(server->Uri().c_str());
+  Exec(other, "BEGIN");
+  Exec(other, fmt::format("INSERT INTO {} VALUES ('\\x6b'::bytea, '', '', '', '', 0, false, 42, "
+                          "1, 1, 2, 3, 4, false, now(), now(), now() + interval '1 hour', "
+                          "now() + interval '1 day', 1)",
+                          storage.names().records));
+  idem::engine::BeginRequest request{.key = "k", .lease = 10s, .retention = 1h};
+  const uint64_t sent = storage.pool_stats().sent;
+  auto waiting = std::async(std::launch::async, [&] {
+    return storage.ReadOrCreate("k", request, idem::Durability::kSync);
+  });
+  EXPECT_EQ(waiting.wait_for(500ms), std::future_status::timeout);  // on the other's insert
+  Exec(other, "COMMIT");
+  PQfinish(other);
+  auto lost = waiting.get();
+  ASSERT_OK(lost.status());
+  EXPECT_FALSE(lost->created_token.has_value());
+  ASSERT_TRUE(lost->record.has_value());
+  EXPECT_EQ(lost->record->token, 42u);
+  EXPECT_EQ(storage.pool_stats().sent, sent + 2);  // the read and insert, the read again
+  request.key = "next";
+  ASSERT_OK_AND_ASSIGN(auto next, storage.ReadOrCreate("next", request, idem::Durability::kSync));
+  ASSERT_TRUE(next.created_token.has_value());
+  EXPECT_EQ(*next.created_token, first.token + 1);
+}
+
+// Issue 39, item 1: an Update reads a row, lets the engine decide, and writes only if the row is
+// unchanged. When, in that window, the row is deleted (Forget, a purge) and the key claimed afresh
+// by another process, the new row starts again at version 1: a write decided on the old row must
+// apply to nothing, and the engine decide again on the new one. `window` names the decision.
+enum class Decided { kTakeover, kClaimOverExpiredRecord, kComplete };
+
+void CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided decided) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto deciding = PgStore::Open(server->Uri());
+  auto other = PgStore::Open(server->Uri());
+  ASSERT_TRUE(deciding && other);
+  ASSERT_OK_AND_ASSIGN(Claim first, deciding->Begin("k", 1s));
+  ASSERT_EQ(first.outcome, Outcome::kAcquired);
+  // The lease ran out (a takeover is due), or the whole retention did (a fresh claim is due); a
+  // Complete is decided while the claim is current. Both processes' servers agree on the time.
+  const std::chrono::microseconds later = decided == Decided::kTakeover                 ? 2s
+                                          : decided == Decided::kClaimOverExpiredRecord ? 1h + 2s
+                                                                                        : 0s;
+  deciding->Advance(later);
+  other->Advance(later);
+
+  const idem::engine::BeginRequest request{
+      .key = "k", .lease = 10s, .retention = 1h, .holder = {.pid = 7, .process_start = 8}};
+  int decisions = 0;
+  Claim successor;
+  idem::engine::BeginDecision begin;
+  idem::engine::TransitionDecision transition;
+  ASSERT_OK(deciding->storage().Update(
+      "k",
+      [&](std::optional<Record>& stored, Record::TimePoint now,
+          idem::engine::NextToken next_token) -> const Record* {
+        if (++decisions == 1) {
+          // The window: the row removed, and the key claimed afresh by another process.
+          EXPECT_TRUE(stored.has_value() && stored->token == first.token);
+          auto removed = other->storage().Remove("k", idem::Durability::kSync);
+          EXPECT_TRUE(removed.ok() && *removed);
+          auto claimed = other->Begin("k", 10s);
+          EXPECT_TRUE(claimed.ok() && claimed->outcome == Outcome::kAcquired &&
+                      !claimed->took_over);
+          if (claimed.ok()) successor = *claimed;
+        }
+        if (decided == Decided::kComplete) {
+          transition = idem::engine::DecideTransition(std::move(stored),
+                                                      {.kind = TransitionKind::kComplete,
+                                                       .token = first.token,
+                                                       .payload = "decided on the old row"},
+                                                      now);
+          return transition.write ? &*transition.write : nullptr;
+        }
+        begin = idem::engine::DecideBegin(std::move(stored), request, now, next_token);
+        return begin.write ? &begin.claim.record : nullptr;
+      },
+      idem::Durability::kSync, std::nullopt));
+
+  // Decided again on the successor's claim, which is current: nothing is written over it.
+  EXPECT_EQ(decisions, 2);
+  if (decided == Decided::kComplete) {
+    EXPECT_CODE(transition.status, kLeaseLost);
+  } else {
+    EXPECT_EQ(begin.claim.outcome, Outcome::kInProgress);
+  }
+  ASSERT_OK_AND_ASSIGN(auto stored, other->backend().Get("k"));
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->token, successor.token);
+  EXPECT_EQ(stored->state, idem::State::kPending);
+  EXPECT_EQ(stored->holder, successor.record.holder);
+  ASSERT_OK(other->End("k", successor.token, TransitionKind::kComplete, "the successor's"));
+}
+
+TEST(PgStorage, ATakeoverDecidedOnARowRecreatedInItsWindowIsDecidedAgain) {
+  CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided::kTakeover);
+}
+
+TEST(PgStorage, AClaimOverAnExpiredRecordRecreatedInItsWindowIsDecidedAgain) {
+  CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided::kClaimOverExpiredRecord);
+}
+
+TEST(PgStorage, ACompleteDecidedOnARowRecreatedInItsWindowIsDecidedAgain) {
+  CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided::kComplete);
+}
+
+// ExecuteInTransaction's fenced UPDATE (CompleteIn) names the token: a row recreated while the
+// application's transaction ran is not completed by it, and the transaction rolls back.
+TEST(PgStorage, AFencedCompleteInTheApplicationsTransactionSkipsARowRecreatedMeanwhile) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  auto other = PgStore::Open(server->Uri());
+  ASSERT_TRUE(store && other);
+  ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("k"));
+  ASSERT_OK_AND_ASSIGN(auto transaction, store->storage().OpenTransaction());
+  ASSERT_OK(transaction->Run({{"SELECT 1", {}}}).status());
+  ASSERT_OK_AND_ASSIGN(bool removed, other->storage().Remove("k", idem::Durability::kSync));
+  ASSERT_TRUE(removed);
+  ASSERT_OK_AND_ASSIGN(Claim successor, other->Begin("k"));
+  ASSERT_EQ(successor.outcome, Outcome::kAcquired);
+  ASSERT_OK_AND_ASSIGN(bool completed,
+                       store->storage().CompleteIn(*transaction, "k", first.token, "stale",
+                                                   idem::Durability::kSync));
+  EXPECT_FALSE(completed);
+  ASSERT_OK_AND_ASSIGN(auto stored, other->backend().Get("k"));
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->token, successor.token);
+  EXPECT_EQ(stored->state, idem::State::kPending);
+}
+
+// A row holding a value that no idem writes (edited by hand, or by a broken tool) is refused with
+// kCorruption naming the record and the column, never read as a wrapped or truncated number; a
+// holder's 64-bit digest is stored bit-cast, so every bigint is one.
+TEST(PgStorage, AValueNoIdemWritesIsRefusedNamingItsColumn) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Claim claim, store->Begin("edited"));
+  ASSERT_OK(store->End("edited", claim.token, TransitionKind::kComplete));
+  PGconn* admin = PQconnectdb(server->AdminConninfo().c_str());
+  ASSERT_EQ(PQstatus(admin), CONNECTION_OK) << PQerrorMessage(admin);
+  struct Case {
+    std::string assignment;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"state = 3", "record \"edited\" has state 3, which no idem writes"},
+      {"attempts = -1", "record \"edited\" has attempts -1, out of range (0 to 4294967295)"},
+      {"attempts = 4294967296",
+       "record \"edited\" has attempts 4294967296, out of range (0 to 4294967295)"},
+      {"holder_pid = -2", "record \"edited\" has holder_pid -2, out of range (0 to 4294967295)"},
+      {"token = -5", "record \"edited\" has token -5, out of range (0 to 9223372036854775807)"},
+  };
+  const std::string restore =
+      "UPDATE idem.idem_records SET state = 1, attempts = 1, holder_pid = 0, "
+      "token = " +
+      std::to_string(claim.token) + ", holder_scope = 0";
+  for (const Case& c : cases) {
+    Exec(admin, "UPDATE idem.idem_records SET " + c.assignment + " WHERE key = 'edited'::bytea");
+    const auto got = store->backend().Get("edited");
+    ASSERT_FALSE(got.ok()) << c.assignment;
+    EXPECT_EQ(got.status().code(), idem::Status::Code::kCorruption) << c.assignment;
+    EXPECT_NE(got.status().message().find(c.message), std::string::npos)
+        << c.assignment << ": " << got.status().message();
+    Exec(admin, restore + " WHERE key = 'edited'::bytea");
+  }
+  Exec(admin, "UPDATE idem.idem_records SET holder_scope = -1 WHERE key = 'edited'::bytea");
+  ASSERT_OK_AND_ASSIGN(auto read, store->backend().Get("edited"));
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->holder.pid_scope, std::numeric_limits<uint64_t>::max());
+  PQfinish(admin);
+}
+
+}  // namespace
