@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "idem/idem.h"
 #include "storage/rocksdb/record_codec.h"
 #include "support/raw_db.h"
 #include "support/test_util.h"

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "idem/idem.h"
 #include "support/namespaced_process.h"
 #include "support/test_util.h"
 #include "util/process.h"

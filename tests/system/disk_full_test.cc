@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "idem/idem.h"
 #include "storage/rocksdb/fs/info_log.h"
 #include "support/test_util.h"
 

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "core/store_directory.h"
+#include "idem/idem.h"
 #include "storage/rocksdb/rocksdb_storage.h"
 #include "support/test_util.h"
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "idem/idem.h"
 #include "storage/rocksdb/fs/log_tail.h"
 #include "support/test_util.h"
 

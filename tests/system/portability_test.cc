@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "idem/idem.h"
 #include "sharing/owner_server.h"
 #include "sharing/protocol.h"
 #include "sharing/socket.h"

@@ -27,6 +27,7 @@
 
 #include "backend/engine_backend.h"
 #include "core/store_directory.h"
+#include "idem/idem.h"
 #include "storage/rocksdb/fs/log_tail.h"
 #include "storage/rocksdb/rocksdb_storage.h"
 #include "support/index_check.h"

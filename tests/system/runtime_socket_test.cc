@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "idem/idem.h"
 #include "sharing/runtime_directory.h"
 #include "support/sharing_worker.h"
 #include "support/test_util.h"

@@ -26,6 +26,7 @@
 #include <set>
 #include <sstream>
 
+#include "idem/idem.h"
 #include "sharing/protocol.h"
 #include "sharing/socket_address.h"
 #include "support/response_frames.h"

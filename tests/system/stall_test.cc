@@ -13,6 +13,7 @@
 #include <atomic>
 #include <thread>
 
+#include "idem/idem.h"
 #include "support/test_util.h"
 
 namespace {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "idem/idem.h"
 #include "support/test_util.h"
 
 namespace {

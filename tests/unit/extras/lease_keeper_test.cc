@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "idem/idem.h"
 #include "support/test_util.h"
 
 namespace {
