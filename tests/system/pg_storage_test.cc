@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/engine_backend.h"
+#include "support/pg_engine_store.h"
 #include "support/pg_server.h"
 #include "support/test_util.h"
 
@@ -35,59 +36,9 @@ using idem::engine::TransitionKind;
 using idem::storage::PgConninfo;
 using idem::storage::PgStorage;
 using idem::storage::PgStorageConfig;
-
-// A EngineBackend on a PgStorage whose time is `clock_`'s (each store has its own, all starting at
-// ManualClock::DefaultStart()).
-class PgStore {
- public:
-  // `ahead`: how far its clock is past ManualClock::DefaultStart() when it opens.
-  static std::unique_ptr<PgStore> Open(const std::string& uri, std::string table = "idem_records",
-                                       bool create = true, std::chrono::microseconds ahead = {}) {
-    auto store = std::unique_ptr<PgStore>(new PgStore());
-    store->clock_->Advance(ahead);
-    auto conninfo = PgConninfo::Parse(uri);
-    EXPECT_TRUE(conninfo.ok()) << conninfo.status().ToString();
-    if (!conninfo.ok()) return nullptr;
-    PgStorageConfig config;
-    config.table = std::move(table);
-    config.create_if_missing = create;
-    config.clock = store->clock_;
-    auto storage = PgStorage::Open(*conninfo, std::move(config));
-    EXPECT_TRUE(storage.ok()) << storage.status().ToString();
-    if (!storage.ok()) return nullptr;
-    store->storage_ = storage->get();
-    store->backend_ = std::make_unique<idem::EngineBackend>(
-        std::move(storage).value(), idem_test::TestOptions(), /*stall_watch=*/nullptr);
-    return store;
-  }
-
-  void Advance(std::chrono::microseconds by) { clock_->Advance(by); }
-  // The store's time now (the server's, as the test hook moves it).
-  Record::TimePoint Now() const { return clock_->Now(); }
-
-  idem::Result<Claim> Begin(std::string_view key, std::chrono::milliseconds lease = 10s,
-                            uint64_t request_id = 0) {
-    static std::atomic<uint64_t> next_request{1};
-    return backend_->Begin({.key = key,
-                            .lease = lease,
-                            .retention = 1h,
-                            .request_id = request_id ? request_id : next_request++},
-                           idem::Holder{.pid = 1, .process_start = 2, .pid_scope = 3});
-  }
-  Status End(std::string_view key, uint64_t token, TransitionKind kind,
-             std::string_view payload = "result") {
-    return backend_->Transition(
-        {.key = key, .request = {.kind = kind, .token = token, .payload = payload, .lease = 10s}});
-  }
-  idem::EngineBackend& backend() { return *backend_; }
-  PgStorage& storage() { return *storage_; }
-
- private:
-  PgStore() = default;
-  std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
-  PgStorage* storage_ = nullptr;
-  std::unique_ptr<idem::EngineBackend> backend_;
-};
+using idem_test::Exec;
+using idem_test::PgStore;
+using idem_test::ReadBack;
 
 TEST(PgStorage, ALifecycleIsStoredWholeAndReplayed) {
   IDEM_START_PG_OR_SKIP(server);
@@ -238,17 +189,6 @@ TEST(PgStorage, AResentBeginGetsItsOwnClaim) {
   ASSERT_OK_AND_ASSIGN(Claim resent, store->Begin("k", 10s, /*request_id=*/77));
   EXPECT_EQ(resent.outcome, Outcome::kAcquired);
   EXPECT_EQ(resent.token, claim.token);
-}
-
-// What a one-step write left under `key`, read back whole.
-Record ReadBack(PgStore& store, std::string_view key) {
-  auto read = store.storage().Read(key);
-  EXPECT_TRUE(read.ok()) << read.status().ToString();
-  if (!read.ok() || !read->record) {
-    ADD_FAILURE() << "no record under " << key;
-    return Record();
-  }
-  return *read->record;
 }
 
 // Begin on a fresh key writes exactly the engine's fresh claim, with the server's time, in two
@@ -407,23 +347,6 @@ TEST(PgStorage, AFreshBeginAReplayAndACompleteAreOneRoundTripEach) {
   ASSERT_OK(store->End("k", claim.token, TransitionKind::kComplete));
   EXPECT_CODE(store->End("k", claim.token + 1, TransitionKind::kComplete), kLeaseLost);
   EXPECT_CODE(store->End("absent", claim.token, TransitionKind::kComplete), kNotFound);
-}
-
-// The single value of `sql` run with parameter $1 = `param` on `conn`; "" (and a test failure)
-// when it fails. Commands (BEGIN, COMMIT) give "".
-std::string Exec(PGconn* conn, const std::string& sql, const std::string& param = "") {
-  const char* values[] = {param.c_str()};
-  PGresult* result =
-      PQexecParams(conn, sql.c_str(), param.empty() ? 0 : 1, nullptr, values, nullptr, nullptr, 0);
-  std::string value;
-  if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) > 0) {
-    value = PQgetvalue(result, 0, 0);
-  } else if (PQresultStatus(result) != PGRES_COMMAND_OK &&
-             PQresultStatus(result) != PGRES_TUPLES_OK) {
-    ADD_FAILURE() << sql << ": " << PQerrorMessage(conn);
-  }
-  PQclear(result);
-  return value;
 }
 
 // Raising the sequence above imported tokens (ReserveTokensAbove) waits for every token

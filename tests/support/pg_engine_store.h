@@ -1,0 +1,105 @@
+// A PgStorage under the engine, for tests against a real PostgreSQL server (pg_storage_test,
+// pg_equivalence_test): PgStore opens one on a table of its own with a ManualClock as the
+// server's time, ReadBack reads a record whole, Exec runs raw SQL on a connection of its own.
+#ifndef IDEM_TESTS_SUPPORT_PG_ENGINE_STORE_H_
+#define IDEM_TESTS_SUPPORT_PG_ENGINE_STORE_H_
+
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "backend/engine_backend.h"
+#include "storage/postgres/pg_storage.h"
+#include "test_util.h"
+
+namespace idem_test {
+
+// A EngineBackend on a PgStorage whose time is `clock_`'s (each store has its own, all starting at
+// ManualClock::DefaultStart()).
+class PgStore {
+ public:
+  // `ahead`: how far its clock is past ManualClock::DefaultStart() when it opens.
+  static std::unique_ptr<PgStore> Open(const std::string& uri, std::string table = "idem_records",
+                                       bool create = true, std::chrono::microseconds ahead = {}) {
+    auto store = std::unique_ptr<PgStore>(new PgStore());
+    store->clock_->Advance(ahead);
+    auto conninfo = idem::storage::PgConninfo::Parse(uri);
+    EXPECT_TRUE(conninfo.ok()) << conninfo.status().ToString();
+    if (!conninfo.ok()) return nullptr;
+    idem::storage::PgStorageConfig config;
+    config.table = std::move(table);
+    config.create_if_missing = create;
+    config.clock = store->clock_;
+    auto storage = idem::storage::PgStorage::Open(*conninfo, std::move(config));
+    EXPECT_TRUE(storage.ok()) << storage.status().ToString();
+    if (!storage.ok()) return nullptr;
+    store->storage_ = storage->get();
+    store->backend_ = std::make_unique<idem::EngineBackend>(std::move(storage).value(),
+                                                            TestOptions(), /*stall_watch=*/nullptr);
+    return store;
+  }
+
+  void Advance(std::chrono::microseconds by) { clock_->Advance(by); }
+  // The store's time now (the server's, as the test hook moves it).
+  idem::Record::TimePoint Now() const { return clock_->Now(); }
+
+  idem::Result<idem::Claim> Begin(std::string_view key, std::chrono::milliseconds lease = 10s,
+                                  uint64_t request_id = 0) {
+    static std::atomic<uint64_t> next_request{1};
+    return backend_->Begin({.key = key,
+                            .lease = lease,
+                            .retention = 1h,
+                            .request_id = request_id ? request_id : next_request++},
+                           idem::Holder{.pid = 1, .process_start = 2, .pid_scope = 3});
+  }
+  idem::Status End(std::string_view key, uint64_t token, idem::engine::TransitionKind kind,
+                   std::string_view payload = "result") {
+    return backend_->Transition(
+        {.key = key, .request = {.kind = kind, .token = token, .payload = payload, .lease = 10s}});
+  }
+  idem::EngineBackend& backend() { return *backend_; }
+  idem::storage::PgStorage& storage() { return *storage_; }
+
+ private:
+  PgStore() = default;
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  idem::storage::PgStorage* storage_ = nullptr;
+  std::unique_ptr<idem::EngineBackend> backend_;
+};
+
+// What a one-step write left under `key`, read back whole.
+inline idem::Record ReadBack(PgStore& store, std::string_view key) {
+  auto read = store.storage().Read(key);
+  EXPECT_TRUE(read.ok()) << read.status().ToString();
+  if (!read.ok() || !read->record) {
+    ADD_FAILURE() << "no record under " << key;
+    return idem::Record();
+  }
+  return *read->record;
+}
+
+// The single value of `sql` run with parameter $1 = `param` on `conn`; "" (and a test failure)
+// when it fails. Commands (BEGIN, COMMIT) give "".
+inline std::string Exec(PGconn* conn, const std::string& sql, const std::string& param = "") {
+  const char* values[] = {param.c_str()};
+  PGresult* result =
+      PQexecParams(conn, sql.c_str(), param.empty() ? 0 : 1, nullptr, values, nullptr, nullptr, 0);
+  std::string value;
+  if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) > 0) {
+    value = PQgetvalue(result, 0, 0);
+  } else if (PQresultStatus(result) != PGRES_COMMAND_OK &&
+             PQresultStatus(result) != PGRES_TUPLES_OK) {
+    ADD_FAILURE() << sql << ": " << PQerrorMessage(conn);
+  }
+  PQclear(result);
+  return value;
+}
+
+}  // namespace idem_test
+
+#endif  // IDEM_TESTS_SUPPORT_PG_ENGINE_STORE_H_
