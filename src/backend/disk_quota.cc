@@ -11,7 +11,7 @@
 
 #include "util/escape.h"
 
-namespace idem {
+namespace idem::backend {
 
 DiskQuota::DiskQuota(uint64_t limit, std::filesystem::path database,
                      std::function<void(std::string_view)> log)
@@ -79,4 +79,4 @@ Result<uint64_t> DiskQuota::MeasureBytes(const std::filesystem::path& database) 
   return bytes;
 }
 
-}  // namespace idem
+}  // namespace idem::backend

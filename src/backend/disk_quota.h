@@ -16,7 +16,7 @@
 #include "idem/status.h"
 #include "util/mutex.h"
 
-namespace idem {
+namespace idem::backend {
 
 class DiskQuota {
  public:
@@ -60,6 +60,6 @@ class DiskQuota {
   util::Mutex measure_mu_;
 };
 
-}  // namespace idem
+}  // namespace idem::backend
 
 #endif  // IDEM_BACKEND_DISK_QUOTA_H_

@@ -9,7 +9,7 @@
 #include "util/process.h"
 #include "util/time.h"
 
-namespace idem {
+namespace idem::backend {
 
 Status EngineBackend::CheckSize(std::string_view what, std::size_t size, std::size_t limit) {
   if (size <= limit) return Status::OK();
@@ -370,4 +370,4 @@ Result<OwnerCounters> EngineBackend::GetOwnerCounters() {
   return answer;
 }
 
-}  // namespace idem
+}  // namespace idem::backend

@@ -20,7 +20,7 @@
 #include "storage/storage.h"
 #include "util/mutex.h"
 
-namespace idem {
+namespace idem::backend {
 
 class EngineBackend final : public Backend {
  public:
@@ -169,6 +169,6 @@ class EngineBackend final : public Backend {
   std::thread purge_thread_;
 };
 
-}  // namespace idem
+}  // namespace idem::backend
 
 #endif  // IDEM_BACKEND_ENGINE_BACKEND_H_

@@ -6,7 +6,7 @@
 #include "backend/engine_backend.h"
 #include "util/escape.h"
 
-namespace idem {
+namespace idem::backend {
 namespace {
 
 // A scan page stops at this many bytes of results and checkpoints, so that a page of large
@@ -181,4 +181,4 @@ Result<std::vector<ImportOutcome>> EngineBackend::Import(std::span<const Record>
   return outcomes;
 }
 
-}  // namespace idem
+}  // namespace idem::backend

@@ -6,7 +6,7 @@
 
 #include "util/escape.h"
 
-namespace idem {
+namespace idem::backend {
 
 bool KeyReservations::Reserve(const ReserveCall& call) {
   util::MutexLock lock(mu_);
@@ -100,4 +100,4 @@ std::list<KeyReservations::Entry>::iterator KeyReservations::FindLocked(std::str
   });
 }
 
-}  // namespace idem
+}  // namespace idem::backend

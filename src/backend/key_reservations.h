@@ -29,7 +29,7 @@
 #include "engine/backend.h"
 #include "util/mutex.h"
 
-namespace idem {
+namespace idem::backend {
 
 class KeyReservations {
  public:
@@ -70,6 +70,6 @@ class KeyReservations {
   std::atomic<std::size_t> entries_{0};
 };
 
-}  // namespace idem
+}  // namespace idem::backend
 
 #endif  // IDEM_BACKEND_KEY_RESERVATIONS_H_

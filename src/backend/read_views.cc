@@ -2,7 +2,7 @@
 
 #include "util/random.h"
 
-namespace idem {
+namespace idem::backend {
 
 Result<uint64_t> ReadViews::Open() {
   auto entry = std::make_shared<Entry>();
@@ -30,4 +30,4 @@ void ReadViews::Close(uint64_t id) {
   open_.erase(it);
 }
 
-}  // namespace idem
+}  // namespace idem::backend

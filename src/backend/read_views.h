@@ -16,7 +16,7 @@
 #include "storage/storage.h"
 #include "util/mutex.h"
 
-namespace idem {
+namespace idem::backend {
 
 class ReadViews {
  public:
@@ -66,6 +66,6 @@ class ReadViews {
   std::map<uint64_t, std::shared_ptr<Entry>> open_ IDEM_GUARDED_BY(mu_);
 };
 
-}  // namespace idem
+}  // namespace idem::backend
 
 #endif  // IDEM_BACKEND_READ_VIEWS_H_

@@ -2,7 +2,7 @@
 
 #include "util/time.h"
 
-namespace idem {
+namespace idem::backend {
 
 using std::chrono::milliseconds;
 
@@ -61,4 +61,4 @@ std::array<engine::RenewalGrace, 2> StallWatch::Graces() {
   return graces;
 }
 
-}  // namespace idem
+}  // namespace idem::backend

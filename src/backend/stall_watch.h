@@ -24,7 +24,7 @@
 #include "idem/options.h"
 #include "util/mutex.h"
 
-namespace idem {
+namespace idem::backend {
 
 class StallWatch {
  public:
@@ -72,6 +72,6 @@ class StallWatch {
   std::thread thread_;
 };
 
-}  // namespace idem
+}  // namespace idem::backend
 
 #endif  // IDEM_BACKEND_STALL_WATCH_H_

@@ -205,19 +205,20 @@ Status DirectoryStoreCore::CheckNoOwnerUnasked() const {
                   owner && owner->exclusive ? " exclusively (it serves no other process)" : ""));
 }
 
-std::shared_ptr<EngineBackend> DirectoryStoreCore::NewBackend(
+std::shared_ptr<backend::EngineBackend> DirectoryStoreCore::NewBackend(
     std::unique_ptr<storage::Storage> storage) const {
-  std::unique_ptr<StallWatch> stall_watch;
-  std::unique_ptr<DiskQuota> disk_quota;
+  std::unique_ptr<backend::StallWatch> stall_watch;
+  std::unique_ptr<backend::DiskQuota> disk_quota;
   if (!options_.read_only) {
-    stall_watch = std::make_unique<StallWatch>(options_.clock, options_.renewal_grace);
+    stall_watch = std::make_unique<backend::StallWatch>(options_.clock, options_.renewal_grace);
     if (options_.max_disk_bytes != 0) {
-      disk_quota = std::make_unique<DiskQuota>(options_.max_disk_bytes, directory_ / kDatabaseDir,
+      disk_quota =
+          std::make_unique<backend::DiskQuota>(options_.max_disk_bytes, directory_ / kDatabaseDir,
                                                [this](std::string_view message) { Log(message); });
     }
   }
-  return std::make_shared<EngineBackend>(std::move(storage), options_, std::move(stall_watch),
-                                         std::move(disk_quota), WriteBackup);
+  return std::make_shared<backend::EngineBackend>(
+      std::move(storage), options_, std::move(stall_watch), std::move(disk_quota), WriteBackup);
 }
 
 Result<std::unique_ptr<storage::Storage>> DirectoryStoreCore::OpenStorage() {

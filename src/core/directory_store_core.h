@@ -51,7 +51,7 @@ std::recursive_mutex& RegistryMutex();
 // released only after RocksDB has closed.
 struct Ownership {
   std::unique_ptr<sharing::OwnerLock> lock;
-  std::shared_ptr<EngineBackend> backend;
+  std::shared_ptr<backend::EngineBackend> backend;
   std::unique_ptr<sharing::OwnerServer> server;
 };
 
@@ -160,7 +160,8 @@ class DirectoryStoreCore {
   // The backend that runs the engine over `storage`, this store directory's files: with the
   // renewal graces of a writable one (it has just become the only writer), the quota when
   // Options::max_disk_bytes sets one, and backups laid out as a store directory.
-  std::shared_ptr<EngineBackend> NewBackend(std::unique_ptr<storage::Storage> storage) const;
+  std::shared_ptr<backend::EngineBackend> NewBackend(
+      std::unique_ptr<storage::Storage> storage) const;
 
   // LogTo with the first opener's options.
   void Log(std::string_view message) const { LogTo(options_, message); }

@@ -48,7 +48,7 @@ Result<std::shared_ptr<PostgresStoreCore>> PostgresStoreCore::Open(std::string_v
   // server's, and no process owns the store. The grace that holders are owed here is after the
   // server's own outages (a restart, a failover): PgStorage::OutageGrace.
   core->storage_ = storage.get();
-  core->backend_ = std::make_unique<EngineBackend>(std::move(storage), options, nullptr);
+  core->backend_ = std::make_unique<backend::EngineBackend>(std::move(storage), options, nullptr);
   return core;
 }
 
@@ -80,7 +80,7 @@ Status CheckNoNul(std::string_view sql, const std::vector<std::optional<std::str
 // record's fenced Complete and COMMIT.
 class PgClaimTransaction final : public ClaimTransaction {
  public:
-  PgClaimTransaction(storage::PgStorage& storage, EngineBackend& backend,
+  PgClaimTransaction(storage::PgStorage& storage, backend::EngineBackend& backend,
                      std::unique_ptr<storage::PgOpenTransaction> open, std::string_view key,
                      uint64_t token, Durability durability, std::size_t max_result_size)
       : storage_(storage),
@@ -138,7 +138,7 @@ class PgClaimTransaction final : public ClaimTransaction {
 
  private:
   storage::PgStorage& storage_;
-  EngineBackend& backend_;  // counts a stale commit
+  backend::EngineBackend& backend_;  // counts a stale commit
   const std::unique_ptr<storage::PgOpenTransaction> open_;
   const std::string key_;
   const uint64_t token_;

@@ -64,7 +64,7 @@ class PostgresStoreCore {
   const Options options_;
   const std::string display_name_;
   const uint64_t creator_generation_ = util::ForkGeneration();
-  std::unique_ptr<EngineBackend> backend_;
+  std::unique_ptr<backend::EngineBackend> backend_;
   storage::PgStorage* storage_ = nullptr;  // backend_'s
 };
 

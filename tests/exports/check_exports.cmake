@@ -80,7 +80,7 @@ foreach(required IN ITEMS "idem_open" "idem_record_retryable" "idem_version"
 endforeach()
 
 # idem's internals: the layers' namespaces and classes (src/), never part of the API.
-set(internal "idem::(util|engine|storage|sharing|core)::|idem::(EngineBackend|StallWatch|LeaseKeeper|LeaseStatus)([^A-Za-z0-9_]|$)")
+set(internal "idem::(util|engine|storage|backend|sharing|core)::|idem::(LeaseKeeper|LeaseStatus)([^A-Za-z0-9_]|$)")
 # The allow-list of a shared library: the C API, and the public C++ API.
 set(public_c "^idem_[a-z0-9_]+$")
 set(public_cxx "^((typeinfo|typeinfo name|vtable) for )?idem::")

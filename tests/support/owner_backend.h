@@ -12,11 +12,11 @@
 
 namespace idem_test {
 
-inline std::unique_ptr<idem::EngineBackend> OwnerBackend(
+inline std::unique_ptr<idem::backend::EngineBackend> OwnerBackend(
     std::unique_ptr<idem::storage::Storage> storage, const idem::Options& options) {
-  return std::make_unique<idem::EngineBackend>(
+  return std::make_unique<idem::backend::EngineBackend>(
       std::move(storage), options,
-      std::make_unique<idem::StallWatch>(options.clock, options.renewal_grace));
+      std::make_unique<idem::backend::StallWatch>(options.clock, options.renewal_grace));
 }
 
 }  // namespace idem_test

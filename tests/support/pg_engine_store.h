@@ -39,8 +39,8 @@ class PgStore {
     EXPECT_TRUE(storage.ok()) << storage.status().ToString();
     if (!storage.ok()) return nullptr;
     store->storage_ = storage->get();
-    store->backend_ = std::make_unique<idem::EngineBackend>(std::move(storage).value(),
-                                                            TestOptions(), /*stall_watch=*/nullptr);
+    store->backend_ = std::make_unique<idem::backend::EngineBackend>(
+        std::move(storage).value(), TestOptions(), /*stall_watch=*/nullptr);
     return store;
   }
 
@@ -62,14 +62,14 @@ class PgStore {
     return backend_->Transition(
         {.key = key, .request = {.kind = kind, .token = token, .payload = payload, .lease = 10s}});
   }
-  idem::EngineBackend& backend() { return *backend_; }
+  idem::backend::EngineBackend& backend() { return *backend_; }
   idem::storage::PgStorage& storage() { return *storage_; }
 
  private:
   PgStore() = default;
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   idem::storage::PgStorage* storage_ = nullptr;
-  std::unique_ptr<idem::EngineBackend> backend_;
+  std::unique_ptr<idem::backend::EngineBackend> backend_;
 };
 
 // What a one-step write left under `key`, read back whole.

@@ -62,7 +62,8 @@ TEST(DiskQuota, PastItNewClaimsAreRefusedAndEverythingElseWorksUntilSpaceIsGiven
   {
     IDEM_ASSERT_OPEN(empty, dir.StorePath(), options);
     ASSERT_OK_AND_ASSIGN(auto claim, empty->Begin("first"));
-    ASSERT_OK_AND_ASSIGN(empty_bytes, idem::DiskQuota::MeasureBytes(dir.StorePath() + "/db"));
+    ASSERT_OK_AND_ASSIGN(empty_bytes,
+                         idem::backend::DiskQuota::MeasureBytes(dir.StorePath() + "/db"));
   }
   CapturedLog log;
   options.log = log.Sink();
@@ -113,7 +114,7 @@ TEST(DiskQuota, PastItNewClaimsAreRefusedAndEverythingElseWorksUntilSpaceIsGiven
   EXPECT_GE(purged, static_cast<uint64_t>(next - 2));
   auto after = store->Begin("after the purge");
   ASSERT_TRUE(after.ok()) << after.status().ToString() << " (the database takes "
-                          << idem::DiskQuota::MeasureBytes(dir.StorePath() + "/db").value()
+                          << idem::backend::DiskQuota::MeasureBytes(dir.StorePath() + "/db").value()
                           << " bytes of " << options.max_disk_bytes << ")";
   EXPECT_EQ(after->outcome, Outcome::kAcquired);
   EXPECT_EQ(log.Count("back under its disk quota"), 1);

@@ -207,8 +207,8 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
     idem::Options options = idem_test::TestOptions(clock_);
     options.take_over_dead_holders = false;
     options.renewal_grace = 0ms;
-    backend_ = std::make_unique<idem::EngineBackend>(std::move(storage).value(), options,
-                                                     /*stall_watch=*/nullptr);
+    backend_ = std::make_unique<idem::backend::EngineBackend>(std::move(storage).value(), options,
+                                                              /*stall_watch=*/nullptr);
     return Status::OK();
   }
   void CloseStorage() {
@@ -425,7 +425,7 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
   std::mt19937_64 random_;
   std::vector<std::string> keys_;
   idem::storage::RocksDbStorage* storage_ = nullptr;
-  std::unique_ptr<idem::EngineBackend> backend_;
+  std::unique_ptr<idem::backend::EngineBackend> backend_;
   Model model_;
   std::map<std::string, uint64_t> tokens_;  // the claims held, by key
   uint64_t max_token_ = 0;                  // the largest token handed out or stored
@@ -635,8 +635,8 @@ TEST(PowerCutSweep, ACutAnywhereInRecoveringLosesNothing) {
     config.create_if_missing = false;
     auto storage = idem::storage::RocksDbStorage::Open(config);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
-    idem::EngineBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
-                                /*stall_watch=*/nullptr);
+    idem::backend::EngineBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
+                                         /*stall_watch=*/nullptr);
     for (int i = 0; i < 40; ++i) {
       const std::string key = "key-" + std::to_string(i);
       const Durability durability = i % 3 == 0 ? Durability::kBuffered : Durability::kSync;
@@ -950,8 +950,8 @@ TEST(UnwrittenPages, AManifestEditWhosePageBeforeABoundaryWasNeverWrittenIsCut) 
     auto storage = idem::storage::RocksDbStorage::Open(config);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     idem::storage::RocksDbStorage* rocksdb = storage->get();
-    idem::EngineBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
-                                /*stall_watch=*/nullptr);
+    idem::backend::EngineBackend backend(std::move(storage).value(), idem_test::TestOptions(clock),
+                                         /*stall_watch=*/nullptr);
     {
       std::ifstream file(db + "/CURRENT");
       std::getline(file, current);

@@ -12,7 +12,7 @@
 
 #include "support/test_util.h"
 
-namespace idem {
+namespace idem::backend {
 namespace {
 
 using std::chrono::milliseconds;
@@ -97,4 +97,4 @@ TEST(KeyReservations, AReservationLapsesAfterItsHoldAndGrowsByQueueingAgain) {
 }
 
 }  // namespace
-}  // namespace idem
+}  // namespace idem::backend

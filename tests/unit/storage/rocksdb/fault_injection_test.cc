@@ -102,7 +102,7 @@ class FaultyStore {
   idem::Durability durability_ = idem::Durability::kSync;
   uint64_t request_id_ = 0;
   idem::storage::RocksDbStorage* storage_ = nullptr;
-  std::unique_ptr<idem::EngineBackend> backend_;
+  std::unique_ptr<idem::backend::EngineBackend> backend_;
 };
 
 bool Contains(const std::string& text, const std::string& part) {

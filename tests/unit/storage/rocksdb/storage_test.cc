@@ -56,7 +56,7 @@ class StorageTest : public ::testing::Test {
   TempDir dir_;
   std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
   idem::storage::RocksDbStorage* storage_ = nullptr;
-  std::unique_ptr<idem::EngineBackend> backend_;
+  std::unique_ptr<idem::backend::EngineBackend> backend_;
   uint64_t request_id_ = 0;
 };
 

@@ -78,7 +78,7 @@ class WriteGroupTest : public ::testing::Test {
   std::shared_ptr<FaultFs> fs_ = std::make_shared<FaultFs>();
   std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
   idem::storage::RocksDbStorage* storage_ = nullptr;
-  std::unique_ptr<idem::EngineBackend> backend_;
+  std::unique_ptr<idem::backend::EngineBackend> backend_;
   std::atomic<uint64_t> request_id_ = 0;
 };
 
