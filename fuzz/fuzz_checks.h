@@ -1,6 +1,6 @@
 // What each fuzz target does with one input, shared by the libFuzzer targets (fuzz_*.cc) and by
-// tests/system/fuzz_regression_test.cc, which replays the seed corpus and every saved crash through the
-// same code in the normal build.
+// tests/system/fuzz_regression_test.cc, which replays the seed corpus and every saved crash through
+// the same code in the normal build.
 //
 // Each check returns an empty string when the input is handled correctly, and otherwise a
 // description of the broken property (a fuzz target aborts with it, so libFuzzer saves the
@@ -104,7 +104,7 @@ inline std::string CheckBody(uint8_t selector, std::string_view body) {
                                 sharing::DecodeOptionalRecord);
     }
     case 2: {
-      Result<ScanPage> page = sharing::DecodeScanPage(body);
+      Result<engine::ScanPage> page = sharing::DecodeScanPage(body);
       if (!page.ok()) return {};
       return CheckBodyRoundTrip("DecodeScanPage", *page, sharing::EncodeScanPage,
                                 sharing::DecodeScanPage);

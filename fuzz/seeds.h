@@ -1,8 +1,8 @@
 // The seed corpus of the fuzz targets: valid encodings of each kind of input, in the layout that
 // fuzz/fuzz_checks.h reads, so that the fuzzers start from inputs that get past the first checks.
 // Made from the library's current encoders and constants: fuzz_make_seeds writes them to
-// fuzz/corpus/<target>/<name>, and tests/system/fuzz_regression_test.cc checks that the files there are
-// these (a format or protocol version change leaves them stale until they are written again).
+// fuzz/corpus/<target>/<name>, and tests/system/fuzz_regression_test.cc checks that the files there
+// are these (a format or protocol version change leaves them stale until they are written again).
 
 #ifndef IDEM_FUZZ_SEEDS_H_
 #define IDEM_FUZZ_SEEDS_H_
@@ -116,15 +116,15 @@ inline std::vector<Seed> MakeSeeds() {
   namespace sharing = idem::sharing;
   const std::string frames = "frame_decoder";
   const std::string request_prefix(1, '\0');
-  idem::BeginCall begin{.key = "order-1",
-                        .type = "pay",
-                        .fingerprint = "fp",
-                        .lease = 30s,
-                        .retention = 24h,
-                        .request_id = 77};
+  idem::engine::BeginCall begin{.key = "order-1",
+                                .type = "pay",
+                                .fingerprint = "fp",
+                                .lease = 30s,
+                                .retention = 24h,
+                                .request_id = 77};
   add(frames, "request_begin",
       request_prefix + sharing::EncodeRequest(sharing::BeginMessage{begin}));
-  idem::TransitionCall transition{.key = "order-1"};
+  idem::engine::TransitionCall transition{.key = "order-1"};
   transition.request = {.kind = idem::engine::TransitionKind::kFail,
                         .token = 7,
                         .payload = "declined",
@@ -189,7 +189,7 @@ inline std::vector<Seed> MakeSeeds() {
   add(frames, "response_claim", Response(0, sharing::EncodeClaim(claim)));
   add(frames, "response_record", Response(1, sharing::EncodeOptionalRecord(records[1])));
   add(frames, "response_no_record", Response(1, sharing::EncodeOptionalRecord({})));
-  idem::ScanPage page{.records = {records[0], records[2]}, .more = true};
+  idem::engine::ScanPage page{.records = {records[0], records[2]}, .more = true};
   add(frames, "response_scan_page", Response(2, sharing::EncodeScanPage(page)));
   idem::OwnerCounters counters;
   counters.counters = {.claims = 3, .replays = 2, .in_progress = 1, .purged = 9};

@@ -155,7 +155,7 @@ Result<engine::ClaimFacts> EngineBackend::GatherFacts(const Record* read, TimePo
   return facts;
 }
 
-Result<engine::BeginRequest> EngineBackend::CheckedBeginRequest(const BeginCall& call,
+Result<engine::BeginRequest> EngineBackend::CheckedBeginRequest(const engine::BeginCall& call,
                                                                 const Holder& holder) const {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
@@ -171,7 +171,7 @@ Result<engine::BeginRequest> EngineBackend::CheckedBeginRequest(const BeginCall&
   return request;
 }
 
-Result<Claim> EngineBackend::Begin(const BeginCall& call, const Holder& holder) {
+Result<Claim> EngineBackend::Begin(const engine::BeginCall& call, const Holder& holder) {
   IDEM_ASSIGN_OR_RETURN(const engine::BeginRequest request, CheckedBeginRequest(call, holder));
   // A replay, a terminal failure and a mismatch write nothing, and only Forget or expiry can
   // change them: answer them from a plain read, without the key's lock. (A storage on a server
@@ -225,7 +225,7 @@ Result<Claim> EngineBackend::Begin(const BeginCall& call, const Holder& holder) 
   return std::move(decision.claim);
 }
 
-Status EngineBackend::CheckWrites(const TransitionCall& call) const {
+Status EngineBackend::CheckWrites(const engine::TransitionCall& call) const {
   if (call.request.kind != engine::TransitionKind::kComplete) {
     return Status::InvalidArgument("table writes are applied only with a Complete");
   }
@@ -251,7 +251,7 @@ Status EngineBackend::CheckTableWrite(std::string_view table, std::string_view k
                    options_.max_result_size);
 }
 
-Status EngineBackend::Transition(const TransitionCall& call) {
+Status EngineBackend::Transition(const engine::TransitionCall& call) {
   const Status status = ApplyTransition(call);
   if (EndsReservation(call.request.kind, status)) {
     reservations_.Release(call.key, call.request.token);
@@ -259,7 +259,7 @@ Status EngineBackend::Transition(const TransitionCall& call) {
   return status;
 }
 
-Result<bool> EngineBackend::Reserve(const ReserveCall& call) {
+Result<bool> EngineBackend::Reserve(const engine::ReserveCall& call) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.claim_key));
   for (const auto& [table, key] : call.keys) {
@@ -276,7 +276,7 @@ Result<bool> EngineBackend::Reserve(const ReserveCall& call) {
   return reservations_.Reserve(call);
 }
 
-Status EngineBackend::ApplyTransition(const TransitionCall& call) {
+Status EngineBackend::ApplyTransition(const engine::TransitionCall& call) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(call.key));
   IDEM_RETURN_IF_ERROR(CheckSize(PayloadName(call.request.kind), call.request.payload.size(),

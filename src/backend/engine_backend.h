@@ -22,7 +22,7 @@
 
 namespace idem::backend {
 
-class EngineBackend final : public Backend {
+class EngineBackend final : public engine::Backend {
  public:
   // Uses options.read_only, take_over_dead_holders, auto_purge_interval and the size limits;
   // the time is the storage's. `stall_watch` (null: none) gives the renewal graces: a writable
@@ -39,22 +39,22 @@ class EngineBackend final : public Backend {
                 BackupWriter write_backup = nullptr);
   ~EngineBackend() override;
 
-  Result<Claim> Begin(const BeginCall& call, const Holder& holder) override;
+  Result<Claim> Begin(const engine::BeginCall& call, const Holder& holder) override;
   // Refuses a commit that writes a key reserved for another claim (kConflict); a Complete that
   // commits, and a Fail, end the claim's reservation.
-  Status Transition(const TransitionCall& call) override;
-  Result<bool> Reserve(const ReserveCall& call) override;
+  Status Transition(const engine::TransitionCall& call) override;
+  Result<bool> Reserve(const engine::ReserveCall& call) override;
   Status Unreserve(std::string_view claim_key, uint64_t token) override {
     reservations_.Release(claim_key, token);
     return Status::OK();
   }
   Result<std::optional<Record>> Get(std::string_view key) override;
   Status Forget(std::string_view key, Durability durability) override;
-  Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit,
-                        uint64_t view = kLatest) override;
+  Result<engine::ScanPage> Scan(const ScanOptions& options, std::size_t limit,
+                                uint64_t view = kLatest) override;
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;
-  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options, std::size_t limit,
-                              uint64_t view = kLatest) override;
+  Result<engine::TablePage> ScanTable(std::string_view table, const ScanOptions& options,
+                                      std::size_t limit, uint64_t view = kLatest) override;
   // The storage's views (storage::Storage::OpenView), kept here by id until closed.
   Result<uint64_t> OpenView() override { return views_.Open(); }
   Status CloseView(uint64_t view) override {
@@ -125,10 +125,10 @@ class EngineBackend final : public Backend {
   static Status CheckTableName(std::string_view table);
   Status CheckWritable() const;
   // The transition, without ending the claim's reservation.
-  Status ApplyTransition(const TransitionCall& call);
+  Status ApplyTransition(const engine::TransitionCall& call);
   Status CheckKey(std::string_view key) const;
   // kInvalidArgument naming the first bad write of a transition's table writes.
-  Status CheckWrites(const TransitionCall& call) const;
+  Status CheckWrites(const engine::TransitionCall& call) const;
   // kInvalidArgument for a bad table name, an empty or oversized key or an oversized value
   // (nullopt: a deletion), for a Complete's writes and an import alike.
   Status CheckTableWrite(std::string_view table, std::string_view key,
@@ -142,7 +142,7 @@ class EngineBackend final : public Backend {
   Result<engine::ClaimFacts> GatherFacts(const Record* read, TimePoint now);
   // Begin's call checked (a writable store, the key's and labels' sizes), as the engine's
   // request.
-  Result<engine::BeginRequest> CheckedBeginRequest(const BeginCall& call,
+  Result<engine::BeginRequest> CheckedBeginRequest(const engine::BeginCall& call,
                                                    const Holder& holder) const;
   void PurgeLoop(std::chrono::milliseconds interval);
 

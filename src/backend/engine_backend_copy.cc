@@ -39,10 +39,11 @@ Result<std::vector<ImportOutcome>> EngineBackend::ImportValues(
   return outcomes;
 }
 
-Result<TablePage> EngineBackend::ScanTable(std::string_view table, const ScanOptions& options,
-                                           std::size_t limit, uint64_t view) {
+Result<engine::TablePage> EngineBackend::ScanTable(std::string_view table,
+                                                   const ScanOptions& options, std::size_t limit,
+                                                   uint64_t view) {
   IDEM_RETURN_IF_ERROR(CheckTableName(table));
-  TablePage page;
+  engine::TablePage page;
   std::size_t bytes = 0;
   IDEM_RETURN_IF_ERROR(views_.With(view, [&](storage::ReadView* read_view) {
     return storage_->ScanValues(
@@ -61,8 +62,9 @@ Result<TablePage> EngineBackend::ScanTable(std::string_view table, const ScanOpt
   return page;
 }
 
-Result<ScanPage> EngineBackend::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
-  ScanPage page;
+Result<engine::ScanPage> EngineBackend::Scan(const ScanOptions& options, std::size_t limit,
+                                             uint64_t view) {
+  engine::ScanPage page;
   std::size_t bytes = 0;
   IDEM_RETURN_IF_ERROR(views_.With(view, [&](storage::ReadView* read_view) {
     return storage_->Scan(

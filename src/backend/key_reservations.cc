@@ -8,7 +8,7 @@
 
 namespace idem::backend {
 
-bool KeyReservations::Reserve(const ReserveCall& call) {
+bool KeyReservations::Reserve(const engine::ReserveCall& call) {
   util::MutexLock lock(mu_);
   const Clock::time_point now = Clock::now();
   GrantLocked(now);

@@ -37,7 +37,7 @@ class KeyReservations {
   // queued (a poll, or a resent call), and waits up to call.wait for its grant. True once
   // granted. A claim that asks again for keys it does not hold gives up its place and queues
   // anew for all of them (so that it never waits while holding some).
-  bool Reserve(const ReserveCall& call);
+  bool Reserve(const engine::ReserveCall& call);
   // Ends the claim's reservation, granted or waiting; nothing when it has none.
   void Release(std::string_view claim_key, uint64_t token);
   // kConflict naming the first key `writes` writes that is reserved for a claim other than

@@ -36,7 +36,7 @@ DirectoryStoreCore::~DirectoryStoreCore() {
     // A child of fork() holds copies of objects whose threads stayed in the parent: joining
     // or closing them here would hang or corrupt. Leave them (the fork handler of OwnerLock
     // already let go of the owner lock).
-    new std::shared_ptr<Backend>(std::move(backend_));
+    new std::shared_ptr<engine::Backend>(std::move(backend_));
     static_cast<void>(ownership_.release());
     return;
   }
@@ -54,18 +54,18 @@ Status DirectoryStoreCore::Start() {
   return Status::OK();
 }
 
-void DirectoryStoreCore::SetBackendLocked(std::shared_ptr<Backend> backend) {
+void DirectoryStoreCore::SetBackendLocked(std::shared_ptr<engine::Backend> backend) {
   backend_ = std::move(backend);
   if (backend_->permanent()) permanent_.store(backend_.get(), std::memory_order_release);
 }
 
-std::shared_ptr<Backend> DirectoryStoreCore::Current() {
+std::shared_ptr<engine::Backend> DirectoryStoreCore::Current() {
   util::MutexLock lock(mu_);
   return backend_;
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::Failover(const std::shared_ptr<Backend>& lost,
-                                                              const util::Deadline& deadline) {
+Result<std::shared_ptr<engine::Backend>> DirectoryStoreCore::Failover(
+    const std::shared_ptr<engine::Backend>& lost, const util::Deadline& deadline) {
   util::MutexLock lock(mu_);
   if (backend_ == lost) {
     log_.Log("failover",
@@ -76,7 +76,7 @@ Result<std::shared_ptr<Backend>> DirectoryStoreCore::Failover(const std::shared_
   return backend_;
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireBackend(
+Result<std::shared_ptr<engine::Backend>> DirectoryStoreCore::AcquireBackend(
     const util::Deadline& deadline) {
   return options_.read_only ? AcquireReader(deadline) : AcquireWriter(deadline);
 }
@@ -85,21 +85,22 @@ bool DirectoryStoreCore::Unreachable(const Status& status) {
   return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::ConnectToOwner(
+Result<std::shared_ptr<engine::Backend>> DirectoryStoreCore::ConnectToOwner(
     const util::Deadline& deadline) {
   const milliseconds left = std::max(kShortestConnect, deadline.Left());
   IDEM_ASSIGN_OR_RETURN(auto remote,
                         sharing::OwnerClient::Connect(address_, options_.request_timeout,
                                                       std::min(left, options_.request_timeout)));
-  return std::shared_ptr<Backend>(std::move(remote));
+  return std::shared_ptr<engine::Backend>(std::move(remote));
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireReader(const util::Deadline& deadline) {
-  using Acquired = std::optional<Result<std::shared_ptr<Backend>>>;
+Result<std::shared_ptr<engine::Backend>> DirectoryStoreCore::AcquireReader(
+    const util::Deadline& deadline) {
+  using Acquired = std::optional<Result<std::shared_ptr<engine::Backend>>>;
   Status last_error;
   std::optional<sharing::OwnerInfo> owner;
   const auto attempt = [&]() -> Acquired {
-    Result<std::shared_ptr<Backend>> remote = ConnectToOwner(deadline);
+    Result<std::shared_ptr<engine::Backend>> remote = ConnectToOwner(deadline);
     if (remote.ok() || !Unreachable(remote.status())) return remote;
     last_error = remote.status();
 
@@ -119,11 +120,11 @@ Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireReader(const util::D
     // it instead.
     if (!read_files()) return std::nullopt;
     if (!storage.ok()) return storage.status();
-    return std::shared_ptr<Backend>(NewBackend(std::move(storage).value()));
+    return std::shared_ptr<engine::Backend>(NewBackend(std::move(storage).value()));
   };
   return util::RetryUntil(
       deadline, util::Backoff(kFirstPause, kLongestPause), attempt,
-      [&](int /*attempts*/) -> Result<std::shared_ptr<Backend>> {
+      [&](int /*attempts*/) -> Result<std::shared_ptr<engine::Backend>> {
         return Status::Unavailable(
             fmt::format("the owner of store {}{} holds it but did not answer within {} "
                         "ms: {}",
@@ -132,8 +133,9 @@ Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireReader(const util::D
       });
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireWriter(const util::Deadline& deadline) {
-  using Acquired = std::optional<Result<std::shared_ptr<Backend>>>;
+Result<std::shared_ptr<engine::Backend>> DirectoryStoreCore::AcquireWriter(
+    const util::Deadline& deadline) {
+  using Acquired = std::optional<Result<std::shared_ptr<engine::Backend>>>;
   const util::Deadline busy_after(kBusyAfter);
   Status last_error;
   std::string holder;
@@ -157,7 +159,7 @@ Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireWriter(const util::D
       if (busy_after.Passed()) return last_error;
       return std::nullopt;
     }
-    Result<std::shared_ptr<Backend>> remote = ConnectToOwner(deadline);
+    Result<std::shared_ptr<engine::Backend>> remote = ConnectToOwner(deadline);
     if (remote.ok() || !Unreachable(remote.status())) return remote;
     last_error = remote.status();
     // The owner holds the lock but is still opening RocksDB, or has just died.
@@ -165,7 +167,7 @@ Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireWriter(const util::D
   };
   return util::RetryUntil(
       deadline, util::Backoff(kFirstPause, kLongestPause), attempt,
-      [&](int /*attempts*/) -> Result<std::shared_ptr<Backend>> {
+      [&](int /*attempts*/) -> Result<std::shared_ptr<engine::Backend>> {
         // Refused exclusively up to the deadline: that refusal lasted.
         if (last_error.code() == Status::Code::kBusy) return last_error;
         return Status::Unavailable(fmt::format(
@@ -174,7 +176,7 @@ Result<std::shared_ptr<Backend>> DirectoryStoreCore::AcquireWriter(const util::D
       });
 }
 
-Result<std::shared_ptr<Backend>> DirectoryStoreCore::BecomeOwner(
+Result<std::shared_ptr<engine::Backend>> DirectoryStoreCore::BecomeOwner(
     std::unique_ptr<sharing::OwnerLock> owner_lock) {
   auto ownership = std::make_unique<Ownership>();
   ownership->lock = std::move(owner_lock);
@@ -188,7 +190,7 @@ Result<std::shared_ptr<Backend>> DirectoryStoreCore::BecomeOwner(
     IDEM_ASSIGN_OR_RETURN(ownership->server, sharing::OwnerServer::Start(
                                                  address_, *ownership->backend, server_options));
   }
-  std::shared_ptr<Backend> backend = ownership->backend;
+  std::shared_ptr<engine::Backend> backend = ownership->backend;
   ownership_ = std::move(ownership);
   return backend;
 }

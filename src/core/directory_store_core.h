@@ -91,7 +91,7 @@ class DirectoryStoreCore {
   // options.failover_timeout: an owner that keeps dropping connections (one of another
   // version, say) ends the call with kUnavailable, not a loop.
   template <class Call>
-  auto Run(Call&& call) -> std::invoke_result_t<Call&, Backend&, bool> {
+  auto Run(Call&& call) -> std::invoke_result_t<Call&, engine::Backend&, bool> {
     if (forked()) {
       return Status::Unavailable("the store was opened before fork(); open it again in the child");
     }
@@ -99,10 +99,10 @@ class DirectoryStoreCore {
     // call outlives: it is used without the lock and without a reference count. Both are
     // written by every call, and a cache line written by calls on two cores moves between
     // them at each call (docs/design/speed.md, increment 4).
-    if (Backend* permanent = permanent_.load(std::memory_order_acquire)) {
+    if (engine::Backend* permanent = permanent_.load(std::memory_order_acquire)) {
       return call(*permanent, false);
     }
-    std::shared_ptr<Backend> backend = Current();
+    std::shared_ptr<engine::Backend> backend = Current();
     std::optional<util::Deadline> failovers_end;  // from the first loss
     for (bool resent = false;; resent = true) {
       auto result = call(*backend, resent);
@@ -114,20 +114,20 @@ class DirectoryStoreCore {
             fmt::format("lost the owner of store {} again and again for {} ms", directory_.string(),
                         options_.failover_timeout.count()));
       }
-      Result<std::shared_ptr<Backend>> next = Failover(backend, *failovers_end);
+      Result<std::shared_ptr<engine::Backend>> next = Failover(backend, *failovers_end);
       if (!next.ok()) return next.status();
       backend = std::move(next).value();
     }
   }
 
  private:
-  std::shared_ptr<Backend> Current();
+  std::shared_ptr<engine::Backend> Current();
 
-  Result<std::shared_ptr<Backend>> Failover(const std::shared_ptr<Backend>& lost,
-                                            const util::Deadline& deadline);
+  Result<std::shared_ptr<engine::Backend>> Failover(const std::shared_ptr<engine::Backend>& lost,
+                                                    const util::Deadline& deadline);
 
   // Gives up by `deadline`.
-  Result<std::shared_ptr<Backend>> AcquireBackend(const util::Deadline& deadline)
+  Result<std::shared_ptr<engine::Backend>> AcquireBackend(const util::Deadline& deadline)
       IDEM_REQUIRES(mu_);
 
   // kUnavailable (nobody listens) and kTimedOut (the owner accepts nothing) may pass; any other
@@ -137,7 +137,7 @@ class DirectoryStoreCore {
 
   // A client of the owner listening at address_; waits at most until `deadline` for the owner
   // to accept.
-  Result<std::shared_ptr<Backend>> ConnectToOwner(const util::Deadline& deadline);
+  Result<std::shared_ptr<engine::Backend>> ConnectToOwner(const util::Deadline& deadline);
 
   // A reader never takes the owner lock: it asks the running owner (live records, the owner's
   // counters) or, when none serves the store, reads the files as a RocksDB read-only instance.
@@ -146,15 +146,16 @@ class DirectoryStoreCore {
   // and files read in that window may be rewritten or deleted under the reader (the soak
   // caught readers missing acknowledged results then). So it waits for that owner, up to
   // `deadline`. A refusal is returned at once.
-  Result<std::shared_ptr<Backend>> AcquireReader(const util::Deadline& deadline);
+  Result<std::shared_ptr<engine::Backend>> AcquireReader(const util::Deadline& deadline);
 
   // Becomes the owner, or a client of the owner; retries while the owner is starting or has
   // just died, up to `deadline`. A refusal is returned at once.
-  Result<std::shared_ptr<Backend>> AcquireWriter(const util::Deadline& deadline) IDEM_REQUIRES(mu_);
+  Result<std::shared_ptr<engine::Backend>> AcquireWriter(const util::Deadline& deadline)
+      IDEM_REQUIRES(mu_);
 
   // `owner_lock` taken.
-  Result<std::shared_ptr<Backend>> BecomeOwner(std::unique_ptr<sharing::OwnerLock> owner_lock)
-      IDEM_REQUIRES(mu_);
+  Result<std::shared_ptr<engine::Backend>> BecomeOwner(
+      std::unique_ptr<sharing::OwnerLock> owner_lock) IDEM_REQUIRES(mu_);
 
   Result<std::unique_ptr<storage::Storage>> OpenStorage();
   // The backend that runs the engine over `storage`, this store directory's files: with the
@@ -174,12 +175,12 @@ class DirectoryStoreCore {
   sharing::LogLimiter log_{[this](std::string_view message) { Log(message); }};
 
   // Sets backend_, and permanent_ once it is a permanent backend.
-  void SetBackendLocked(std::shared_ptr<Backend> backend) IDEM_REQUIRES(mu_);
+  void SetBackendLocked(std::shared_ptr<engine::Backend> backend) IDEM_REQUIRES(mu_);
 
   util::Mutex mu_;  // taken after RegistryMutex() when both are
-  std::shared_ptr<Backend> backend_ IDEM_GUARDED_BY(mu_);
+  std::shared_ptr<engine::Backend> backend_ IDEM_GUARDED_BY(mu_);
   // backend_.get() once backend_ is permanent (it is then never replaced), else null.
-  std::atomic<Backend*> permanent_{nullptr};
+  std::atomic<engine::Backend*> permanent_{nullptr};
   std::unique_ptr<Ownership> ownership_ IDEM_GUARDED_BY(mu_);
 };
 

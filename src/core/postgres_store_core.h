@@ -53,7 +53,7 @@ class PostgresStoreCore {
   // Runs `call(backend, resent)`: the pool resends what a lost connection interrupted itself, so
   // `resent` is always false here.
   template <class Call>
-  auto Run(Call&& call) -> std::invoke_result_t<Call&, Backend&, bool> {
+  auto Run(Call&& call) -> std::invoke_result_t<Call&, engine::Backend&, bool> {
     return call(*backend_, false);
   }
 

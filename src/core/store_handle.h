@@ -31,9 +31,9 @@ namespace idem {
 inline constexpr std::size_t kScanPageSize = 1024;
 
 // The entries of a page of a scan, and the key each is listed under (ScanPages).
-inline std::span<const Record> Entries(const ScanPage& page) { return page.records; }
+inline std::span<const Record> Entries(const engine::ScanPage& page) { return page.records; }
 inline const std::string& KeyOf(const Record& record) { return record.key; }
-inline std::span<const std::pair<std::string, TableValue>> Entries(const TablePage& page) {
+inline std::span<const std::pair<std::string, TableValue>> Entries(const engine::TablePage& page) {
   return page.values;
 }
 inline const std::string& KeyOf(const std::pair<std::string, TableValue>& entry) {
@@ -78,7 +78,7 @@ class StoreHandle final : public Store, public ReservingStore {
     IDEM_RETURN_IF_ERROR(CheckWritable());
     IDEM_RETURN_IF_ERROR(CheckDuration("lease", options.lease));
     IDEM_RETURN_IF_ERROR(CheckDuration("retention", options.retention));
-    const BeginCall call{
+    const engine::BeginCall call{
         .key = key,
         .type = options.type,
         .fingerprint = options.fingerprint,
@@ -89,7 +89,7 @@ class StoreHandle final : public Store, public ReservingStore {
         .durability = options_.durability,
     };
     const Holder holder = util::ThisProcessHolder();
-    return core_->Run([&](Backend& backend, bool) { return backend.Begin(call, holder); });
+    return core_->Run([&](engine::Backend& backend, bool) { return backend.Begin(call, holder); });
   }
 
   Result<std::unique_ptr<ClaimTransaction>> BeginClaimTransaction(std::string_view key,
@@ -117,17 +117,18 @@ class StoreHandle final : public Store, public ReservingStore {
   }
 
   Result<std::vector<std::string>> ListTables() override {
-    return core_->Run([&](Backend& backend, bool) { return backend.ListTables(); });
+    return core_->Run([&](engine::Backend& backend, bool) { return backend.ListTables(); });
   }
 
   Result<std::vector<ImportOutcome>> ImportValues(
       std::string_view table, std::span<const std::pair<std::string, TableValue>> values) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](Backend& backend, bool) { return backend.ImportValues(table, values); });
+    return core_->Run(
+        [&](engine::Backend& backend, bool) { return backend.ImportValues(table, values); });
   }
 
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override {
-    return core_->Run([&](Backend& backend, bool) { return backend.GetValue(table, key); });
+    return core_->Run([&](engine::Backend& backend, bool) { return backend.GetValue(table, key); });
   }
 
   Status ScanTable(std::string_view table, const ScanOptions& options,
@@ -135,7 +136,7 @@ class StoreHandle final : public Store, public ReservingStore {
     return ScanPages(
         options,
         [&](const ScanOptions& page_options) {
-          return core_->Run([&](Backend& backend, bool) {
+          return core_->Run([&](engine::Backend& backend, bool) {
             return backend.ScanTable(table, page_options, kScanPageSize);
           });
         },
@@ -165,28 +166,29 @@ class StoreHandle final : public Store, public ReservingStore {
   }
 
   Result<std::optional<Record>> Get(std::string_view key) override {
-    return core_->Run([&](Backend& backend, bool) { return backend.Get(key); });
+    return core_->Run([&](engine::Backend& backend, bool) { return backend.Get(key); });
   }
 
   Result<bool> ReserveKeys(std::string_view claim_key, uint64_t token, std::vector<TableKey> keys,
                            std::chrono::milliseconds hold,
                            std::chrono::milliseconds wait) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    const ReserveCall call{.claim_key = claim_key,
-                           .token = token,
-                           .keys = std::move(keys),
-                           .hold = hold,
-                           .wait = wait};
-    return core_->Run([&](Backend& backend, bool) { return backend.Reserve(call); });
+    const engine::ReserveCall call{.claim_key = claim_key,
+                                   .token = token,
+                                   .keys = std::move(keys),
+                                   .hold = hold,
+                                   .wait = wait};
+    return core_->Run([&](engine::Backend& backend, bool) { return backend.Reserve(call); });
   }
 
   Status UnreserveKeys(std::string_view claim_key, uint64_t token) override {
-    return core_->Run([&](Backend& backend, bool) { return backend.Unreserve(claim_key, token); });
+    return core_->Run(
+        [&](engine::Backend& backend, bool) { return backend.Unreserve(claim_key, token); });
   }
 
   Status Forget(std::string_view key) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](Backend& backend, bool resent) {
+    return core_->Run([&](engine::Backend& backend, bool resent) {
       Status status = backend.Forget(key, options_.durability);
       // The first send may have forgotten it before its reply was lost.
       if (resent && status.code() == Status::Code::kNotFound) return Status::OK();
@@ -198,8 +200,9 @@ class StoreHandle final : public Store, public ReservingStore {
     return ScanPages(
         options,
         [&](const ScanOptions& page_options) {
-          return core_->Run(
-              [&](Backend& backend, bool) { return backend.Scan(page_options, kScanPageSize); });
+          return core_->Run([&](engine::Backend& backend, bool) {
+            return backend.Scan(page_options, kScanPageSize);
+          });
         },
         [&](const Record& record) { return visit(record); });
   }
@@ -207,23 +210,24 @@ class StoreHandle final : public Store, public ReservingStore {
   Status ScanSnapshot(
       FunctionRef<bool(const Record&)> record,
       FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> value) override {
-    IDEM_ASSIGN_OR_RETURN(const uint64_t view,
-                          core_->Run([](Backend& backend, bool) { return backend.OpenView(); }));
+    IDEM_ASSIGN_OR_RETURN(const uint64_t view, core_->Run([](engine::Backend& backend, bool) {
+      return backend.OpenView();
+    }));
     const Status scanned = ScanView(view, record, value);
     // Released at once, not left to the owner's idle timeout. A view gone already (the owner
     // changed) is no error of its own: the scan said so if it needed it.
     const Status closed =
-        core_->Run([view](Backend& backend, bool) { return backend.CloseView(view); });
+        core_->Run([view](engine::Backend& backend, bool) { return backend.CloseView(view); });
     return scanned.ok() ? closed : scanned;
   }
 
   Result<uint64_t> Purge(const PurgeOptions& options) override {
     if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](Backend& backend, bool) { return backend.Purge(options); });
+    return core_->Run([&](engine::Backend& backend, bool) { return backend.Purge(options); });
   }
 
   Result<Counters> GetCounters() const override {
-    return core_->Run([](Backend& backend, bool) { return backend.GetCounters(); });
+    return core_->Run([](engine::Backend& backend, bool) { return backend.GetCounters(); });
   }
 
   Status Backup(std::string_view destination) override {
@@ -252,17 +256,18 @@ class StoreHandle final : public Store, public ReservingStore {
             "backup destination {} is inside the store {}; give a path outside it",
             EscapeControls(target.string()), EscapeControls(core_->directory().string())));
       }
-      return core_->Run([&](Backend& backend, bool) { return backend.Backup(target.string()); });
+      return core_->Run(
+          [&](engine::Backend& backend, bool) { return backend.Backup(target.string()); });
     }
   }
 
   Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](Backend& backend, bool) { return backend.Import(records); });
+    return core_->Run([&](engine::Backend& backend, bool) { return backend.Import(records); });
   }
 
   Result<OwnerCounters> GetOwnerCounters() const override {
-    IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, core_->Run([](Backend& backend, bool) {
+    IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, core_->Run([](engine::Backend& backend, bool) {
       return backend.GetOwnerCounters();
     }));
     if (answer.live) return answer;
@@ -286,19 +291,20 @@ class StoreHandle final : public Store, public ReservingStore {
     IDEM_RETURN_IF_ERROR(ScanPages(
         ScanOptions{},
         [&](const ScanOptions& page_options) {
-          return core_->Run([&](Backend& backend, bool) {
+          return core_->Run([&](engine::Backend& backend, bool) {
             return backend.Scan(page_options, kScanPageSize, view);
           });
         },
         [&](const Record& each) { return go_on = record(each); }));
     if (!go_on) return Status::OK();
-    IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> tables,
-                          core_->Run([](Backend& backend, bool) { return backend.ListTables(); }));
+    IDEM_ASSIGN_OR_RETURN(
+        const std::vector<std::string> tables,
+        core_->Run([](engine::Backend& backend, bool) { return backend.ListTables(); }));
     for (const std::string& table : tables) {
       IDEM_RETURN_IF_ERROR(ScanPages(
           ScanOptions{},
           [&](const ScanOptions& page_options) {
-            return core_->Run([&](Backend& backend, bool) {
+            return core_->Run([&](engine::Backend& backend, bool) {
               return backend.ScanTable(table, page_options, kScanPageSize, view);
             });
           },
@@ -313,9 +319,9 @@ class StoreHandle final : public Store, public ReservingStore {
   Status Transition(std::string_view key, const engine::TransitionRequest& request,
                     const WriteSet* writes = nullptr) {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    const TransitionCall call{
+    const engine::TransitionCall call{
         .key = key, .request = request, .durability = options_.durability, .writes = writes};
-    return core_->Run([&](Backend& backend, bool) { return backend.Transition(call); });
+    return core_->Run([&](engine::Backend& backend, bool) { return backend.Transition(call); });
   }
 
   // Constant after construction.

@@ -27,7 +27,7 @@
 #include "idem/store.h"
 #include "idem/tables.h"
 
-namespace idem {
+namespace idem::engine {
 
 // A Begin with its defaults applied.
 struct BeginCall {
@@ -185,6 +185,6 @@ class Backend {
   virtual bool permanent() const { return true; }
 };
 
-}  // namespace idem
+}  // namespace idem::engine
 
 #endif  // IDEM_ENGINE_BACKEND_H_

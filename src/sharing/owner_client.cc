@@ -216,12 +216,12 @@ auto OwnerClient::Ask(const Message& message) {
   }
 }
 
-Result<Claim> OwnerClient::Begin(const BeginCall& call, const Holder& /*holder*/) {
+Result<Claim> OwnerClient::Begin(const engine::BeginCall& call, const Holder& /*holder*/) {
   // The owner names the holder from the connection's peer credentials, not from the client.
   return Ask(BeginMessage{call});
 }
 
-Status OwnerClient::Transition(const TransitionCall& call) {
+Status OwnerClient::Transition(const engine::TransitionCall& call) {
   return Ask(TransitionMessage{call, {}});
 }
 
@@ -231,8 +231,8 @@ Result<TableValue> OwnerClient::GetValue(std::string_view table, std::string_vie
 
 Result<std::vector<std::string>> OwnerClient::ListTables() { return Ask(ListTablesMessage{}); }
 
-Result<TablePage> OwnerClient::ScanTable(std::string_view table, const ScanOptions& options,
-                                         std::size_t limit, uint64_t view) {
+Result<engine::TablePage> OwnerClient::ScanTable(std::string_view table, const ScanOptions& options,
+                                                 std::size_t limit, uint64_t view) {
   return Ask(ScanTableMessage{table, options, static_cast<uint32_t>(limit), view});
 }
 
@@ -240,7 +240,7 @@ Result<uint64_t> OwnerClient::OpenView() { return Ask(OpenViewMessage{}); }
 
 Status OwnerClient::CloseView(uint64_t view) { return Ask(CloseViewMessage{view}); }
 
-Result<bool> OwnerClient::Reserve(const ReserveCall& call) {
+Result<bool> OwnerClient::Reserve(const engine::ReserveCall& call) {
   const util::Deadline deadline(call.wait);
   ReserveMessage message{call};
   for (;;) {
@@ -263,7 +263,8 @@ Status OwnerClient::Forget(std::string_view key, Durability durability) {
   return Ask(ForgetMessage{key, durability});
 }
 
-Result<ScanPage> OwnerClient::Scan(const ScanOptions& options, std::size_t limit, uint64_t view) {
+Result<engine::ScanPage> OwnerClient::Scan(const ScanOptions& options, std::size_t limit,
+                                           uint64_t view) {
   return Ask(ScanMessage{options, static_cast<uint32_t>(limit), view});
 }
 

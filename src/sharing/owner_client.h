@@ -37,7 +37,7 @@
 
 namespace idem::sharing {
 
-class OwnerClient final : public Backend {
+class OwnerClient final : public engine::Backend {
  public:
   // Connects once (waiting at most `connect_timeout`), to make sure an owner is listening at
   // `address`. Each later round trip waits at most `request_timeout`.
@@ -45,22 +45,22 @@ class OwnerClient final : public Backend {
                                                       std::chrono::milliseconds request_timeout,
                                                       std::chrono::milliseconds connect_timeout);
 
-  Result<Claim> Begin(const BeginCall& call, const Holder& holder) override;
-  Status Transition(const TransitionCall& call) override;
+  Result<Claim> Begin(const engine::BeginCall& call, const Holder& holder) override;
+  Status Transition(const engine::TransitionCall& call) override;
   Result<std::optional<Record>> Get(std::string_view key) override;
   Status Forget(std::string_view key, Durability durability) override;
-  Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit,
-                        uint64_t view = kLatest) override;
+  Result<engine::ScanPage> Scan(const ScanOptions& options, std::size_t limit,
+                                uint64_t view = kLatest) override;
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;
-  Result<TablePage> ScanTable(std::string_view table, const ScanOptions& options, std::size_t limit,
-                              uint64_t view = kLatest) override;
+  Result<engine::TablePage> ScanTable(std::string_view table, const ScanOptions& options,
+                                      std::size_t limit, uint64_t view = kLatest) override;
   Result<std::vector<std::string>> ListTables() override;
   // Kept by the owner, which ends it with the connection it was opened on.
   Result<uint64_t> OpenView() override;
   Status CloseView(uint64_t view) override;
   // Waits at most kMaxReserveWait of call.wait per request, asking again until the grant or
   // call.wait.
-  Result<bool> Reserve(const ReserveCall& call) override;
+  Result<bool> Reserve(const engine::ReserveCall& call) override;
   Status Unreserve(std::string_view claim_key, uint64_t token) override;
   // A purge job on the owner, polled by requests that each end within request_timeout;
   // options.progress is called after each, and options.progress_total, when set, once with the

@@ -43,14 +43,14 @@ Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, uint64_t key)
   return Status::OK();
 }
 
-OwnerServer::OwnerServer(Backend& backend, OwnerServerOptions options)
+OwnerServer::OwnerServer(engine::Backend& backend, OwnerServerOptions options)
     : backend_(backend),
       options_(std::move(options)),
       log_(options_.log),
       next_id_(kFirstConnectionId) {}
 
 Result<std::unique_ptr<OwnerServer>> OwnerServer::Start(const SocketAddress& address,
-                                                        Backend& backend,
+                                                        engine::Backend& backend,
                                                         OwnerServerOptions options) {
   std::unique_ptr<OwnerServer> server(new OwnerServer(backend, std::move(options)));
   rlimit files{};

@@ -78,7 +78,8 @@ class OwnerServer {
  public:
   // Listens at `address` (the caller holds the owner lock; Listen) and serves `backend`, which
   // must outlive the server. Logs where it serves when that is not the store directory.
-  static Result<std::unique_ptr<OwnerServer>> Start(const SocketAddress& address, Backend& backend,
+  static Result<std::unique_ptr<OwnerServer>> Start(const SocketAddress& address,
+                                                    engine::Backend& backend,
                                                     OwnerServerOptions options);
   // Stops serving, lets running requests and jobs (purges, backups) finish, closes every
   // connection, and removes a socket it served in the runtime directory (RemoveRuntimeSocket: the
@@ -100,7 +101,7 @@ class OwnerServer {
     kWriting,  // an answer is partly sent; the client has not taken the rest yet
   };
 
-  OwnerServer(Backend& backend, OwnerServerOptions options);
+  OwnerServer(engine::Backend& backend, OwnerServerOptions options);
   void RunThread();
   void AddThreadIfAllBusy();
   // Accepts every connection waiting on the listening socket, then arms it again.
@@ -162,7 +163,7 @@ class OwnerServer {
                         std::function<Result<uint64_t>(JobProgress& progress)> work);
 
   // Constant after construction.
-  Backend& backend_;
+  engine::Backend& backend_;
   const OwnerServerOptions options_;
   std::size_t max_connections_ = 0;
   Listener listener_;

@@ -30,7 +30,7 @@ Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, uint64_t key)
 // leaves its connection idle past idle_timeout, pins no snapshot after that.
 class ConnectionViews {
  public:
-  explicit ConnectionViews(Backend& backend) : backend_(backend) {}
+  explicit ConnectionViews(engine::Backend& backend) : backend_(backend) {}
   ConnectionViews(const ConnectionViews&) = delete;
   ConnectionViews& operator=(const ConnectionViews&) = delete;
   ~ConnectionViews() {
@@ -40,7 +40,7 @@ class ConnectionViews {
   void Remove(uint64_t view) { std::erase(views_, view); }
 
  private:
-  Backend& backend_;
+  engine::Backend& backend_;
   std::vector<uint64_t> views_;
 };
 
@@ -48,7 +48,7 @@ class ConnectionViews {
 // client killed while it holds keys keeps nobody waiting after that.
 class ConnectionReservations {
  public:
-  explicit ConnectionReservations(Backend& backend) : backend_(backend) {}
+  explicit ConnectionReservations(engine::Backend& backend) : backend_(backend) {}
   ConnectionReservations(const ConnectionReservations&) = delete;
   ConnectionReservations& operator=(const ConnectionReservations&) = delete;
   ~ConnectionReservations() {
@@ -77,12 +77,12 @@ class ConnectionReservations {
 
   static constexpr std::size_t kTracked = 64;
 
-  Backend& backend_;
+  engine::Backend& backend_;
   std::vector<std::pair<std::string, uint64_t>> claims_;
 };
 
 struct OwnerServer::Connection {
-  Connection(uint64_t id, int fd, pid_t pid, Holder holder, Backend& backend)
+  Connection(uint64_t id, int fd, pid_t pid, Holder holder, engine::Backend& backend)
       : id(id),
         fd(fd),
         pid(pid),

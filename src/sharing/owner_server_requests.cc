@@ -34,7 +34,7 @@ constexpr std::size_t kReadAhead = 64 << 10;
 // replaced by the write's error otherwise. Appended to `out` in order when the group ends.
 class GroupedAnswers {
  public:
-  GroupedAnswers(Backend& backend, std::string& out) : backend_(backend), out_(out) {}
+  GroupedAnswers(engine::Backend& backend, std::string& out) : backend_(backend), out_(out) {}
   GroupedAnswers(const GroupedAnswers&) = delete;
   GroupedAnswers& operator=(const GroupedAnswers&) = delete;
   ~GroupedAnswers() { End(); }
@@ -72,7 +72,7 @@ class GroupedAnswers {
     std::string payload;
     bool grouped;  // the call's write went into the group
   };
-  Backend& backend_;
+  engine::Backend& backend_;
   std::string& out_;
   bool started_ = false;
   std::vector<Answer> answers_;

@@ -51,7 +51,7 @@ Result<std::optional<Record>> DecodeOptionalRecord(std::string_view body) {
   return record;
 }
 
-std::string EncodeScanPage(const ScanPage& page) {
+std::string EncodeScanPage(const engine::ScanPage& page) {
   Writer w;
   w.U32(static_cast<uint32_t>(page.records.size()));
   for (const Record& record : page.records) w.RecordFields(record);
@@ -59,9 +59,9 @@ std::string EncodeScanPage(const ScanPage& page) {
   return std::move(w.buffer());
 }
 
-Result<ScanPage> DecodeScanPage(std::string_view body) {
+Result<engine::ScanPage> DecodeScanPage(std::string_view body) {
   Reader r(body);
-  ScanPage page;
+  engine::ScanPage page;
   const uint32_t count = r.U32();
   for (uint32_t i = 0; i < count && !r.failed(); ++i) page.records.push_back(r.RecordFields());
   const uint8_t more = r.U8();
@@ -97,7 +97,7 @@ Result<TableValue> DecodeTableValue(std::string_view body) {
   return value;
 }
 
-std::string EncodeTablePage(const TablePage& page) {
+std::string EncodeTablePage(const engine::TablePage& page) {
   Writer w;
   w.U32(static_cast<uint32_t>(page.values.size()));
   for (const auto& [key, value] : page.values) {
@@ -108,10 +108,10 @@ std::string EncodeTablePage(const TablePage& page) {
   return std::move(w.buffer());
 }
 
-Result<TablePage> DecodeTablePage(std::string_view body) {
+Result<engine::TablePage> DecodeTablePage(std::string_view body) {
   Reader r(body);
   bool bad = false;
-  TablePage page;
+  engine::TablePage page;
   const uint32_t count = r.U32();
   for (uint32_t i = 0; i < count && !r.failed(); ++i) {
     std::string key(r.Bytes());
@@ -153,7 +153,7 @@ std::string EncodeViewId(uint64_t view) {
 Result<uint64_t> DecodeViewId(std::string_view body) {
   Reader r(body);
   const uint64_t view = r.U64();
-  if (!r.done() || view == Backend::kLatest) {
+  if (!r.done() || view == engine::Backend::kLatest) {
     return Status::Unavailable("malformed read view id from owner");
   }
   return view;

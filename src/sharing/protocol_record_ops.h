@@ -30,10 +30,10 @@ void ReadWriteSet(Reader& r, bool& bad, WriteSet& writes);
 struct BeginMessage {
   static constexpr uint8_t kOp = 1;
   using Answer = AnswerCodec<Claim, EncodeClaim, DecodeClaim>;
-  BeginCall call;
+  engine::BeginCall call;
 
   // The owner names the holder from the connection's peer credentials, not from the client.
-  Result<Claim> CallOn(Backend& backend, const Holder& peer) const {
+  Result<Claim> CallOn(engine::Backend& backend, const Holder& peer) const {
     return backend.Begin(call, peer);
   }
   bool Pipelinable() const { return !engine::SyncedBeforeReturning(call.durability); }
@@ -49,7 +49,7 @@ struct BeginMessage {
     w.U8(static_cast<uint8_t>(call.durability));
   }
   static BeginMessage Read(Reader& r, bool& bad) {
-    BeginCall c;
+    engine::BeginCall c;
     c.key = r.Bytes();
     c.type = r.Bytes();
     c.fingerprint = r.Bytes();
@@ -69,12 +69,12 @@ struct TransitionMessage {
   static constexpr uint8_t kOp = 2;
   static constexpr bool kKeptWhenAbandoned = true;
   using Answer = NoAnswer;
-  TransitionCall call;
+  engine::TransitionCall call;
   WriteSet writes;
 
   // The call, pointed at the writes the message carries.
-  Status CallOn(Backend& backend, const Holder& /*peer*/) const {
-    TransitionCall pointed = call;
+  Status CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
+    engine::TransitionCall pointed = call;
     pointed.writes = &Writes();
     return backend.Transition(pointed);
   }
@@ -98,7 +98,7 @@ struct TransitionMessage {
     WriteWriteSet(w, Writes());
   }
   static TransitionMessage Read(Reader& r, bool& bad) {
-    TransitionCall c;
+    engine::TransitionCall c;
     c.request.kind = EnumField(r, engine::TransitionKind::kSaveCheckpoint, bad);
     c.key = r.Bytes();
     c.request.token = r.U64();
@@ -121,7 +121,7 @@ struct GetMessage {
   using Answer = AnswerCodec<std::optional<Record>, EncodeOptionalRecord, DecodeOptionalRecord>;
   std::string_view key;
 
-  Result<std::optional<Record>> CallOn(Backend& backend, const Holder& /*peer*/) const {
+  Result<std::optional<Record>> CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
     return backend.Get(key);
   }
   bool Pipelinable() const { return true; }
@@ -138,7 +138,7 @@ struct ForgetMessage {
   std::string_view key;
   Durability durability;
 
-  Status CallOn(Backend& backend, const Holder& /*peer*/) const {
+  Status CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
     return backend.Forget(key, durability);
   }
 
@@ -157,12 +157,12 @@ struct ForgetMessage {
 // Op 5.
 struct ScanMessage {
   static constexpr uint8_t kOp = 5;
-  using Answer = AnswerCodec<ScanPage, EncodeScanPage, DecodeScanPage>;
+  using Answer = AnswerCodec<engine::ScanPage, EncodeScanPage, DecodeScanPage>;
   ScanOptions options;
   uint32_t limit;
-  uint64_t view = Backend::kLatest;
+  uint64_t view = engine::Backend::kLatest;
 
-  Result<ScanPage> CallOn(Backend& backend, const Holder& /*peer*/) const {
+  Result<engine::ScanPage> CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
     return backend.Scan(options, std::clamp<uint32_t>(limit, 1, kMaxScanPage), view);
   }
 
@@ -226,7 +226,7 @@ struct CountersMessage {
   static constexpr uint8_t kOp = 7;
   using Answer = AnswerCodec<OwnerCounters, EncodeCounters, DecodeCounters>;
 
-  Result<OwnerCounters> CallOn(Backend& backend, const Holder& /*peer*/) const {
+  Result<OwnerCounters> CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
     return backend.GetOwnerCounters();
   }
 

@@ -30,7 +30,7 @@ struct GetValueMessage {
   std::string_view table;
   std::string_view key;
 
-  Result<TableValue> CallOn(Backend& backend, const Holder& /*peer*/) const {
+  Result<TableValue> CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
     return backend.GetValue(table, key);
   }
   bool Pipelinable() const { return true; }
@@ -50,13 +50,13 @@ struct GetValueMessage {
 // Op 10.
 struct ScanTableMessage {
   static constexpr uint8_t kOp = 10;
-  using Answer = AnswerCodec<TablePage, EncodeTablePage, DecodeTablePage>;
+  using Answer = AnswerCodec<engine::TablePage, EncodeTablePage, DecodeTablePage>;
   std::string_view table;
   ScanOptions options;
   uint32_t limit;
-  uint64_t view = Backend::kLatest;
+  uint64_t view = engine::Backend::kLatest;
 
-  Result<TablePage> CallOn(Backend& backend, const Holder& /*peer*/) const {
+  Result<engine::TablePage> CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
     return backend.ScanTable(table, options, std::clamp<uint32_t>(limit, 1, kMaxScanPage), view);
   }
 
@@ -83,7 +83,7 @@ struct ListTablesMessage {
   static constexpr uint8_t kOp = 11;
   using Answer = AnswerCodec<std::vector<std::string>, EncodeTableNames, DecodeTableNames>;
 
-  Result<std::vector<std::string>> CallOn(Backend& backend, const Holder& /*peer*/) const {
+  Result<std::vector<std::string>> CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
     return backend.ListTables();
   }
 
@@ -97,7 +97,7 @@ struct OpenViewMessage {
   static constexpr uint8_t kOp = 12;
   using Answer = AnswerCodec<uint64_t, EncodeViewId, DecodeViewId>;
 
-  Result<uint64_t> CallOn(Backend& backend, const Holder& /*peer*/) const {
+  Result<uint64_t> CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
     return backend.OpenView();
   }
 
@@ -111,7 +111,9 @@ struct CloseViewMessage {
   using Answer = NoAnswer;
   uint64_t view = 0;
 
-  Status CallOn(Backend& backend, const Holder& /*peer*/) const { return backend.CloseView(view); }
+  Status CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
+    return backend.CloseView(view);
+  }
 
   void Write(Writer& w) const { w.U64(view); }
   static CloseViewMessage Read(Reader& r, bool& /*bad*/) { return CloseViewMessage{r.U64()}; }
@@ -123,11 +125,11 @@ struct CloseViewMessage {
 struct ReserveMessage {
   static constexpr uint8_t kOp = 14;
   using Answer = AnswerCodec<bool, EncodeGranted, DecodeGranted>;
-  ReserveCall call;
+  engine::ReserveCall call;
 
   // The owner waits no longer than kMaxReserveWait, whatever the client asked.
-  Result<bool> CallOn(Backend& backend, const Holder& /*peer*/) const {
-    ReserveCall bounded = call;
+  Result<bool> CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
+    engine::ReserveCall bounded = call;
     bounded.wait = std::min(bounded.wait, kMaxReserveWait);
     return backend.Reserve(bounded);
   }
@@ -166,7 +168,7 @@ struct UnreserveMessage {
   std::string_view claim_key;
   uint64_t token = 0;
 
-  Status CallOn(Backend& backend, const Holder& /*peer*/) const {
+  Status CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
     return backend.Unreserve(claim_key, token);
   }
 

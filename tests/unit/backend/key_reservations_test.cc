@@ -17,8 +17,9 @@ namespace {
 
 using std::chrono::milliseconds;
 
-ReserveCall Call(std::string_view claim, std::vector<TableKey> keys,
-                 milliseconds hold = std::chrono::minutes(1), milliseconds wait = milliseconds(0)) {
+engine::ReserveCall Call(std::string_view claim, std::vector<TableKey> keys,
+                         milliseconds hold = std::chrono::minutes(1),
+                         milliseconds wait = milliseconds(0)) {
   return {.claim_key = claim, .token = 1, .keys = std::move(keys), .hold = hold, .wait = wait};
 }
 

@@ -46,14 +46,14 @@ const WriteSet& GoldenWrites() {
   return writes;
 }
 
-TransitionCall GoldenComplete() {
-  return TransitionCall{.key = "complete-key",
-                        .request = {.kind = engine::TransitionKind::kComplete,
-                                    .token = 0x5152535455565758,
-                                    .payload = "complete-result",
-                                    .failure = Failure::kTerminal,
-                                    .lease = milliseconds(0x0607)},
-                        .durability = Durability::kBuffered};
+engine::TransitionCall GoldenComplete() {
+  return engine::TransitionCall{.key = "complete-key",
+                                .request = {.kind = engine::TransitionKind::kComplete,
+                                            .token = 0x5152535455565758,
+                                            .payload = "complete-result",
+                                            .failure = Failure::kTerminal,
+                                            .lease = milliseconds(0x0607)},
+                                .durability = Durability::kBuffered};
 }
 
 struct RequestGolden {
@@ -65,25 +65,25 @@ struct RequestGolden {
 std::vector<RequestGolden> RequestGoldens() {
   std::vector<RequestGolden> goldens;
   goldens.push_back({"Begin",
-                     BeginMessage{BeginCall{.key = "begin-key",
-                                            .type = "begin-type",
-                                            .fingerprint = "begin-fingerprint",
-                                            .lease = milliseconds(0x1101),
-                                            .retention = milliseconds(0x220002),
-                                            .request_id = 0x0102030405060708,
-                                            .durability = Durability::kPeriodic}},
+                     BeginMessage{engine::BeginCall{.key = "begin-key",
+                                                    .type = "begin-type",
+                                                    .fingerprint = "begin-fingerprint",
+                                                    .lease = milliseconds(0x1101),
+                                                    .retention = milliseconds(0x220002),
+                                                    .request_id = 0x0102030405060708,
+                                                    .durability = Durability::kPeriodic}},
                      "0b0109000000626567696e2d6b65790a000000626567696e2d74797065110000"
                      "00626567696e2d66696e6765727072696e740111000000000000020022000000"
                      "0000080706050403020102"});
   goldens.push_back(
       {"Transition, a Fail without writes",
-       TransitionMessage{TransitionCall{.key = "fail-key",
-                                        .request = {.kind = engine::TransitionKind::kFail,
-                                                    .token = 0x1112131415161718,
-                                                    .payload = "fail-error",
-                                                    .failure = Failure::kTerminal,
-                                                    .lease = milliseconds(0x3303)},
-                                        .durability = Durability::kBuffered},
+       TransitionMessage{engine::TransitionCall{.key = "fail-key",
+                                                .request = {.kind = engine::TransitionKind::kFail,
+                                                            .token = 0x1112131415161718,
+                                                            .payload = "fail-error",
+                                                            .failure = Failure::kTerminal,
+                                                            .lease = milliseconds(0x3303)},
+                                                .durability = Durability::kBuffered},
                          {}},
        "0b0201080000006661696c2d6b657918171615141312110a0000006661696c2d"
        "6572726f72010333000000000000010000000000000000"});
@@ -98,7 +98,7 @@ std::vector<RequestGolden> RequestGoldens() {
       "00006c696d69747306000000616363742d354847464544434241060000006c69"
       "6d69747306000000616363742d360000000000000000";
   // A client's Complete: the call points at its writes.
-  TransitionCall complete = GoldenComplete();
+  engine::TransitionCall complete = GoldenComplete();
   complete.writes = &GoldenWrites();
   goldens.push_back({"Transition, a Complete with writes (call.writes)",
                      TransitionMessage{complete, {}}, kCompleteWithWrites});
@@ -146,11 +146,11 @@ std::vector<RequestGolden> RequestGoldens() {
   const std::vector<TableKey> keys = {
       {"balances", "acct-1"}, {"balances", "acct-3"}, {"log", "entry-2"}};
   goldens.push_back({"Reserve",
-                     ReserveMessage{ReserveCall{.claim_key = "reserve-claim",
-                                                .token = 0xc1c2c3c4c5c6c7c8,
-                                                .keys = keys,
-                                                .hold = milliseconds(0x0c0d),
-                                                .wait = milliseconds(0x0e0f)}},
+                     ReserveMessage{engine::ReserveCall{.claim_key = "reserve-claim",
+                                                        .token = 0xc1c2c3c4c5c6c7c8,
+                                                        .keys = keys,
+                                                        .hold = milliseconds(0x0c0d),
+                                                        .wait = milliseconds(0x0e0f)}},
                      "0b0e0d000000726573657276652d636c61696dc8c7c6c5c4c3c2c10d0c000000"
                      "0000000f0e000000000000030000000800000062616c616e6365730600000061"
                      "6363742d310800000062616c616e63657306000000616363742d33030000006c"
@@ -284,8 +284,8 @@ std::vector<ResponseGolden> ResponseGoldens() {
   goldens.push_back({"no record", EncodeResponse(Status::OK(), EncodeOptionalRecord(std::nullopt)),
                      "0b00000000000000", answer, ok,
                      RoundTrip(DecodeOptionalRecord, EncodeOptionalRecord)});
-  const ScanPage page{.records = {record, OtherRecord()}, .more = true};
-  goldens.push_back({"ScanPage", EncodeResponse(Status::OK(), EncodeScanPage(page)),
+  const engine::ScanPage page{.records = {record, OtherRecord()}, .more = true};
+  goldens.push_back({"engine::ScanPage", EncodeResponse(Status::OK(), EncodeScanPage(page)),
                      "0b000000000000020000000a0000007265636f72642d6b657902010b00000072"
                      "65636f72642d74797065120000007265636f72642d66696e6765727072696e74"
                      "0d0000007265636f72642d726573756c74110000007265636f72642d63686563"
@@ -305,10 +305,10 @@ std::vector<ResponseGolden> ResponseGoldens() {
                      EncodeResponse(Status::OK(), EncodeTableValue({std::nullopt, 0x50})),
                      "0b000000000000005000000000000000", answer, ok,
                      RoundTrip(DecodeTableValue, EncodeTableValue)});
-  const TablePage table_page{
+  const engine::TablePage table_page{
       .values = {{"page-key-1", {"page-value-1", 0x5152}}, {"page-key-2", {std::nullopt, 3}}},
       .more = true};
-  goldens.push_back({"TablePage", EncodeResponse(Status::OK(), EncodeTablePage(table_page)),
+  goldens.push_back({"engine::TablePage", EncodeResponse(Status::OK(), EncodeTablePage(table_page)),
                      "0b000000000000020000000a000000706167652d6b65792d31010c0000007061"
                      "67652d76616c75652d3152510000000000000a000000706167652d6b65792d32"
                      "00030000000000000001",

@@ -67,8 +67,8 @@ Result<Request> Decoded(const Result<std::string>& frame) {
   return DecodeRequest(*frame);
 }
 
-BeginCall SampleBegin() {
-  BeginCall call;
+engine::BeginCall SampleBegin() {
+  engine::BeginCall call;
   call.key = std::string_view("key\0\xff", 5);
   call.type = "charge";
   call.fingerprint = "f00d";
@@ -83,7 +83,7 @@ BeginCall SampleBegin() {
 // decoded request encodes to the very bytes that were sent.
 TEST(ProtocolOverSocket, EveryRequestRoundTripsWhole) {
   const std::string result(70000, 'r');  // more than one read's worth
-  TransitionCall complete;
+  engine::TransitionCall complete;
   complete.key = "k";
   complete.request.kind = engine::TransitionKind::kComplete;
   complete.request.token = 42;
@@ -114,13 +114,13 @@ TEST(ProtocolOverSocket, EveryRequestRoundTripsWhole) {
 // A Begin and the owner's answer to it, as OwnerClient and the server exchange them.
 TEST(ProtocolOverSocket, ABeginAndItsClaimRoundTripWhole) {
   SocketPair pair = MakeSocketPair();
-  const BeginCall call = SampleBegin();
+  const engine::BeginCall call = SampleBegin();
   ASSERT_OK(SendFrame(pair.client.get(), EncodeFrame(EncodeRequest(BeginMessage{call})),
                       Clock::now() + kHang));
   Result<std::string> request_frame = ReadFrame(pair.owner.get(), 1 << 20, Clock::now() + kHang);
   ASSERT_OK_AND_ASSIGN(const Request request, Decoded(request_frame));
   ASSERT_TRUE(std::holds_alternative<BeginMessage>(request));
-  const BeginCall& got = std::get<BeginMessage>(request).call;
+  const engine::BeginCall& got = std::get<BeginMessage>(request).call;
   EXPECT_EQ(got.key, call.key);
   EXPECT_EQ(got.type, call.type);
   EXPECT_EQ(got.fingerprint, call.fingerprint);

@@ -21,7 +21,7 @@ TEST(Protocol, TableWritesTravelWithTheTransitionAndTablesAreReadByTwoOps) {
   idem::WriteSet writes;
   writes.Put("t", "k", "v", 3);
   writes.Delete("t", "d");
-  TransitionCall complete{.key = "m"};
+  engine::TransitionCall complete{.key = "m"};
   complete.request = {.kind = idem::engine::TransitionKind::kComplete, .token = 9, .payload = "r"};
   complete.writes = &writes;
   const std::string expected = std::string(1, static_cast<char>(kProtocolVersion)) +
@@ -88,10 +88,10 @@ TEST(Protocol, TableWritesTravelWithTheTransitionAndTablesAreReadByTwoOps) {
             (idem::TableValue{std::nullopt, 5}));
   EXPECT_EQ(DecodeTableValue(Bytes("\x02\x05\0\0\0\0\0\0\0", 9)).status().code(),
             Status::Code::kUnavailable);
-  TablePage page;
+  engine::TablePage page;
   page.values = {{"a", {"1", 1}}, {"b", {"2", 7}}};
   page.more = true;
-  Result<TablePage> round = DecodeTablePage(EncodeTablePage(page));
+  Result<engine::TablePage> round = DecodeTablePage(EncodeTablePage(page));
   ASSERT_TRUE(round.ok()) << round.status().ToString();
   EXPECT_EQ(round->values, page.values);
   EXPECT_TRUE(round->more);
@@ -120,7 +120,7 @@ TEST(Protocol, RequiredKeysTravelWithTheTransition) {
   writes.Put("t", "k", "v", 3);
   writes.Require("t", "r", 7);
   writes.Require("u", "never", 0);
-  TransitionCall complete{.key = "m"};
+  engine::TransitionCall complete{.key = "m"};
   complete.request = {.kind = idem::engine::TransitionKind::kComplete, .token = 9, .payload = "r"};
   complete.writes = &writes;
   const std::string frame = EncodeRequest(TransitionMessage{complete, {}});
@@ -170,10 +170,10 @@ namespace {
 // flag above 1 refused.
 TEST(Protocol, KeyReservationsTravelAsTwoOps) {
   EXPECT_GE(kProtocolVersion, 11);
-  ReserveCall call{.claim_key = "m",
-                   .token = 9,
-                   .hold = std::chrono::milliseconds(5),
-                   .wait = std::chrono::milliseconds(2)};
+  engine::ReserveCall call{.claim_key = "m",
+                           .token = 9,
+                           .hold = std::chrono::milliseconds(5),
+                           .wait = std::chrono::milliseconds(2)};
   call.keys = {{"t", "a"}, {"u", "b"}};
   const std::string expected = std::string(1, static_cast<char>(kProtocolVersion)) +
                                Bytes(
@@ -189,7 +189,7 @@ TEST(Protocol, KeyReservationsTravelAsTwoOps) {
   EXPECT_EQ(EncodeRequest(ReserveMessage{call}), expected);
   Result<Request> decoded = DecodeRequest(expected);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  const ReserveCall& read = std::get<ReserveMessage>(*decoded).call;
+  const engine::ReserveCall& read = std::get<ReserveMessage>(*decoded).call;
   EXPECT_EQ(read.claim_key, "m");
   EXPECT_EQ(read.token, 9u);
   EXPECT_EQ(read.hold, std::chrono::milliseconds(5));

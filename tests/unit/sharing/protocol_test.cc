@@ -97,8 +97,8 @@ TEST(Protocol, RecordsRoundTripInEveryBody) {
   EXPECT_EQ(decoded_claim->record, timed_out);
   EXPECT_EQ(decoded_claim->retry_after, claim.retry_after);
 
-  const ScanPage page{.records = {SampleRecord(), timed_out, Record{}}, .more = true};
-  Result<ScanPage> decoded_page = DecodeScanPage(EncodeScanPage(page));
+  const engine::ScanPage page{.records = {SampleRecord(), timed_out, Record{}}, .more = true};
+  Result<engine::ScanPage> decoded_page = DecodeScanPage(EncodeScanPage(page));
   ASSERT_TRUE(decoded_page.ok()) << decoded_page.status().ToString();
   EXPECT_EQ(decoded_page->records, page.records);
   EXPECT_TRUE(decoded_page->more);

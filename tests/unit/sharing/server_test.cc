@@ -34,12 +34,12 @@ using namespace std::chrono_literals;
 
 // A backend whose Get of "slow" blocks until released, whose Get of a key starting with "nap"
 // takes 2 ms, and whose Purge takes a while.
-class ControlledBackend final : public idem::Backend {
+class ControlledBackend final : public idem::engine::Backend {
  public:
-  Result<idem::Claim> Begin(const idem::BeginCall&, const idem::Holder&) override {
+  Result<idem::Claim> Begin(const idem::engine::BeginCall&, const idem::Holder&) override {
     return Status::InvalidArgument("not used");
   }
-  Status Transition(const idem::TransitionCall&) override {
+  Status Transition(const idem::engine::TransitionCall&) override {
     return Status::InvalidArgument("not used");
   }
   Result<std::optional<idem::Record>> Get(std::string_view key) override {
@@ -58,14 +58,14 @@ class ControlledBackend final : public idem::Backend {
     return std::optional<idem::Record>(record);
   }
   Status Forget(std::string_view, idem::Durability) override { return Status::OK(); }
-  Result<idem::ScanPage> Scan(const idem::ScanOptions&, std::size_t, uint64_t) override {
-    return idem::ScanPage{};
+  Result<idem::engine::ScanPage> Scan(const idem::ScanOptions&, std::size_t, uint64_t) override {
+    return idem::engine::ScanPage{};
   }
   Result<idem::TableValue> GetValue(std::string_view, std::string_view) override {
     return Status::InvalidArgument("not used");
   }
-  Result<idem::TablePage> ScanTable(std::string_view, const idem::ScanOptions&, std::size_t,
-                                    uint64_t) override {
+  Result<idem::engine::TablePage> ScanTable(std::string_view, const idem::ScanOptions&, std::size_t,
+                                            uint64_t) override {
     return Status::InvalidArgument("not used");
   }
   Result<std::vector<std::string>> ListTables() override {

@@ -58,11 +58,11 @@ class FaultyStore {
   }
 
   idem::Result<idem::Claim> Begin(std::string_view key) {
-    const idem::BeginCall call{.key = key,
-                               .lease = 30s,
-                               .retention = 24h,
-                               .request_id = ++request_id_,
-                               .durability = durability_};
+    const idem::engine::BeginCall call{.key = key,
+                                       .lease = 30s,
+                                       .retention = 24h,
+                                       .request_id = ++request_id_,
+                                       .durability = durability_};
     return backend_->Begin(call, idem::Holder{});
   }
   Status Complete(std::string_view key, uint64_t token, std::string_view result) {
