@@ -19,7 +19,7 @@
 
 namespace idem_test {
 
-// A EngineBackend on a PgStorage whose time is `clock_`'s (each store has its own, all starting at
+// An EngineBackend on a PgStorage whose time is `clock_`'s (each store has its own, all starting at
 // ManualClock::DefaultStart()).
 class PgStore {
  public:
