@@ -181,10 +181,9 @@ Result<Claim> EngineBackend::Begin(const engine::BeginCall& call, const Holder& 
       storage_->ReadOrCreate(call.key, request, call.durability);
   if (!first.ok()) return first.status();
   storage::Storage::ReadResult& seen = *first;
-  if (seen.created_token) {
-    Claim claim = engine::FreshClaim(request, seen.now, *seen.created_token);
-    counters_.Count(claim);
-    return claim;
+  if (seen.created) {
+    counters_.Count(*seen.created);
+    return std::move(*seen.created);
   }
   const std::optional<uint64_t> absent_since =
       seen.record ? std::nullopt : std::optional<uint64_t>(seen.write_version);
@@ -213,10 +212,14 @@ Result<Claim> EngineBackend::Begin(const engine::BeginCall& call, const Holder& 
     }
     return decision.write ? &decision.claim.record : nullptr;
   };
-  IDEM_RETURN_IF_ERROR(storage_->Update(call.key, decide, call.durability, absent_since));
+  // Decided once, on the record read (a storage that writes by compare-and-set), or on the record
+  // read again under the key's lock (the facts were gathered for the record read first).
+  IDEM_RETURN_IF_ERROR(
+      storage_->DecideOnRead(call.key, seen, decide, call.durability, absent_since));
   if (decision.needs_graces) {
-    // The lease ran out between the read and the lock: decide once more, with the graces. (Should
-    // it run out again for another holder, that claim's kInProgress answer stands.)
+    // The lease ran out between the read and the lock, or the row changed before the write (its
+    // new holder's lease ran out): decide once more, with the graces. (Should it run out again
+    // for another holder, that claim's kInProgress answer stands.)
     IDEM_ASSIGN_OR_RETURN(facts, GatherFacts(&decision.claim.record, decided_at));
     IDEM_RETURN_IF_ERROR(storage_->Update(call.key, decide, call.durability, std::nullopt));
   }

@@ -70,6 +70,13 @@ Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token) {
   return claim;
 }
 
+void ShiftTimes(Record& at_epoch, TimePoint now) {
+  for (TimePoint* time :
+       {&at_epoch.created, &at_epoch.updated, &at_epoch.lease_deadline, &at_epoch.expires}) {
+    *time += now.time_since_epoch();
+  }
+}
+
 void MakeVisible(std::optional<Record>& stored, TimePoint now) {
   if (!stored) return;
   if (IsExpired(*stored, now)) {

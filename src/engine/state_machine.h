@@ -110,6 +110,10 @@ using NextToken = FunctionRef<Result<uint64_t>(uint64_t above)>;
 // the lease), so a storage whose server keeps the clock may send the record made at the epoch and
 // let the server add its own time to each (storage/postgres/pg_storage.cc).
 Claim FreshClaim(const BeginRequest& request, TimePoint now, uint64_t token);
+// Moves a record that FreshClaim made at the epoch to `now`: each of its times gains `now`'s
+// distance from the epoch. By the property above, FreshClaim(request, TimePoint{}, token)'s
+// record so moved is FreshClaim(request, now, token)'s.
+void ShiftTimes(Record& at_epoch, TimePoint now);
 
 // A record that leaves pending keeps no holder: the holder serves a pending claim only (judging
 // whether its process died, giving a resent Begin its own claim back), and a done record is

@@ -50,6 +50,15 @@ class Storage {
   using Decide = FunctionRef<const Record*(std::optional<Record>& stored, TimePoint now,
                                            engine::NextToken next_token)>;
 
+  // Which row a read saw, for a storage that writes by compare-and-set (PostgreSQL): the version
+  // alone does not tell, as a key deleted (Forget, a purge) and claimed afresh starts again at
+  // version 1; its token does, as tokens never repeat. {0, 0}: there was none, or the storage
+  // locks keys instead (RocksDB).
+  struct RowSeen {
+    int64_t version = 0;
+    uint64_t token = 0;
+  };
+
   // A record read, and the time to judge it by.
   struct ReadResult {
     std::optional<Record> record;  // retention-expired ones included
@@ -58,9 +67,10 @@ class Storage {
     // anything is written to the storage (by this process, which is its only writer), taken
     // before the read. A storage that other processes write gives 0 and ignores it.
     uint64_t write_version = 0;
-    // Set only by ReadOrCreate, when it created a claim instead of reading one: it wrote
-    // engine::FreshClaim(request, now, *created_token), and `record` is empty.
-    std::optional<uint64_t> created_token;
+    RowSeen row;  // DecideOnRead's compare-and-set base
+    // Set only by ReadOrCreate, when it created a claim instead of reading one: the claim it
+    // wrote, engine::FreshClaim(request, now, token), and `record` is empty.
+    std::optional<Claim> created;
   };
 
   virtual ~Storage();
@@ -80,6 +90,19 @@ class Storage {
                         std::optional<uint64_t> absent_since) = 0;
 
   virtual Result<ReadResult> Read(std::string_view key) = 0;
+
+  // Update, decided on `read`, Read's or ReadOrCreate's answer for `key` (the caller may have made
+  // its record visible, and it is moved from). A storage that writes by compare-and-set does not
+  // read the key again: it calls `decide` on read.record at read.now and writes the answer only
+  // if the row is still read.row; if it changed meanwhile, it does as Update does, deciding again
+  // on what it reads. So a Begin's decision is made once on the record its first round trip read.
+  // This default is Update: a storage that locks the key reads it again under the lock, which
+  // costs a local read (or nothing, `absent_since`).
+  virtual Status DecideOnRead(std::string_view key, ReadResult& read, Decide decide,
+                              Durability durability, std::optional<uint64_t> absent_since) {
+    static_cast<void>(read);
+    return Update(key, decide, durability, absent_since);
+  }
 
   // Update, and with the record `decide` writes, `writes` to application tables (idem/tables.h)
   // in the same atomic batch, provided every conditional write's key, and every required key

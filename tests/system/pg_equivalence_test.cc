@@ -2,7 +2,8 @@
 // pg-one-decision-plan.md, section 2) against the engine itself, case by case: the one-statement
 // transition (TransitionApplies, ApplyTransition), the transition inside the application's
 // transaction (CompleteIn), purge and its dry-run count (IsExpired), the fresh claim inserted on
-// the first read (FreshClaim), and Forget (MakeVisible; an undecodable row is still forgotten).
+// the first read (FreshClaim), Begin decided on that read (DecideBegin), and Forget (MakeVisible;
+// an undecodable row is still forgotten).
 // Every record is planted whole, at the store's time to the microsecond either side of each
 // boundary, with both values of a holder's took_over, and each statement runs hundreds of times
 // (past PostgreSQL's switch from custom to generic plans).
@@ -32,6 +33,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using idem::Claim;
 using idem::Durability;
 using idem::Record;
 using idem::State;
@@ -294,12 +296,16 @@ TEST(PgEquivalence, TheClaimInsertedOnTheFirstReadIsTheEnginesFreshClaim) {
                              key, request, n % 2 ? Durability::kSync : Durability::kBuffered));
           EXPECT_EQ(read.now, now);
           if (before == Before::kNoRow) {
-            ASSERT_TRUE(read.created_token.has_value());
+            ASSERT_TRUE(read.created.has_value());
             EXPECT_FALSE(read.record.has_value());
-            EXPECT_EQ(ReadBack(*store, key),
-                      idem::engine::FreshClaim(request, now, *read.created_token).record);
+            const Claim expected = idem::engine::FreshClaim(request, now, read.created->token);
+            EXPECT_EQ(ReadBack(*store, key), expected.record);
+            // The claim answered is the one written, and the engine's.
+            EXPECT_EQ(read.created->record, expected.record);
+            EXPECT_EQ(read.created->outcome, expected.outcome);
+            EXPECT_EQ(read.created->took_over, expected.took_over);
           } else {
-            EXPECT_FALSE(read.created_token.has_value());
+            EXPECT_FALSE(read.created.has_value());
             EXPECT_EQ(read.record, row);
             EXPECT_EQ(ReadBack(*store, key), *row);
           }
@@ -307,6 +313,145 @@ TEST(PgEquivalence, TheClaimInsertedOnTheFirstReadIsTheEnginesFreshClaim) {
       }
     }
   }
+}
+
+// What a Begin may know of a pending claim besides the record (engine::ClaimFacts), as
+// EngineBackend::GatherFacts finds it out before the decision.
+enum class Facts { kNone, kHolderDead, kAnotherHolderDead, kGraceCovers, kGraceOver, kNoGraces };
+
+idem::engine::ClaimFacts FactsOf(Facts facts, const Record& stored, TimePoint now) {
+  idem::engine::ClaimFacts made;
+  switch (facts) {
+    case Facts::kNone:
+      break;
+    case Facts::kHolderDead:
+      made.judged = stored.holder;
+      made.holder_is_dead = true;
+      break;
+    case Facts::kAnotherHolderDead:
+      made.judged = idem::Holder{.pid = 99, .process_start = 98};
+      made.holder_is_dead = true;
+      break;
+    case Facts::kGraceCovers:
+      made.graces.push_back({.written_before = now, .left = 5s});
+      break;
+    case Facts::kGraceOver:
+      made.graces.push_back({.written_before = now, .left = 0s});
+      break;
+    case Facts::kNoGraces:
+      made.graces_gathered = false;
+      break;
+  }
+  return made;
+}
+
+// Begin's decision on PostgreSQL is made once, on the row its first round trip read
+// (Storage::DecideOnRead): for every stored state, fingerprint, request id and set of facts, the
+// claim answered and the row left are engine::DecideBegin's on the stored record at the store's
+// time, in one round trip when nothing is written and two when a claim is. (About 560 keys: the
+// tokens drawn stay within the block the first Begin reserved, so no round trip reserves one.)
+void CheckBeginOnTheFirstReadIsDecideBegin(const std::string& uri) {
+  auto store = PgStore::Open(uri, "idem_begin_equivalence");
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(store->Begin("first").status());  // reserves this process's block of tokens
+  idem::storage::PgStorage& storage = store->storage();
+  const TimePoint now = store->Now();
+  std::vector<Stored> states = EveryStored(now);
+  states.push_back({"none", Record()});
+  int n = 0;
+  for (const Stored& stored : states) {
+    const bool planted = stored.name != "none";
+    const bool pending = planted && stored.record.state == State::kPending;
+    for (const std::string_view fingerprint : {"", "fp", "other"}) {
+      for (const uint64_t request_id : {uint64_t{10}, uint64_t{11}}) {  // 10: the holder's
+        for (const Facts facts_kind : {Facts::kNone, Facts::kHolderDead, Facts::kAnotherHolderDead,
+                                       Facts::kGraceCovers, Facts::kGraceOver, Facts::kNoGraces}) {
+          if (!pending && facts_kind != Facts::kNone) continue;  // facts concern a pending claim
+          const std::string key = fmt::format("{}/{}/{}/{}", stored.name, fingerprint, request_id,
+                                              static_cast<int>(facts_kind));
+          SCOPED_TRACE(key);
+          std::optional<Record> before;
+          if (planted) {
+            before = stored.record;
+            before->key = key;
+            ASSERT_NO_FATAL_FAILURE(Plant(*store, key, *before, n));
+          }
+          const Durability durability = n++ % 2 ? Durability::kSync : Durability::kBuffered;
+          const idem::engine::BeginRequest request{
+              .key = key,
+              .type = "pay",
+              .fingerprint = fingerprint,
+              .lease = 10s,
+              .retention = 1h,
+              .holder = {.pid = 21, .process_start = 22, .pid_scope = 9, .request_id = request_id}};
+          const idem::engine::ClaimFacts facts = FactsOf(facts_kind, stored.record, now);
+
+          const uint64_t sent = storage.pool_stats().sent;
+          ASSERT_OK_AND_ASSIGN(idem::storage::Storage::ReadResult read,
+                               storage.ReadOrCreate(key, request, durability));
+          std::optional<uint64_t> drawn;
+          idem::engine::BeginDecision decision;
+          if (read.created) {
+            drawn = read.created->token;
+            decision.claim = *read.created;
+            decision.write = true;
+          } else {
+            idem::engine::MakeVisible(read.record, read.now);  // as EngineBackend::Begin does
+            const auto decide = [&](std::optional<Record>& record, TimePoint at,
+                                    idem::engine::NextToken next_token) -> const Record* {
+              decision = idem::engine::DecideBegin(
+                  std::move(record), request, at,
+                  [&](uint64_t above) -> idem::Result<uint64_t> {
+                    idem::Result<uint64_t> token = next_token(above);
+                    if (token.ok()) drawn = *token;
+                    return token;
+                  },
+                  facts);
+              return decision.write ? &decision.claim.record : nullptr;
+            };
+            ASSERT_OK(storage.DecideOnRead(key, read, decide, durability, std::nullopt));
+          }
+          const uint64_t round_trips = storage.pool_stats().sent - sent;
+
+          // The engine on the stored record, drawing the token the storage drew.
+          const idem::engine::BeginDecision expected = idem::engine::DecideBegin(
+              std::optional<Record>(before), request, now,
+              [&](uint64_t) -> idem::Result<uint64_t> {
+                if (drawn) return *drawn;
+                return idem::Status::InvalidArgument(
+                    "the engine draws a token the storage did not");
+              },
+              facts);
+          ASSERT_OK(expected.status);
+          EXPECT_EQ(decision.write, expected.write);
+          EXPECT_EQ(decision.needs_graces, expected.needs_graces);
+          EXPECT_EQ(decision.claim.outcome, expected.claim.outcome);
+          EXPECT_EQ(decision.claim.token, expected.claim.token);
+          EXPECT_EQ(decision.claim.took_over, expected.claim.took_over);
+          EXPECT_EQ(decision.claim.retry_after, expected.claim.retry_after);
+          EXPECT_EQ(decision.claim.record, expected.claim.record);
+          EXPECT_EQ(drawn.has_value(), expected.write) << "a token is drawn only to be written";
+          // The row: the claim when written, else as planted.
+          EXPECT_EQ(ReadRow(*store, key),
+                    expected.write ? std::optional<Record>(expected.claim.record) : before);
+          EXPECT_EQ(round_trips, expected.write && !read.created ? 2u : 1u);
+        }
+      }
+    }
+  }
+}
+
+TEST(PgEquivalence, BeginOnTheFirstReadIsDecideBegin) {
+  IDEM_START_PG_OR_SKIP(server);
+  CheckBeginOnTheFirstReadIsDecideBegin(server->Uri());
+}
+
+// The same through PgBouncer in transaction pooling: statements sent unnamed, no session state
+// between the read and the write.
+TEST(PgEquivalence, BeginOnTheFirstReadIsDecideBeginThroughPgBouncer) {
+  IDEM_START_PG_OR_SKIP(server);
+  IDEM_START_PGBOUNCER_OR_SKIP(bouncer, server, /*pool_size=*/2);
+  CheckBeginOnTheFirstReadIsDecideBegin(bouncer->Uri());
 }
 
 TEST(PgEquivalence, ForgetRemovesWhatIsVisibleAndWhatCannotBeDecoded) {

@@ -213,12 +213,13 @@ TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimOrReadsTheRow) {
   ASSERT_OK_AND_ASSIGN(auto created,
                        storage.ReadOrCreate("fresh", request, idem::Durability::kSync));
   EXPECT_EQ(storage.pool_stats().sent, sent + 1);
-  ASSERT_TRUE(created.created_token.has_value());
+  ASSERT_TRUE(created.created.has_value());
   EXPECT_FALSE(created.record.has_value());
   EXPECT_EQ(created.now, store->Now());
   const Record expected =
-      idem::engine::FreshClaim(request, store->Now(), *created.created_token).record;
+      idem::engine::FreshClaim(request, store->Now(), created.created->token).record;
   EXPECT_EQ(ReadBack(*store, "fresh"), expected);
+  EXPECT_EQ(created.created->record, expected);
 
   // Again, and once the retention is over: the row as it is, nothing written.
   store->Advance(30min);
@@ -228,7 +229,7 @@ TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimOrReadsTheRow) {
     ASSERT_OK_AND_ASSIGN(auto again,
                          storage.ReadOrCreate("fresh", request, idem::Durability::kBuffered));
     EXPECT_EQ(storage.pool_stats().sent, sent_before + 1);
-    EXPECT_FALSE(again.created_token.has_value());
+    EXPECT_FALSE(again.created.has_value());
     ASSERT_TRUE(again.record.has_value());
     EXPECT_EQ(*again.record, expected);
     EXPECT_EQ(again.now, store->Now());
@@ -240,11 +241,11 @@ TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimOrReadsTheRow) {
   request.retention = 1s;
   ASSERT_OK_AND_ASSIGN(auto short_claim,
                        storage.ReadOrCreate("short", request, idem::Durability::kBuffered));
-  ASSERT_TRUE(short_claim.created_token.has_value());
+  ASSERT_TRUE(short_claim.created.has_value());
   // The reads that created nothing drew no token.
-  EXPECT_EQ(*short_claim.created_token, *created.created_token + 1);
+  EXPECT_EQ(short_claim.created->token, created.created->token + 1);
   EXPECT_EQ(ReadBack(*store, "short"),
-            idem::engine::FreshClaim(request, store->Now(), *short_claim.created_token).record);
+            idem::engine::FreshClaim(request, store->Now(), short_claim.created->token).record);
 }
 
 // A fresh key's Begin is two round trips (the read, the insert), its Complete one (the fenced
@@ -271,6 +272,43 @@ TEST(PgStorage, AFreshBeginAReplayAndACompleteAreOneRoundTripEach) {
   ASSERT_OK(store->End("k", claim.token, TransitionKind::kComplete));
   EXPECT_CODE(store->End("k", claim.token + 1, TransitionKind::kComplete), kLeaseLost);
   EXPECT_CODE(store->End("absent", claim.token, TransitionKind::kComplete), kNotFound);
+}
+
+// Every Begin is decided on the row its first round trip read (Storage::DecideOnRead), so it costs
+// that read, the write of a claim when it makes one, and the server's incarnation when it is to
+// take over a claim whose lease ran out (renewal_grace): never a second read of the row.
+TEST(PgStorage, EveryBeginIsTheRoundTripsItNeeds) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  const auto sent = [&] { return store->storage().pool_stats().sent; };
+  ASSERT_OK(store->Begin("first").status());  // reserves this process's block of tokens
+  const auto round_trips = [&](std::string_view key, Outcome outcome, uint64_t request_id = 0) {
+    const uint64_t before = sent();
+    auto claim = store->Begin(key, 10s, request_id);
+    EXPECT_TRUE(claim.ok() && claim->outcome == outcome)
+        << key << ": "
+        << (claim.ok() ? idem::OutcomeName(claim->outcome) : claim.status().ToString());
+    return sent() - before;
+  };
+  EXPECT_EQ(round_trips("k", Outcome::kAcquired, 77), 1u) << "a fresh key: the read and insert";
+  EXPECT_EQ(round_trips("k", Outcome::kAcquired, 77), 1u) << "the same Begin resent";
+  EXPECT_EQ(round_trips("k", Outcome::kInProgress), 1u) << "a live claim";
+  store->Advance(11s);
+  EXPECT_EQ(round_trips("k", Outcome::kAcquired), 3u)
+      << "a takeover: the read, the grace, the write";
+  ASSERT_OK_AND_ASSIGN(idem::Claim failing, store->Begin("failed"));
+  ASSERT_OK(store->backend().Transition({.key = "failed",
+                                         .request = {.kind = TransitionKind::kFail,
+                                                     .token = failing.token,
+                                                     .payload = "declined",
+                                                     .failure = idem::Failure::kRetryable}}));
+  EXPECT_EQ(round_trips("failed", Outcome::kAcquired), 2u) << "a retry: the read, the write";
+  EXPECT_CODE(store->End("failed", failing.token, TransitionKind::kComplete), kLeaseLost);
+  store->Advance(2h);
+  EXPECT_EQ(round_trips("k", Outcome::kAcquired), 2u)
+      << "a row whose retention is over: the read, the write over it";
+  EXPECT_EQ(round_trips("k", Outcome::kInProgress), 1u);
 }
 
 // Raising the sequence above imported tokens (ReserveTokensAbove) waits for every token
@@ -426,23 +464,25 @@ TEST(PgStorage, ABeginThatWaitedOnAnotherInsertOfItsKeyReadsTheRowItLostTo) {
   PQfinish(other);
   auto lost = waiting.get();
   ASSERT_OK(lost.status());
-  EXPECT_FALSE(lost->created_token.has_value());
+  EXPECT_FALSE(lost->created.has_value());
   ASSERT_TRUE(lost->record.has_value());
   EXPECT_EQ(lost->record->token, 42u);
   EXPECT_EQ(storage.pool_stats().sent, sent + 2);  // the read and insert, the read again
   request.key = "next";
   ASSERT_OK_AND_ASSIGN(auto next, storage.ReadOrCreate("next", request, idem::Durability::kSync));
-  ASSERT_TRUE(next.created_token.has_value());
-  EXPECT_EQ(*next.created_token, first.token + 1);
+  ASSERT_TRUE(next.created.has_value());
+  EXPECT_EQ(next.created->token, first.token + 1);
 }
 
 // Issue 39, item 1: an Update reads a row, lets the engine decide, and writes only if the row is
 // unchanged. When, in that window, the row is deleted (Forget, a purge) and the key claimed afresh
 // by another process, the new row starts again at version 1: a write decided on the old row must
-// apply to nothing, and the engine decide again on the new one. `window` names the decision.
+// apply to nothing, and the engine decide again on the new one. `decided` names the decision;
+// `on_first_read`: made by DecideOnRead on what Begin's first round trip read, not by Update.
 enum class Decided { kTakeover, kClaimOverExpiredRecord, kComplete };
 
-void CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided decided) {
+void CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided decided,
+                                                         bool on_first_read = false) {
   IDEM_START_PG_OR_SKIP(server);
   auto deciding = PgStore::Open(server->Uri());
   auto other = PgStore::Open(server->Uri());
@@ -463,32 +503,42 @@ void CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided decided) {
   Claim successor;
   idem::engine::BeginDecision begin;
   idem::engine::TransitionDecision transition;
-  ASSERT_OK(deciding->storage().Update(
-      "k",
-      [&](std::optional<Record>& stored, Record::TimePoint now,
-          idem::engine::NextToken next_token) -> const Record* {
-        if (++decisions == 1) {
-          // The window: the row removed, and the key claimed afresh by another process.
-          EXPECT_TRUE(stored.has_value() && stored->token == first.token);
-          auto removed = other->storage().Remove("k", idem::Durability::kSync);
-          EXPECT_TRUE(removed.ok() && *removed);
-          auto claimed = other->Begin("k", 10s);
-          EXPECT_TRUE(claimed.ok() && claimed->outcome == Outcome::kAcquired &&
-                      !claimed->took_over);
-          if (claimed.ok()) successor = *claimed;
-        }
-        if (decided == Decided::kComplete) {
-          transition = idem::engine::DecideTransition(std::move(stored),
-                                                      {.kind = TransitionKind::kComplete,
-                                                       .token = first.token,
-                                                       .payload = "decided on the old row"},
-                                                      now);
-          return transition.write ? &*transition.write : nullptr;
-        }
-        begin = idem::engine::DecideBegin(std::move(stored), request, now, next_token);
-        return begin.write ? &begin.claim.record : nullptr;
-      },
-      idem::Durability::kSync, std::nullopt));
+  const auto decide = [&](std::optional<Record>& stored, Record::TimePoint now,
+                          idem::engine::NextToken next_token) -> const Record* {
+    if (++decisions == 1) {
+      // The window: the row removed, and the key claimed afresh by another process.
+      if (on_first_read && decided == Decided::kClaimOverExpiredRecord) {
+        EXPECT_FALSE(stored.has_value()) << "Begin made the expired record invisible";
+      } else {
+        EXPECT_TRUE(stored.has_value() && stored->token == first.token);
+      }
+      auto removed = other->storage().Remove("k", idem::Durability::kSync);
+      EXPECT_TRUE(removed.ok() && *removed);
+      auto claimed = other->Begin("k", 10s);
+      EXPECT_TRUE(claimed.ok() && claimed->outcome == Outcome::kAcquired && !claimed->took_over);
+      if (claimed.ok()) successor = *claimed;
+    }
+    if (decided == Decided::kComplete) {
+      transition = idem::engine::DecideTransition(std::move(stored),
+                                                  {.kind = TransitionKind::kComplete,
+                                                   .token = first.token,
+                                                   .payload = "decided on the old row"},
+                                                  now);
+      return transition.write ? &*transition.write : nullptr;
+    }
+    begin = idem::engine::DecideBegin(std::move(stored), request, now, next_token);
+    return begin.write ? &begin.claim.record : nullptr;
+  };
+  if (on_first_read) {
+    ASSERT_OK_AND_ASSIGN(auto read,
+                         deciding->storage().ReadOrCreate("k", request, idem::Durability::kSync));
+    ASSERT_FALSE(read.created.has_value());
+    idem::engine::MakeVisible(read.record, read.now);  // as EngineBackend::Begin does
+    ASSERT_OK(
+        deciding->storage().DecideOnRead("k", read, decide, idem::Durability::kSync, std::nullopt));
+  } else {
+    ASSERT_OK(deciding->storage().Update("k", decide, idem::Durability::kSync, std::nullopt));
+  }
 
   // Decided again on the successor's claim, which is current: nothing is written over it.
   EXPECT_EQ(decisions, 2);
@@ -515,6 +565,15 @@ TEST(PgStorage, AClaimOverAnExpiredRecordRecreatedInItsWindowIsDecidedAgain) {
 
 TEST(PgStorage, ACompleteDecidedOnARowRecreatedInItsWindowIsDecidedAgain) {
   CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided::kComplete);
+}
+
+TEST(PgStorage, ATakeoverDecidedOnTheFirstReadOfARowRecreatedSinceIsDecidedAgain) {
+  CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided::kTakeover, /*on_first_read=*/true);
+}
+
+TEST(PgStorage, AClaimOverAnExpiredRecordReadFirstAndRecreatedSinceIsDecidedAgain) {
+  CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided::kClaimOverExpiredRecord,
+                                                      /*on_first_read=*/true);
 }
 
 // ExecuteInTransaction's fenced UPDATE (CompleteIn) names the token: a row recreated while the

@@ -60,8 +60,8 @@ uint64_t Claim(PgStorage& storage, const std::string& key) {
   auto claimed = storage.ReadOrCreate(key, request, idem::Durability::kSync);
   EXPECT_TRUE(claimed.ok()) << claimed.status().ToString();
   if (!claimed.ok()) return 0;
-  EXPECT_TRUE(claimed->created_token.has_value()) << key << " was claimed before";
-  return claimed->created_token.value_or(0);
+  EXPECT_TRUE(claimed->created.has_value()) << key << " was claimed before";
+  return claimed->created ? claimed->created->token : 0;
 }
 
 // A superuser's connection, for the backup and the restore.

@@ -75,8 +75,7 @@ PgParam PgStorage::NowParam() const {
                        : PgParam::Null(kPgTimestamptzOid);
 }
 
-Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key,
-                                                          Durability answered) {
+Result<Storage::ReadResult> PgStorage::ReadVersioned(std::string_view key, Durability answered) {
   PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
   if (config_.read_only) answered = Durability::kBuffered;  // it writes nothing to wait for
   transaction.statements.push_back(
@@ -86,17 +85,16 @@ Result<PgStorage::VersionedRead> PgStorage::ReadVersioned(std::string_view key,
                    names_.records),
        {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(answered)}});
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-  VersionedRead result;
-  IDEM_ASSIGN_OR_RETURN(result.read.record, DecodePgRow(rows[0], 0, &result.row.version));
-  if (result.read.record) result.row.token = result.read.record->token;
+  ReadResult result;
+  IDEM_ASSIGN_OR_RETURN(result.record, DecodePgRow(rows[0], 0, &result.row.version));
+  if (result.record) result.row.token = result.record->token;
   IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
-  result.read.now = util::FromMicros(now);
+  result.now = util::FromMicros(now);
   return result;
 }
 
 Result<Storage::ReadResult> PgStorage::Read(std::string_view key) {
-  IDEM_ASSIGN_OR_RETURN(VersionedRead read, ReadVersioned(key, Durability::kBuffered));
-  return std::move(read.read);
+  return ReadVersioned(key, Durability::kBuffered);
 }
 
 Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
@@ -111,8 +109,8 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
   // plain SELECT, more than the round trip it saves on loopback; docs/benchmarks.md.)
   // The claim made at the epoch has for times the offsets the server adds to its own now.
   IDEM_ASSIGN_OR_RETURN(const uint64_t token, NextToken(0));
-  const Record fresh = engine::FreshClaim(request, TimePoint{}, token).record;
-  const PgTransaction read_or_insert = ReadOrInsert(key, fresh, durability);
+  Claim fresh = engine::FreshClaim(request, TimePoint{}, token);
+  const PgTransaction read_or_insert = ReadOrInsert(key, fresh.record, durability);
   bool resent = false;
   Result<std::vector<PgRows>> answered = pool_.Run(read_or_insert, &resent);
   const bool inserted = answered.ok() && answered->back().size() > 0;
@@ -125,17 +123,19 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
     // the claim now in the table is this one.
     IDEM_ASSIGN_OR_RETURN(int64_t created, rows[1].Timestamp(0, 0));
     result.now = util::FromMicros(created);
-    result.created_token = token;
+    engine::ShiftTimes(fresh.record, result.now);
+    result.created = std::move(fresh);
     return result;
   }
   if (rows[0].size() == 0) {
     // Another process inserted the key between the read and the insert (or this pair's first
     // send did, before its reply was lost: the engine then answers the claim as a resent
-    // Begin's). Read what won.
-    return Read(key);
+    // Begin's). Read what won, waiting for the standby as the pair's read does: the answer may
+    // be decided on it without a write.
+    return ReadVersioned(key, durability);
   }
-  int64_t version = 0;
-  IDEM_ASSIGN_OR_RETURN(result.record, DecodePgRow(rows[0], 0, &version));
+  IDEM_ASSIGN_OR_RETURN(result.record, DecodePgRow(rows[0], 0, &result.row.version));
+  result.row.token = result.record->token;
   IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
   result.now = util::FromMicros(now);
   return result;
@@ -278,6 +278,24 @@ Result<bool> PgStorage::WriteIfUnchanged(std::string_view key, const Record& nex
   return rows[1].affected() == 1;
 }
 
+Result<bool> PgStorage::DecideAndWrite(std::string_view key, ReadResult& read, Decide decide,
+                                       Durability durability) {
+  const Record* next =
+      decide(read.record, read.now, [this](uint64_t above) { return NextToken(above); });
+  if (next == nullptr) return true;
+  return WriteIfUnchanged(key, *next, read.row, durability);
+}
+
+Status PgStorage::DecideOnRead(std::string_view key, ReadResult& read, Decide decide,
+                               Durability durability, std::optional<uint64_t> absent_since) {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  // What `decide` answers on `read` without writing was read waiting for the standby (the
+  // caller's ReadOrCreate): as durable as what it writes.
+  IDEM_ASSIGN_OR_RETURN(const bool done, DecideAndWrite(key, read, decide, durability));
+  if (done) return Status::OK();
+  return Update(key, decide, durability, absent_since);
+}
+
 Status PgStorage::Update(std::string_view key, Decide decide, Durability durability,
                          std::optional<uint64_t> /*absent_since*/) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
@@ -287,12 +305,9 @@ Status PgStorage::Update(std::string_view key, Decide decide, Durability durabil
   for (int attempt = 1;; ++attempt) {
     // What `decide` answers without writing (a resent Begin's own claim, a repeated Complete)
     // is given only once it is on a synchronous standby, as what it writes would be.
-    IDEM_ASSIGN_OR_RETURN(VersionedRead read, ReadVersioned(key, durability));
-    const Record* next = decide(read.read.record, read.read.now,
-                                [this](uint64_t above) { return NextToken(above); });
-    if (next == nullptr) return Status::OK();
-    IDEM_ASSIGN_OR_RETURN(bool written, WriteIfUnchanged(key, *next, read.row, durability));
-    if (written) return Status::OK();
+    IDEM_ASSIGN_OR_RETURN(ReadResult read, ReadVersioned(key, durability));
+    IDEM_ASSIGN_OR_RETURN(const bool done, DecideAndWrite(key, read, decide, durability));
+    if (done) return Status::OK();
     if (deadline.Passed()) {
       return Status::TimedOut(fmt::format(
           "record {} of {} changed under each of {} attempts to write it in {} ms", EscapeKey(key),

@@ -11,7 +11,8 @@
 //     version = version + 1 WHERE key = $1 AND version = $v AND token = $t (the token tells a row
 //     deleted and created again, whose version starts again at 1). When another writer got there
 //     first, it reads again and `decide` chooses again. So a stale holder, on any host, never
-//     overwrites its successor.
+//     overwrites its successor. DecideOnRead is the same without the first read: Begin decides
+//     on the row its ReadOrCreate read.
 //   - The usual calls as hand-written SQL would make them (docs/design/postgresql.md, sec. 3):
 //     Begin's ReadOrCreate reads the row and, in the same round trip, inserts the engine's fresh
 //     claim when there is none (a replay and a fresh key: one round trip each);
@@ -68,6 +69,9 @@ class PgStorage final : public Storage {
   Status Update(std::string_view key, Decide decide, Durability durability,
                 std::optional<uint64_t> absent_since) override;
   Result<ReadResult> Read(std::string_view key) override;
+  // `decide` on `read`, written if the row is still read.row; else as Update.
+  Status DecideOnRead(std::string_view key, ReadResult& read, Decide decide, Durability durability,
+                      std::optional<uint64_t> absent_since) override;
   // The row, by one plain SELECT; when there is none, the fresh claim inserted at once (no second
   // read), its times the server's now plus engine::FreshClaim's offsets. A key another process
   // inserted in between is read again and returned, and the token drawn for it given back.
@@ -155,20 +159,10 @@ class PgStorage final : public Storage {
   PgParam NowParam() const;
   // The rows expired now (through the index on expires).
   Result<uint64_t> CountExpired();
-  // Which row a write was decided on. The version alone does not tell: a key deleted (Forget, a
-  // purge) and claimed afresh starts again at version 1. Its token does, as tokens never repeat.
-  struct RowSeen {
-    int64_t version = 0;  // 0: there was none
-    uint64_t token = 0;
-  };
-  // The row under `key` as seen, and the server's time (read-only when asked). `answered`
-  // kSync: returns only once the row is on the server's synchronous standby, if it has one, so
-  // that an answer read from it is as durable as a kSync write.
-  struct VersionedRead {
-    ReadResult read;
-    RowSeen row;
-  };
-  Result<VersionedRead> ReadVersioned(std::string_view key, Durability answered);
+  // The row under `key`, the row seen (its version and token) and the server's time (read-only
+  // when asked). `answered` kSync: returns only once the row is on the server's synchronous
+  // standby, if it has one, so that an answer read from it is as durable as a kSync write.
+  Result<ReadResult> ReadVersioned(std::string_view key, Durability answered);
   // ReadOrCreate's two statements, sent alone (one implicit transaction): the row of `key`, and
   // `fresh` inserted only when there is none (its times are offsets the server adds to its now).
   PgTransaction ReadOrInsert(std::string_view key, const Record& fresh,
@@ -177,6 +171,10 @@ class PgStorage final : public Storage {
   // another writer changed, deleted or re-created it first.
   Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, RowSeen seen,
                                 Durability durability);
+  // Calls `decide` on `read` and writes its answer if the row is still read.row: true when done
+  // (written, or nothing to write), false when the row changed first.
+  Result<bool> DecideAndWrite(std::string_view key, ReadResult& read, Decide decide,
+                              Durability durability);
   // The server's time, and when idem first saw the server's current incarnation (its
   // postmaster's start and its last recovery) take writes, noting it in the meta table (a row
   // 'server started <its start> recovered <its statistics' reset>', in microseconds) if no

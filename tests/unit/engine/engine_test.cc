@@ -543,8 +543,9 @@ TEST(Engine, ExtendPushesRetentionPastTheNewLease) {
 }
 
 // A storage that writes a fresh claim in one step sends the record made at the epoch and lets its
-// server add its own time to every time in it (storage/postgres/pg_storage.cc): that is only the
-// engine's record if each time is `now` plus an offset that does not depend on `now`.
+// server add its own time to every time in it (storage/postgres/pg_storage.cc), then moves its
+// copy by ShiftTimes: that is only the engine's record if each time is `now` plus an offset that
+// does not depend on `now`.
 TEST(Engine, AFreshClaimIsBeginsAnswerOnAnAbsentKeyWithTimesThatAreNowPlusFixedOffsets) {
   const TimePoint epoch{};
   using Times = std::pair<milliseconds, milliseconds>;  // lease, retention
@@ -571,10 +572,7 @@ TEST(Engine, AFreshClaimIsBeginsAnswerOnAnAbsentKeyWithTimesThatAreNowPlusFixedO
       EXPECT_EQ(claim.outcome, Outcome::kAcquired);
       EXPECT_EQ(claim.token, kFreshToken);
       Record shifted = at_epoch;
-      for (TimePoint* time :
-           {&shifted.created, &shifted.updated, &shifted.lease_deadline, &shifted.expires}) {
-        *time = now + (*time - epoch);
-      }
+      ShiftTimes(shifted, now);
       EXPECT_EQ(claim.record, shifted);
     }
   }

@@ -144,7 +144,7 @@ TEST(StorageDefaults, ReadOrCreateOnlyReads) {
   auto absent = storage.ReadOrCreate("k", request, Durability::kSync);
   ASSERT_TRUE(absent.ok()) << absent.status().ToString();
   EXPECT_FALSE(absent->record.has_value());
-  EXPECT_FALSE(absent->created_token.has_value()) << "the default creates no claim";
+  EXPECT_FALSE(absent->created.has_value()) << "the default creates no claim";
   EXPECT_EQ(storage.size(), 0u);
 
   ASSERT_TRUE(Write(storage, Pending("k", 7)).ok());
@@ -152,7 +152,29 @@ TEST(StorageDefaults, ReadOrCreateOnlyReads) {
   ASSERT_TRUE(present.ok()) << present.status().ToString();
   ASSERT_TRUE(present->record.has_value());
   EXPECT_EQ(present->record->token, 7u);
-  EXPECT_FALSE(present->created_token.has_value());
+  EXPECT_FALSE(present->created.has_value());
+}
+
+// A storage that locks keys decides on what it reads under the lock: the default DecideOnRead is
+// Update, whatever the earlier read saw.
+TEST(StorageDefaults, DecideOnReadDecidesOnTheRecordAsStoredNow) {
+  RequiredCallsOnly storage;
+  ASSERT_TRUE(Write(storage, Pending("k", 7)).ok());
+  auto read = storage.Read("k");
+  ASSERT_TRUE(read.ok() && read->record.has_value());
+  ASSERT_TRUE(Write(storage, Pending("k", 8)).ok());  // changed since the read
+  const Record next = Pending("k", 9);
+  std::optional<uint64_t> decided_on;
+  const auto decide = [&](std::optional<Record>& stored, Storage::TimePoint,
+                          idem::engine::NextToken) -> const Record* {
+    decided_on = stored ? stored->token : 0;
+    return &next;
+  };
+  ASSERT_TRUE(storage.DecideOnRead("k", *read, decide, Durability::kSync, std::nullopt).ok());
+  EXPECT_EQ(decided_on, 8u) << "decided on the record stored, not the one read before";
+  auto after = storage.Read("k");
+  ASSERT_TRUE(after.ok() && after->record.has_value());
+  EXPECT_EQ(after->record->token, 9u);
 }
 
 TEST(StorageDefaults, TransitionIfCurrentLeavesTheDecisionToUpdate) {
