@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <random>
 #include <string>
@@ -32,6 +33,16 @@ std::string Incompressible(std::size_t bytes, uint64_t seed) {
   std::string text(bytes, '.');
   for (char& c : text) c = static_cast<char>('a' + random() % 26);
   return text;
+}
+
+// The database's files and their sizes, for a failure's message.
+std::string Listing(const std::string& database) {
+  std::string listing;
+  for (const auto& entry : std::filesystem::directory_iterator(database)) {
+    if (!entry.is_regular_file()) continue;
+    listing += " " + entry.path().filename().string() + ":" + std::to_string(entry.file_size());
+  }
+  return listing;
 }
 
 constexpr idem::BeginOptions kShortRetention{.lease = 1s, .retention = 60s};
@@ -115,7 +126,8 @@ TEST(DiskQuota, PastItNewClaimsAreRefusedAndEverythingElseWorksUntilSpaceIsGiven
   auto after = store->Begin("after the purge");
   ASSERT_TRUE(after.ok()) << after.status().ToString() << " (the database takes "
                           << idem::backend::DiskQuota::MeasureBytes(dir.StorePath() + "/db").value()
-                          << " bytes of " << options.max_disk_bytes << ")";
+                          << " bytes of " << options.max_disk_bytes << ":"
+                          << Listing(dir.StorePath() + "/db") << ")";
   EXPECT_EQ(after->outcome, Outcome::kAcquired);
   EXPECT_EQ(log.Count("back under its disk quota"), 1);
   EXPECT_EQ(log.Count("reached its disk quota"), 1) << "logged once per crossing";

@@ -343,6 +343,10 @@ class RocksDbStorage final : public Storage {
   // Gives back the disk space of what `pass` removed: flushes every column family, so that the
   // log files holding the deletes go, and compacts the purged ranges of the records and index.
   Status CompactPurged(const PurgePass& pass);
+  // Waits, up to kBackgroundJobsWait, until no flush or compaction runs: until their input files
+  // are deleted (rocksdb_storage_purge.cc says why).
+  void WaitForBackgroundJobs();
+  static constexpr std::chrono::seconds kBackgroundJobsWait{2};
   Status PersistFilterHorizon(int64_t horizon) IDEM_REQUIRES(horizon_mu_);
 
   // Constant after construction.
