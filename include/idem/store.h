@@ -201,7 +201,8 @@ class IDEM_EXPORT Store {
   // The record, or nullopt when there is none or its retention has expired.
   virtual Result<std::optional<Record>> Get(std::string_view key) = 0;
 
-  // Removes a record whatever its state (an operator's tool). kNotFound if there is none.
+  // Removes a record whatever its state (an operator's tool). kNotFound if there is none, or its
+  // retention has expired (a store in PostgreSQL then deletes it at once, as a purge would).
   virtual Status Forget(std::string_view key) = 0;
 
   // The value of `key` in application table `table` and its version (absent, version 0, when

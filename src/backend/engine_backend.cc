@@ -320,17 +320,9 @@ Result<std::optional<Record>> EngineBackend::Get(std::string_view key) {
 Status EngineBackend::Forget(std::string_view key, Durability durability) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(key));
-  // A record that cannot be decoded (damaged, or of a newer format) can still be forgotten: that
-  // is how an operator clears it.
-  Result<std::optional<Record>> current = Get(key);
-  if (current.ok() && !current->has_value()) {
-    return Status::NotFound(fmt::format("no record for key {}", EscapeKey(key)));
-  }
-  if (!current.ok() && current.status().code() != Status::Code::kCorruption &&
-      current.status().code() != Status::Code::kNewerVersion) {
-    return current.status();
-  }
-  IDEM_ASSIGN_OR_RETURN(bool removed, storage_->Remove(key, durability));
+  // A record that cannot be decoded (damaged, or of a newer format) is forgotten too: that is how
+  // an operator clears it.
+  IDEM_ASSIGN_OR_RETURN(const bool removed, storage_->Forget(key, durability));
   if (!removed) {
     return Status::NotFound(fmt::format("no record for key {}", EscapeKey(key)));
   }

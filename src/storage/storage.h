@@ -190,6 +190,14 @@ class Storage {
   // there was one.
   virtual Result<bool> Remove(std::string_view key, Durability durability) = 0;
 
+  // Forget's removal: deletes the record under `key` if it is visible at the storage's time
+  // (engine::MakeVisible) or cannot be decoded (damaged, or of a newer format: that is how an
+  // operator clears it), `durability` as Update's. True when it removed one, false when none was
+  // visible. This default reads, then removes. A storage on a server deletes in one statement and
+  // judges what it deleted: a record whose retention was over is then deleted too, as a purge
+  // would, and still answered false.
+  virtual Result<bool> Forget(std::string_view key, Durability durability);
+
   // Visits stored records in key order, with the time to judge each by, until `visit` returns
   // false; as of `view` when given (one of this storage's, and the time its moment's),
   // otherwise the latest.

@@ -2,8 +2,8 @@
 // pg-one-decision-plan.md, section 2) against the engine itself, case by case: the one-statement
 // transition (TransitionApplies, ApplyTransition), the transition inside the application's
 // transaction (CompleteIn), purge and its dry-run count (IsExpired), the fresh claim inserted on
-// the first read (FreshClaim), Begin decided on that read (DecideBegin), and Forget (MakeVisible;
-// an undecodable row is still forgotten).
+// the first read (FreshClaim), Begin decided on that read (DecideBegin), and Forget's one DELETE
+// (MakeVisible on the row it returns; an undecodable row is still forgotten).
 // Every record is planted whole, at the store's time to the microsecond either side of each
 // boundary, with both values of a holder's took_over, and each statement runs hundreds of times
 // (past PostgreSQL's switch from custom to generic plans).
@@ -464,14 +464,18 @@ TEST(PgEquivalence, ForgetRemovesWhatIsVisibleAndWhatCannotBeDecoded) {
     SCOPED_TRACE(stored.name);
     ASSERT_NO_FATAL_FAILURE(Plant(*store, stored.name, stored.record, n++));
     const bool visible = idem::engine::Visible(stored.record, now).has_value();
+    const uint64_t sent = store->storage().pool_stats().sent;
     const idem::Status forgotten = store->backend().Forget(stored.name, Durability::kSync);
+    EXPECT_EQ(store->storage().pool_stats().sent - sent, 1u) << "one DELETE";
     if (visible) {
       EXPECT_OK(forgotten);
-      EXPECT_FALSE(ReadRow(*store, stored.name).has_value());
     } else {
       EXPECT_CODE(forgotten, kNotFound);
     }
+    // Gone either way: a record whose retention was over is deleted as a purge would.
+    EXPECT_FALSE(ReadRow(*store, stored.name).has_value());
   }
+  EXPECT_CODE(store->backend().Forget("never-written", Durability::kSync), kNotFound);
   // A row no idem writes (state 7): unreadable, and still forgotten.
   ASSERT_NO_FATAL_FAILURE(Plant(*store, "undecodable", EveryStored(now).front().record, n++));
   PGconn* admin = PQconnectdb(server->AdminConninfo().c_str());

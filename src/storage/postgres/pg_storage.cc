@@ -421,4 +421,25 @@ Result<bool> PgStorage::Remove(std::string_view key, Durability durability) {
   return rows[1].affected() > 0 || resent;
 }
 
+Result<bool> PgStorage::Forget(std::string_view key, Durability durability) {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  PgTransaction transaction{.resendable = true, .alone = true};
+  transaction.statements.push_back(
+      {fmt::format("WITH n AS MATERIALIZED (SELECT {} AS now, {} AS durability) "
+                   "DELETE FROM {} WHERE key = $3 RETURNING {}, (SELECT now FROM n)",
+                   kNow, kSetSynchronousCommit, names_.records, PgRecordColumnList()),
+       {NowParam(), SynchronousCommitParam(durability), PgParam::Bytea(key)}});
+  bool resent = false;
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction, &resent));
+  // The first send may have deleted the row before its reply was lost: as for a Forget resent
+  // to a store's owner (core/store.cc), a resent removal that finds none counts as done.
+  if (rows[0].size() == 0) return resent;
+  int64_t version = 0;
+  Result<std::optional<Record>> deleted = DecodePgRow(rows[0], 0, &version);
+  if (!deleted.ok()) return true;  // a row no idem reads is forgotten, as the default does
+  IDEM_ASSIGN_OR_RETURN(const int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
+  engine::MakeVisible(*deleted, util::FromMicros(now));
+  return deleted->has_value();
+}
+
 }  // namespace idem::storage

@@ -19,7 +19,8 @@
 //     TransitionIfCurrent is one UPDATE guarded by the engine's condition (pending, the token,
 //     retention not over). These and the reads are sent alone, without BEGIN, SET LOCAL and
 //     COMMIT.
-//   - Remove, Scan (pages in key order), Purge (bounded batches; no table lock).
+//   - Forget (one DELETE that returns the row), Remove, Scan (pages in key order), Purge
+//     (bounded batches; no table lock).
 // Time: every `now` is the server's clock_timestamp(), so hosts with skewed clocks agree.
 // Tokens: blocks of kTokenBlock reserved from the store's sequence in a synchronously committed
 // transaction (sec. 5), so a token is never handed out twice, even after a server crash; and
@@ -92,6 +93,8 @@ class PgStorage final : public Storage {
   Result<bool> CompleteIn(PgOpenTransaction& transaction, std::string_view key, uint64_t token,
                           std::string_view result, Durability durability);
   Result<bool> Remove(std::string_view key, Durability durability) override;
+  // One DELETE, sent alone, that returns the row it deleted for the engine's rule to judge.
+  Result<bool> Forget(std::string_view key, Durability durability) override;
   Status Scan(const ScanOptions& options, FunctionRef<bool(Record&& record, TimePoint now)> visit,
               ReadView* view = nullptr) override;
   // A REPEATABLE READ, READ ONLY transaction on a connection of the pool, held until the view

@@ -177,6 +177,26 @@ TEST(StorageDefaults, DecideOnReadDecidesOnTheRecordAsStoredNow) {
   EXPECT_EQ(after->record->token, 9u);
 }
 
+// Forget removes a visible record; one whose retention is over, or none, is left to purge and
+// answered false.
+TEST(StorageDefaults, ForgetReadsThenRemovesWhatIsVisible) {
+  RequiredCallsOnly storage;
+  Record live = Pending("live", 1);
+  live.expires = Storage::TimePoint::max();
+  Record expired = Pending("expired", 2);  // expires at the epoch, long before the storage's now
+  ASSERT_TRUE(Write(storage, live).ok());
+  ASSERT_TRUE(Write(storage, expired).ok());
+  auto forgotten = storage.Forget("live", Durability::kSync);
+  ASSERT_TRUE(forgotten.ok() && *forgotten);
+  auto not_visible = storage.Forget("expired", Durability::kSync);
+  ASSERT_TRUE(not_visible.ok());
+  EXPECT_FALSE(*not_visible);
+  auto absent = storage.Forget("absent", Durability::kSync);
+  ASSERT_TRUE(absent.ok());
+  EXPECT_FALSE(*absent);
+  EXPECT_EQ(storage.size(), 1u) << "the expired record stays for purge";
+}
+
 TEST(StorageDefaults, TransitionIfCurrentLeavesTheDecisionToUpdate) {
   RequiredCallsOnly storage;
   ASSERT_TRUE(Write(storage, Pending("k", 3)).ok());
