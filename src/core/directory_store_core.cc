@@ -10,7 +10,7 @@
 #include "storage/rocksdb/rocksdb_storage.h"
 #include "util/escape.h"
 
-namespace idem {
+namespace idem::core {
 namespace {
 
 using std::chrono::milliseconds;
@@ -244,4 +244,4 @@ void DirectoryStoreCore::LogTo(const Options& options, std::string_view message)
   }
 }
 
-}  // namespace idem
+}  // namespace idem::core

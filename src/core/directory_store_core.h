@@ -32,7 +32,7 @@
 #include "util/mutex.h"
 #include "util/process.h"
 
-namespace idem {
+namespace idem::core {
 
 // Identity of a store directory, whatever the spelling of its path.
 struct DirectoryId {
@@ -184,6 +184,6 @@ class DirectoryStoreCore {
   std::unique_ptr<Ownership> ownership_ IDEM_GUARDED_BY(mu_);
 };
 
-}  // namespace idem
+}  // namespace idem::core
 
 #endif  // IDEM_CORE_DIRECTORY_STORE_CORE_H_

@@ -8,7 +8,7 @@
 
 #include "sharing/socket.h"
 
-namespace idem {
+namespace idem::core {
 
 bool IsNoSpace(const Status& status) {
   return status.code() == Status::Code::kIOError &&
@@ -41,4 +41,4 @@ void KeepReserve(const std::filesystem::path& directory) {
   // the next open.
 }
 
-}  // namespace idem
+}  // namespace idem::core

@@ -12,7 +12,7 @@
 
 #include "idem/status.h"
 
-namespace idem {
+namespace idem::core {
 
 inline constexpr char kReserveFile[] = "reserve";
 // A store reopened on a full disk needs a few tens of kilobytes to recover its logs
@@ -30,6 +30,6 @@ bool SpendReserve(const std::filesystem::path& directory);
 // it nothing is left behind, and the next open tries again.
 void KeepReserve(const std::filesystem::path& directory);
 
-}  // namespace idem
+}  // namespace idem::core
 
 #endif  // IDEM_CORE_DISK_RESERVE_H_

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-namespace idem {
+namespace idem::core {
 
 using std::chrono::milliseconds;
 
@@ -63,4 +63,4 @@ std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const
   return differences;
 }
 
-}  // namespace idem
+}  // namespace idem::core

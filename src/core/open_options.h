@@ -12,7 +12,7 @@
 #include "idem/options.h"
 #include "idem/status.h"
 
-namespace idem {
+namespace idem::core {
 
 // kInvalidArgument when `duration`, named `what`, is negative.
 Status CheckDuration(std::string_view what, std::chrono::milliseconds duration);
@@ -27,6 +27,6 @@ Status CheckOptions(const Options& options);
 // warnings.
 std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const Options& later);
 
-}  // namespace idem
+}  // namespace idem::core
 
 #endif  // IDEM_CORE_OPEN_OPTIONS_H_

@@ -9,7 +9,7 @@
 #include "storage/postgres/pg_conninfo.h"
 #include "storage/postgres/pg_storage.h"
 
-namespace idem {
+namespace idem::core {
 namespace {
 
 storage::PgConnDefaults ConnDefaults(const Options& options) {
@@ -156,4 +156,4 @@ Result<std::unique_ptr<ClaimTransaction>> PostgresStoreCore::BeginClaimTransacti
       *storage_, *backend_, std::move(open), key, token, durability, options_.max_result_size));
 }
 
-}  // namespace idem
+}  // namespace idem::core

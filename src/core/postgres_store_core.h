@@ -14,10 +14,11 @@
 #include "idem/options.h"
 #include "util/process.h"
 
-namespace idem {
-namespace storage {
+namespace idem::storage {
 class PgStorage;
-}  // namespace storage
+}  // namespace idem::storage
+
+namespace idem::core {
 
 class PostgresStoreCore {
  public:
@@ -68,6 +69,6 @@ class PostgresStoreCore {
   storage::PgStorage* storage_ = nullptr;  // backend_'s
 };
 
-}  // namespace idem
+}  // namespace idem::core
 
 #endif  // IDEM_CORE_POSTGRES_STORE_CORE_H_

@@ -27,6 +27,18 @@ namespace {
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
+// Store::Open, in the public namespace, wires the core's internals.
+using core::CheckOptions;
+using core::DifferencesFromTheFirstOpen;
+using core::DirectoryId;
+using core::DirectoryStoreCore;
+using core::NewHandle;
+using core::PrepareStoreDirectory;
+using core::RegistryMutex;
+using core::StoreDirectory;
+#if IDEM_WITH_POSTGRESQL
+using core::PostgresStoreCore;
+#endif
 
 class SystemClockImpl final : public Clock {
  public:

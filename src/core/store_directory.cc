@@ -23,7 +23,7 @@
 #include "util/links.h"
 #include "util/sync_directory.h"
 
-namespace idem {
+namespace idem::core {
 namespace {
 
 namespace fs = std::filesystem;
@@ -363,4 +363,4 @@ Status WriteBackup(storage::Storage& storage, const fs::path& destination) {
   return written;
 }
 
-}  // namespace idem
+}  // namespace idem::core

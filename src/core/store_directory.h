@@ -32,7 +32,7 @@
 #include "idem/status.h"
 #include "storage/rocksdb/rocksdb_storage.h"
 
-namespace idem {
+namespace idem::core {
 
 // Where a store directory keeps its RocksDB files; the owner lock and socket sit beside it.
 inline constexpr char kDatabaseDir[] = "db";
@@ -64,6 +64,6 @@ Result<std::unique_ptr<storage::RocksDbStorage>> OpenStoreDatabase(
 // exists, or has no parent directory), kIOError.
 Status WriteBackup(storage::Storage& storage, const std::filesystem::path& destination);
 
-}  // namespace idem
+}  // namespace idem::core
 
 #endif  // IDEM_STORE_DIRECTORY_H_

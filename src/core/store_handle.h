@@ -25,7 +25,7 @@
 #include "util/escape.h"
 #include "util/process.h"
 
-namespace idem {
+namespace idem::core {
 
 // How many records a handle's Scan asks its backend for at a time.
 inline constexpr std::size_t kScanPageSize = 1024;
@@ -337,6 +337,6 @@ std::unique_ptr<Store> NewHandle(std::shared_ptr<Core> core, const Options& opti
 // A handle on the store `registry` holds under `key`, opened by this process before (and not
 // in a parent before a fork), or else on the one `open` makes. Called under RegistryMutex.
 
-}  // namespace idem
+}  // namespace idem::core
 
 #endif  // IDEM_CORE_STORE_HANDLE_H_

@@ -41,7 +41,7 @@ std::optional<std::string> PostgresUnavailable() {
       auto started = PgServer::Start();
       if (started.ok()) {
         shared.server = std::move(started).value();
-        idem::PostgresStoreCore::FollowOptionsClockForTests(true);
+        idem::core::PostgresStoreCore::FollowOptionsClockForTests(true);
       } else {
         shared.why_not =
             "the tests' PostgreSQL server did not start: " + started.status().ToString();

@@ -44,7 +44,7 @@ void Fill(const std::string& path) {
 void MoveLogIntoTables(const std::string& path) {
   idem::storage::RocksDbConfig config;
   config.clock = idem::SystemClock();
-  auto storage = idem::OpenStoreDatabase(path, config);
+  auto storage = idem::core::OpenStoreDatabase(path, config);
   ASSERT_TRUE(storage.ok()) << storage.status().ToString();
   ASSERT_OK((*storage)->Flush());
 }

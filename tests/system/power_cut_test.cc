@@ -515,7 +515,7 @@ TEST(PowerCutPeriodic, ACutLosesAtMostTheLastIntervalOfAcknowledgedCalls) {
     SCOPED_TRACE("cut " + std::to_string(cut));
     TempDir dir;
     auto fs = std::make_shared<PowerCutFs>(dir.Sub("stash"));
-    ASSERT_TRUE(idem::PrepareStoreDirectory(dir.StorePath(), true).ok());
+    ASSERT_TRUE(idem::core::PrepareStoreDirectory(dir.StorePath(), true).ok());
     idem::storage::RocksDbConfig config = SweepConfig(fs, clock);
     config.sync_interval = kInterval;
     config.memory_budget = 64 << 20;
@@ -523,7 +523,7 @@ TEST(PowerCutPeriodic, ACutLosesAtMostTheLastIntervalOfAcknowledgedCalls) {
     std::vector<std::chrono::steady_clock::time_point> acknowledged;
     std::chrono::steady_clock::time_point cut_at;
     {
-      auto storage = idem::OpenStoreDatabase(dir.StorePath(), config);
+      auto storage = idem::core::OpenStoreDatabase(dir.StorePath(), config);
       ASSERT_TRUE(storage.ok()) << storage.status().ToString();
       auto backend = idem_test::OwnerBackend(std::move(storage).value(), options);
       std::thread writer([&] {
@@ -550,7 +550,7 @@ TEST(PowerCutPeriodic, ACutLosesAtMostTheLastIntervalOfAcknowledgedCalls) {
     ASSERT_FALSE(HasFailure());
     const PowerCutFs::Outcome outcome = fs->Reboot(random);
     ASSERT_EQ(outcome.error, "");
-    auto storage = idem::OpenStoreDatabase(dir.StorePath(), SweepConfig(fs, clock));
+    auto storage = idem::core::OpenStoreDatabase(dir.StorePath(), SweepConfig(fs, clock));
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     std::size_t kept = 0;
     for (std::size_t i = 0; i < acknowledged.size() + 1; ++i) {
@@ -591,8 +591,8 @@ TEST(PowerCutSweep, ACutAnywhereInCreatingAStoreLeavesOneThatOpens) {
   {
     TempDir dir;
     auto fs = std::make_shared<PowerCutFs>(dir.Sub("stash"));
-    ASSERT_TRUE(idem::PrepareStoreDirectory(dir.StorePath(), true).ok());
-    ASSERT_TRUE(idem::OpenStoreDatabase(dir.StorePath(), SweepConfig(fs, clock)).ok());
+    ASSERT_TRUE(idem::core::PrepareStoreDirectory(dir.StorePath(), true).ok());
+    ASSERT_TRUE(idem::core::OpenStoreDatabase(dir.StorePath(), SweepConfig(fs, clock)).ok());
     changes = fs->changes();
   }
   ASSERT_GT(changes, 20u);
@@ -601,10 +601,10 @@ TEST(PowerCutSweep, ACutAnywhereInCreatingAStoreLeavesOneThatOpens) {
     SCOPED_TRACE("cut after change " + std::to_string(cut) + " of " + std::to_string(changes));
     TempDir dir;
     auto fs = std::make_shared<PowerCutFs>(dir.Sub("stash"));
-    ASSERT_TRUE(idem::PrepareStoreDirectory(dir.StorePath(), true).ok());
+    ASSERT_TRUE(idem::core::PrepareStoreDirectory(dir.StorePath(), true).ok());
     fs->CutAfter(cut);
     {
-      auto storage = idem::OpenStoreDatabase(dir.StorePath(), SweepConfig(fs, clock));
+      auto storage = idem::core::OpenStoreDatabase(dir.StorePath(), SweepConfig(fs, clock));
       ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     }
     const PowerCutFs::Outcome outcome =
@@ -678,7 +678,7 @@ TEST(PowerCutSweep, ACutAnywhereInRecoveringLosesNothing) {
     const std::string copy = dir.Sub("count");
     CopyStore(original, copy);
     auto fs = std::make_shared<PowerCutFs>(dir.Sub("stash"));
-    ASSERT_TRUE(idem::OpenStoreDatabase(copy, SweepConfig(fs, clock)).ok());
+    ASSERT_TRUE(idem::core::OpenStoreDatabase(copy, SweepConfig(fs, clock)).ok());
     changes = fs->changes();
   }
   ASSERT_GT(changes, 10u);
@@ -690,7 +690,7 @@ TEST(PowerCutSweep, ACutAnywhereInRecoveringLosesNothing) {
     auto fs = std::make_shared<PowerCutFs>(dir.Sub("stash"));
     fs->CutAfter(cut);
     {
-      auto storage = idem::OpenStoreDatabase(copy, SweepConfig(fs, clock));
+      auto storage = idem::core::OpenStoreDatabase(copy, SweepConfig(fs, clock));
       ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     }
     ASSERT_EQ((cut % 2 == 1 ? fs->RebootKeepingNothing() : fs->Reboot(random)).error, "");
