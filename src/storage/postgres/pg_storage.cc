@@ -75,6 +75,21 @@ PgParam PgStorage::NowParam() const {
                        : PgParam::Null(kPgTimestamptzOid);
 }
 
+namespace {
+
+// The first row of a read that selects the record's columns (none when there is no row), then
+// the server's time: the record, the row as seen (its version and token) and the time it was read.
+Result<Storage::ReadResult> DecodeRead(const PgRows& rows) {
+  Storage::ReadResult result;
+  IDEM_ASSIGN_OR_RETURN(result.record, DecodePgRow(rows, 0, &result.row.version));
+  if (result.record) result.row.token = result.record->token;
+  IDEM_ASSIGN_OR_RETURN(int64_t now, rows.Timestamp(0, kPgRecordColumnCount));
+  result.now = util::FromMicros(now);
+  return result;
+}
+
+}  // namespace
+
 Result<Storage::ReadResult> PgStorage::ReadVersioned(std::string_view key, Durability answered) {
   PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
   if (config_.read_only) answered = Durability::kBuffered;  // it writes nothing to wait for
@@ -85,12 +100,7 @@ Result<Storage::ReadResult> PgStorage::ReadVersioned(std::string_view key, Durab
                    names_.records),
        {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(answered)}});
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-  ReadResult result;
-  IDEM_ASSIGN_OR_RETURN(result.record, DecodePgRow(rows[0], 0, &result.row.version));
-  if (result.record) result.row.token = result.record->token;
-  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
-  result.now = util::FromMicros(now);
-  return result;
+  return DecodeRead(rows[0]);
 }
 
 Result<Storage::ReadResult> PgStorage::Read(std::string_view key) {
@@ -117,10 +127,10 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
   // A pair sent twice may have written the claim the first time: its token stays spent.
   if (!inserted && !resent) GiveBackToken(token);
   IDEM_ASSIGN_OR_RETURN(const std::vector<PgRows> rows, std::move(answered));
-  ReadResult result;
   if (inserted) {
     // Inserted, even when the read found a row: it was removed in between (Forget, purge), and
     // the claim now in the table is this one.
+    ReadResult result;
     IDEM_ASSIGN_OR_RETURN(int64_t created, rows[1].Timestamp(0, 0));
     result.now = util::FromMicros(created);
     engine::ShiftTimes(fresh.record, result.now);
@@ -134,11 +144,7 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
     // be decided on it without a write.
     return ReadVersioned(key, durability);
   }
-  IDEM_ASSIGN_OR_RETURN(result.record, DecodePgRow(rows[0], 0, &result.row.version));
-  result.row.token = result.record->token;
-  IDEM_ASSIGN_OR_RETURN(int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
-  result.now = util::FromMicros(now);
-  return result;
+  return DecodeRead(rows[0]);
 }
 
 PgTransaction PgStorage::ReadOrInsert(std::string_view key, const Record& fresh,
