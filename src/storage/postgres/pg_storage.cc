@@ -77,8 +77,7 @@ PgParam PgStorage::NowParam() const {
 
 namespace {
 
-// The first row of a read that selects the record's columns (none when there is no row), then
-// the server's time: the record, the row as seen (its version and token) and the time it was read.
+// A read's first row: the record's columns (null when there is none), then the server's time.
 Result<Storage::ReadResult> DecodeRead(const PgRows& rows) {
   Storage::ReadResult result;
   IDEM_ASSIGN_OR_RETURN(result.record, DecodePgRow(rows, 0, &result.row.version));
