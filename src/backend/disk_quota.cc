@@ -23,7 +23,13 @@ bool DiskQuota::Exceeded() {
   const int64_t last = measured_at_.load(std::memory_order_relaxed);
   if (last == kNever || now - last >= interval) {
     if (measure_mu_.TryLock()) {
-      Measure(now);
+      // The log is the application's: if it throws, the next call must still be able to measure.
+      try {
+        Measure(now);
+      } catch (...) {
+        measure_mu_.Unlock();
+        throw;
+      }
       measure_mu_.Unlock();
     }
   }

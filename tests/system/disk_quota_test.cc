@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "idem/store.h"
+#include "support/file_text.h"
 #include "support/test_util.h"
 
 namespace {
@@ -133,6 +135,29 @@ TEST(DiskQuota, PastItNewClaimsAreRefusedAndEverythingElseWorksUntilSpaceIsGiven
   EXPECT_EQ(log.Count("reached its disk quota"), 1) << "logged once per crossing";
   ASSERT_OK_AND_ASSIGN(counters, store->GetOwnerCounters());
   EXPECT_EQ(counters.counters.quota_exceeded, 1u);
+}
+
+// The log is the application's and may throw: the quota still measures on the next call (its
+// measuring lock is not left held), so space given back is seen.
+TEST(DiskQuota, ALogThatThrowsLeavesTheQuotaMeasuring) {
+  TempDir dir;
+  const std::filesystem::path database = dir.path() + "/db";
+  std::filesystem::create_directories(database);
+  idem_test::WriteFile(database / "000001.sst", std::string(4096, 'x'));
+  int logged = 0;
+  idem::backend::DiskQuota quota(1024, database, [&](std::string_view) {
+    ++logged;
+    throw std::runtime_error("the application's log failed");
+  });
+  EXPECT_THROW(quota.Exceeded(), std::runtime_error);
+  EXPECT_EQ(logged, 1);
+  EXPECT_TRUE(quota.Exceeded()) << "over it, as measured before the log threw";
+
+  std::filesystem::remove(database / "000001.sst");
+  quota.MeasureSoon();
+  EXPECT_THROW(quota.Exceeded(), std::runtime_error) << "measured again: back under it";
+  EXPECT_EQ(logged, 2);
+  EXPECT_FALSE(quota.Exceeded());
 }
 
 // A client process's claims are judged by the owner's quota, and its refusal arrives whole.
