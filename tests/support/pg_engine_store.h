@@ -83,12 +83,14 @@ inline idem::Record ReadBack(PgStore& store, std::string_view key) {
   return *read->record;
 }
 
-// The single value of `sql` run with parameter $1 = `param` on `conn`; "" (and a test failure)
-// when it fails. Commands (BEGIN, COMMIT) give "".
+// The first value of `sql` run with parameter $1 = `param` on `conn`; "" (and a test failure)
+// when it fails. Commands (BEGIN, COMMIT) give "". Without a parameter `sql` may be several
+// statements (the last one's value).
 inline std::string Exec(PGconn* conn, const std::string& sql, const std::string& param = "") {
   const char* values[] = {param.c_str()};
-  PGresult* result =
-      PQexecParams(conn, sql.c_str(), param.empty() ? 0 : 1, nullptr, values, nullptr, nullptr, 0);
+  PGresult* result = param.empty()
+                         ? PQexec(conn, sql.c_str())
+                         : PQexecParams(conn, sql.c_str(), 1, nullptr, values, nullptr, nullptr, 0);
   std::string value;
   if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) > 0) {
     value = PQgetvalue(result, 0, 0);

@@ -23,6 +23,7 @@
 
 #include "engine/state_machine.h"
 #include "storage/postgres/pg_storage.h"
+#include "support/pg_engine_store.h"
 #include "support/pg_server.h"
 #include "support/test_util.h"
 
@@ -75,19 +76,8 @@ class Admin {
   Admin(const Admin&) = delete;
   Admin& operator=(const Admin&) = delete;
 
-  // The first column of the first row of `sql` (empty when none).
-  std::string Value(const std::string& sql) {
-    PGresult* result = PQexec(conn_, sql.c_str());
-    std::string value;
-    if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) > 0) {
-      value = PQgetvalue(result, 0, 0);
-    } else if (PQresultStatus(result) != PGRES_COMMAND_OK &&
-               PQresultStatus(result) != PGRES_TUPLES_OK) {
-      ADD_FAILURE() << sql << ": " << PQerrorMessage(conn_);
-    }
-    PQclear(result);
-    return value;
-  }
+  // The first column of the first row of `sql`, the last statement's (empty when none).
+  std::string Value(const std::string& sql) { return idem_test::Exec(conn_, sql); }
   // The same as a number (0, a failure, when there is none).
   uint64_t Number(const std::string& sql) {
     const std::string value = Value(sql);
