@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The spike of docs/design/pg-prepared-pace-plan.md, section 2: pgbench against a throwaway
 # PostgreSQL 15 (run as root: the server runs as `postgres`). Prints one line per figure.
-#   docs/design/pg-prepared-pace/run.sh [SECONDS] [SCRIPT...]   (default 6 s; every script)
+#   [CLIENTS="1 4 16 64"] docs/design/pg-prepared-pace/run.sh [SECONDS] [SCRIPT...]
+# (default: 6 s, 1 and 4 clients, every script; two rounds, interleaved)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 seconds=${1:-6}; shift || true
-scripts=("$@"); [[ ${#scripts[@]} -gt 0 ]] || scripts=(r0 r2b r5 r2 r6 r1 r3 r4 f1 f3 f4)
+scripts=("$@"); [[ ${#scripts[@]} -gt 0 ]] || scripts=(r0 r2b r5 r2 r2-no-time r2-no-set-config r2-no-standby-wait r6 r1 r3 r4
+                                           f0 f-insert-alone f1 f3 f4)
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 pg_dir=$(mktemp -d /tmp/pg-pace.XXXXXX); chown postgres: "$pg_dir"; chmod 700 "$pg_dir"
 trap 'runuser -u postgres -- "$pg_bin/pg_ctl" stop --pgdata="$pg_dir/data" --mode=fast --silent; rm -rf "$pg_dir"' EXIT
@@ -17,7 +19,7 @@ runuser -u postgres -- "$pg_bin/pg_ctl" start --pgdata="$pg_dir/data" --log="$pg
 psql -q -h 127.0.0.1 -p "$port" -U postgres -f "$here/schema.sql" 2>&1 | grep -v NOTICE || true
 psql -q -h 127.0.0.1 -p "$port" -U postgres -f "$here/fn2.sql"
 for round in 1 2; do
-  for clients in 1 4; do
+  for clients in ${CLIENTS:-1 4}; do
     for script in "${scripts[@]}"; do
       tps=$("$pg_bin/pgbench" -n -M prepared -D sc=off -h 127.0.0.1 -p "$port" -U postgres \
         -f "$here/$script.sql" -c "$clients" -j $((clients > 1 ? 2 : 1)) -T "$seconds" postgres 2>&1 |

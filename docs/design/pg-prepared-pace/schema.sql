@@ -1,3 +1,6 @@
+-- The statements run with synchronous_commit off (idem's set it so themselves, through set_config):
+-- the commit's flush would hide what each statement costs the server.
+ALTER DATABASE postgres SET synchronous_commit = off;
 DROP TABLE IF EXISTS spike CASCADE;
 CREATE TABLE spike (key bytea PRIMARY KEY, type bytea NOT NULL, fingerprint bytea NOT NULL, result bytea NOT NULL, checkpoint bytea NOT NULL, state smallint NOT NULL, retryable boolean NOT NULL, token bigint NOT NULL, attempts bigint NOT NULL, holder_pid bigint NOT NULL, holder_start bigint NOT NULL, holder_scope bigint NOT NULL, holder_request bigint NOT NULL, holder_took_over boolean NOT NULL, created timestamptz NOT NULL, updated timestamptz NOT NULL, lease_deadline timestamptz NOT NULL, expires timestamptz NOT NULL, version bigint NOT NULL);
 CREATE INDEX spike_expires ON spike (expires);

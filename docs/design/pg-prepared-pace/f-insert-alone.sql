@@ -1,0 +1,3 @@
+\set k random(100000, 9000000000000)
+\set tok random(1, 1000000000)
+INSERT INTO spike (key, type, fingerprint, result, checkpoint, state, retryable, token, attempts, holder_pid, holder_start, holder_scope, holder_request, holder_took_over, created, updated, lease_deadline, expires, version) SELECT :k, '', '', '', '', 0, false, :tok, 1, 17832, 1218165, 8963160876537769729, 8817689843157531790, false, n.now + 0 * interval '1 microsecond', n.now + 0 * interval '1 microsecond', n.now + 10000000 * interval '1 microsecond', n.now + 2592000000000 * interval '1 microsecond', 1 FROM (SELECT COALESCE(NULL::timestamptz, clock_timestamp()) AS now, set_config('synchronous_commit', :sc, true) AS durability) n ON CONFLICT (key) DO NOTHING RETURNING created;
