@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <exception>
 #include <iostream>
 
 #include "core/store_directory.h"
@@ -237,11 +238,22 @@ Result<std::unique_ptr<storage::Storage>> DirectoryStoreCore::OpenStorage() {
 
 void DirectoryStoreCore::LogTo(const Options& options, std::string_view message) {
   const std::string line = EscapeControls(message);
-  if (options.log) {
-    options.log(line);
-  } else {
+  if (!options.log) {
     std::cerr << "idem: " << line << '\n';
+    return;
   }
+  // The log is the application's. What it throws must neither fail the call that had something
+  // to say nor end a background thread (and with it the process): the line goes to stderr.
+  std::string thrown;
+  try {
+    options.log(line);
+    return;
+  } catch (const std::exception& error) {
+    thrown = EscapeControls(error.what());
+  } catch (...) {
+    thrown = "an exception that is not a std::exception";
+  }
+  std::cerr << "idem: " << line << " (the application's log threw: " << thrown << ")\n";
 }
 
 }  // namespace idem::core

@@ -281,6 +281,28 @@ TEST(StoreDirectory, ASecondOpenIsToldWhichOfItsOptionsAreTheFirstOpens) {
   EXPECT_EQ(too_long.status().code(), idem::Status::Code::kInvalidArgument);
 }
 
+// The log is the application's and may throw: the call that had something to say still does
+// what it was asked, and the line reaches stderr with what the log threw.
+TEST(StoreDirectory, ALogThatThrowsFailsNothingAndTheLineGoesToStderr) {
+  TempDir dir;
+  idem::Options first = TestOptions();
+  first.max_key_size = 64;
+  IDEM_ASSERT_OPEN(a, dir.StorePath(), first);
+
+  idem::Options other = first;
+  other.max_key_size = 4096;  // a difference the second Open tells the log of
+  other.log = [](std::string_view) { throw std::runtime_error("the log's disk is full"); };
+  testing::internal::CaptureStderr();
+  auto b = idem::Store::Open(dir.StorePath(), other);
+  const std::string said = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NE(said.find("already open in this process"), std::string::npos) << said;
+  EXPECT_NE(said.find("the application's log threw: the log's disk is full"), std::string::npos)
+      << said;
+  ASSERT_OK_AND_ASSIGN(auto claim, (*b)->Begin("k"));
+  EXPECT_EQ(claim.outcome, Outcome::kAcquired);
+}
+
 TEST(StoreDirectory, OpensASymlinkedDirectoryAsTheSameStore) {
   TempDir dir;
   IDEM_ASSERT_OPEN(a, dir.StorePath());
