@@ -23,40 +23,42 @@ bool DiskQuota::Exceeded() {
   const int64_t last = measured_at_.load(std::memory_order_relaxed);
   if (last == kNever || now - last >= interval) {
     if (measure_mu_.TryLock()) {
-      // The log is the application's: if it throws, the next call must still be able to measure.
-      try {
-        Measure(now);
-      } catch (...) {
-        measure_mu_.Unlock();
-        throw;
-      }
+      const std::optional<bool> crossed = Measure(now);
       measure_mu_.Unlock();
+      // The log is the application's: called without the lock, so that what it does (or throws)
+      // cannot keep the next call from measuring.
+      if (crossed) LogCrossing(*crossed);
     }
   }
   return exceeded_.load(std::memory_order_relaxed);
 }
 
-void DiskQuota::Measure(int64_t now) {
+std::optional<bool> DiskQuota::Measure(int64_t now) {
   const Result<uint64_t> used = MeasureBytes(database_);
   measured_at_.store(now, std::memory_order_relaxed);
   // A directory that cannot be read now keeps the last measure: the next write would fail on it
   // anyway, with its own error.
-  if (!used.ok()) return;
+  if (!used.ok()) return std::nullopt;
   used_.store(*used, std::memory_order_relaxed);
   const bool over = *used >= limit_;
-  if (over == exceeded_.load(std::memory_order_relaxed)) return;
+  if (over == exceeded_.load(std::memory_order_relaxed)) return std::nullopt;
   exceeded_.store(over, std::memory_order_relaxed);
   if (over) crossings_.fetch_add(1, std::memory_order_relaxed);
+  return over;
+}
+
+void DiskQuota::LogCrossing(bool over) const {
   if (!log_) return;
+  const uint64_t used = used_.load(std::memory_order_relaxed);
   log_(over ? fmt::format("store {} reached its disk quota: its database takes {} bytes of "
                           "max_disk_bytes {}; new claims are refused (kUnavailable) until "
                           "expired records are purged (`idem purge` gives their space back at "
                           "once) or the quota is raised; replays, Complete, Fail, Extend and "
                           "Forget still work",
-                          EscapeControls(database_.parent_path().string()), *used, limit_)
+                          EscapeControls(database_.parent_path().string()), used, limit_)
             : fmt::format("store {} is back under its disk quota: its database takes {} bytes of "
                           "max_disk_bytes {}; new claims are taken again",
-                          EscapeControls(database_.parent_path().string()), *used, limit_));
+                          EscapeControls(database_.parent_path().string()), used, limit_));
 }
 
 Status DiskQuota::Refusal() const {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string_view>
 
 #include "idem/status.h"
@@ -46,7 +47,10 @@ class DiskQuota {
  private:
   static constexpr int64_t kNever = INT64_MIN;
   static constexpr std::chrono::seconds kMeasureInterval{1};
-  void Measure(int64_t now) IDEM_REQUIRES(measure_mu_);
+  // Measures; when the database went over the quota or back under it, returns which.
+  std::optional<bool> Measure(int64_t now) IDEM_REQUIRES(measure_mu_);
+  // Tells the log that the database went over the quota (`over`) or back under it.
+  void LogCrossing(bool over) const;
 
   const uint64_t limit_;
   const std::filesystem::path database_;
