@@ -192,7 +192,9 @@ struct Options {
   // Receives warnings that no call returns: a refused or malformed connection to the store's
   // socket, a failover, a background purge that failed. Socket and failover warnings are
   // rate-limited by cause (one line per cause per 10 s, counting the ones left out). Called from
-  // background threads; must be thread-safe. Null: written to stderr as "idem: <message>".
+  // background threads; must be thread-safe. Null: written to stderr as "idem: <message>". What
+  // it throws goes no further: the line is written to stderr instead, with what was thrown, and
+  // the call or thread that had it to say goes on (docs/operations.md).
   std::function<void(std::string_view)> log;
 
   // Wall-clock source; null means the system clock. See Clock. A store kept in PostgreSQL
