@@ -23,9 +23,12 @@ namespace idem_test {
 // ManualClock::DefaultStart()).
 class PgStore {
  public:
-  // `ahead`: how far its clock is past ManualClock::DefaultStart() when it opens.
-  static std::unique_ptr<PgStore> Open(const std::string& uri, std::string table = "idem_records",
-                                       bool create = true, std::chrono::microseconds ahead = {}) {
+  // `ahead`: how far its clock is past ManualClock::DefaultStart() when it opens; `shape`: how
+  // its Begins start (PgStorageConfig::begin_shape).
+  static std::unique_ptr<PgStore> Open(
+      const std::string& uri, std::string table = "idem_records", bool create = true,
+      std::chrono::microseconds ahead = {},
+      idem::storage::PgBeginShape shape = idem::storage::PgBeginShape::kReadOrInsert) {
     auto store = std::unique_ptr<PgStore>(new PgStore());
     store->clock_->Advance(ahead);
     auto conninfo = idem::storage::PgConninfo::Parse(uri);
@@ -35,6 +38,7 @@ class PgStore {
     config.table = std::move(table);
     config.create_if_missing = create;
     config.clock = store->clock_;
+    config.begin_shape = shape;
     auto storage = idem::storage::PgStorage::Open(*conninfo, std::move(config));
     EXPECT_TRUE(storage.ok()) << storage.status().ToString();
     if (!storage.ok()) return nullptr;
@@ -71,6 +75,24 @@ class PgStore {
   idem::storage::PgStorage* storage_ = nullptr;
   std::unique_ptr<idem::backend::EngineBackend> backend_;
 };
+
+// Every shape of a Begin's first round trip, for tests that run once per shape (TEST_P), named
+// by BeginShapeName.
+inline constexpr idem::storage::PgBeginShape kEveryBeginShape[] = {
+    idem::storage::PgBeginShape::kReadOrInsert, idem::storage::PgBeginShape::kReadFirst,
+    idem::storage::PgBeginShape::kInsertFirst};
+inline std::string BeginShapeName(
+    const testing::TestParamInfo<idem::storage::PgBeginShape>& shape) {
+  switch (shape.param) {
+    case idem::storage::PgBeginShape::kReadOrInsert:
+      return "ReadOrInsert";
+    case idem::storage::PgBeginShape::kReadFirst:
+      return "ReadFirst";
+    case idem::storage::PgBeginShape::kInsertFirst:
+      return "InsertFirst";
+  }
+  return "Unknown";
+}
 
 // What a one-step write left under `key`, read back whole.
 inline idem::Record ReadBack(PgStore& store, std::string_view key) {

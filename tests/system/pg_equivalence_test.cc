@@ -2,8 +2,9 @@
 // pg-one-decision-plan.md, section 2) against the engine itself, case by case: the one-statement
 // transition (TransitionApplies, ApplyTransition), the transition inside the application's
 // transaction (CompleteIn), purge and its dry-run count (IsExpired), the fresh claim inserted on
-// the first read (FreshClaim), Begin decided on that read (DecideBegin), and Forget's one DELETE
-// (MakeVisible on the row it returns; an undecodable row is still forgotten).
+// the first read (FreshClaim), Begin decided on that read (DecideBegin), both in every shape of a
+// Begin's first round trip (PgBeginShape), and Forget's one DELETE (MakeVisible on the row it
+// returns; an undecodable row is still forgotten).
 // Every record is planted whole, at the store's time to the microsecond either side of each
 // boundary, with both values of a holder's took_over, and each statement runs hundreds of times
 // (past PostgreSQL's switch from custom to generic plans).
@@ -255,9 +256,13 @@ TEST(PgEquivalence, PurgeAndItsCountJudgeExpiryAsTheEngineDoes) {
   }
 }
 
-TEST(PgEquivalence, TheClaimInsertedOnTheFirstReadIsTheEnginesFreshClaim) {
+class PgEquivalenceBeginShape : public testing::TestWithParam<idem::storage::PgBeginShape> {};
+INSTANTIATE_TEST_SUITE_P(Shapes, PgEquivalenceBeginShape,
+                         testing::ValuesIn(idem_test::kEveryBeginShape), idem_test::BeginShapeName);
+
+TEST_P(PgEquivalenceBeginShape, TheClaimInsertedOnTheFirstReadIsTheEnginesFreshClaim) {
   IDEM_START_PG_OR_SKIP(server);
-  auto store = PgStore::Open(server->Uri());
+  auto store = PgStore::Open(server->Uri(), "idem_records", true, {}, GetParam());
   ASSERT_NE(store, nullptr);
   const TimePoint now = store->Now();
   const std::vector<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> times = {
@@ -348,10 +353,13 @@ idem::engine::ClaimFacts FactsOf(Facts facts, const Record& stored, TimePoint no
 // Begin's decision on PostgreSQL is made once, on the row its first round trip read
 // (Storage::DecideOnRead): for every stored state, fingerprint, request id and set of facts, the
 // claim answered and the row left are engine::DecideBegin's on the stored record at the store's
-// time, in one round trip when nothing is written and two when a claim is. (About 560 keys: the
-// tokens drawn stay within the block the first Begin reserved, so no round trip reserves one.)
-void CheckBeginOnTheFirstReadIsDecideBegin(const std::string& uri) {
-  auto store = PgStore::Open(uri, "idem_begin_equivalence");
+// time, in one round trip when nothing is written and two when a claim is, plus the insert of read
+// first on a key without a row and the read of insert first on a key with one. (About 560 keys:
+// the tokens drawn stay within the block the first Begin reserved, so no round trip reserves one.)
+void CheckBeginOnTheFirstReadIsDecideBegin(const std::string& uri,
+                                           idem::storage::PgBeginShape shape) {
+  auto store = PgStore::Open(uri, fmt::format("idem_begin_equivalence_{}", static_cast<int>(shape)),
+                             true, {}, shape);
   ASSERT_NE(store, nullptr);
   ASSERT_OK(store->Begin("first").status());  // reserves this process's block of tokens
   idem::storage::PgStorage& storage = store->storage();
@@ -434,24 +442,28 @@ void CheckBeginOnTheFirstReadIsDecideBegin(const std::string& uri) {
           // The row: the claim when written, else as planted.
           EXPECT_EQ(ReadRow(*store, key),
                     expected.write ? std::optional<Record>(expected.claim.record) : before);
-          EXPECT_EQ(round_trips, expected.write && !read.created ? 2u : 1u);
+          const uint64_t first_round_trips =
+              shape == idem::storage::PgBeginShape::kReadFirst     ? (planted ? 1 : 2)
+              : shape == idem::storage::PgBeginShape::kInsertFirst ? (planted ? 2 : 1)
+                                                                   : 1;
+          EXPECT_EQ(round_trips, first_round_trips + (expected.write && !read.created ? 1 : 0));
         }
       }
     }
   }
 }
 
-TEST(PgEquivalence, BeginOnTheFirstReadIsDecideBegin) {
+TEST_P(PgEquivalenceBeginShape, BeginOnTheFirstReadIsDecideBegin) {
   IDEM_START_PG_OR_SKIP(server);
-  CheckBeginOnTheFirstReadIsDecideBegin(server->Uri());
+  CheckBeginOnTheFirstReadIsDecideBegin(server->Uri(), GetParam());
 }
 
 // The same through PgBouncer in transaction pooling: statements sent unnamed, no session state
 // between the read and the write.
-TEST(PgEquivalence, BeginOnTheFirstReadIsDecideBeginThroughPgBouncer) {
+TEST_P(PgEquivalenceBeginShape, BeginOnTheFirstReadIsDecideBeginThroughPgBouncer) {
   IDEM_START_PG_OR_SKIP(server);
   IDEM_START_PGBOUNCER_OR_SKIP(bouncer, server, /*pool_size=*/2);
-  CheckBeginOnTheFirstReadIsDecideBegin(bouncer->Uri());
+  CheckBeginOnTheFirstReadIsDecideBegin(bouncer->Uri(), GetParam());
 }
 
 TEST(PgEquivalence, ForgetRemovesWhatIsVisibleAndWhatCannotBeDecoded) {

@@ -135,12 +135,14 @@ TEST(PgStorage, PurgeDeletesWhatExpiredByTheServersClockInBatches) {
 }
 
 // Four "processes" (a PgStorage each, as on four hosts), four threads each, race to acquire 200
-// keys: each key is acquired exactly once, and every token is distinct.
+// keys: each key is acquired exactly once, and every token is distinct. Their Begins start in
+// every shape, so each shape races the others and itself.
 TEST(PgStorage, RacingProcessesAcquireEachKeyExactlyOnce) {
   IDEM_START_PG_OR_SKIP(server);
   std::vector<std::unique_ptr<PgStore>> stores;
   for (int i = 0; i < 4; ++i) {
-    stores.push_back(PgStore::Open(server->Uri()));
+    stores.push_back(
+        PgStore::Open(server->Uri(), "idem_records", true, {}, idem_test::kEveryBeginShape[i % 3]));
     ASSERT_NE(stores.back(), nullptr);
   }
   constexpr int kKeys = 200;
@@ -191,8 +193,8 @@ TEST(PgStorage, AResentBeginGetsItsOwnClaim) {
   EXPECT_EQ(resent.token, claim.token);
 }
 
-// Begin on a fresh key writes exactly the engine's fresh claim, with the server's time, in two
-// round trips (the read, the insert); on a key with a row (live or retention-expired) it writes
+// Begin on a fresh key writes exactly the engine's fresh claim, with the server's time, in one
+// round trip (the read and insert); on a key with a row (live or retention-expired) it writes
 // nothing and returns the row for the engine to decide on, in one.
 TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimOrReadsTheRow) {
   IDEM_START_PG_OR_SKIP(server);
@@ -248,7 +250,7 @@ TEST(PgStorage, ReadOrCreateWritesTheEnginesFreshClaimOrReadsTheRow) {
             idem::engine::FreshClaim(request, store->Now(), short_claim.created->token).record);
 }
 
-// A fresh key's Begin is two round trips (the read, the insert), its Complete one (the fenced
+// A fresh key's Begin is one round trip (the read and insert), its Complete one (the fenced
 // UPDATE); a replay is one; a refused Complete reads the row to say why.
 TEST(PgStorage, AFreshBeginAReplayAndACompleteAreOneRoundTripEach) {
   IDEM_START_PG_OR_SKIP(server);
@@ -274,13 +276,20 @@ TEST(PgStorage, AFreshBeginAReplayAndACompleteAreOneRoundTripEach) {
   EXPECT_CODE(store->End("absent", claim.token, TransitionKind::kComplete), kNotFound);
 }
 
+class PgStorageBeginShape : public testing::TestWithParam<idem::storage::PgBeginShape> {};
+INSTANTIATE_TEST_SUITE_P(Shapes, PgStorageBeginShape,
+                         testing::ValuesIn(idem_test::kEveryBeginShape), idem_test::BeginShapeName);
+
 // Every Begin is decided on the row its first round trip read (Storage::DecideOnRead), so it costs
 // that read, the write of a claim when it makes one, and the server's incarnation when it is to
-// take over a claim whose lease ran out (renewal_grace): never a second read of the row.
-TEST(PgStorage, EveryBeginIsTheRoundTripsItNeeds) {
+// take over a claim whose lease ran out (renewal_grace): never a second read of the row. Read
+// first adds the insert to a fresh key; insert first adds the read to a key with a row.
+TEST_P(PgStorageBeginShape, EveryBeginIsTheRoundTripsItNeeds) {
   IDEM_START_PG_OR_SKIP(server);
-  auto store = PgStore::Open(server->Uri());
+  auto store = PgStore::Open(server->Uri(), "idem_records", true, {}, GetParam());
   ASSERT_NE(store, nullptr);
+  const uint64_t fresh = GetParam() == idem::storage::PgBeginShape::kReadFirst ? 2 : 1;
+  const uint64_t row = GetParam() == idem::storage::PgBeginShape::kInsertFirst ? 1 : 0;
   const auto sent = [&] { return store->storage().pool_stats().sent; };
   ASSERT_OK(store->Begin("first").status());  // reserves this process's block of tokens
   const auto round_trips = [&](std::string_view key, Outcome outcome, uint64_t request_id = 0) {
@@ -291,11 +300,11 @@ TEST(PgStorage, EveryBeginIsTheRoundTripsItNeeds) {
         << (claim.ok() ? idem::OutcomeName(claim->outcome) : claim.status().ToString());
     return sent() - before;
   };
-  EXPECT_EQ(round_trips("k", Outcome::kAcquired, 77), 1u) << "a fresh key: the read and insert";
-  EXPECT_EQ(round_trips("k", Outcome::kAcquired, 77), 1u) << "the same Begin resent";
-  EXPECT_EQ(round_trips("k", Outcome::kInProgress), 1u) << "a live claim";
+  EXPECT_EQ(round_trips("k", Outcome::kAcquired, 77), fresh) << "a fresh key: the read and insert";
+  EXPECT_EQ(round_trips("k", Outcome::kAcquired, 77), 1 + row) << "the same Begin resent";
+  EXPECT_EQ(round_trips("k", Outcome::kInProgress), 1 + row) << "a live claim";
   store->Advance(11s);
-  EXPECT_EQ(round_trips("k", Outcome::kAcquired), 3u)
+  EXPECT_EQ(round_trips("k", Outcome::kAcquired), 3 + row)
       << "a takeover: the read, the grace, the write";
   ASSERT_OK_AND_ASSIGN(idem::Claim failing, store->Begin("failed"));
   ASSERT_OK(store->backend().Transition({.key = "failed",
@@ -303,12 +312,12 @@ TEST(PgStorage, EveryBeginIsTheRoundTripsItNeeds) {
                                                      .token = failing.token,
                                                      .payload = "declined",
                                                      .failure = idem::Failure::kRetryable}}));
-  EXPECT_EQ(round_trips("failed", Outcome::kAcquired), 2u) << "a retry: the read, the write";
+  EXPECT_EQ(round_trips("failed", Outcome::kAcquired), 2 + row) << "a retry: the read, the write";
   EXPECT_CODE(store->End("failed", failing.token, TransitionKind::kComplete), kLeaseLost);
   store->Advance(2h);
-  EXPECT_EQ(round_trips("k", Outcome::kAcquired), 2u)
+  EXPECT_EQ(round_trips("k", Outcome::kAcquired), 2 + row)
       << "a row whose retention is over: the read, the write over it";
-  EXPECT_EQ(round_trips("k", Outcome::kInProgress), 1u);
+  EXPECT_EQ(round_trips("k", Outcome::kInProgress), 1 + row);
 }
 
 // Raising the sequence above imported tokens (ReserveTokensAbove) waits for every token
@@ -442,9 +451,9 @@ TEST(PgStorage, EachServerIncarnationIsNotedOnceAndTheGraceRunsFromThen) {
 // A Begin that reads no row, then inserts its claim while another process's insert of the same
 // key is uncommitted, waits on it; once it commits, the insert does nothing, and the Begin reads
 // the row it lost to and gives its token back.
-TEST(PgStorage, ABeginThatWaitedOnAnotherInsertOfItsKeyReadsTheRowItLostTo) {
+TEST_P(PgStorageBeginShape, ABeginThatWaitedOnAnotherInsertOfItsKeyReadsTheRowItLostTo) {
   IDEM_START_PG_OR_SKIP(server);
-  auto store = PgStore::Open(server->Uri());
+  auto store = PgStore::Open(server->Uri(), "idem_records", true, {}, GetParam());
   ASSERT_NE(store, nullptr);
   PgStorage& storage = store->storage();
   ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("first"));  // reserves this process's block
@@ -467,7 +476,9 @@ TEST(PgStorage, ABeginThatWaitedOnAnotherInsertOfItsKeyReadsTheRowItLostTo) {
   EXPECT_FALSE(lost->created.has_value());
   ASSERT_TRUE(lost->record.has_value());
   EXPECT_EQ(lost->record->token, 42u);
-  EXPECT_EQ(storage.pool_stats().sent, sent + 2);  // the read and insert, the read again
+  // The read and insert (read first: the read, the insert), the read again.
+  EXPECT_EQ(storage.pool_stats().sent,
+            sent + (GetParam() == idem::storage::PgBeginShape::kReadFirst ? 3 : 2));
   request.key = "next";
   ASSERT_OK_AND_ASSIGN(auto next, storage.ReadOrCreate("next", request, idem::Durability::kSync));
   ASSERT_TRUE(next.created.has_value());

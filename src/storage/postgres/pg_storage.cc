@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "storage/postgres/pg_rows.h"
+#include "storage/postgres/pg_storage_sql.h"
 #include "util/deadline.h"
 #include "util/escape.h"
 #include "util/time.h"
@@ -18,37 +19,10 @@ std::string_view SynchronousCommit(Durability durability) {
                                          : "SET LOCAL synchronous_commit = off";
 }
 
-// The same, for a statement sent alone (PgTransaction::alone), as its parameter $2 (or $3) of
-// this SQL:
-constexpr std::string_view kSetSynchronousCommit = "set_config('synchronous_commit', $2, true)";
-constexpr std::string_view kSetSynchronousCommitOf3 = "set_config('synchronous_commit', $3, true)";
-PgParam SynchronousCommitParam(Durability durability) {
-  return PgParam::Text(durability == Durability::kSync ? "on" : "off");
-}
-
 int64_t BitCast(uint64_t value) { return std::bit_cast<int64_t>(value); }
-
-// SQL, in a statement whose parameter $3 is SynchronousCommitParam: under kSync, when the server
-// has a synchronous standby, makes the transaction's commit wait until the standby has the
-// server's log up to it. A commit is visible on the primary before the standby has it, and stays
-// so when that wait is cancelled ("committed locally, but might not have been replicated"). A
-// row read in such a transaction was committed before it, so once its commit returns, the
-// standby has the row too: an answer read from it (a replay, a repeated Complete) survives a
-// failover, as the write it reports would have. A commit waits only when its transaction wrote
-// to the log (an id alone does not), hence the smallest record there is: a transactional logical
-// message (prefix "idem", empty), which logical decoding shows and other readers never see.
-// Without a synchronous standby it is NULL and costs nothing.
-constexpr std::string_view kWaitForTheStandby =
-    "CASE WHEN $3 = 'on' AND current_setting('synchronous_standby_names') <> '' "
-    "THEN pg_logical_emit_message(true, 'idem', '') END";
 
 // What TransitionStatement's guard raises when its UPDATE applied to nothing.
 constexpr std::string_view kDivisionByZero = "22012";
-
-// SQL: the time `micros` microseconds after the time `now` names.
-std::string After(std::string_view now, std::string_view micros) {
-  return fmt::format("{} + {} * interval '1 microsecond'", now, micros);
-}
 
 }  // namespace
 
@@ -73,104 +47,6 @@ Result<std::unique_ptr<PgStorage>> PgStorage::Open(const PgConninfo& conninfo,
 PgParam PgStorage::NowParam() const {
   return config_.clock ? PgParam::Timestamp(util::ToMicros(config_.clock->Now()))
                        : PgParam::Null(kPgTimestamptzOid);
-}
-
-namespace {
-
-// A read's first row: the record's columns (null when there is none), then the server's time.
-Result<Storage::ReadResult> DecodeRead(const PgRows& rows) {
-  Storage::ReadResult result;
-  IDEM_ASSIGN_OR_RETURN(result.record, DecodePgRow(rows, 0, &result.row.version));
-  if (result.record) result.row.token = result.record->token;
-  IDEM_ASSIGN_OR_RETURN(int64_t now, rows.Timestamp(0, kPgRecordColumnCount));
-  result.now = util::FromMicros(now);
-  return result;
-}
-
-}  // namespace
-
-Result<Storage::ReadResult> PgStorage::ReadVersioned(std::string_view key, Durability answered) {
-  PgTransaction transaction{.read_only = config_.read_only, .resendable = true, .alone = true};
-  if (config_.read_only) answered = Durability::kBuffered;  // it writes nothing to wait for
-  transaction.statements.push_back(
-      {fmt::format("SELECT {}, n.now, n.waited FROM (SELECT {} AS now, {} AS durability, {} AS "
-                   "waited) n LEFT JOIN {} ON key = $2",
-                   PgRecordColumnList(), kNow, kSetSynchronousCommitOf3, kWaitForTheStandby,
-                   names_.records),
-       {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(answered)}});
-  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction));
-  return DecodeRead(rows[0]);
-}
-
-Result<Storage::ReadResult> PgStorage::Read(std::string_view key) {
-  return ReadVersioned(key, Durability::kBuffered);
-}
-
-Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
-                                                    const engine::BeginRequest& request,
-                                                    Durability durability) {
-  IDEM_RETURN_IF_ERROR(CheckWritable());
-  // One round trip, for a replay and a fresh key alike: the plainest statement that reads the
-  // row, then the engine's fresh claim inserted only when there is no row, both sent alone (one
-  // implicit transaction). On a key that exists the insert stops at its NOT EXISTS, before any
-  // speculative insertion, and costs the server about one more SELECT. (One statement that
-  // reads and else inserts, with common table expressions, costs the server several times a
-  // plain SELECT, more than the round trip it saves on loopback; docs/benchmarks.md.)
-  // The claim made at the epoch has for times the offsets the server adds to its own now.
-  IDEM_ASSIGN_OR_RETURN(const uint64_t token, NextToken(0));
-  Claim fresh = engine::FreshClaim(request, TimePoint{}, token);
-  const PgTransaction read_or_insert = ReadOrInsert(key, fresh.record, durability);
-  bool resent = false;
-  Result<std::vector<PgRows>> answered = pool_.Run(read_or_insert, &resent);
-  const bool inserted = answered.ok() && answered->back().size() > 0;
-  // A pair sent twice may have written the claim the first time: its token stays spent.
-  if (!inserted && !resent) GiveBackToken(token);
-  IDEM_ASSIGN_OR_RETURN(const std::vector<PgRows> rows, std::move(answered));
-  if (inserted) {
-    // Inserted, even when the read found a row: it was removed in between (Forget, purge), and
-    // the claim now in the table is this one.
-    ReadResult result;
-    IDEM_ASSIGN_OR_RETURN(int64_t created, rows[1].Timestamp(0, 0));
-    result.now = util::FromMicros(created);
-    engine::ShiftTimes(fresh.record, result.now);
-    result.created = std::move(fresh);
-    return result;
-  }
-  if (rows[0].size() == 0) {
-    // Another process inserted the key between the read and the insert (or this pair's first
-    // send did, before its reply was lost: the engine then answers the claim as a resent
-    // Begin's). Read what won, waiting for the standby as the pair's read does: the answer may
-    // be decided on it without a write.
-    return ReadVersioned(key, durability);
-  }
-  return DecodeRead(rows[0]);
-}
-
-PgTransaction PgStorage::ReadOrInsert(std::string_view key, const Record& fresh,
-                                      Durability durability) const {
-  std::vector<PgParam> params = {NowParam(), SynchronousCommitParam(durability)};
-  // The row's values from $3 on, its times as microseconds after the server's time.
-  static const std::string kValues =
-      PgRowValues(3, [](std::string_view parameter) { return After("n.now", parameter); });
-  for (PgParam& param : PgRowParams(key, fresh, PgTimes::kMicros)) {
-    params.push_back(std::move(param));
-  }
-  PgTransaction read_or_insert{.resendable = true, .alone = true};
-  // A replay is answered only once its row is on a synchronous standby (kWaitForTheStandby).
-  read_or_insert.statements.push_back(
-      {fmt::format("SELECT {}, {}, {}, {} FROM {} WHERE key = $2", PgRecordColumnList(), kNow,
-                   kSetSynchronousCommitOf3, kWaitForTheStandby, names_.records),
-       {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(durability)}});
-  read_or_insert.statements.push_back(
-      {fmt::format("INSERT INTO {table} ({columns}) SELECT {values}, 1 "
-                   "FROM (SELECT {now} AS now, {durability} AS durability) n "
-                   "WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = $3) "
-                   "ON CONFLICT (key) DO NOTHING RETURNING created",
-                   fmt::arg("table", names_.records), fmt::arg("columns", PgRecordColumnList()),
-                   fmt::arg("values", kValues), fmt::arg("now", kNow),
-                   fmt::arg("durability", kSetSynchronousCommit)),
-       std::move(params)});
-  return read_or_insert;
 }
 
 Result<bool> PgStorage::TransitionIfCurrent(std::string_view key,
@@ -230,7 +106,7 @@ PgStatement PgStorage::TransitionStatement(std::string_view key,
       break;
     case engine::TransitionKind::kExtend:
       patch = fmt::format("lease_deadline = {0}, expires = GREATEST(expires, {0})",
-                          After("n.now", "$5"));
+                          PgTimeAfter("n.now", "$5"));
       params.push_back(PgParam::Int8(
           std::chrono::duration_cast<std::chrono::microseconds>(request.lease).count()));
       break;

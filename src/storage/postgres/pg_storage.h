@@ -14,8 +14,8 @@
 //     overwrites its successor. DecideOnRead is the same without the first read: Begin decides
 //     on the row its ReadOrCreate read.
 //   - The usual calls as hand-written SQL would make them (docs/design/postgresql.md, sec. 3):
-//     Begin's ReadOrCreate reads the row and, in the same round trip, inserts the engine's fresh
-//     claim when there is none (a replay and a fresh key: one round trip each);
+//     Begin's ReadOrCreate reads the row and inserts the engine's fresh claim when there is none,
+//     in one round trip or two as its shape says (PgBeginShape);
 //     TransitionIfCurrent is one UPDATE guarded by the engine's condition (pending, the token,
 //     retention not over). These and the reads are sent alone, without BEGIN, SET LOCAL and
 //     COMMIT.
@@ -49,6 +49,21 @@
 
 namespace idem::storage {
 
+// How a Begin's first round trip looks for the row (ReadOrCreate, pg_storage_reads.cc). Every
+// shape answers the same and leaves the same row (pg_equivalence_test); they differ in what the
+// server spends and in round trips (docs/design/pg-prepared-pace-plan.md).
+enum class PgBeginShape {
+  // The row read and, when there is none, the fresh claim inserted, in one round trip: one for
+  // a replay and a fresh key alike.
+  kReadOrInsert,
+  // The row read alone, then the claim inserted alone when there was none: one round trip for a
+  // replay or a key in progress, two for a fresh key.
+  kReadFirst,
+  // The claim inserted alone, then the row read when there was one: one round trip for a fresh
+  // key, two for a replay.
+  kInsertFirst,
+};
+
 struct PgStorageConfig {
   std::string table = "idem_records";  // in the connection's current schema
   bool create_if_missing = true;
@@ -57,6 +72,8 @@ struct PgStorageConfig {
   // Test hook: every decision takes its time from this clock instead of the server's, so tests
   // move the store's time with a ManualClock and compare times exactly. Null: the server's.
   std::shared_ptr<const Clock> clock;
+  // How every Begin starts. Tests and the benchmark choose; stores use the pair.
+  PgBeginShape begin_shape = PgBeginShape::kReadOrInsert;
 };
 
 class PgStorage final : public Storage {
@@ -73,9 +90,10 @@ class PgStorage final : public Storage {
   // `decide` on `read`, written if the row is still read.row; else as Update.
   Status DecideOnRead(std::string_view key, ReadResult& read, Decide decide, Durability durability,
                       std::optional<uint64_t> absent_since) override;
-  // The row, by one plain SELECT; when there is none, the fresh claim inserted at once (no second
-  // read), its times the server's now plus engine::FreshClaim's offsets. A key another process
-  // inserted in between is read again and returned, and the token drawn for it given back.
+  // The row, by one plain SELECT; when there is none, the fresh claim inserted (no second read),
+  // its times the server's now plus engine::FreshClaim's offsets; in the order and round trips
+  // of config.begin_shape. A key another process inserted in between is read again and
+  // returned, and the token drawn for it given back.
   Result<ReadResult> ReadOrCreate(std::string_view key, const engine::BeginRequest& request,
                                   Durability durability) override;
   // One UPDATE whose WHERE is engine::TransitionApplies and whose SET is engine::ApplyTransition.
@@ -166,10 +184,14 @@ class PgStorage final : public Storage {
   // when asked). `answered` kSync: returns only once the row is on the server's synchronous
   // standby, if it has one, so that an answer read from it is as durable as a kSync write.
   Result<ReadResult> ReadVersioned(std::string_view key, Durability answered);
-  // ReadOrCreate's two statements, sent alone (one implicit transaction): the row of `key`, and
-  // `fresh` inserted only when there is none (its times are offsets the server adds to its now).
-  PgTransaction ReadOrInsert(std::string_view key, const Record& fresh,
-                             Durability durability) const;
+  // ReadOrCreate's statements. The row of `key` and the server's time (no row when there is none),
+  // with parameter $3 the durability (SynchronousCommitParam).
+  PgStatement ReadStatement(std::string_view key, Durability durability) const;
+  // `fresh` inserted under `key`, its times offsets the server adds to its now; `unless_present`:
+  // only when no row has the key (so that on a key that exists, read in the same round trip, it
+  // stops before any speculative insertion). RETURNING created: a row when it inserted.
+  PgStatement InsertStatement(std::string_view key, const Record& fresh, Durability durability,
+                              bool unless_present) const;
   // Writes `next` if the row under `key` is still the one `seen` (or still absent). False when
   // another writer changed, deleted or re-created it first.
   Result<bool> WriteIfUnchanged(std::string_view key, const Record& next, RowSeen seen,
