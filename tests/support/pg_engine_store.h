@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -24,11 +25,11 @@ namespace idem_test {
 class PgStore {
  public:
   // `ahead`: how far its clock is past ManualClock::DefaultStart() when it opens; `shape`: how
-  // its Begins start (PgStorageConfig::begin_shape).
-  static std::unique_ptr<PgStore> Open(
-      const std::string& uri, std::string table = "idem_records", bool create = true,
-      std::chrono::microseconds ahead = {},
-      idem::storage::PgBeginShape shape = idem::storage::PgBeginShape::kReadOrInsert) {
+  // its Begins start (PgStorageConfig::begin_shape; null: as a store chooses).
+  static std::unique_ptr<PgStore> Open(const std::string& uri, std::string table = "idem_records",
+                                       bool create = true, std::chrono::microseconds ahead = {},
+                                       std::optional<idem::storage::PgBeginShape> shape =
+                                           idem::storage::PgBeginShape::kReadOrInsert) {
     auto store = std::unique_ptr<PgStore>(new PgStore());
     store->clock_->Advance(ahead);
     auto conninfo = idem::storage::PgConninfo::Parse(uri);

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -136,13 +137,14 @@ TEST(PgStorage, PurgeDeletesWhatExpiredByTheServersClockInBatches) {
 
 // Four "processes" (a PgStorage each, as on four hosts), four threads each, race to acquire 200
 // keys: each key is acquired exactly once, and every token is distinct. Their Begins start in
-// every shape, so each shape races the others and itself.
+// every shape, and as a store chooses, so each shape races the others and itself.
 TEST(PgStorage, RacingProcessesAcquireEachKeyExactlyOnce) {
   IDEM_START_PG_OR_SKIP(server);
   std::vector<std::unique_ptr<PgStore>> stores;
   for (int i = 0; i < 4; ++i) {
-    stores.push_back(
-        PgStore::Open(server->Uri(), "idem_records", true, {}, idem_test::kEveryBeginShape[i % 3]));
+    std::optional<idem::storage::PgBeginShape> shape;
+    if (i < 3) shape = idem_test::kEveryBeginShape[i];
+    stores.push_back(PgStore::Open(server->Uri(), "idem_records", true, {}, shape));
     ASSERT_NE(stores.back(), nullptr);
   }
   constexpr int kKeys = 200;
@@ -318,6 +320,37 @@ TEST_P(PgStorageBeginShape, EveryBeginIsTheRoundTripsItNeeds) {
   EXPECT_EQ(round_trips("k", Outcome::kAcquired), 2 + row)
       << "a row whose retention is over: the read, the write over it";
   EXPECT_EQ(round_trips("k", Outcome::kInProgress), 1 + row);
+}
+
+// A store chooses how its Begins start by what its recent Begins found (PgBeginShapeChooser): new
+// keys make it insert first (a new key one round trip, a key with a row two), a storm of Begins
+// on keys with rows makes it read first (the reverse), and new keys bring it back.
+TEST(PgStorage, AStoreStartsItsBeginsAsWhatTheyFindMakesCheapest) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = PgStore::Open(server->Uri(), "idem_records", true, {}, /*shape=*/std::nullopt);
+  ASSERT_NE(store, nullptr);
+  idem::storage::PgStorage& storage = store->storage();
+  EXPECT_EQ(storage.next_begin_shape(), idem::storage::PgBeginShape::kReadOrInsert);
+  const auto round_trips = [&](const std::string& key, Outcome outcome) {
+    const uint64_t before = storage.pool_stats().sent;
+    auto claim = store->Begin(key);
+    EXPECT_TRUE(claim.ok() && claim->outcome == outcome)
+        << key << ": "
+        << (claim.ok() ? idem::OutcomeName(claim->outcome) : claim.status().ToString());
+    return storage.pool_stats().sent - before;
+  };
+  for (int k = 0; k < 100; ++k) round_trips(fmt::format("k{}", k), Outcome::kAcquired);
+  EXPECT_EQ(storage.next_begin_shape(), idem::storage::PgBeginShape::kInsertFirst);
+  EXPECT_EQ(round_trips("new-1", Outcome::kAcquired), 1u);
+  EXPECT_EQ(round_trips("k0", Outcome::kInProgress), 2u) << "the insert, then the read";
+  // A storm on the keys already claimed.
+  for (int k = 0; k < 100; ++k) round_trips(fmt::format("k{}", k), Outcome::kInProgress);
+  EXPECT_EQ(storage.next_begin_shape(), idem::storage::PgBeginShape::kReadFirst);
+  EXPECT_EQ(round_trips("k1", Outcome::kInProgress), 1u);
+  EXPECT_EQ(round_trips("new-2", Outcome::kAcquired), 2u) << "the read, then the insert";
+  // New keys again.
+  for (int k = 0; k < 100; ++k) round_trips(fmt::format("n{}", k), Outcome::kAcquired);
+  EXPECT_EQ(storage.next_begin_shape(), idem::storage::PgBeginShape::kInsertFirst);
 }
 
 // Raising the sequence above imported tokens (ReserveTokensAbove) waits for every token

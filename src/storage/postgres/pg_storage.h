@@ -37,10 +37,12 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "idem/options.h"
+#include "storage/postgres/pg_begin_shape.h"
 #include "storage/postgres/pg_conninfo.h"
 #include "storage/postgres/pg_pool.h"
 #include "storage/postgres/pg_schema.h"
@@ -48,21 +50,6 @@
 #include "util/mutex.h"
 
 namespace idem::storage {
-
-// How a Begin's first round trip looks for the row (ReadOrCreate, pg_storage_reads.cc). Every
-// shape answers the same and leaves the same row (pg_equivalence_test); they differ in what the
-// server spends and in round trips (docs/design/pg-prepared-pace-plan.md).
-enum class PgBeginShape {
-  // The row read and, when there is none, the fresh claim inserted, in one round trip: one for
-  // a replay and a fresh key alike.
-  kReadOrInsert,
-  // The row read alone, then the claim inserted alone when there was none: one round trip for a
-  // replay or a key in progress, two for a fresh key.
-  kReadFirst,
-  // The claim inserted alone, then the row read when there was one: one round trip for a fresh
-  // key, two for a replay.
-  kInsertFirst,
-};
 
 struct PgStorageConfig {
   std::string table = "idem_records";  // in the connection's current schema
@@ -72,8 +59,9 @@ struct PgStorageConfig {
   // Test hook: every decision takes its time from this clock instead of the server's, so tests
   // move the store's time with a ManualClock and compare times exactly. Null: the server's.
   std::shared_ptr<const Clock> clock;
-  // How every Begin starts. Tests and the benchmark choose; stores use the pair.
-  PgBeginShape begin_shape = PgBeginShape::kReadOrInsert;
+  // How every Begin starts (tests). Null: chosen by what the store's recent Begins found
+  // (PgBeginShapeChooser).
+  std::optional<PgBeginShape> begin_shape;
 };
 
 class PgStorage final : public Storage {
@@ -92,7 +80,7 @@ class PgStorage final : public Storage {
                       std::optional<uint64_t> absent_since) override;
   // The row, by one plain SELECT; when there is none, the fresh claim inserted (no second read),
   // its times the server's now plus engine::FreshClaim's offsets; in the order and round trips
-  // of config.begin_shape. A key another process inserted in between is read again and
+  // of next_begin_shape(). A key another process inserted in between is read again and
   // returned, and the token drawn for it given back.
   Result<ReadResult> ReadOrCreate(std::string_view key, const engine::BeginRequest& request,
                                   Durability durability) override;
@@ -138,6 +126,10 @@ class PgStorage final : public Storage {
 
   const PgTableNames& names() const { return names_; }
   PgPoolStats pool_stats() const { return pool_.stats(); }
+  // How the next Begin starts.
+  PgBeginShape next_begin_shape() const {
+    return config_.begin_shape.value_or(begin_shapes_.Shape());
+  }
 
   // How many tokens one reservation from the sequence covers.
   static constexpr uint64_t kTokenBlock = 1024;
@@ -184,6 +176,9 @@ class PgStorage final : public Storage {
   // when asked). `answered` kSync: returns only once the row is on the server's synchronous
   // standby, if it has one, so that an answer read from it is as durable as a kSync write.
   Result<ReadResult> ReadVersioned(std::string_view key, Durability answered);
+  // ReadOrCreate in `shape`.
+  Result<ReadResult> ReadOrCreateIn(PgBeginShape shape, std::string_view key,
+                                    const engine::BeginRequest& request, Durability durability);
   // ReadOrCreate's statements. The row of `key` and the server's time (no row when there is none),
   // with parameter $3 the durability (SynchronousCommitParam).
   PgStatement ReadStatement(std::string_view key, Durability durability) const;
@@ -238,6 +233,8 @@ class PgStorage final : public Storage {
   PgStorageConfig config_;
   PgPool pool_;
   PgTableNames names_;
+
+  PgBeginShapeChooser begin_shapes_;
 
   util::Mutex token_mu_;
   uint64_t next_token_ IDEM_GUARDED_BY(token_mu_) = 0;  // == block_end_: none left

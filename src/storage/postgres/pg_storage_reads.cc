@@ -60,7 +60,14 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
                                                     const engine::BeginRequest& request,
                                                     Durability durability) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
-  const PgBeginShape shape = config_.begin_shape;
+  Result<ReadResult> read = ReadOrCreateIn(next_begin_shape(), key, request, durability);
+  if (read.ok()) begin_shapes_.Saw(/*found=*/!read->created.has_value());
+  return read;
+}
+
+Result<Storage::ReadResult> PgStorage::ReadOrCreateIn(PgBeginShape shape, std::string_view key,
+                                                      const engine::BeginRequest& request,
+                                                      Durability durability) {
   if (shape == PgBeginShape::kReadFirst) {
     PgTransaction read{.resendable = true, .alone = true};
     read.statements.push_back(ReadStatement(key, durability));
