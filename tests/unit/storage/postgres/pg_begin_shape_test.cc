@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -78,26 +79,37 @@ TEST(PgBeginShapeChooser, ABoundaryDoesNotMakeItSwitchAtEveryBegin) {
   }
 }
 
-// Threads that race count every Begin: as many found as not leaves the share where it was.
+// Threads that race count every Begin: the same Begins seen by racing threads leave the share
+// exactly where one thread seeing them all leaves it (each Saw applies the same step, so the
+// order does not matter; only a lost one would).
 TEST(PgBeginShapeChooser, RacingThreadsCountEveryBegin) {
-  PgBeginShapeChooser chooser;
+  constexpr int kThreads = 8;
+  constexpr int kBegins = 40;
+  PgBeginShapeChooser alone;
+  for (int n = 0; n < kThreads * kBegins; ++n) alone.Saw(false);
+  PgBeginShapeChooser racing;
+  std::atomic<int> ready{0};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&chooser, t] {
-      for (int n = 0; n < 20000; ++n) chooser.Saw(t % 2 == 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) {
+      }
+      for (int n = 0; n < kBegins; ++n) racing.Saw(false);
     });
   }
   for (std::thread& thread : threads) thread.join();
-  EXPECT_NEAR(chooser.FoundShare(), 0.5, 0.1);
-  // Then only replays, from every thread: read first.
+  EXPECT_EQ(racing.FoundShare(), alone.FoundShare());
+  EXPECT_EQ(racing.Shape(), PgBeginShape::kInsertFirst);
+  // Then replays only, from every thread: read first.
   threads.clear();
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&chooser] {
-      for (int n = 0; n < 1000; ++n) chooser.Saw(true);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&racing] {
+      for (int n = 0; n < 1000; ++n) racing.Saw(true);
     });
   }
   for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(chooser.Shape(), PgBeginShape::kReadFirst);
+  EXPECT_EQ(racing.Shape(), PgBeginShape::kReadFirst);
 }
 
 TEST(PgBeginShapeChooser, EveryShapeHasAName) {
