@@ -385,6 +385,40 @@ TEST(PgFailover, AResultTheStandbyNeverGotIsNeverAnsweredFromThePrimary) {
   EXPECT_EQ(record->state, idem::State::kPending);
 }
 
+// The same where the store last saw the server without a synchronous standby, so that its reads
+// no longer wait for one (PgStorage::AnswerRead): the standby is configured while the store runs,
+// the Complete is committed on the primary alone, and the retry's read, which finds the done
+// record, learns of the standby and waits for it before answering. Once the standby has the log
+// again, the same retry is answered.
+TEST(PgFailover, AReadThatDidNotWaitForAStandbyConfiguredSinceWaitsBeforeItAnswers) {
+  IDEM_START_PG_OR_SKIP(primary);
+  const idem::Options options = GivingUpWithinASecond();
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(primary->Uri(), options));
+  // A replay without a standby: the store learns there is none.
+  ASSERT_OK_AND_ASSIGN(idem::Claim first, store->Begin("first", {.lease = 2s}));
+  ASSERT_OK(store->Complete("first", first.token, "done"));
+  ASSERT_OK_AND_ASSIGN(idem::Claim replay, store->Begin("first", {.lease = 2s}));
+  ASSERT_EQ(replay.outcome, idem::Outcome::kReplay);
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PgServer> standby, primary->StartSynchronousStandby());
+  ASSERT_OK_AND_ASSIGN(idem::Claim claim, store->Begin("charge", {.lease = 2s}));
+  ASSERT_EQ(claim.outcome, idem::Outcome::kAcquired);
+  SignalWalSenders(*primary, SIGSTOP);
+  EXPECT_FALSE(store->Complete("charge", claim.token, "charged").ok())
+      << "a commit the standby never got was acknowledged";
+  const auto retried = store->Begin("charge", {.lease = 2s});
+  EXPECT_FALSE(retried.ok() && retried->outcome == idem::Outcome::kReplay)
+      << "answered from a commit the standby never got: " << retried->record.result;
+  if (!retried.ok()) {
+    EXPECT_TRUE(idem::IsRetryable(retried.status())) << retried.status().ToString();
+  }
+
+  SignalWalSenders(*primary, SIGCONT);
+  ASSERT_OK_AND_ASSIGN(idem::Claim answered, store->Begin("charge", {.lease = 2s}));
+  EXPECT_EQ(answered.outcome, idem::Outcome::kReplay);
+  EXPECT_EQ(answered.record.result, "charged");
+}
+
 // The same for ExecuteInTransaction, whose COMMIT ends the application's transaction: a COMMIT
 // still waiting for the stalled standby at the call's deadline is cancelled by idem, and stays
 // on the primary alone; neither the call nor its retry answers from it. (The transaction's

@@ -35,6 +35,7 @@
 #ifndef IDEM_STORAGE_POSTGRES_PG_STORAGE_H_
 #define IDEM_STORAGE_POSTGRES_PG_STORAGE_H_
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -179,9 +180,16 @@ class PgStorage final : public Storage {
   // ReadOrCreate in `shape`.
   Result<ReadResult> ReadOrCreateIn(PgBeginShape shape, std::string_view key,
                                     const engine::BeginRequest& request, Durability durability);
-  // ReadOrCreate's statements. The row of `key` and the server's time (no row when there is none),
-  // with parameter $3 the durability (SynchronousCommitParam).
-  PgStatement ReadStatement(std::string_view key, Durability durability) const;
+  // ReadOrCreate's statements. The row of `key` (no row when there is none), the server's time,
+  // and whether it has a synchronous standby: `waits` (ReadWaitsForTheStandby), by making the
+  // read's commit wait for it.
+  PgStatement ReadStatement(std::string_view key, Durability durability, bool waits) const;
+  // Whether a read that may answer under `durability` waits for the synchronous standby itself:
+  // under kSync, where the last read saw one.
+  bool ReadWaitsForTheStandby(Durability durability) const;
+  // The answer of ReadStatement's row (one there): under kSync, once the row is on the server's
+  // synchronous standby (a round trip more when the read did not wait and the server has one).
+  Result<ReadResult> AnswerRead(const PgRows& rows, Durability durability, bool waited);
   // `fresh` inserted under `key`, its times offsets the server adds to its now; `unless_present`:
   // only when no row has the key (so that on a key that exists, read in the same round trip, it
   // stops before any speculative insertion). RETURNING created: a row when it inserted.
@@ -235,6 +243,9 @@ class PgStorage final : public Storage {
   PgTableNames names_;
 
   PgBeginShapeChooser begin_shapes_;
+  // Whether the last read of a row saw the server with a synchronous standby (AnswerRead). True
+  // at first: the first read under kSync waits, and learns.
+  std::atomic<bool> synchronous_standby_seen_{true};
 
   util::Mutex token_mu_;
   uint64_t next_token_ IDEM_GUARDED_BY(token_mu_) = 0;  // == block_end_: none left

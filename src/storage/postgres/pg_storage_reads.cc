@@ -26,6 +26,10 @@ constexpr std::string_view kSetSynchronousCommitOf3 = "set_config('synchronous_c
 constexpr std::string_view kWaitForTheStandby =
     "CASE WHEN $3 = 'on' AND current_setting('synchronous_standby_names') <> '' "
     "THEN pg_logical_emit_message(true, 'idem', '') END";
+// The same where a synchronous standby is known and the wait wanted: a statement of its own.
+constexpr std::string_view kWaitForTheStandbyNow =
+    "SELECT set_config('synchronous_commit', 'on', true), pg_logical_emit_message(true, 'idem', "
+    "'')";
 
 // A read's first row: the record's columns (null when there is none), then the server's time.
 Result<Storage::ReadResult> DecodeRead(const PgRows& rows) {
@@ -68,11 +72,12 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreate(std::string_view key,
 Result<Storage::ReadResult> PgStorage::ReadOrCreateIn(PgBeginShape shape, std::string_view key,
                                                       const engine::BeginRequest& request,
                                                       Durability durability) {
+  const bool waits = ReadWaitsForTheStandby(durability);
   if (shape == PgBeginShape::kReadFirst) {
     PgTransaction read{.resendable = true, .alone = true};
-    read.statements.push_back(ReadStatement(key, durability));
+    read.statements.push_back(ReadStatement(key, durability, waits));
     IDEM_ASSIGN_OR_RETURN(const std::vector<PgRows> rows, pool_.Run(read));
-    if (rows[0].size() > 0) return DecodeRead(rows[0]);
+    if (rows[0].size() > 0) return AnswerRead(rows[0], durability, waits);
     // No row: the claim inserted alone, as insert first does (a key another process inserted in
     // between is then read again).
   }
@@ -86,7 +91,7 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreateIn(PgBeginShape shape, std::s
   // costs: docs/design/pg-prepared-pace-plan.md.)
   const bool read_too = shape == PgBeginShape::kReadOrInsert;
   PgTransaction transaction{.resendable = true, .alone = true};
-  if (read_too) transaction.statements.push_back(ReadStatement(key, durability));
+  if (read_too) transaction.statements.push_back(ReadStatement(key, durability, waits));
   transaction.statements.push_back(
       InsertStatement(key, fresh.record, durability, /*unless_present=*/read_too));
   bool resent = false;
@@ -112,14 +117,52 @@ Result<Storage::ReadResult> PgStorage::ReadOrCreateIn(PgBeginShape shape, std::s
     // answer may be decided on it without a write.
     return ReadVersioned(key, durability);
   }
-  return DecodeRead(rows[0]);
+  return AnswerRead(rows[0], durability, waits);
 }
 
-PgStatement PgStorage::ReadStatement(std::string_view key, Durability durability) const {
-  // A replay is answered only once its row is on a synchronous standby (kWaitForTheStandby).
+bool PgStorage::ReadWaitsForTheStandby(Durability durability) const {
+  return durability == Durability::kSync &&
+         synchronous_standby_seen_.load(std::memory_order_relaxed);
+}
+
+PgStatement PgStorage::ReadStatement(std::string_view key, Durability durability,
+                                     bool waits) const {
+  // The column after the server's time: whether the server has a synchronous standby. Reading
+  // it costs the server a lookup; the standby's wait and set_config cost it about a tenth of
+  // the statement (docs/design/pg-prepared-pace-plan.md), so they are sent only where a standby
+  // was last seen.
+  static const std::string kLean =
+      fmt::format("SELECT {}, {}, current_setting('synchronous_standby_names') <> '' FROM ",
+                  PgRecordColumnList(), kNow);
+  if (!waits) {
+    return {fmt::format("{}{} WHERE key = $2", kLean, names_.records),
+            {NowParam(), PgParam::Bytea(key)}};
+  }
+  // Answered only once its row is on the synchronous standby (kWaitForTheStandby), as the
+  // write it reports would be; NULL there when the server has none.
   return {fmt::format("SELECT {}, {}, {}, {} FROM {} WHERE key = $2", PgRecordColumnList(), kNow,
-                      kSetSynchronousCommitOf3, kWaitForTheStandby, names_.records),
+                      kWaitForTheStandby, kSetSynchronousCommitOf3, names_.records),
           {NowParam(), PgParam::Bytea(key), SynchronousCommitParam(durability)}};
+}
+
+Result<Storage::ReadResult> PgStorage::AnswerRead(const PgRows& rows, Durability durability,
+                                                  bool waited) {
+  constexpr int kStandbyColumn = kPgRecordColumnCount + 1;
+  bool standby = !rows.IsNull(0, kStandbyColumn);
+  if (!waited) {
+    IDEM_ASSIGN_OR_RETURN(standby, rows.Bool(0, kStandbyColumn));
+  }
+  synchronous_standby_seen_.store(standby, std::memory_order_relaxed);
+  if (standby && !waited && durability == Durability::kSync) {
+    // A synchronous standby the read did not wait for (one configured since this store last
+    // read): the row may have been committed on the primary alone (a commit whose wait was
+    // cancelled). A commit made now waits until the standby has the log up to it, so up to the
+    // row's commit, which came before: then the answer survives a failover.
+    PgTransaction wait{.resendable = true, .alone = true};
+    wait.statements.push_back({std::string(kWaitForTheStandbyNow), {}});
+    IDEM_RETURN_IF_ERROR(pool_.Run(wait).status());
+  }
+  return DecodeRead(rows);
 }
 
 PgStatement PgStorage::InsertStatement(std::string_view key, const Record& fresh,
