@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -84,15 +85,17 @@ inline constexpr idem::storage::PgBeginShape kEveryBeginShape[] = {
     idem::storage::PgBeginShape::kInsertFirst};
 inline std::string BeginShapeName(
     const testing::TestParamInfo<idem::storage::PgBeginShape>& shape) {
-  switch (shape.param) {
-    case idem::storage::PgBeginShape::kReadOrInsert:
-      return "ReadOrInsert";
-    case idem::storage::PgBeginShape::kReadFirst:
-      return "ReadFirst";
-    case idem::storage::PgBeginShape::kInsertFirst:
-      return "InsertFirst";
+  std::string name;  // "read or insert": "ReadOrInsert"
+  bool word_starts = true;
+  for (const char c : idem::storage::PgBeginShapeName(shape.param)) {
+    if (c == ' ') {
+      word_starts = true;
+      continue;
+    }
+    name += word_starts ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    word_starts = false;
   }
-  return "Unknown";
+  return name;
 }
 
 // What a one-step write left under `key`, read back whole.
