@@ -6,7 +6,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 seconds=${1:-6}; shift || true
-scripts=("$@"); [[ ${#scripts[@]} -gt 0 ]] || scripts=(r0 r2b r5 r7 r8 r2 r2-no-time r2-no-set-config r2-no-standby-wait r6 r1 r3 r4
+scripts=("$@"); [[ ${#scripts[@]} -gt 0 ]] || scripts=(r0 r2b r5 r7 r8 r9 r2 r2-no-time r2-no-set-config r2-no-standby-wait r6 r1 r3 r4
                                            f0 f-insert-alone f1 f3 f4)
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 pg_dir=$(mktemp -d /tmp/pg-pace.XXXXXX); chown postgres: "$pg_dir"; chmod 700 "$pg_dir"
