@@ -292,7 +292,8 @@ Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
 }
 
 void PgPool::Return(pg_conn* conn) {
-  if (conn != nullptr && !SessionReusable(conn)) Discard(std::exchange(conn, nullptr), false);
+  // What the server may have sent meanwhile is looked for at the next checkout (SessionReusable).
+  if (conn != nullptr && !SessionIdle(conn)) Discard(std::exchange(conn, nullptr), false);
   util::MutexLock lock(mu_);
   if (!waiters_.empty()) {
     // The slot passes to the oldest waiter as it is, still counted in checked_out_. Notified

@@ -289,8 +289,12 @@ void CancelAndCloseSession(pg_conn* conn) {
   PQfinish(conn);  // the connection is nonblocking: its farewell is not waited for either
 }
 
+bool SessionIdle(pg_conn* conn) {
+  return PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE;
+}
+
 bool SessionReusable(pg_conn* conn) {
-  if (PQstatus(conn) != CONNECTION_OK || PQtransactionStatus(conn) != PQTRANS_IDLE) return false;
+  if (!SessionIdle(conn)) return false;
   pollfd socket{.fd = PQsocket(conn), .events = POLLIN, .revents = 0};
   return socket.fd >= 0 && ::poll(&socket, 1, 0) == 0;
 }

@@ -57,8 +57,12 @@ void CloseSession(pg_conn* conn);
 // and blocks, for as long as the server does not answer), and closes `conn` at once. While 4
 // cancels still wait for their servers, it only closes.
 void CancelAndCloseSession(pg_conn* conn);
-// True when `conn` can be used for the next transaction: connected, idle outside a
-// transaction, nothing unread from the server (a server that shut down sent its farewell).
+// True when `conn` is connected and idle outside a transaction: it may go back to the pool.
+bool SessionIdle(pg_conn* conn);
+// True when `conn` can be used for the next transaction: idle (SessionIdle), and nothing unread
+// from the server (a server that shut down, or a pooler that dropped the session, sent its
+// farewell). A system call: checked when a connection is taken from the pool, not when it goes
+// back.
 bool SessionReusable(pg_conn* conn);
 
 struct PgPipelineOutcome {
