@@ -4,6 +4,9 @@
 
 #include "storage/postgres/pg_pool.h"
 
+#include <semaphore>
+#include <thread>
+
 #include "storage/postgres/pg_session.h"
 #include "support/pg_pool_test_util.h"
 #include "support/tcp_proxy.h"
@@ -333,6 +336,41 @@ TEST(PgPool, AWaitingCallerIsServedBeforeOneThatAsksLater) {
   ASSERT_EQ(rows[0].size(), 2);
   EXPECT_EQ(rows[0].Bytes(0, 0), "waiter");
   EXPECT_EQ(rows[0].Bytes(1, 0), "later");
+}
+
+// A thread that asks again gets the connection it gave back, when that one is idle, rather than
+// the one given back last: its server process is then woken by the same thread as before. The
+// two threads here each gave theirs back, one after the other, and each gets its own again.
+TEST(PgPool, AThreadGetsBackTheConnectionItGaveBack) {
+  IDEM_START_PG_OR_SKIP(server);
+  PgPool pool(Conninfo(server->Uri()), {.size = 2});
+  std::binary_semaphore holding(0), main_gave_back(0), worker_gave_back(0), main_asked_again(0);
+  int64_t worker_first = -1;
+  int64_t worker_again = -1;
+  std::jthread worker([&] {
+    {
+      std::unique_ptr<PgOpenTransaction> held = pool.Begin(milliseconds(0));
+      Result<std::vector<PgRows>> rows = held->Run({{"SELECT pg_backend_pid()", {}}});
+      if (rows.ok()) worker_first = rows->at(0).Int(0, 0).value();
+      holding.release();
+      main_gave_back.acquire();
+    }  // rolled back, and given back after the main thread's
+    worker_gave_back.release();
+    main_asked_again.acquire();
+    worker_again = BackendPid(pool);
+  });
+  holding.acquire();
+  const int64_t main_first = BackendPid(pool);  // a second connection: one is held
+  main_gave_back.release();
+  worker_gave_back.acquire();
+  const int64_t main_again = BackendPid(pool);
+  main_asked_again.release();
+  worker.join();
+  ASSERT_GT(worker_first, 0);
+  ASSERT_GT(main_first, 0);
+  ASSERT_NE(worker_first, main_first);
+  EXPECT_EQ(main_again, main_first);
+  EXPECT_EQ(worker_again, worker_first);
 }
 
 // Behind PgBouncer in transaction pooling, with one server connection for two pools: the

@@ -23,6 +23,10 @@ constexpr milliseconds kAnswerGrace{1000};
 constexpr milliseconds kLongestPause{500};
 constexpr milliseconds kShortestConnect = kLongestPause;
 
+// The connection the calling thread last gave back to a pool (any pool: Checkout only looks for
+// it among its own idle connections, so a stale or foreign one is never matched).
+thread_local pg_conn* last_returned_by_this_thread = nullptr;
+
 }  // namespace
 
 // What one attempt of Run came to: a result to return, or a reason to try again.
@@ -271,7 +275,13 @@ Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
         (!idle_.empty() || checked_out_ + static_cast<int>(idle_.size()) < options_.size)) {
       ++checked_out_;
       if (!idle_.empty()) {
-        conn = idle_.back();
+        // The connection this thread last gave back, when it is idle: its server process is
+        // then woken by the same thread as before, likely on the same core, with warm caches
+        // on both sides. Otherwise the one given back last.
+        auto mine = std::find(idle_.begin(), idle_.end(), last_returned_by_this_thread);
+        if (mine == idle_.end()) mine = idle_.end() - 1;
+        conn = *mine;
+        *mine = idle_.back();
         idle_.pop_back();
       }
     } else {
@@ -292,6 +302,7 @@ Result<pg_conn*> PgPool::Checkout(milliseconds timeout) {
 }
 
 void PgPool::Return(pg_conn* conn) {
+  last_returned_by_this_thread = conn;
   // What the server may have sent meanwhile is looked for at the next checkout (SessionReusable).
   if (conn != nullptr && !SessionIdle(conn)) Discard(std::exchange(conn, nullptr), false);
   util::MutexLock lock(mu_);
