@@ -10,12 +10,14 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -50,6 +52,45 @@ CLI::Validator LimitValidator() {
       "N >= 1");
 }
 
+// --timeout DURATION: a whole number of milliseconds, seconds, minutes or hours ("500ms", "2s",
+// "1m", "1h"; a bare number is seconds), from 1 ms to a day. Nullopt when `text` is not one.
+std::optional<std::chrono::milliseconds> ParseTimeout(std::string_view text) {
+  int64_t value = 0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(first, last, value);
+  if (first == stop || error != std::errc() || value < 1) return std::nullopt;
+  const std::string_view unit(stop, static_cast<std::size_t>(last - stop));
+  std::chrono::milliseconds timeout;
+  constexpr int64_t kLongest = 24 * 60 * 60 * 1000;  // a day, in ms: no overflow below
+  if (value > kLongest) return std::nullopt;
+  if (unit == "ms") {
+    timeout = std::chrono::milliseconds(value);
+  } else if (unit == "s" || unit.empty()) {
+    timeout = std::chrono::seconds(value);
+  } else if (unit == "m") {
+    timeout = std::chrono::minutes(value);
+  } else if (unit == "h") {
+    timeout = std::chrono::hours(value);
+  } else {
+    return std::nullopt;
+  }
+  if (timeout > std::chrono::milliseconds(kLongest)) return std::nullopt;
+  return timeout;
+}
+
+CLI::Validator TimeoutValidator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (ParseTimeout(text)) return "";
+        return fmt::format(
+            "'{}' is not a duration from 1ms to 24h (500ms, 2s, 1m; a bare "
+            "number is seconds)",
+            DisplayEscape(text));
+      },
+      "DURATION");
+}
+
 // One line of a CLI11 message.
 std::string OneLine(std::string text) {
   std::replace(text.begin(), text.end(), '\n', ' ');
@@ -63,19 +104,31 @@ constexpr const char* kFormatHelp =
 constexpr const char* kKeyHelp = "Key bytes as given (use -- before a key starting with -)";
 constexpr const char* kHexKeyHelp = "KEY is written in hex (for binary keys)";
 
-// PATH and --table, which every command but backup (store directories only) has.
-void AddStore(CLI::App* command, std::string& path, std::string& table) {
+// --timeout, which every command has.
+void AddTimeout(CLI::App* command, std::string& timeout) {
+  command
+      ->add_option("--timeout", timeout,
+                   "How long to wait for an answer of the store's owner or server, each time "
+                   "(500ms, 2s, 1m; a bare number is seconds). Default: 10s. For ping: the "
+                   "whole command")
+      ->check(TimeoutValidator());
+}
+
+// PATH, --table and --timeout, which every command but backup (store directories only) has.
+void AddStore(CLI::App* command, std::string& path, std::string& table, std::string& timeout) {
   command->add_option("PATH", path, "Store directory, or a postgresql:// connection URI")
       ->required();
   command->add_option("--table", table,
                       "The store's table, for a postgresql:// PATH (default idem_records; "
                       "SCHEMA.TABLE names its schema); for "
                       "dump and get of a store directory, an application table to show");
+  AddTimeout(command, timeout);
 }
 
 // The arguments of every subcommand; Parse fills the one given.
 struct Arguments {
-  std::string table;  // --table
+  std::string table;    // --table
+  std::string timeout;  // --timeout, checked by TimeoutValidator; empty: the library's default
   DumpArgs dump;
   CLI::Option* dump_type = nullptr;  // --type given, even as empty
   GetArgs get;
@@ -85,6 +138,7 @@ struct Arguments {
   BackupArgs backup;
   ExportArgs export_;
   ImportArgs import;
+  PingArgs ping;
 };
 
 CLI::App* AddDump(CLI::App& app, Arguments& args) {
@@ -92,7 +146,7 @@ CLI::App* AddDump(CLI::App& app, Arguments& args) {
   CLI::App* command = app.add_subcommand(
       "dump",
       "List records in key order. Never writes; reads the store as of the moment it opens.");
-  AddStore(command, dump.path, args.table);
+  AddStore(command, dump.path, args.table, args.timeout);
   command
       ->add_option("--state", dump.state,
                    "Only records in this state (pending: lease live; timeout: lease passed)")
@@ -110,7 +164,7 @@ CLI::App* AddGet(CLI::App& app, Arguments& args) {
   GetArgs& get = args.get;
   CLI::App* command =
       app.add_subcommand("get", "Show one record; exit 1 when there is none. Never writes.");
-  AddStore(command, get.path, args.table);
+  AddStore(command, get.path, args.table, args.timeout);
   command->add_option("KEY", get.key, kKeyHelp)->required();
   command->add_flag("--hex-key", get.hex_key, kHexKeyHelp);
   command->add_option("--format", get.format, kFormatHelp)
@@ -122,7 +176,7 @@ CLI::App* AddStats(CLI::App& app, Arguments& args) {
   StatsArgs& stats = args.stats;
   CLI::App* command = app.add_subcommand(
       "stats", "Count records by state and type; disk size; counters. Never writes.");
-  AddStore(command, stats.path, args.table);
+  AddStore(command, stats.path, args.table, args.timeout);
   command
       ->add_option("--format", stats.format,
                    "table, jsonl (one JSON object) or prometheus (text exposition format, for "
@@ -142,7 +196,7 @@ CLI::App* AddPurge(CLI::App& app, Arguments& args) {
       "purge",
       "Remove records whose retention has expired, then compact what was removed. Last line: "
       "'purged N records' ('would purge N records' with --dry-run).");
-  AddStore(command, purge.path, args.table);
+  AddStore(command, purge.path, args.table, args.timeout);
   command->add_flag("--dry-run", purge.dry_run, "Count what would be removed; remove nothing");
   command->add_flag("--quiet", purge.quiet,
                     "Print nothing on success (errors still go to "
@@ -156,13 +210,13 @@ CLI::App* AddForget(CLI::App& app, Arguments& args) {
       "forget",
       "Remove one record whatever its state (after reconciling a stuck request by hand); exit 1 "
       "when there is none.");
-  AddStore(command, forget.path, args.table);
+  AddStore(command, forget.path, args.table, args.timeout);
   command->add_option("KEY", forget.key, kKeyHelp)->required();
   command->add_flag("--hex-key", forget.hex_key, kHexKeyHelp);
   return command;
 }
 
-CLI::App* AddBackup(CLI::App& app, BackupArgs& backup) {
+CLI::App* AddBackup(CLI::App& app, BackupArgs& backup, std::string& timeout) {
   CLI::App* command = app.add_subcommand(
       "backup",
       "Copy the store, consistent as of one moment, into the new directory DEST while "
@@ -171,6 +225,7 @@ CLI::App* AddBackup(CLI::App& app, BackupArgs& backup) {
       "into the store's place.");
   command->add_option("PATH", backup.path, "Store directory")->required();
   command->add_option("DEST", backup.destination, "New directory for the copy")->required();
+  AddTimeout(command, timeout);
   return command;
 }
 
@@ -180,7 +235,7 @@ CLI::App* AddExport(CLI::App& app, Arguments& args) {
       "export",
       "Write every record with every field as JSON Lines, which 'idem import' reads back. Never "
       "writes to the store.");
-  AddStore(command, export_args.path, args.table);
+  AddStore(command, export_args.path, args.table, args.timeout);
   command->add_option("--output", export_args.output,
                       "Write to FILE (mode 0600) instead of standard output, replacing it "
                       "atomically once complete");
@@ -195,7 +250,7 @@ CLI::App* AddImport(CLI::App& app, Arguments& args) {
       "with their states, tokens and times. Needs a store directory to itself. "
       "Every line is checked first: a bad line, or a key the store holds, is named with its line "
       "number and nothing is imported (exit 6).");
-  AddStore(command, import.path, args.table);
+  AddStore(command, import.path, args.table, args.timeout);
   command->add_option("FILE", import.input, "JSON Lines to read; - (the default): standard input")
       ->check(CLI::Validator(
           [](std::string& file) -> std::string {
@@ -215,8 +270,19 @@ CLI::App* AddImport(CLI::App& app, Arguments& args) {
   return command;
 }
 
-// dump, get, stats, purge, forget, backup, export, import
-using Commands = std::array<CLI::App*, 8>;
+CLI::App* AddPing(CLI::App& app, Arguments& args) {
+  CLI::App* command = app.add_subcommand(
+      "ping",
+      "Check that the store answers a read (through its owner when a process owns it), within "
+      "--timeout: exit 0 when it does, 5 when its owner or server does not answer in time, 3 "
+      "when the store cannot be used. For health checks and watchdogs. Never writes.");
+  AddStore(command, args.ping.path, args.table, args.timeout);
+  command->add_flag("--quiet", args.ping.quiet, "Print nothing on success");
+  return command;
+}
+
+// dump, get, stats, purge, forget, backup, export, import, ping
+using Commands = std::array<CLI::App*, 9>;
 
 // Parses argv into `args`; returns the exit code when the command must not run (--help,
 // --version, a usage error, reported on `out` or `err`), nullopt when it may.
@@ -228,7 +294,7 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
                    [&](const CLI::App* sub) { return sub->get_name() == argv[1]; })) {
     fmt::print(err,
                "idem: unknown command '{}'; the commands are dump, get, stats, purge, forget, "
-               "backup, export, import (see 'idem --help')\n",
+               "backup, export, import, ping (see 'idem --help')\n",
                DisplayEscape(argv[1]));
     err.flush();
     return kExitUsage;
@@ -257,7 +323,7 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
 // Runs the command that was parsed.
 int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::ostream& err,
              const std::shared_ptr<const Clock>& clock) {
-  const auto& [dump, get, stats, purge, forget, backup, export_, import] = commands;
+  const auto& [dump, get, stats, purge, forget, backup, export_, import, ping] = commands;
   // With a store directory, --table names an application table for dump and get: their
   // context has no PostgreSQL table.
   if (dump->parsed() && !util::IsPostgresUri(args.dump.path)) {
@@ -266,19 +332,22 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
   if (get->parsed() && !util::IsPostgresUri(args.get.path)) {
     args.get.app_table = std::exchange(args.table, {});
   }
+  const std::chrono::milliseconds timeout =
+      args.timeout.empty() ? std::chrono::milliseconds(0) : ParseTimeout(args.timeout).value();
   const auto context = [&](std::string command) {
-    return Context{std::move(command), out, err, clock, args.table};
+    return Context{std::move(command), out, err, clock, args.table, timeout};
   };
   // For the other commands --table names a table of a PostgreSQL store: with a directory it
   // would be ignored.
-  const std::array<std::pair<CLI::App*, const std::string*>, 7> paths = {
+  const std::array<std::pair<CLI::App*, const std::string*>, 8> paths = {
       {{dump, &args.dump.path},
        {get, &args.get.path},
        {stats, &args.stats.path},
        {purge, &args.purge.path},
        {forget, &args.forget.path},
        {export_, &args.export_.path},
-       {import, &args.import.path}}};
+       {import, &args.import.path},
+       {ping, &args.ping.path}}};
   for (const auto& [command, path] : paths) {
     if (command->parsed() && !args.table.empty() && !util::IsPostgresUri(*path)) {
       return context(command->get_name())
@@ -299,6 +368,7 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
     if (backup->parsed()) return Backup(context("backup"), args.backup);
     if (export_->parsed()) return Export(context("export"), args.export_);
     if (import->parsed()) return Import(context("import"), args.import);
+    if (ping->parsed()) return Ping(context("ping"), args.ping);
   } catch (const std::exception& e) {  // std::bad_alloc, a filesystem error, ...
     fmt::print(err, "idem: {}\n", OneLine(e.what()));
     err.flush();
@@ -318,17 +388,19 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
   app.footer(
       "Exit codes: 0 success, 1 not found (get, forget) or nothing listed (dump), 2 usage error,\n"
       "3 store error (missing, unreadable, corrupt or busy), 4 written by a newer idem,\n"
-      "5 stats: the store's owner could not be asked (stopped, overloaded or exclusive),\n"
+      "5 stats, ping: the store's owner could not be asked (stopped, overloaded or exclusive),\n"
       "or whether one runs could not be told (its lock file cannot be opened),\n"
       "6 import: a line was refused (its number and why on stderr); nothing was imported.\n"
+      "ping: 0 the store answered, 5 its owner or server did not answer within --timeout,\n"
+      "3 it cannot be used.\n"
       "Run 'idem COMMAND --help' for a command's flags. See 'man idem' and\n"
       "docs/operations.md.\n");
 
   Arguments args;
-  const Commands commands = {AddDump(app, args),   AddGet(app, args),
-                             AddStats(app, args),  AddPurge(app, args),
-                             AddForget(app, args), AddBackup(app, args.backup),
-                             AddExport(app, args), AddImport(app, args)};
+  const Commands commands = {
+      AddDump(app, args),   AddGet(app, args),    AddStats(app, args),
+      AddPurge(app, args),  AddForget(app, args), AddBackup(app, args.backup, args.timeout),
+      AddExport(app, args), AddImport(app, args), AddPing(app, args)};
   for (CLI::App* command : commands) {
     command->footer("Exit codes and examples: 'man idem' (docs/idem.1) and docs/operations.md.");
   }

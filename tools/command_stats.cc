@@ -74,15 +74,6 @@ std::string HumanBytes(uint64_t bytes) {
   return fmt::format("{:.{}f} {}", value, unit == 0 ? 0 : 1, kUnits[unit]);
 }
 
-std::string HumanAge(std::chrono::system_clock::duration age) {
-  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(age).count();
-  if (seconds < 0) seconds = 0;
-  if (seconds < 120) return fmt::format("{}s", seconds);
-  if (seconds < 2 * 3600) return fmt::format("{}m", seconds / 60);
-  if (seconds < 2 * 86400) return fmt::format("{}h", seconds / 3600);
-  return fmt::format("{}d", seconds / 86400);
-}
-
 // A Prometheus label value: valid UTF-8 with \, " and newline escaped.
 std::string PrometheusLabel(std::string_view value) {
   std::string out;
@@ -315,12 +306,7 @@ void WriteStatsTable(std::ostream& out, const std::string& name, const StoreStat
   }
 }
 
-// The owner holds the store but did not answer (stopped, overloaded) or serves nobody
-// (exclusive): kUnavailable or kTimedOut from reaching it.
-bool OwnerNotAsked(const Status& status) {
-  return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
-}
-
+// Says on stderr that `missing` could not be read: the owner could not be asked (OwnerNotAsked).
 void WarnOwnerNotAsked(const Context& ctx, const std::string& name, std::string_view missing,
                        const Status& status) {
   fmt::print(ctx.err, "idem stats: warning: {} of store {} are missing: {} (exit code {})\n",

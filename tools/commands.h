@@ -66,6 +66,11 @@ struct ImportArgs {
   bool finish = false;  // --finish: finish an import that was stopped part way
 };
 
+struct PingArgs {
+  std::string path;
+  bool quiet = false;
+};
+
 int Dump(const Context& ctx, const DumpArgs& args);
 int Get(const Context& ctx, const GetArgs& args);
 int Stats(const Context& ctx, const StatsArgs& args);
@@ -74,6 +79,7 @@ int Forget(const Context& ctx, const ForgetArgs& args);
 int Backup(const Context& ctx, const BackupArgs& args);
 int Export(const Context& ctx, const ExportArgs& args);
 int Import(const Context& ctx, const ImportArgs& args);
+int Ping(const Context& ctx, const PingArgs& args);
 
 }  // namespace idem::cli
 

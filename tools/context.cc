@@ -137,7 +137,16 @@ Options Context::StoreOptions(bool read_only) const {
   options.read_only = read_only;
   options.auto_purge_interval = std::chrono::milliseconds(0);
   if (!table.empty()) options.table = table;
+  if (request_timeout > std::chrono::milliseconds(0)) {
+    // Waiting for a new owner or a server to come back is waiting for an answer too.
+    options.request_timeout = request_timeout;
+    options.failover_timeout = request_timeout;
+  }
   return options;
+}
+
+bool OwnerNotAsked(const Status& status) {
+  return status.code() == Status::Code::kUnavailable || status.code() == Status::Code::kTimedOut;
 }
 
 Result<std::unique_ptr<Store>> Context::OpenStore(const std::string& path, bool read_only) const {

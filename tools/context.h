@@ -26,13 +26,16 @@ struct Context {
   std::ostream& err;
   std::shared_ptr<const Clock> clock;  // null: the system clock
   std::string table;                   // --table: a PostgreSQL store's table; empty: the default
+  // --timeout: Options::request_timeout, each wait for the store's owner or server; 0: the
+  // library's default.
+  std::chrono::milliseconds request_timeout{0};
 
   // How messages and output name the store at `path`: a directory as it is; a PostgreSQL URI
   // without its secrets (DisplayStoreName), and its table when --table names one. Not escaped.
   std::string StoreName(const std::string& path) const;
 
   // The options the commands open a store with: never created, never purged in the background,
-  // on this context's clock, with `table` when given.
+  // on this context's clock, with `table` and `request_timeout` when given.
   Options StoreOptions(bool read_only) const;
   // The store at `path` (a directory, or a PostgreSQL URI) opened with StoreOptions(read_only).
   Result<std::unique_ptr<Store>> OpenStore(const std::string& path, bool read_only) const;
@@ -65,6 +68,10 @@ struct Context {
   bool OutIsTerminal() const;
   bool ErrIsTerminal() const;
 };
+
+// True when `status` says that the store's owner (or server) could not be asked: it did not
+// answer in time, or cannot be reached (stopped, overloaded, exclusive): kExitOwnerUnreachable.
+bool OwnerNotAsked(const Status& status);
 
 // A file that replaces the file at `path` atomically once it is complete: written to a temporary
 // file in the same directory (made with `mode`), synced, renamed over `path`, and the directory

@@ -122,6 +122,15 @@ std::string PadLeft(std::string text, std::size_t width) {
   return text;
 }
 
+std::string HumanAge(std::chrono::system_clock::duration age) {
+  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(age).count();
+  if (seconds < 0) seconds = 0;
+  if (seconds < 120) return fmt::format("{}s", seconds);
+  if (seconds < 2 * 3600) return fmt::format("{}m", seconds / 60);
+  if (seconds < 2 * 86400) return fmt::format("{}h", seconds / 3600);
+  return fmt::format("{}d", seconds / 86400);
+}
+
 void TrimTrailingSpaces(std::string& line) { line.erase(line.find_last_not_of(' ') + 1); }
 
 std::string JsonEscape(std::string_view s) {

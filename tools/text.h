@@ -49,6 +49,9 @@ std::string DisplayCell(std::string_view s, std::size_t width);
 std::string PadRight(std::string text, std::size_t width);
 std::string PadLeft(std::string text, std::size_t width);
 
+// An age in its largest whole unit, for people: "42s", "17m", "5h", "3d" (negative: "0s").
+std::string HumanAge(std::chrono::system_clock::duration age);
+
 // Removes the spaces at the end of `line` (a padded last cell, an empty value).
 void TrimTrailingSpaces(std::string& line);
 

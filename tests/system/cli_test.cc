@@ -14,12 +14,15 @@
 
 #include "cli.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <rocksdb/db.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -289,6 +292,33 @@ class CliTest : public ::testing::Test {
         std::vector<std::string>{exclusive ? "--hold-store-exclusive" : "--hold-store", path(),
                                  std::to_string(ahead.count())},
         /*pipe_stdin=*/true);
+  }
+
+  // A holder (StartHolder) that is ready, then stopped with SIGSTOP: it holds the store and
+  // answers nothing. Resumed when this goes, should an assertion end the test early.
+  class StoppedHolder {
+   public:
+    explicit StoppedHolder(std::unique_ptr<Child> child) : child_(std::move(child)) {}
+    StoppedHolder(StoppedHolder&&) = default;
+    ~StoppedHolder() {
+      if (child_) ::kill(child_->pid(), SIGCONT);
+    }
+    Child& child() { return *child_; }
+    // Resumes it, lets it close the store, and checks that it exited cleanly.
+    void ResumeAndEnd() {
+      ASSERT_EQ(::kill(child_->pid(), SIGCONT), 0);
+      child_->CloseStdin();
+      EXPECT_EQ(child_->Wait(), 0) << child_->Stderr();
+    }
+
+   private:
+    std::unique_ptr<Child> child_;
+  };
+  StoppedHolder StartStoppedHolder() const {
+    StoppedHolder stopped(StartHolder());
+    EXPECT_EQ(stopped.child().ReadLine(), "ready") << stopped.child().Stderr();
+    EXPECT_TRUE(idem_test::StopProcess(stopped.child().pid()));
+    return stopped;
   }
 
   // A writer for setting up a test, on clock_; no fsync (the records outlive the process all
@@ -998,19 +1028,12 @@ TEST_F(CliTest, StatsWarnsWhenAnExclusiveOwnerCannotBeAsked) {
 // idem_owner_unreachable 1, so that an alert fires instead of the metrics going stale.
 TEST_F(CliTest, StatsWarnsAndExits5WhenTheOwnerIsStopped) {
   Populate();
-  const std::unique_ptr<Child> held = StartHolder();
-  Child& holder = *held;
-  ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
-  struct Resume {
-    pid_t pid;
-    ~Resume() { ::kill(pid, SIGCONT); }
-  } resume{holder.pid()};
-  ASSERT_TRUE(idem_test::StopProcess(holder.pid()));
+  StoppedHolder stopped = StartStoppedHolder();
+  const Child& holder = stopped.child();
   const std::string prom = dir_.Sub("idem.prom");
   const auto start = std::chrono::steady_clock::now();
   const CliResult result = RunCli({"stats", path(), "--format", "prometheus", "--output", prom});
   const auto took = std::chrono::steady_clock::now() - start;
-  ASSERT_EQ(::kill(holder.pid(), SIGCONT), 0);
   EXPECT_EQ(result.code, 5) << result.err;
   EXPECT_LT(took, 25s);
   EXPECT_NE(result.err.find("idem stats: warning: the records and the counters of store"),
@@ -1024,8 +1047,78 @@ TEST_F(CliTest, StatsWarnsAndExits5WhenTheOwnerIsStopped) {
   EXPECT_NE(text.find("idem_owner_live" + store + " 0\n"), std::string::npos) << text;
   EXPECT_NE(text.find("idem_owner_unreachable" + store + " 1\n"), std::string::npos) << text;
   EXPECT_EQ(text.find("idem_records{"), std::string::npos) << text;
+  stopped.ResumeAndEnd();
+}
+
+// ping answers whether the store answers a read: from its files while no process owns it, then
+// through the owner, named with its pid. A missing store is a store error (3), not a timeout.
+TEST_F(CliTest, PingSaysWhoAnsweredTheRead) {
+  Populate();
+  CliResult result = RunCli({"ping", path()});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find("answered a read in "), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("its files (no process owns it)"), std::string::npos) << result.out;
+
+  const std::unique_ptr<Child> held = StartHolder();
+  Child& holder = *held;
+  ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
+  result = RunCli({"ping", path(), "--timeout", "5s"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find("its owner, pid " + std::to_string(holder.pid())), std::string::npos)
+      << result.out;
+  result = RunCli({"ping", path(), "--quiet"});
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "");
   holder.CloseStdin();
   EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
+
+  result = RunCli({"ping", dir_.Sub("none")});
+  EXPECT_EQ(result.code, 3);
+  EXPECT_NE(result.err.find("no idem store at"), std::string::npos) << result.err;
+}
+
+// A stopped owner: ping gives up within its --timeout and exits 5 naming the store; stats and
+// get wait --timeout instead of the default 10 s for each answer.
+TEST_F(CliTest, PingStatsAndGetGiveUpOnAStoppedOwnerAfterTheirTimeout) {
+  Populate();
+  StoppedHolder stopped = StartStoppedHolder();
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"ping", path(), "--timeout", "700ms"},
+        std::vector<std::string>{"stats", path(), "--timeout", "700ms", "--format", "jsonl"},
+        std::vector<std::string>{"get", path(), "kept-1", "--timeout", "1"}}) {
+    const auto start = std::chrono::steady_clock::now();
+    const CliResult result = RunCli(command);
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_NE(result.code, 0) << command[0];
+    EXPECT_GE(took, 600ms) << command[0];  // it waited for the owner: the timeout, not a refusal
+    EXPECT_LT(took, command[0] == "ping" ? 700ms + 500ms : 4s) << command[0] << " " << result.err;
+    if (command[0] == "ping") {
+      EXPECT_EQ(result.code, 5) << result.err;
+      EXPECT_NE(result.err.find("idem ping: store " + path() + " did not answer: "),
+                std::string::npos)
+          << result.err;
+    }
+  }
+  stopped.ResumeAndEnd();
+}
+
+// --timeout takes 1ms to 24h in ms, s, m or h (a bare number is seconds), on every command; any
+// other value is a usage error that names it.
+TEST_F(CliTest, TimeoutIsADurationOnEveryCommand) {
+  Populate();
+  for (const char* good : {"100ms", "2", "2s", "1m", "24h"}) {
+    const CliResult result = RunCli({"ping", path(), "--timeout", good});
+    EXPECT_EQ(result.code, 0) << good << ": " << result.err;
+  }
+  for (const char* bad : {"0", "-1", "5x", "1.5s", "25h", "s", "", "99999999999999999999"}) {
+    for (const char* command : {"ping", "dump", "stats", "purge", "export"}) {
+      const CliResult result = RunCli({command, path(), "--timeout", bad});
+      EXPECT_EQ(result.code, 2) << command << " " << bad;
+      EXPECT_NE(result.err.find("--timeout: '"), std::string::npos) << result.err;
+    }
+  }
+  const CliResult backup = RunCli({"backup", path(), dir_.Sub("copy"), "--timeout", "nope"});
+  EXPECT_EQ(backup.code, 2) << backup.err;
 }
 
 TEST_F(CliTest, StatsPrometheusIsTheTextExpositionFormat) {
@@ -1728,6 +1821,40 @@ TEST_F(CliTest, BinaryDumpsALargeStoreInBoundedMemory) {
   }
 }
 
+// A server that accepts connections but never answers, and a port where none listens: ping
+// exits 5 within its --timeout, naming the store without its password; no server is needed.
+TEST(CliOnPostgres, PingGivesUpWithinItsTimeoutOnASilentOrAbsentServer) {
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int closed = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(closed, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<int> ports;
+  for (const int fd : {silent, closed}) {
+    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+    sockaddr_in bound{};
+    socklen_t size = sizeof bound;
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &size), 0);
+    ports.push_back(ntohs(bound.sin_port));
+  }
+  ASSERT_EQ(::listen(silent, 8), 0);  // the kernel completes connections nobody reads
+  ::close(closed);                    // and here nothing listens: refused
+  for (const int port : ports) {
+    const std::string uri =
+        "postgresql://idem:secret@127.0.0.1:" + std::to_string(port) + "/postgres";
+    const auto start = std::chrono::steady_clock::now();
+    const CliResult result = RunCliOn({"ping", uri, "--timeout", "700ms"}, nullptr);
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(result.code, 5) << result.err;
+    EXPECT_LT(took, 700ms + 500ms) << result.err;
+    EXPECT_NE(result.err.find("did not answer"), std::string::npos) << result.err;
+    EXPECT_EQ(result.err.find("secret"), std::string::npos) << result.err;
+  }
+  ::close(silent);
+}
+
 // The command on a store in PostgreSQL (PATH a connection URI, --table its table): the same
 // commands and output as on a directory; the store named without its password everywhere; no
 // disk size and no owner counters in stats (the server has the one, no process owns the store).
@@ -1784,6 +1911,11 @@ TEST(CliOnPostgres, EveryCommandWorksOnAUriAndNeverShowsThePassword) {
   EXPECT_EQ(prometheus.out.find("idem_disk_bytes"), std::string::npos) << prometheus.out;
   EXPECT_NE(prometheus.out.find("idem_records{store=\"postgresql://idem@"), std::string::npos)
       << prometheus.out;
+
+  CliResult ping = run({"ping", uri, "--table", table, "--timeout", "5s"});
+  EXPECT_EQ(ping.code, 0) << ping.err;
+  EXPECT_NE(ping.out.find("answered a read in "), std::string::npos) << ping.out;
+  EXPECT_NE(ping.out.find(": its server\n"), std::string::npos) << ping.out;
 
   CliResult forget = run({"forget", uri, "order-1", "--table", table});
   EXPECT_EQ(forget.code, 0) << forget.err;

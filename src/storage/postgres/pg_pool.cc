@@ -154,11 +154,13 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
   const milliseconds answer_wait = transaction.alone ? timeout : timeout + kAnswerGrace;
   Result<pg_conn*> checked_out = Checkout(timeout);
   if (!checked_out.ok()) return {.result = checked_out.status()};
-  // One deadline for connecting and for the answer: a server that accepts connections but does
-  // not answer (stopped, frozen, or cut off by the network without a reset) holds the caller no
-  // longer than one that stops answering on a connection already made.
+  // Deadlines from one moment for connecting and for the answer: a server that accepts
+  // connections but does not answer (stopped, frozen, or cut off by the network without a
+  // reset) holds the caller no longer than one that stops answering on a connection already
+  // made. Connecting runs no statement, so no statement_timeout comes first: no grace there.
   const TimePoint base = Clock::now();
   const TimePoint deadline = base + answer_wait;
+  const TimePoint connect_deadline = base + timeout;
   // A connection that failed only after the whole timeout failed for want of an answer (a
   // connect that timed out, tcp_user_timeout on a network that drops packets), not because the
   // server refused.
@@ -169,7 +171,7 @@ PgPool::Step PgPool::Attempt(const PgTransaction& transaction, milliseconds time
   Lease lease(this, *checked_out);
   if (lease.conn() == nullptr) {
     Result<pg_conn*> connected =
-        Connect(std::min(deadline, std::max(give_up, Clock::now() + kShortestConnect)));
+        Connect(std::min(connect_deadline, std::max(give_up, Clock::now() + kShortestConnect)));
     if (!connected.ok()) {
       const bool final = connected.status().code() != Status::Code::kUnavailable;
       return {.next = final ? Step::Next::kReturn : Step::Next::kReconnect,

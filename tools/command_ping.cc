@@ -1,0 +1,59 @@
+// `idem ping`: whether the store answers a read, within --timeout, for health checks and
+// watchdogs (the equivalent of pg_isready or redis-cli ping).
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <chrono>
+
+#include "commands.h"
+#include "records.h"
+#include "text.h"
+#include "util/escape.h"
+#include "util/pg_uri.h"
+
+namespace idem::cli {
+namespace {
+
+// The key a ping reads: any key does (a read that finds none answers too); this one says what
+// asked, should a server's log show it.
+constexpr std::string_view kPingKey = "idem-ping";
+
+// Who answered, for the success line.
+std::string Answerer(const Context& ctx, const std::string& path, Store& store) {
+  if (util::IsPostgresUri(path)) return "its server";
+  Result<OwnerCounters> owner = store.GetOwnerCounters();
+  if (!owner.ok() || !owner->live) return "its files (no process owns it)";
+  return fmt::format("its owner, pid {}, since {} ({} ago)", owner->pid,
+                     FormatLocalTime(owner->since), HumanAge(ctx.Now() - owner->since));
+}
+
+}  // namespace
+
+int Ping(const Context& ctx, const PingArgs& args) {
+  const std::string& path = args.path;
+  const auto start = std::chrono::steady_clock::now();
+  const auto unanswered = [&](const Status& status) {
+    return ctx.Fail(kExitOwnerUnreachable,
+                    fmt::format("store {} did not answer: {}", DisplayEscape(ctx.StoreName(path)),
+                                status.ToString()));
+  };
+  auto store = ctx.OpenStore(path, /*read_only=*/true);
+  if (!store.ok()) {
+    if (OwnerNotAsked(store.status())) return unanswered(store.status());
+    return ctx.StoreError(path, store.status());
+  }
+  const Result<std::optional<Record>> read = (*store)->Get(kPingKey);
+  if (!read.ok()) {
+    if (OwnerNotAsked(read.status())) return unanswered(read.status());
+    return ctx.StoreError(path, read.status());
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  if (args.quiet) return kExitOk;
+  fmt::print(ctx.out, "store {} answered a read in {} ms: {}\n", DisplayEscape(ctx.StoreName(path)),
+             took.count(), Answerer(ctx, path, **store));
+  return ctx.FinishOutput(kExitOk);
+}
+
+}  // namespace idem::cli
