@@ -301,7 +301,9 @@ class CliTest : public ::testing::Test {
     explicit StoppedHolder(std::unique_ptr<Child> child) : child_(std::move(child)) {}
     StoppedHolder(StoppedHolder&&) = default;
     ~StoppedHolder() {
-      if (child_) ::kill(child_->pid(), SIGCONT);
+      // Not once it was waited for: Child::pid() is then -1, and kill(-1, ...) signals every
+      // process this one may signal (other tests' stopped holders among them).
+      if (child_ && child_->pid() > 0) ::kill(child_->pid(), SIGCONT);
     }
     Child& child() { return *child_; }
     // Resumes it, lets it close the store, and checks that it exited cleanly.
