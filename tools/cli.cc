@@ -84,7 +84,7 @@ CLI::Validator TimeoutValidator() {
       [](std::string& text) -> std::string {
         if (ParseTimeout(text)) return "";
         return fmt::format(
-            "'{}' is not a duration from 1ms to 24h (500ms, 2s, 1m; a bare "
+            "'{}' is not a duration from 1ms to 24h (500ms, 2s, 1m, 1h; a bare "
             "number is seconds)",
             DisplayEscape(text));
       },
@@ -109,7 +109,7 @@ void AddTimeout(CLI::App* command, std::string& timeout) {
   command
       ->add_option("--timeout", timeout,
                    "How long to wait for an answer of the store's owner or server, each time "
-                   "(500ms, 2s, 1m; a bare number is seconds). Default: 10s. For ping: the "
+                   "(500ms, 2s, 1m, 1h; a bare number is seconds). Default: 10s. For ping: the "
                    "whole command")
       ->check(TimeoutValidator());
 }
@@ -388,7 +388,7 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
   app.footer(
       "Exit codes: 0 success, 1 not found (get, forget) or nothing listed (dump), 2 usage error,\n"
       "3 store error (missing, unreadable, corrupt or busy), 4 written by a newer idem,\n"
-      "5 stats, ping: the store's owner could not be asked (stopped, overloaded or exclusive),\n"
+      "5 stats: the store's owner could not be asked (stopped, overloaded or exclusive),\n"
       "or whether one runs could not be told (its lock file cannot be opened),\n"
       "6 import: a line was refused (its number and why on stderr); nothing was imported.\n"
       "ping: 0 the store answered, 5 its owner or server did not answer within --timeout,\n"

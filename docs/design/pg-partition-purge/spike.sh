@@ -7,18 +7,8 @@
 #   ROWS=1000000 PARTS=32 docs/design/pg-partition-purge/spike.sh
 set -euo pipefail
 rows=${ROWS:-1000000}; parts=${PARTS:-32}; secs=${SECS:-5}
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
-pg_dir=$(mktemp -d /tmp/spike-pg.XXXXXX); chown postgres: "$pg_dir"; chmod 700 "$pg_dir"
-cleanup() { runuser -u postgres -- "$pg_bin/pg_ctl" stop --pgdata="$pg_dir/data" --mode=fast --silent || true; rm -rf "$pg_dir"; }
-trap cleanup EXIT
-runuser -u postgres -- "$pg_bin/initdb" --pgdata="$pg_dir/data" --username=postgres --auth=trust \
-  --encoding=UTF8 --locale=C --no-instructions >/dev/null
-runuser -u postgres -- mkdir "$pg_dir/socket"
-port=$(free_port)
-runuser -u postgres -- "$pg_bin/pg_ctl" start --pgdata="$pg_dir/data" --log="$pg_dir/server.log" --wait --silent \
-  -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$pg_dir/socket -c fsync=on -c max_connections=50"
-pg="postgresql://postgres@127.0.0.1:$port/postgres"
+. "$(dirname "${BASH_SOURCE[0]}")/../throwaway-pg.sh"
+start_throwaway_pg 50
 q() { psql -X -q -v ON_ERROR_STOP=1 "$pg" "$@"; }
 timed() { local label=$1; shift; local t0; t0=$(date +%s.%N); q -c "$@" >/dev/null; echo "$label $(echo "$(date +%s.%N) - $t0" | bc) s"; }
 

@@ -9,19 +9,10 @@
 set -euo pipefail
 declare -A bin=([A]=${A:?the old side\'s idem_bench} [B]=${B:?the new side\'s idem_bench})
 out=$1; shift; mkdir -p "$out"
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
-pg_dir=$(mktemp -d /tmp/ab-pg.XXXXXX); chown postgres: "$pg_dir"; chmod 700 "$pg_dir"
 data=$(mktemp -d /tmp/ab-data.XXXXXX)
-cleanup() { runuser -u postgres -- "$pg_bin/pg_ctl" stop --pgdata="$pg_dir/data" --mode=fast --silent || true; rm -rf "$pg_dir" "$data"; }
-trap cleanup EXIT
-runuser -u postgres -- "$pg_bin/initdb" --pgdata="$pg_dir/data" --username=postgres --auth=trust \
-  --encoding=UTF8 --locale=C --no-instructions >/dev/null
-runuser -u postgres -- mkdir "$pg_dir/socket"
-pg_port=$(free_port)
-runuser -u postgres -- "$pg_bin/pg_ctl" start --pgdata="$pg_dir/data" --log="$pg_dir/server.log" --wait --silent \
-  -o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$pg_dir/socket -c fsync=on -c max_connections=200"
-pg="postgresql://postgres@127.0.0.1:$pg_port/postgres"
+cleanup_more() { rm -rf "$data"; }
+. "$(dirname "${BASH_SOURCE[0]}")/../throwaway-pg.sh"
+start_throwaway_pg
 n=0
 for side in "$@"; do
   n=$((n + 1))

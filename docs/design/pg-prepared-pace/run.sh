@@ -8,14 +8,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 seconds=${1:-6}; shift || true
 scripts=("$@"); [[ ${#scripts[@]} -gt 0 ]] || scripts=(r0 r2b r5 r7 r8 r9 r2 r2-no-time r2-no-set-config r2-no-standby-wait r6 r1 r3 r4
                                            f0 f-insert-alone f1 f3 f4)
-pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
-pg_dir=$(mktemp -d /tmp/pg-pace.XXXXXX); chown postgres: "$pg_dir"; chmod 700 "$pg_dir"
-trap 'runuser -u postgres -- "$pg_bin/pg_ctl" stop --pgdata="$pg_dir/data" --mode=fast --silent; rm -rf "$pg_dir"' EXIT
-runuser -u postgres -- "$pg_bin/initdb" --pgdata="$pg_dir/data" --username=postgres --auth=trust \
-  --encoding=UTF8 --locale=C --no-instructions >/dev/null
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-runuser -u postgres -- "$pg_bin/pg_ctl" start --pgdata="$pg_dir/data" --log="$pg_dir/server.log" \
-  --wait --silent -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$pg_dir -c fsync=on -c max_connections=200"
+. "$here/../throwaway-pg.sh"
+start_throwaway_pg
 psql -q -h 127.0.0.1 -p "$port" -U postgres -f "$here/schema.sql" 2>&1 | grep -v NOTICE || true
 psql -q -h 127.0.0.1 -p "$port" -U postgres -f "$here/fn2.sql"
 for round in 1 2; do
