@@ -15,17 +15,12 @@
 namespace idem::cli {
 namespace {
 
-// The key a ping reads: any key does (a read that finds none answers too); this one says what
-// asked, should a server's log show it.
-constexpr std::string_view kPingKey = "idem-ping";
-
 // Who answered, for the success line.
-std::string Answerer(const Context& ctx, const std::string& path, Store& store) {
+std::string Answerer(const Context& ctx, const std::string& path, const StoreHealth& health) {
   if (util::IsPostgresUri(path)) return "its server";
-  Result<OwnerCounters> owner = store.GetOwnerCounters();
-  if (!owner.ok() || !owner->live) return "its files (no process owns it)";
-  return fmt::format("its owner, pid {}, since {} ({} ago)", owner->pid,
-                     FormatLocalTime(owner->since), HumanAge(ctx.Now() - owner->since));
+  if (!health.owner_live) return "its files (no process owns it)";
+  return fmt::format("its owner, pid {}, since {} ({} ago)", health.owner_pid,
+                     FormatLocalTime(health.owner_since), HumanAge(ctx.Now() - health.owner_since));
 }
 
 }  // namespace
@@ -43,16 +38,17 @@ int Ping(const Context& ctx, const PingArgs& args) {
     if (OwnerNotAsked(store.status())) return unanswered(store.status());
     return ctx.StoreError(path, store.status());
   }
-  const Result<std::optional<Record>> read = (*store)->Get(kPingKey);
-  if (!read.ok()) {
-    if (OwnerNotAsked(read.status())) return unanswered(read.status());
-    return ctx.StoreError(path, read.status());
+  // Store::Health reads one key (kHealthProbeKey) and names the owner that answered.
+  const StoreHealth health = (*store)->Health();
+  if (!health.can_read) {
+    if (OwnerNotAsked(health.problem)) return unanswered(health.problem);
+    return ctx.StoreError(path, health.problem);
   }
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start);
   if (args.quiet) return kExitOk;
   fmt::print(ctx.out, "store {} answered a read in {} ms: {}\n", DisplayEscape(ctx.StoreName(path)),
-             took.count(), Answerer(ctx, path, **store));
+             took.count(), Answerer(ctx, path, health));
   return ctx.FinishOutput(kExitOk);
 }
 

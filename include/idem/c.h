@@ -91,6 +91,7 @@ typedef struct idem_record_t idem_record_t;
 typedef struct idem_attempt_t idem_attempt_t;
 typedef struct idem_writeset_t idem_writeset_t;
 typedef struct idem_value_t idem_value_t;
+typedef struct idem_health_t idem_health_t;
 
 /* ---- Version, errors and memory ------------------------------------------------------------ */
 
@@ -234,6 +235,38 @@ IDEM_EXPORT const char* idem_counter_help(size_t index);
  * asked (never zeros in place of its counts). */
 IDEM_EXPORT size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count,
                                  char** errptr);
+
+/* ---- Health (idem::Store::Health) --------------------------------------------------------- */
+
+/* Probes the store: a read, then, when it is answered and the store was not opened read-only,
+ * whether a claim would be taken now (nothing is written); each within the request timeout.
+ * What went wrong with the store is in the answer, not in *errptr: to release with
+ * idem_health_destroy; NULL (and *errptr set) only when no answer could be made. */
+IDEM_EXPORT idem_health_t* idem_health(idem_store_t* store, char** errptr);
+IDEM_EXPORT void idem_health_destroy(idem_health_t* health);
+/* 1 when the read was answered (by this process, the store's owner, its files or the server). */
+IDEM_EXPORT unsigned char idem_health_can_read(const idem_health_t* health);
+/* 1 when a claim would be taken: not read-only, not over max_disk_bytes, writes not stopped by
+ * a full disk, not a read-only PostgreSQL. */
+IDEM_EXPORT unsigned char idem_health_can_write(const idem_health_t* health);
+/* Why can_read or can_write is 0: the IDEM_* code a read or a claim would get and its message
+ * (owned by health); IDEM_OK and "" when both are 1. */
+IDEM_EXPORT int idem_health_problem_code(const idem_health_t* health);
+IDEM_EXPORT const char* idem_health_problem(const idem_health_t* health);
+/* The process that owns the store directory: 1 when one answered, its pid (0 when not visible
+ * from this PID namespace) and since when it has owned the store (0 when none answered; always
+ * none for a store in PostgreSQL). */
+IDEM_EXPORT unsigned char idem_health_owner_live(const idem_health_t* health);
+IDEM_EXPORT int64_t idem_health_owner_pid(const idem_health_t* health);
+IDEM_EXPORT int64_t idem_health_owner_since_us(const idem_health_t* health);
+/* The last failure of the store (IDEM_IO_ERROR, IDEM_CORRUPTION, IDEM_UNAVAILABLE,
+ * IDEM_TIMED_OUT, IDEM_BUSY, IDEM_NEWER_VERSION) that a call on it met in this process, its
+ * message (owned by health) and when (IDEM_OK, "" and 0 when there was none). */
+IDEM_EXPORT int idem_health_last_error_code(const idem_health_t* health);
+IDEM_EXPORT const char* idem_health_last_error(const idem_health_t* health);
+IDEM_EXPORT int64_t idem_health_last_error_at_us(const idem_health_t* health);
+/* How long the probes took, in milliseconds. */
+IDEM_EXPORT int64_t idem_health_took_ms(const idem_health_t* health);
 
 /* ---- Records ------------------------------------------------------------------------------ */
 

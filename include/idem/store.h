@@ -141,6 +141,44 @@ struct PurgeOptions {
   std::function<void(uint64_t)> progress_total;
 };
 
+// What Store::Health found: whether the store answers now, whether it would take a claim, who
+// serves it, and the last error this process's calls on it met. For an orchestrator's readiness
+// probe or a watchdog (the equivalent of pg_isready or redis-cli ping, in the process).
+struct StoreHealth {
+  // A read was answered within Options::request_timeout: by this process when it owns the store,
+  // by the owner over its socket, by the files when nobody owns it (a read-only handle), or by
+  // the PostgreSQL server.
+  bool can_read = false;
+  // A claim would be taken now: the store answers, the handle is not read-only, and whoever
+  // writes (this process, the owner, the server) takes writes: not over Options::max_disk_bytes,
+  // not stopped by a failed write (a full disk) it has not resumed from, not a read-only
+  // PostgreSQL (a standby, or default_transaction_read_only).
+  bool can_write = false;
+  // Why can_read or can_write is false: the error a read, or a claim, would get now. OK when
+  // both are true.
+  Status problem;
+  // The process that owns the store directory: its pid as this process sees it (0 in a PID
+  // namespace this one cannot see) and since when it has owned the store. owner_live is false
+  // when nobody owns it, when it could not be asked, and for a store in PostgreSQL (which has no
+  // owner process).
+  bool owner_live = false;
+  int64_t owner_pid = 0;
+  std::chrono::system_clock::time_point owner_since{};
+  // The last error a call on this store returned in this process, through any handle: a store's
+  // failure (kIOError, kCorruption, kUnavailable, kTimedOut, kBusy, kNewerVersion), not the
+  // answers that are a call's outcome (kNotFound, kInProgress, kLeaseLost, kConflict, ...) or
+  // the caller's mistake (kInvalidArgument). OK, at the epoch, when there has been none. Health's
+  // own probes are not counted: their errors are `problem`.
+  Status last_error;
+  std::chrono::system_clock::time_point last_error_at{};
+  // How long the probes took.
+  std::chrono::milliseconds took{0};
+};
+
+// The key Store::Health reads: any key would do (a read that finds no record answers too); this
+// one names the asker in a server's log. A record under it is left alone.
+inline constexpr std::string_view kHealthProbeKey = "idem-health";
+
 // What Store::Import did with one record.
 enum class ImportOutcome : uint8_t {
   kImported,  // written as given
@@ -267,6 +305,14 @@ class IDEM_EXPORT Store {
   // but cannot be asked (one opened with Sharing::kExclusive serves no other process). The
   // default (for implementations outside the library) is kUnavailable.
   virtual Result<OwnerCounters> GetOwnerCounters() const;
+
+  // Whether the store answers now and would take a claim, who serves it, and the last error
+  // (StoreHealth). Probes with a read of one key and, when it is answered and the handle is
+  // writable, asks whoever writes whether it takes writes (nothing is written); each within
+  // Options::request_timeout, so a stopped owner or a frozen server costs at most about two of
+  // them. Never fails: what went wrong is in the answer. The default (for implementations outside
+  // the library) probes with Get and says nothing of writes or owners.
+  virtual StoreHealth Health();
 
   // Writes a copy of the store, consistent as of one moment, into the new directory
   // `destination`, while the store is in use: a store that Open opens as it is. Taken by the

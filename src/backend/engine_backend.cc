@@ -127,6 +127,12 @@ Status EngineBackend::CheckWritable() const {
   return Status::OK();
 }
 
+Status EngineBackend::Writable() {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  if (disk_quota_ && disk_quota_->Exceeded()) return disk_quota_->Refusal();
+  return storage_->Writable();
+}
+
 Status EngineBackend::CheckKey(std::string_view key) const {
   if (key.empty()) return Status::InvalidArgument("key is empty");
   return CheckSize("key", key.size(), options_.max_key_size);

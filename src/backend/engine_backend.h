@@ -72,6 +72,8 @@ class EngineBackend final : public engine::Backend {
   // Checks every record against this backend's limits, reserves tokens above theirs, then writes
   // each whose key is free, buffered, and syncs once.
   Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) override;
+  // Not read-only, under the quota, and the storage's Writable.
+  Status Writable() override;
   // Live when writable: this process owns the store, since this backend was made.
   Result<OwnerCounters> GetOwnerCounters() override;
   // The storage's (storage.h). A call is counted when it is decided: one whose grouped write

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "backend/engine_backend.h"
+#include "core/error_memory.h"
 #include "engine/backend.h"
 #include "idem/options.h"
 #include "sharing/log_limiter.h"
@@ -83,6 +84,8 @@ class DirectoryStoreCore {
   // null. One line each: control characters in the message (from a path, or from RocksDB
   // quoting one) are escaped, so a message can neither forge a line nor send a terminal escape.
   static void LogTo(const Options& options, std::string_view message);
+  // The last failure a call on the store met in this process (StoreHealth::last_error).
+  ErrorMemory& errors() { return errors_; }
   // True in a child of fork(): this core belongs to the parent.
   bool forked() const { return util::ForkGeneration() != creator_generation_; }
 
@@ -172,6 +175,7 @@ class DirectoryStoreCore {
   const std::filesystem::path directory_;
   const sharing::SocketAddress address_;
   const Options options_;  // the first opener's
+  ErrorMemory errors_;
   sharing::LogLimiter log_{[this](std::string_view message) { Log(message); }};
 
   // Sets backend_, and permanent_ once it is a permanent backend.

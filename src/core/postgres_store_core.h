@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "backend/engine_backend.h"
+#include "core/error_memory.h"
 #include "idem/options.h"
 #include "util/process.h"
 
@@ -42,6 +43,8 @@ class PostgresStoreCore {
   // kUnavailable (the pool's); open the store again in the child.
   bool forked() const { return util::ForkGeneration() != creator_generation_; }
   const std::string& display_name() const { return display_name_; }
+  // The last failure a call on the store met in this process (StoreHealth::last_error).
+  ErrorMemory& errors() { return errors_; }
   // No process owns a store in PostgreSQL: the counts a handle reads are its own process's.
   Status CheckNoOwnerUnasked() const { return Status::OK(); }
 
@@ -65,6 +68,7 @@ class PostgresStoreCore {
   const Options options_;
   const std::string display_name_;
   const uint64_t creator_generation_ = util::ForkGeneration();
+  ErrorMemory errors_;
   std::unique_ptr<backend::EngineBackend> backend_;
   storage::PgStorage* storage_ = nullptr;  // backend_'s
 };

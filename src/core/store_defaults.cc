@@ -10,6 +10,19 @@ Result<OwnerCounters> Store::GetOwnerCounters() const {
   return Status::Unavailable("this Store implementation does not say whose counters it has");
 }
 
+StoreHealth Store::Health() {
+  const auto start = std::chrono::steady_clock::now();
+  StoreHealth health;
+  const Result<std::optional<Record>> read = Get(kHealthProbeKey);
+  health.can_read = read.ok();
+  health.problem = read.ok() ? Status::InvalidArgument(
+                                   "this Store implementation does not say whether it takes writes")
+                             : read.status();
+  health.took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  return health;
+}
+
 Status Store::ScanSnapshot(
     FunctionRef<bool(const Record&)> /*record*/,
     FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> /*value*/) {

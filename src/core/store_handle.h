@@ -8,11 +8,14 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "api/reserving_store.h"
@@ -89,7 +92,7 @@ class StoreHandle final : public Store, public ReservingStore {
         .durability = options_.durability,
     };
     const Holder holder = util::ThisProcessHolder();
-    return core_->Run([&](engine::Backend& backend, bool) { return backend.Begin(call, holder); });
+    return Run([&](engine::Backend& backend, bool) { return backend.Begin(call, holder); });
   }
 
   Result<std::unique_ptr<ClaimTransaction>> BeginClaimTransaction(std::string_view key,
@@ -117,18 +120,17 @@ class StoreHandle final : public Store, public ReservingStore {
   }
 
   Result<std::vector<std::string>> ListTables() override {
-    return core_->Run([&](engine::Backend& backend, bool) { return backend.ListTables(); });
+    return Run([&](engine::Backend& backend, bool) { return backend.ListTables(); });
   }
 
   Result<std::vector<ImportOutcome>> ImportValues(
       std::string_view table, std::span<const std::pair<std::string, TableValue>> values) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run(
-        [&](engine::Backend& backend, bool) { return backend.ImportValues(table, values); });
+    return Run([&](engine::Backend& backend, bool) { return backend.ImportValues(table, values); });
   }
 
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override {
-    return core_->Run([&](engine::Backend& backend, bool) { return backend.GetValue(table, key); });
+    return Run([&](engine::Backend& backend, bool) { return backend.GetValue(table, key); });
   }
 
   Status ScanTable(std::string_view table, const ScanOptions& options,
@@ -136,7 +138,7 @@ class StoreHandle final : public Store, public ReservingStore {
     return ScanPages(
         options,
         [&](const ScanOptions& page_options) {
-          return core_->Run([&](engine::Backend& backend, bool) {
+          return Run([&](engine::Backend& backend, bool) {
             return backend.ScanTable(table, page_options, kScanPageSize);
           });
         },
@@ -166,7 +168,7 @@ class StoreHandle final : public Store, public ReservingStore {
   }
 
   Result<std::optional<Record>> Get(std::string_view key) override {
-    return core_->Run([&](engine::Backend& backend, bool) { return backend.Get(key); });
+    return Run([&](engine::Backend& backend, bool) { return backend.Get(key); });
   }
 
   Result<bool> ReserveKeys(std::string_view claim_key, uint64_t token, std::vector<TableKey> keys,
@@ -178,17 +180,16 @@ class StoreHandle final : public Store, public ReservingStore {
                                    .keys = std::move(keys),
                                    .hold = hold,
                                    .wait = wait};
-    return core_->Run([&](engine::Backend& backend, bool) { return backend.Reserve(call); });
+    return Run([&](engine::Backend& backend, bool) { return backend.Reserve(call); });
   }
 
   Status UnreserveKeys(std::string_view claim_key, uint64_t token) override {
-    return core_->Run(
-        [&](engine::Backend& backend, bool) { return backend.Unreserve(claim_key, token); });
+    return Run([&](engine::Backend& backend, bool) { return backend.Unreserve(claim_key, token); });
   }
 
   Status Forget(std::string_view key) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](engine::Backend& backend, bool resent) {
+    return Run([&](engine::Backend& backend, bool resent) {
       Status status = backend.Forget(key, options_.durability);
       // The first send may have forgotten it before its reply was lost.
       if (resent && status.code() == Status::Code::kNotFound) return Status::OK();
@@ -200,7 +201,7 @@ class StoreHandle final : public Store, public ReservingStore {
     return ScanPages(
         options,
         [&](const ScanOptions& page_options) {
-          return core_->Run([&](engine::Backend& backend, bool) {
+          return Run([&](engine::Backend& backend, bool) {
             return backend.Scan(page_options, kScanPageSize);
           });
         },
@@ -210,24 +211,23 @@ class StoreHandle final : public Store, public ReservingStore {
   Status ScanSnapshot(
       FunctionRef<bool(const Record&)> record,
       FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> value) override {
-    IDEM_ASSIGN_OR_RETURN(const uint64_t view, core_->Run([](engine::Backend& backend, bool) {
-      return backend.OpenView();
-    }));
+    IDEM_ASSIGN_OR_RETURN(const uint64_t view,
+                          Run([](engine::Backend& backend, bool) { return backend.OpenView(); }));
     const Status scanned = ScanView(view, record, value);
     // Released at once, not left to the owner's idle timeout. A view gone already (the owner
     // changed) is no error of its own: the scan said so if it needed it.
     const Status closed =
-        core_->Run([view](engine::Backend& backend, bool) { return backend.CloseView(view); });
+        Run([view](engine::Backend& backend, bool) { return backend.CloseView(view); });
     return scanned.ok() ? closed : scanned;
   }
 
   Result<uint64_t> Purge(const PurgeOptions& options) override {
     if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](engine::Backend& backend, bool) { return backend.Purge(options); });
+    return Run([&](engine::Backend& backend, bool) { return backend.Purge(options); });
   }
 
   Result<Counters> GetCounters() const override {
-    return core_->Run([](engine::Backend& backend, bool) { return backend.GetCounters(); });
+    return Run([](engine::Backend& backend, bool) { return backend.GetCounters(); });
   }
 
   Status Backup(std::string_view destination) override {
@@ -256,28 +256,68 @@ class StoreHandle final : public Store, public ReservingStore {
             "backup destination {} is inside the store {}; give a path outside it",
             EscapeControls(target.string()), EscapeControls(core_->directory().string())));
       }
-      return core_->Run(
-          [&](engine::Backend& backend, bool) { return backend.Backup(target.string()); });
+      return Run([&](engine::Backend& backend, bool) { return backend.Backup(target.string()); });
     }
   }
 
   Result<std::vector<ImportOutcome>> Import(std::span<const Record> records) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    return core_->Run([&](engine::Backend& backend, bool) { return backend.Import(records); });
+    return Run([&](engine::Backend& backend, bool) { return backend.Import(records); });
   }
 
   Result<OwnerCounters> GetOwnerCounters() const override {
-    IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, core_->Run([](engine::Backend& backend, bool) {
-      return backend.GetOwnerCounters();
-    }));
+    IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, Run([](engine::Backend& backend, bool) {
+                            return backend.GetOwnerCounters();
+                          }));
     if (answer.live) return answer;
     IDEM_RETURN_IF_ERROR(core_->CheckNoOwnerUnasked());
     return answer;
   }
 
+  StoreHealth Health() override {
+    const auto start = std::chrono::steady_clock::now();
+    StoreHealth health;
+    // The probes go to the core itself: their errors are `problem`, not the calls' last error.
+    const Result<std::optional<Record>> read =
+        core_->Run([](engine::Backend& backend, bool) { return backend.Get(kHealthProbeKey); });
+    health.can_read = read.ok();
+    health.problem = read.status();
+    if (read.ok()) {
+      health.problem = CheckWritable();
+      if (health.problem.ok()) {
+        health.problem =
+            core_->Run([](engine::Backend& backend, bool) { return backend.Writable(); });
+      }
+      health.can_write = health.problem.ok();
+      // A store in PostgreSQL has no owner process; an owner that did not answer the read is
+      // not asked again.
+      if constexpr (!kKeptInPostgres<Core>) {
+        const Result<OwnerCounters> owner =
+            core_->Run([](engine::Backend& backend, bool) { return backend.GetOwnerCounters(); });
+        if (owner.ok() && owner->live) {
+          health.owner_live = true;
+          health.owner_pid = owner->pid;
+          health.owner_since = owner->since;
+        }
+      }
+    }
+    std::tie(health.last_error, health.last_error_at) = core_->errors().Last();
+    health.took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    return health;
+  }
+
   const Options& options() const override { return options_; }
 
  private:
+  // The core's Run, keeping a store's failure for Health's last_error.
+  template <class Call>
+  auto Run(Call&& call) const {
+    auto result = core_->Run(std::forward<Call>(call));
+    core_->errors().Note(result);
+    return result;
+  }
+
   Status CheckWritable() const {
     if (options_.read_only) return Status::InvalidArgument("the store was opened read-only");
     return Status::OK();
@@ -291,20 +331,19 @@ class StoreHandle final : public Store, public ReservingStore {
     IDEM_RETURN_IF_ERROR(ScanPages(
         ScanOptions{},
         [&](const ScanOptions& page_options) {
-          return core_->Run([&](engine::Backend& backend, bool) {
+          return Run([&](engine::Backend& backend, bool) {
             return backend.Scan(page_options, kScanPageSize, view);
           });
         },
         [&](const Record& each) { return go_on = record(each); }));
     if (!go_on) return Status::OK();
-    IDEM_ASSIGN_OR_RETURN(
-        const std::vector<std::string> tables,
-        core_->Run([](engine::Backend& backend, bool) { return backend.ListTables(); }));
+    IDEM_ASSIGN_OR_RETURN(const std::vector<std::string> tables,
+                          Run([](engine::Backend& backend, bool) { return backend.ListTables(); }));
     for (const std::string& table : tables) {
       IDEM_RETURN_IF_ERROR(ScanPages(
           ScanOptions{},
           [&](const ScanOptions& page_options) {
-            return core_->Run([&](engine::Backend& backend, bool) {
+            return Run([&](engine::Backend& backend, bool) {
               return backend.ScanTable(table, page_options, kScanPageSize, view);
             });
           },
@@ -321,7 +360,7 @@ class StoreHandle final : public Store, public ReservingStore {
     IDEM_RETURN_IF_ERROR(CheckWritable());
     const engine::TransitionCall call{
         .key = key, .request = request, .durability = options_.durability, .writes = writes};
-    return core_->Run([&](engine::Backend& backend, bool) { return backend.Transition(call); });
+    return Run([&](engine::Backend& backend, bool) { return backend.Transition(call); });
   }
 
   // Constant after construction.

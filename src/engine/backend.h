@@ -127,6 +127,11 @@ class Backend {
     return answer;
   }
 
+  // Whether a claim written now would be taken (Store::Health): OK, or the error it would get
+  // (the quota's refusal, a write stop after a full disk, a read-only server). Writes nothing.
+  // The default: a backend that writes nothing (kInvalidArgument).
+  virtual Status Writable() { return Status::InvalidArgument("this backend writes nothing"); }
+
   // A read view for Store::ScanSnapshot: Scan and ScanTable pages given its id (never kLatest)
   // read the store as of this call, until CloseView. Kept by the process that owns the store; a
   // view opened over the socket also ends with the connection it was opened on (the exporter

@@ -37,6 +37,10 @@ struct idem_value_t {
   idem::TableValue value;
 };
 
+struct idem_health_t {
+  idem::StoreHealth health;
+};
+
 struct idem_claim_t {
   idem::Claim claim;
   idem_record_t record;  // claim.record, as idem_claim_record hands it out

@@ -46,6 +46,44 @@ size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count, char**
   });
 }
 
+// ---- Health ----
+
+idem_health_t* idem_health(idem_store_t* store, char** errptr) {
+  return Guard(errptr, static_cast<idem_health_t*>(nullptr),
+               [&]() -> idem_health_t* { return new idem_health_t{store->store->Health()}; });
+}
+
+void idem_health_destroy(idem_health_t* health) { delete health; }
+unsigned char idem_health_can_read(const idem_health_t* health) {
+  return health->health.can_read ? 1 : 0;
+}
+unsigned char idem_health_can_write(const idem_health_t* health) {
+  return health->health.can_write ? 1 : 0;
+}
+int idem_health_problem_code(const idem_health_t* health) {
+  return static_cast<int>(health->health.problem.code());
+}
+const char* idem_health_problem(const idem_health_t* health) {
+  return health->health.problem.message().c_str();
+}
+unsigned char idem_health_owner_live(const idem_health_t* health) {
+  return health->health.owner_live ? 1 : 0;
+}
+int64_t idem_health_owner_pid(const idem_health_t* health) { return health->health.owner_pid; }
+int64_t idem_health_owner_since_us(const idem_health_t* health) {
+  return health->health.owner_live ? idem::util::ToMicros(health->health.owner_since) : 0;
+}
+int idem_health_last_error_code(const idem_health_t* health) {
+  return static_cast<int>(health->health.last_error.code());
+}
+const char* idem_health_last_error(const idem_health_t* health) {
+  return health->health.last_error.message().c_str();
+}
+int64_t idem_health_last_error_at_us(const idem_health_t* health) {
+  return health->health.last_error.ok() ? 0 : idem::util::ToMicros(health->health.last_error_at);
+}
+int64_t idem_health_took_ms(const idem_health_t* health) { return health->health.took.count(); }
+
 // ---- Records ----
 
 idem_record_t* idem_get(idem_store_t* store, const char* key, size_t keylen, char** errptr) {

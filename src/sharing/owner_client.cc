@@ -308,6 +308,8 @@ Result<Counters> OwnerClient::GetCounters() {
   return answer.counters;
 }
 
+Status OwnerClient::Writable() { return Ask(WritableMessage{}); }
+
 Result<OwnerCounters> OwnerClient::GetOwnerCounters() {
   IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, Ask(CountersMessage{}));
   answer.live = true;

@@ -68,6 +68,8 @@ class OwnerClient final : public engine::Backend {
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   Result<Counters> GetCounters() override;
   Result<OwnerCounters> GetOwnerCounters() override;
+  // The owner's answer: whether it would take a claim now.
+  Status Writable() override;
   // A backup job on the owner, polled as a purge is.
   Status Backup(const std::string& destination) override;
   // Import keeps Backend's answer (kBusy): only the owner imports.

@@ -60,7 +60,7 @@ namespace idem::sharing {
 // Version 11: Execute's key reservations after a conflict (backend/key_reservations.h): ops 14,
 // Reserve, and 15, Unreserve. An owner of version 10 would let the client's reruns lose every
 // race again; the exact version match makes the client fail over to an owner that speaks 11.
-inline constexpr uint8_t kProtocolVersion = 11;
+inline constexpr uint8_t kProtocolVersion = 12;
 // The largest response frame a client reads. Answers are bounded by the owner's own limits; this
 // only guards against a broken peer.
 inline constexpr std::size_t kMaxResponseFrame = std::size_t{1} << 30;

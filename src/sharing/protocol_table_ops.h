@@ -1,5 +1,6 @@
 // The application tables' ops of the owner's wire protocol, 9 to 15: table reads, read views,
-// key reservations (sharing/protocol_ops.h says how an op is written down). Never change an op's
+// key reservations; and op 16, the health probe's write check, the latest op (it has to come
+// after them). sharing/protocol_ops.h says how an op is written down. Never change an op's
 // number or the order of its fields: they are on the wire.
 
 #ifndef IDEM_SHARING_PROTOCOL_TABLE_OPS_H_
@@ -182,6 +183,20 @@ struct UnreserveMessage {
     m.token = r.U64();
     return m;
   }
+};
+
+// Op 16 (protocol version 12). Whether the owner would take a claim now (Store::Health): its
+// answer is OK, or the error a claim would get. Writes nothing.
+struct WritableMessage {
+  static constexpr uint8_t kOp = 16;
+  using Answer = NoAnswer;
+
+  Status CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
+    return backend.Writable();
+  }
+
+  void Write(Writer& /*w*/) const {}
+  static WritableMessage Read(Reader& /*r*/, bool& /*bad*/) { return {}; }
 };
 
 }  // namespace idem::sharing

@@ -229,6 +229,10 @@ class Storage {
     return Status::InvalidArgument("this storage cannot take records with their own tokens");
   }
 
+  // Whether a write made now would be taken: OK, or the error it would get (writes stopped by a
+  // failed write that RocksDB has not resumed from, a read-only PostgreSQL). Writes nothing.
+  virtual Status Writable() { return Status::OK(); }
+
   // Makes every write made so far durable, as if it had been made with Durability::kSync (an
   // import writes its records buffered, then syncs once per batch).
   virtual Status Sync() {

@@ -285,6 +285,14 @@ TEST(DiskFull, WritesFailWithTheCauseAndResumeByThemselvesOnceSpaceIsFreed) {
     ExpectDone(*store, acknowledged);
     EXPECT_TRUE(log.Contains("stopped writing")) << log.All();
     EXPECT_TRUE(log.Contains(kNoSpace)) << log.All();
+    // The health probe tells the same without writing: reads answered, claims refused with the
+    // cause, which is also the last error a call met.
+    const idem::StoreHealth full = store->Health();
+    EXPECT_TRUE(full.can_read) << full.problem.ToString();
+    EXPECT_FALSE(full.can_write);
+    EXPECT_EQ(full.problem.code(), Status::Code::kIOError) << full.problem.ToString();
+    EXPECT_TRUE(Contains(full.problem.message(), kNoSpace)) << full.problem.ToString();
+    EXPECT_EQ(full.last_error.code(), Status::Code::kIOError) << full.last_error.ToString();
 
     // Space is freed: the next writes succeed, in this process, without a reopen.
     ASSERT_EQ(::unlink(filler.c_str()), 0);
@@ -302,6 +310,7 @@ TEST(DiskFull, WritesFailWithTheCauseAndResumeByThemselvesOnceSpaceIsFreed) {
     acknowledged.push_back("after");
     ExpectDone(*store, acknowledged);
     EXPECT_TRUE(log.Contains("writes again")) << log.All();
+    EXPECT_TRUE(store->Health().can_write);
   }
   IDEM_ASSERT_OPEN(reopened, store_path, options);
   ExpectDone(*reopened, acknowledged);

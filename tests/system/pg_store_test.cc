@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "idem/c.h"
 #include "idem/idem.h"
@@ -66,6 +67,41 @@ TEST(PgStore, TheApiWorksOnAStoreInPostgres) {
   EXPECT_FALSE(gone.has_value());
   ASSERT_OK_AND_ASSIGN(uint64_t due, store->Purge({.dry_run = true}));
   EXPECT_EQ(due, 0u);
+}
+
+// Store::Health on PostgreSQL: the server answers and takes writes; no owner process. When the
+// server runs transactions read-only, the probe says so and nothing else changes.
+TEST(PgStore, HealthSaysWhetherTheServerTakesWrites) {
+  IDEM_START_PG_OR_SKIP(server);
+  auto store = Open(server->Uri());
+  ASSERT_NE(store, nullptr);
+  const idem::StoreHealth health = store->Health();
+  EXPECT_TRUE(health.can_read);
+  EXPECT_TRUE(health.can_write) << health.problem.ToString();
+  EXPECT_FALSE(health.owner_live) << "no process owns a store in PostgreSQL";
+  EXPECT_TRUE(health.last_error.ok()) << health.last_error.ToString();
+
+  ASSERT_OK(server->Admin("ALTER SYSTEM SET default_transaction_read_only = on"));
+  ASSERT_OK(server->Admin("SELECT pg_reload_conf()"));
+  // Each server process applies the reloaded setting once it has read the signal: the probe is
+  // asked until it says so.
+  idem::StoreHealth read_only;
+  for (int i = 0; i < 50; ++i) {
+    read_only = store->Health();
+    if (!read_only.can_write) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(read_only.can_read) << read_only.problem.ToString();
+  EXPECT_FALSE(read_only.can_write);
+  EXPECT_EQ(read_only.problem.code(), Status::Code::kUnavailable);
+  EXPECT_TRUE(Contains(read_only.problem, "read-only")) << read_only.problem.ToString();
+  EXPECT_FALSE(Contains(read_only.problem, "password"));
+
+  ASSERT_OK(server->Admin("ALTER SYSTEM RESET default_transaction_read_only"));
+  ASSERT_OK(server->Admin("SELECT pg_reload_conf()"));
+  // Back to writable before the next test.
+  for (int i = 0; i < 50 && !store->Health().can_write; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(store->Health().can_write);
 }
 
 // The handles of one process share one store per (connection, table); another table is another

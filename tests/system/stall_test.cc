@@ -14,54 +14,16 @@
 #include <thread>
 
 #include "idem/idem.h"
+#include "support/owner_process.h"
 #include "support/test_util.h"
 
 namespace {
 
 using idem::Outcome;
+using idem_test::OwnerProcess;
 using idem_test::TempDir;
 using idem_test::TestOptions;
 using namespace std::chrono_literals;
-
-// A sharing_worker that opens a store and owns it (it opens it first) until killed.
-class OwnerProcess {
- public:
-  explicit OwnerProcess(const std::string& path) {
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) != 0) std::abort();
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      static std::string program = IDEM_SHARING_WORKER;
-      std::string open = "open", store = path, mode = "auto";
-      char* argv[] = {program.data(), open.data(), store.data(), mode.data(), nullptr};
-      execv(program.c_str(), argv);
-      _exit(127);
-    }
-    close(out[1]);
-    pollfd p{out[0], POLLIN, 0};
-    char line[16] = {};
-    ready_ = poll(&p, 1, 30'000) == 1 && read(out[0], line, sizeof line - 1) > 0 &&
-             std::string(line).rfind("open", 0) == 0;
-    close(out[0]);
-  }
-  ~OwnerProcess() { Kill(); }
-
-  bool ready() const { return ready_; }
-  void Stop() { kill(pid_, SIGSTOP); }
-  void Continue() { kill(pid_, SIGCONT); }
-  void Kill() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool ready_ = false;
-};
 
 // Stopped for longer than the lease and the stall threshold.
 constexpr auto kStall = 1500ms;

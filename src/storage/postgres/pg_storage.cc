@@ -202,6 +202,36 @@ Status PgStorage::CheckWritable() const {
   return Status::OK();
 }
 
+Status PgStorage::Writable() {
+  IDEM_RETURN_IF_ERROR(CheckWritable());
+  // transaction_read_only is on in a standby (in recovery) and where the database or the role
+  // sets default_transaction_read_only; the privileges are the role's on the records table.
+  PgTransaction transaction{.resendable = true, .alone = true};
+  transaction.statements.push_back(
+      {"SELECT current_setting('transaction_read_only') = 'on', pg_is_in_recovery(), "
+       "has_table_privilege($1, 'INSERT, UPDATE, DELETE')",
+       {PgParam::Text(names_.records)}});
+  IDEM_ASSIGN_OR_RETURN(const std::vector<PgRows> rows, pool_.Run(transaction));
+  IDEM_ASSIGN_OR_RETURN(const bool read_only, rows[0].Bool(0, 0));
+  IDEM_ASSIGN_OR_RETURN(const bool in_recovery, rows[0].Bool(0, 1));
+  IDEM_ASSIGN_OR_RETURN(const bool may_write, rows[0].Bool(0, 2));
+  const std::string& server = pool_.conninfo().display_name();
+  if (in_recovery) {
+    return Status::Unavailable(fmt::format(
+        "{} is a standby (in recovery): it takes no writes; connect to the primary", server));
+  }
+  if (read_only) {
+    return Status::Unavailable(fmt::format(
+        "{} runs this role's transactions read-only (default_transaction_read_only is on)",
+        server));
+  }
+  if (!may_write) {
+    return Status::IOError(fmt::format(
+        "the role of {} may not insert, update and delete rows of {}", server, names_.records));
+  }
+  return Status::OK();
+}
+
 Status PgStorage::Sync() {
   if (config_.read_only) return Status::OK();
   // A transaction that commits synchronously flushes the server's log up to its own commit

@@ -124,6 +124,9 @@ class PgStorage final : public Storage {
   Status ReserveTokensAbove(uint64_t token) override;
   // One synchronously committed write: the server's log is flushed past every commit before it.
   Status Sync() override;
+  // Asks the server: not a standby, not read-only for this role, and the role may write the
+  // records table.
+  Status Writable() override;
 
   const PgTableNames& names() const { return names_; }
   PgPoolStats pool_stats() const { return pool_.stats(); }

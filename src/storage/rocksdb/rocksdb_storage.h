@@ -113,6 +113,9 @@ class RocksDbStorage final : public Storage {
   Status Checkpoint(const std::string& destination) override;
   Status ReserveTokensAbove(uint64_t token) override;
   Status Sync() override;
+  // OK unless writes are stopped by a failed write: then what resuming (ResumeAfterDiskError)
+  // says, as a write would get it.
+  Status Writable() override;
   // Write groups hold their keys' stripes; a group takes a stripe only by try_lock and writes
   // what it holds before waiting for one, so it never waits while holding a stripe (no cycle
   // with Update, Remove or a purge's DeleteDue).

@@ -17,14 +17,19 @@
 
 namespace idem::storage {
 
-Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
-                             std::string_view what, std::string_view key) {
+Status RocksDbStorage::Writable() {
   // failed_log is set during a failing log write, before RocksDB stops: a write that starts
   // meanwhile checks too.
   if (disk_errors_->stopped.load(std::memory_order_acquire) ||
       disk_errors_->failed_log.load(std::memory_order_acquire) != 0) {
-    IDEM_RETURN_IF_ERROR(ResumeAfterDiskError());
+    return ResumeAfterDiskError();
   }
+  return Status::OK();
+}
+
+Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
+                             std::string_view what, std::string_view key) {
+  IDEM_RETURN_IF_ERROR(Writable());
   if (disk_errors_->guard_needed.load(std::memory_order_acquire)) WriteResumeGuard();
   const rocksdb::Status s = db_->Write(WriteOptionsFor(durability), batch);
   if (s.ok()) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "idem/c.h"
 
@@ -506,6 +507,29 @@ int main(void) {
     CHECK(values[1] == 12345);
   }
 
+  /* Health: this process owns the store, which reads and writes; no call has failed. */
+  {
+    idem_health_t* health = idem_health(store, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(health != NULL);
+    if (health != NULL) {
+      CHECK(idem_health_can_read(health) == 1);
+      CHECK(idem_health_can_write(health) == 1);
+      CHECK(idem_health_problem_code(health) == IDEM_OK);
+      CHECK(strcmp(idem_health_problem(health), "") == 0);
+      CHECK(idem_health_owner_live(health) == 1);
+      CHECK(idem_health_owner_pid(health) == (int64_t)getpid());
+      CHECK(idem_health_owner_since_us(health) > 0);
+      CHECK(idem_health_owner_since_us(health) <= (int64_t)time(NULL) * 1000000 + 1000000);
+      CHECK(idem_health_last_error_code(health) == IDEM_OK);
+      CHECK(strcmp(idem_health_last_error(health), "") == 0);
+      CHECK(idem_health_last_error_at_us(health) == 0);
+      CHECK(idem_health_took_ms(health) >= 0);
+    }
+    idem_health_destroy(health);
+    idem_health_destroy(NULL);
+  }
+
   /* Application tables: writes committed with a Complete, versions, a conflict. */
   {
     idem_writeset_t* writes = idem_writeset_create();
@@ -603,8 +627,22 @@ int main(void) {
   idem_options_destroy(options);
   CHECK_NO_ERROR(err);
   if (store != NULL) {
+    idem_health_t* health;
     idem_forget(store, "exec-1", 6, &err);
     CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: ");
+    /* It reads (the files: nobody owns the store) and says why it does not write. */
+    health = idem_health(store, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(health != NULL);
+    if (health != NULL) {
+      CHECK(idem_health_can_read(health) == 1);
+      CHECK(idem_health_can_write(health) == 0);
+      CHECK(idem_health_problem_code(health) == IDEM_INVALID_ARGUMENT);
+      CHECK(strstr(idem_health_problem(health), "read-only") != NULL);
+      CHECK(idem_health_owner_live(health) == 0);
+      CHECK(idem_health_owner_since_us(health) == 0);
+    }
+    idem_health_destroy(health);
     record = idem_get(store, "exec-1", 6, &err);
     CHECK_NO_ERROR(err);
     CHECK(record != NULL && idem_record_state(record) == IDEM_STATE_DONE);
@@ -626,6 +664,20 @@ int main(void) {
     claim = idem_begin(store, "quota-1", 7, NULL, NULL, 0, 0, &err);
     CHECK(claim == NULL);
     CHECK_ERROR(err, IDEM_UNAVAILABLE, "Unavailable: store ");
+    {
+      /* The refusal is what health says of writes, and the last error. */
+      idem_health_t* health = idem_health(store, &err);
+      CHECK_NO_ERROR(err);
+      if (health != NULL) {
+        CHECK(idem_health_can_read(health) == 1);
+        CHECK(idem_health_can_write(health) == 0);
+        CHECK(idem_health_problem_code(health) == IDEM_UNAVAILABLE);
+        CHECK(strstr(idem_health_problem(health), "max_disk_bytes 1") != NULL);
+        CHECK(idem_health_last_error_code(health) == IDEM_UNAVAILABLE);
+        CHECK(idem_health_last_error_at_us(health) > 0);
+      }
+      idem_health_destroy(health);
+    }
     /* A replay is still answered. */
     record = idem_get(store, "exec-1", 6, &err);
     CHECK_NO_ERROR(err);
