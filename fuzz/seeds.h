@@ -180,6 +180,12 @@ inline std::vector<Seed> MakeSeeds() {
   add(frames, "request_reserve", request_prefix + sharing::EncodeRequest(reserve));
   add(frames, "request_unreserve",
       request_prefix + sharing::EncodeRequest(sharing::UnreserveMessage{"order-1", 7}));
+  add(frames, "request_forget_as_read",
+      request_prefix + sharing::EncodeRequest(sharing::ForgetMessage{
+                           "order-1", idem::Durability::kSync,
+                           engine::AsRead{.token = 7, .updated = records[0].updated}}));
+  add(frames, "request_writable",
+      request_prefix + sharing::EncodeRequest(sharing::WritableMessage{}));
 
   idem::Claim claim{.outcome = idem::Outcome::kInProgress,
                     .token = 7,

@@ -52,41 +52,48 @@ CLI::Validator LimitValidator() {
       "N >= 1");
 }
 
-// --timeout DURATION: a whole number of milliseconds, seconds, minutes or hours ("500ms", "2s",
-// "1m", "1h"; a bare number is seconds), from 1 ms to a day. Nullopt when `text` is not one.
-std::optional<std::chrono::milliseconds> ParseTimeout(std::string_view text) {
+// A duration: a whole number of milliseconds, seconds, minutes, hours or days ("500ms", "2s",
+// "1m", "1h", "30d"; a bare number is seconds), from 1 ms to `longest`. Nullopt when `text` is
+// not one.
+std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text,
+                                                       std::chrono::milliseconds longest) {
   int64_t value = 0;
   const char* first = text.data();
   const char* last = text.data() + text.size();
   const auto [stop, error] = std::from_chars(first, last, value);
   if (first == stop || error != std::errc() || value < 1) return std::nullopt;
   const std::string_view unit(stop, static_cast<std::size_t>(last - stop));
-  std::chrono::milliseconds timeout;
-  constexpr int64_t kLongest = 24 * 60 * 60 * 1000;  // a day, in ms: no overflow below
-  if (value > kLongest) return std::nullopt;
+  // No unit is longer than a day: value is below longest / a day, so no product overflows.
+  if (value > longest.count()) return std::nullopt;
+  std::chrono::milliseconds duration;
   if (unit == "ms") {
-    timeout = std::chrono::milliseconds(value);
+    duration = std::chrono::milliseconds(value);
   } else if (unit == "s" || unit.empty()) {
-    timeout = std::chrono::seconds(value);
+    duration = std::chrono::seconds(value);
   } else if (unit == "m") {
-    timeout = std::chrono::minutes(value);
+    duration = std::chrono::minutes(value);
   } else if (unit == "h") {
-    timeout = std::chrono::hours(value);
+    duration = std::chrono::hours(value);
+  } else if (unit == "d") {
+    duration = std::chrono::days(value);
   } else {
     return std::nullopt;
   }
-  if (timeout > std::chrono::milliseconds(kLongest)) return std::nullopt;
-  return timeout;
+  if (duration > longest) return std::nullopt;
+  return duration;
 }
 
-CLI::Validator TimeoutValidator() {
+// --timeout: from 1 ms to a day; --older-than: to ten years.
+constexpr std::chrono::milliseconds kLongestTimeout = std::chrono::days(1);
+constexpr std::chrono::milliseconds kLongestAge = std::chrono::days(3650);
+
+CLI::Validator DurationValidator(std::chrono::milliseconds longest, std::string_view range) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
-        if (ParseTimeout(text)) return "";
+      [longest, range](std::string& text) -> std::string {
+        if (ParseDuration(text, longest)) return "";
         return fmt::format(
-            "'{}' is not a duration from 1ms to 24h (500ms, 2s, 1m, 1h; a bare "
-            "number is seconds)",
-            DisplayEscape(text));
+            "'{}' is not a duration from {} (500ms, 2s, 1m, 1h, 30d; a bare number is seconds)",
+            DisplayEscape(text), range);
       },
       "DURATION");
 }
@@ -111,7 +118,7 @@ void AddTimeout(CLI::App* command, std::string& timeout) {
                    "How long to wait for an answer of the store's owner or server, each time "
                    "(500ms, 2s, 1m, 1h; a bare number is seconds). Default: 10s. For ping: the "
                    "whole command")
-      ->check(TimeoutValidator());
+      ->check(DurationValidator(kLongestTimeout, "1ms to 24h"));
 }
 
 // PATH, --table and --timeout, which every command but backup (store directories only) has.
@@ -128,13 +135,14 @@ void AddStore(CLI::App* command, std::string& path, std::string& table, std::str
 // The arguments of every subcommand; Parse fills the one given.
 struct Arguments {
   std::string table;    // --table
-  std::string timeout;  // --timeout, checked by TimeoutValidator; empty: the library's default
+  std::string timeout;  // --timeout, checked by DurationValidator; empty: the library's default
   DumpArgs dump;
   CLI::Option* dump_type = nullptr;  // --type given, even as empty
   GetArgs get;
   StatsArgs stats;
   PurgeArgs purge;
   ForgetArgs forget;
+  CLI::Option* forget_type = nullptr;  // --type given, even as empty
   BackupArgs backup;
   ExportArgs export_;
   ImportArgs import;
@@ -208,11 +216,22 @@ CLI::App* AddForget(CLI::App& app, Arguments& args) {
   ForgetArgs& forget = args.forget;
   CLI::App* command = app.add_subcommand(
       "forget",
-      "Remove one record whatever its state (after reconciling a stuck request by hand); exit 1 "
-      "when there is none.");
+      "Remove one record whatever its state (after reconciling a stuck request by hand), the "
+      "records a selection matches, or the keys listed in a file; exit 1 when none was removed. "
+      "A selected record that changes before its removal is kept.");
   AddStore(command, forget.path, args.table, args.timeout);
-  command->add_option("KEY", forget.key, kKeyHelp)->required();
-  command->add_flag("--hex-key", forget.hex_key, kHexKeyHelp);
+  command->add_option("KEY", forget.key, kKeyHelp);
+  command->add_flag("--hex-key", forget.hex_key,
+                    std::string(kHexKeyHelp) + " (also the lines of --keys-from)");
+  command->add_option("--state", forget.state, "Select the records in this state")
+      ->check(CLI::IsMember({"pending", "done", "failed", "timeout"}));
+  args.forget_type = command->add_option("--type", forget.type, "Select records of this type");
+  command->add_option("--prefix", forget.prefix, "Select keys that start with these bytes");
+  command->add_option("--older-than", forget.older_than, "Select records last written over D ago")
+      ->check(DurationValidator(kLongestAge, "1ms to 3650d"));
+  command->add_option("--keys-from", forget.keys_from,
+                      "Remove the keys of FILE, one a line (-: stdin)");
+  command->add_flag("--dry-run", forget.dry_run, "Count what would be removed; remove nothing");
   return command;
 }
 
@@ -320,6 +339,16 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
   return std::nullopt;
 }
 
+// forget's arguments, with what CLI11 leaves to work out: whether --type was given (even as
+// empty), and --older-than's duration.
+const ForgetArgs& FinishForgetArgs(Arguments& args) {
+  args.forget.has_type = args.forget_type->count() > 0;
+  if (!args.forget.older_than.empty()) {
+    args.forget.age = ParseDuration(args.forget.older_than, kLongestAge).value();
+  }
+  return args.forget;
+}
+
 // Runs the command that was parsed.
 int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::ostream& err,
              const std::shared_ptr<const Clock>& clock) {
@@ -333,7 +362,8 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
     args.get.app_table = std::exchange(args.table, {});
   }
   const std::chrono::milliseconds timeout =
-      args.timeout.empty() ? std::chrono::milliseconds(0) : ParseTimeout(args.timeout).value();
+      args.timeout.empty() ? std::chrono::milliseconds(0)
+                           : ParseDuration(args.timeout, kLongestTimeout).value();
   const auto context = [&](std::string command) {
     return Context{std::move(command), out, err, clock, args.table, timeout};
   };
@@ -364,7 +394,7 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
     if (get->parsed()) return Get(context("get"), args.get);
     if (stats->parsed()) return Stats(context("stats"), args.stats);
     if (purge->parsed()) return Purge(context("purge"), args.purge);
-    if (forget->parsed()) return Forget(context("forget"), args.forget);
+    if (forget->parsed()) return Forget(context("forget"), FinishForgetArgs(args));
     if (backup->parsed()) return Backup(context("backup"), args.backup);
     if (export_->parsed()) return Export(context("export"), args.export_);
     if (import->parsed()) return Import(context("import"), args.import);

@@ -152,6 +152,8 @@ void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const Stor
          "overloaded or exclusive), or whether one does could not be told.");
   sample("idem_owner_unreachable", stats.owner_unreachable ? 1 : 0);
   // Counts exist only in a live owner: with none, no sample rather than a false zero.
+  family("idem_build_info", "gauge", "1, with the version of the idem command that wrote these.");
+  fmt::print(out, "idem_build_info{{{},version=\"{}\"}} 1\n", store, IDEM_VERSION);
   if (!stats.owner.live) return;
   if (stats.owner.pid != 0) {
     family("idem_owner_pid", "gauge", "Process id of the store's owner.");
@@ -346,11 +348,20 @@ int Output(const Context& ctx, const StatsArgs& args, FunctionRef<void(std::ostr
   return written != kExitOk ? written : code;
 }
 
+// The store as the output names it: a directory by its canonical path, so that `s1`, `./s1` and
+// the absolute path are one Prometheus series; a URI without its secrets.
+std::string CanonicalName(const Context& ctx, const std::string& path) {
+  if (util::IsPostgresUri(path)) return ctx.StoreName(path);
+  std::error_code error;
+  const std::filesystem::path canonical = std::filesystem::canonical(path, error);
+  return ctx.StoreName(error ? path : canonical.string());
+}
+
 }  // namespace
 
 int Stats(const Context& ctx, const StatsArgs& args) {
   const std::string& path = args.path;
-  const std::string name = ctx.StoreName(path);  // for the output: no secret of a URI
+  const std::string name = CanonicalName(ctx, path);
   // With --output the destination is a file, never the terminal: jsonl unless told.
   const std::string format = args.output.empty()   ? ResolveFormat(ctx, args.format)
                              : args.format.empty() ? "jsonl"

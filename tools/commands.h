@@ -4,6 +4,7 @@
 #ifndef IDEM_TOOLS_COMMANDS_H_
 #define IDEM_TOOLS_COMMANDS_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -44,8 +45,17 @@ struct PurgeArgs {
 
 struct ForgetArgs {
   std::string path;
-  std::string key;
+  std::string key;  // empty: a selection or --keys-from
   bool hex_key = false;
+  // A selection: records matching every filter given.
+  std::string state;  // empty: any
+  std::string type;
+  bool has_type = false;
+  std::string prefix;
+  std::string older_than;            // as given; parsed into `age`
+  std::chrono::milliseconds age{0};  // 0: any age
+  std::string keys_from;             // a file of keys, one a line, or "-": standard input
+  bool dry_run = false;
 };
 
 struct BackupArgs {

@@ -92,6 +92,7 @@ typedef struct idem_attempt_t idem_attempt_t;
 typedef struct idem_writeset_t idem_writeset_t;
 typedef struct idem_value_t idem_value_t;
 typedef struct idem_health_t idem_health_t;
+typedef struct idem_log_line_t idem_log_line_t;
 
 /* ---- Version, errors and memory ------------------------------------------------------------ */
 
@@ -159,6 +160,36 @@ IDEM_EXPORT void idem_options_set_max_result_size(idem_options_t* options, size_
 IDEM_EXPORT void idem_options_set_table(idem_options_t* options, const char* table);
 /* A store in PostgreSQL: how many connections this process keeps at most. Default: 8. */
 IDEM_EXPORT void idem_options_set_pool_size(idem_options_t* options, int size);
+/* Open a store that an import left unfinished (idem::Options::open_unfinished_import; default 0:
+ * such a store is refused with IDEM_BUSY). */
+IDEM_EXPORT void idem_options_set_open_unfinished_import(idem_options_t* options,
+                                                         unsigned char value);
+/* Longest type label or fingerprint, in bytes. Default: 256. */
+IDEM_EXPORT void idem_options_set_max_label_size(idem_options_t* options, size_t bytes);
+/* How many times idem_execute runs fn again after a conflict of its table writes. Default: 8. */
+IDEM_EXPORT void idem_options_set_conflict_retries(idem_options_t* options, int retries);
+/* Take over at once a claim whose holder process is known dead (default 1). */
+IDEM_EXPORT void idem_options_set_take_over_dead_holders(idem_options_t* options,
+                                                         unsigned char value);
+/* How long claims whose lease ran out during the owner's stall or a failover stay held for
+ * their holder (idem::Options::renewal_grace). Default: 5000. */
+IDEM_EXPORT void idem_options_set_renewal_grace_ms(idem_options_t* options, int64_t ms);
+/* How long a call keeps failing over to a new owner or server. Default: 10000. */
+IDEM_EXPORT void idem_options_set_failover_timeout_ms(idem_options_t* options, int64_t ms);
+/* How long a call waits for the store's owner or server to answer. Default: 10000. */
+IDEM_EXPORT void idem_options_set_request_timeout_ms(idem_options_t* options, int64_t ms);
+/* Receives the warnings that no call returns (idem::Options::log): log(arg, line) with a line
+ * valid during the call only, read with idem_log_line_message. Called from background threads:
+ * it must be thread-safe. NULL (default): written to stderr as "idem: <message>". */
+typedef void (*idem_log_fn)(void* arg, const idem_log_line_t* line);
+IDEM_EXPORT void idem_options_set_log(idem_options_t* options, idem_log_fn log, void* arg);
+/* The text of a log line: one line, control characters escaped. */
+IDEM_EXPORT const char* idem_log_line_message(const idem_log_line_t* line, size_t* len);
+/* The wall clock that judges leases and retention (idem::Options::clock), for tests:
+ * now_us(arg) returns microseconds since the Unix epoch; called from any thread. NULL
+ * (default): the system clock. A store in PostgreSQL ignores it (the server's clock judges). */
+typedef int64_t (*idem_clock_fn)(void* arg);
+IDEM_EXPORT void idem_options_set_clock(idem_options_t* options, idem_clock_fn now_us, void* arg);
 
 /* ---- Store -------------------------------------------------------------------------------- */
 
@@ -215,6 +246,11 @@ IDEM_EXPORT int idem_save_checkpoint(idem_store_t* store, const char* key, size_
 
 /* Removes a record whatever its state (IDEM_NOT_FOUND if there is none). */
 IDEM_EXPORT int idem_forget(idem_store_t* store, const char* key, size_t keylen, char** errptr);
+/* idem_forget, only if the record is still the one `record` shows (from idem_get or idem_scan):
+ * the same token and updated time. IDEM_CONFLICT when it changed since (nothing is forgotten),
+ * IDEM_NOT_FOUND when it is gone (idem::Store::ForgetIfUnchanged). */
+IDEM_EXPORT int idem_forget_if_unchanged(idem_store_t* store, const idem_record_t* record,
+                                         char** errptr);
 
 /* Removes the records whose retention has expired; returns how many (or, with dry_run, how
  * many it would remove). Returns 0 and sets *errptr on error (idem_last_error_code() tells it
@@ -235,6 +271,11 @@ IDEM_EXPORT const char* idem_counter_help(size_t index);
  * asked (never zeros in place of its counts). */
 IDEM_EXPORT size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count,
                                  char** errptr);
+
+/* Writes a copy of the store, consistent as of one moment, into the new directory
+ * `destination` (idem::Store::Backup: it must not exist, its parent must). IDEM_OK, or the
+ * error (*errptr set). */
+IDEM_EXPORT int idem_backup(idem_store_t* store, const char* destination, char** errptr);
 
 /* ---- Health (idem::Store::Health) --------------------------------------------------------- */
 
@@ -294,6 +335,46 @@ IDEM_EXPORT int64_t idem_record_created_us(const idem_record_t* record);
 IDEM_EXPORT int64_t idem_record_updated_us(const idem_record_t* record);
 IDEM_EXPORT int64_t idem_record_lease_deadline_us(const idem_record_t* record);
 IDEM_EXPORT int64_t idem_record_expires_us(const idem_record_t* record);
+
+/* Calls visit(arg, record) with each live record whose key starts with `prefix` (prefixlen 0:
+ * every one), in key order, after the key `start_after` (start_afterlen 0: from the first),
+ * until visit returns 0 (idem::Store::Scan: read in pages, not one snapshot). The record is
+ * valid during the call only. IDEM_OK, or the error (*errptr set). */
+typedef int (*idem_scan_fn)(void* arg, const idem_record_t* record);
+IDEM_EXPORT int idem_scan(idem_store_t* store, const char* prefix, size_t prefixlen,
+                          const char* start_after, size_t start_afterlen, idem_scan_fn visit,
+                          void* arg, char** errptr);
+
+/* A record to fill in and import (idem_import), to release with idem_record_destroy: every
+ * field empty or 0, state IDEM_STATE_PENDING. The setters copy what they are given. */
+IDEM_EXPORT idem_record_t* idem_record_create(void);
+IDEM_EXPORT void idem_record_set_key(idem_record_t* record, const char* key, size_t len);
+IDEM_EXPORT void idem_record_set_type(idem_record_t* record, const char* type, size_t len);
+IDEM_EXPORT void idem_record_set_state(idem_record_t* record, int state);
+IDEM_EXPORT void idem_record_set_result(idem_record_t* record, const char* result, size_t len);
+IDEM_EXPORT void idem_record_set_fingerprint(idem_record_t* record, const char* fingerprint,
+                                             size_t len);
+IDEM_EXPORT void idem_record_set_checkpoint(idem_record_t* record, const char* checkpoint,
+                                            size_t len);
+IDEM_EXPORT void idem_record_set_token(idem_record_t* record, uint64_t token);
+IDEM_EXPORT void idem_record_set_attempts(idem_record_t* record, uint32_t attempts);
+IDEM_EXPORT void idem_record_set_retryable(idem_record_t* record, unsigned char retryable);
+IDEM_EXPORT void idem_record_set_created_us(idem_record_t* record, int64_t us);
+IDEM_EXPORT void idem_record_set_updated_us(idem_record_t* record, int64_t us);
+IDEM_EXPORT void idem_record_set_lease_deadline_us(idem_record_t* record, int64_t us);
+IDEM_EXPORT void idem_record_set_expires_us(idem_record_t* record, int64_t us);
+
+/* What idem_import did with one record: the values of idem::ImportOutcome. */
+#define IDEM_IMPORTED 0
+#define IDEM_PRESENT 1
+#define IDEM_EXPIRED 2
+/* Writes `count` records as they are given (idem::Store::Import, what `idem import` does): a key
+ * that holds a live record is left as it is (IDEM_PRESENT), a record whose retention has passed
+ * is not written (IDEM_EXPIRED); outcomes[i] (when outcomes is not NULL) gets what was done with
+ * records[i]. Every record is checked before any is written. IDEM_OK, or the error (*errptr
+ * set; IDEM_INVALID_ARGUMENT naming the first bad record writes nothing). */
+IDEM_EXPORT int idem_import(idem_store_t* store, const idem_record_t* const* records, size_t count,
+                            int* outcomes, char** errptr);
 
 /* ---- Application tables (idem/tables.h, docs/semantics.md "Exactly-once effects") --------- */
 

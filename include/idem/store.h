@@ -242,6 +242,13 @@ class IDEM_EXPORT Store {
   // Removes a record whatever its state (an operator's tool). kNotFound if there is none, or its
   // retention has expired (a store in PostgreSQL then deletes it at once, as a purge would).
   virtual Status Forget(std::string_view key) = 0;
+  // Forget, only if the record under `as_read.key` is still the one `as_read` shows (as Get or
+  // Scan returned it): the same token and updated time, which every write of a record changes.
+  // kConflict when it changed since (taken over, completed, extended, ...): nothing is forgotten;
+  // kNotFound when there is none. For bulk repairs (`idem forget --state ...`), so that a record
+  // that moves on between its listing and its removal is kept. The default (for implementations
+  // outside the library) is kInvalidArgument.
+  virtual Status ForgetIfUnchanged(const Record& as_read);
 
   // The value of `key` in application table `table` and its version (absent, version 0, when
   // never written). Read without a lock: a commit that depends on it names the version in its

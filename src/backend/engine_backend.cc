@@ -323,12 +323,13 @@ Result<std::optional<Record>> EngineBackend::Get(std::string_view key) {
   return std::move(stored.record);
 }
 
-Status EngineBackend::Forget(std::string_view key, Durability durability) {
+Status EngineBackend::Forget(std::string_view key, Durability durability,
+                             const engine::AsRead* as_read) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(key));
   // A record that cannot be decoded (damaged, or of a newer format) is forgotten too: that is how
   // an operator clears it.
-  IDEM_ASSIGN_OR_RETURN(const bool removed, storage_->Forget(key, durability));
+  IDEM_ASSIGN_OR_RETURN(const bool removed, storage_->Forget(key, durability, as_read));
   if (!removed) {
     return Status::NotFound(fmt::format("no record for key {}", EscapeKey(key)));
   }

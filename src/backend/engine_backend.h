@@ -49,7 +49,8 @@ class EngineBackend final : public engine::Backend {
     return Status::OK();
   }
   Result<std::optional<Record>> Get(std::string_view key) override;
-  Status Forget(std::string_view key, Durability durability) override;
+  Status Forget(std::string_view key, Durability durability,
+                const engine::AsRead* as_read) override;
   Result<engine::ScanPage> Scan(const ScanOptions& options, std::size_t limit,
                                 uint64_t view = kLatest) override;
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;

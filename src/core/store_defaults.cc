@@ -23,6 +23,10 @@ StoreHealth Store::Health() {
   return health;
 }
 
+Status Store::ForgetIfUnchanged(const Record& /*as_read*/) {
+  return Status::InvalidArgument("this Store implementation cannot forget a record conditionally");
+}
+
 Status Store::ScanSnapshot(
     FunctionRef<bool(const Record&)> /*record*/,
     FunctionRef<bool(std::string_view, std::string_view, const TableValue&)> /*value*/) {

@@ -187,14 +187,11 @@ class StoreHandle final : public Store, public ReservingStore {
     return Run([&](engine::Backend& backend, bool) { return backend.Unreserve(claim_key, token); });
   }
 
-  Status Forget(std::string_view key) override {
-    IDEM_RETURN_IF_ERROR(CheckWritable());
-    return Run([&](engine::Backend& backend, bool resent) {
-      Status status = backend.Forget(key, options_.durability);
-      // The first send may have forgotten it before its reply was lost.
-      if (resent && status.code() == Status::Code::kNotFound) return Status::OK();
-      return status;
-    });
+  Status Forget(std::string_view key) override { return ForgetRecord(key, nullptr); }
+
+  Status ForgetIfUnchanged(const Record& as_read) override {
+    const engine::AsRead read{.token = as_read.token, .updated = as_read.updated};
+    return ForgetRecord(as_read.key, &read);
   }
 
   Status Scan(const ScanOptions& options, FunctionRef<bool(const Record&)> visit) override {
@@ -321,6 +318,17 @@ class StoreHandle final : public Store, public ReservingStore {
   Status CheckWritable() const {
     if (options_.read_only) return Status::InvalidArgument("the store was opened read-only");
     return Status::OK();
+  }
+
+  // Forget, of the record `as_read` names only when given.
+  Status ForgetRecord(std::string_view key, const engine::AsRead* as_read) {
+    IDEM_RETURN_IF_ERROR(CheckWritable());
+    return Run([&](engine::Backend& backend, bool resent) {
+      Status status = backend.Forget(key, options_.durability, as_read);
+      // The first send may have forgotten it before its reply was lost.
+      if (resent && status.code() == Status::Code::kNotFound) return Status::OK();
+      return status;
+    });
   }
 
   // ScanSnapshot's walk in `view`. The table names are the latest: a table made since the view

@@ -97,7 +97,8 @@ class Backend {
   virtual Result<Claim> Begin(const BeginCall& call, const Holder& holder) = 0;
   virtual Status Transition(const TransitionCall& call) = 0;
   virtual Result<std::optional<Record>> Get(std::string_view key) = 0;
-  virtual Status Forget(std::string_view key, Durability durability) = 0;
+  // `as_read` null: whatever the record holds; otherwise only that record (engine::AsRead).
+  virtual Status Forget(std::string_view key, Durability durability, const AsRead* as_read) = 0;
   // Up to `limit` live records (fewer when they are large) after `options.start_after`; as of
   // the read view `view` when not kLatest.
   virtual Result<ScanPage> Scan(const ScanOptions& options, std::size_t limit,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "util/check.h"
+#include "util/escape.h"
 
 namespace idem::engine {
 namespace {
@@ -84,6 +85,12 @@ void MakeVisible(std::optional<Record>& stored, TimePoint now) {
   } else {
     stored->timed_out = stored->state == State::kPending && stored->lease_deadline <= now;
   }
+}
+
+Status ChangedSinceRead(std::string_view key) {
+  return Status::Conflict(fmt::format(
+      "record {} changed since it was read (another token or a later write); nothing forgotten",
+      EscapeKey(key)));
 }
 
 std::optional<Record> Visible(std::optional<Record> stored, TimePoint now) {

@@ -27,6 +27,18 @@ using TimePoint = std::chrono::system_clock::time_point;
 // True when the record's retention has passed: it is absent for every read.
 inline bool IsExpired(const Record& record, TimePoint now) { return record.expires <= now; }
 
+// The record a conditional Forget may remove (Store::ForgetIfUnchanged): the one that was read,
+// told by its token and its updated time, which every write of a record changes.
+struct AsRead {
+  uint64_t token = 0;
+  TimePoint updated{};
+};
+inline bool StillAsRead(const Record& stored, const AsRead& as_read) {
+  return stored.token == as_read.token && stored.updated == as_read.updated;
+}
+// What a conditional Forget returns when the record changed since it was read.
+Status ChangedSinceRead(std::string_view key);
+
 // The stored record as a reader sees it: nullopt when retention expired, else with timed_out
 // derived.
 std::optional<Record> Visible(std::optional<Record> stored, TimePoint now);

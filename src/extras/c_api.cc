@@ -11,6 +11,7 @@
 #include "extras/c_api_internal.h"
 #include "idem/c.h"
 #include "idem/store.h"
+#include "util/time.h"
 
 using idem::Status;
 using idem::c_api::Bytes;
@@ -43,6 +44,19 @@ static_assert(IDEM_CONFLICT == static_cast<int>(Status::Code::kConflict));
 namespace {
 
 constexpr Status::Code kLastCode = Status::Code::kConflict;
+
+// idem_options_set_clock's function as an idem::Clock.
+class CallbackClock final : public idem::Clock {
+ public:
+  CallbackClock(idem_clock_fn now_us, void* arg) : now_us_(now_us), arg_(arg) {}
+  std::chrono::system_clock::time_point Now() const override {
+    return idem::util::FromMicros(now_us_(arg_));
+  }
+
+ private:
+  idem_clock_fn const now_us_;
+  void* const arg_;
+};
 
 }  // namespace
 
@@ -125,6 +139,45 @@ void idem_options_set_table(idem_options_t* options, const char* table) {
 }
 void idem_options_set_pool_size(idem_options_t* options, int size) {
   options->options.pool_size = size;
+}
+void idem_options_set_open_unfinished_import(idem_options_t* options, unsigned char value) {
+  options->options.open_unfinished_import = value != 0;
+}
+void idem_options_set_max_label_size(idem_options_t* options, size_t bytes) {
+  options->options.max_label_size = bytes;
+}
+void idem_options_set_conflict_retries(idem_options_t* options, int retries) {
+  options->options.conflict_retries = retries;
+}
+void idem_options_set_take_over_dead_holders(idem_options_t* options, unsigned char value) {
+  options->options.take_over_dead_holders = value != 0;
+}
+void idem_options_set_renewal_grace_ms(idem_options_t* options, int64_t ms) {
+  options->options.renewal_grace = milliseconds(ms);
+}
+void idem_options_set_failover_timeout_ms(idem_options_t* options, int64_t ms) {
+  options->options.failover_timeout = milliseconds(ms);
+}
+void idem_options_set_request_timeout_ms(idem_options_t* options, int64_t ms) {
+  options->options.request_timeout = milliseconds(ms);
+}
+void idem_options_set_log(idem_options_t* options, idem_log_fn log, void* arg) {
+  if (log == nullptr) {
+    options->options.log = nullptr;
+    return;
+  }
+  // The message arrives as a view: the line hands it out NUL-terminated.
+  options->options.log = [log, arg](std::string_view message) {
+    const idem_log_line_t line{std::string(message)};
+    log(arg, &line);
+  };
+}
+const char* idem_log_line_message(const idem_log_line_t* line, size_t* len) {
+  return Out(line->message, len);
+}
+void idem_options_set_clock(idem_options_t* options, idem_clock_fn now_us, void* arg) {
+  options->options.clock =
+      now_us == nullptr ? nullptr : std::make_shared<const CallbackClock>(now_us, arg);
 }
 
 // ---- Store ----
@@ -253,6 +306,14 @@ int idem_save_checkpoint(idem_store_t* store, const char* key, size_t keylen, ui
 
 int idem_forget(idem_store_t* store, const char* key, size_t keylen, char** errptr) {
   return GuardStatus(errptr, [&] { return store->store->Forget(Bytes(key, keylen)); });
+}
+
+int idem_forget_if_unchanged(idem_store_t* store, const idem_record_t* record, char** errptr) {
+  return GuardStatus(errptr, [&] { return store->store->ForgetIfUnchanged(record->record); });
+}
+
+int idem_backup(idem_store_t* store, const char* destination, char** errptr) {
+  return GuardStatus(errptr, [&] { return store->store->Backup(Text(destination)); });
 }
 
 uint64_t idem_purge(idem_store_t* store, unsigned char dry_run, char** errptr) {

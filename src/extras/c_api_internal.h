@@ -37,6 +37,10 @@ struct idem_value_t {
   idem::TableValue value;
 };
 
+struct idem_log_line_t {
+  std::string message;
+};
+
 struct idem_health_t {
   idem::StoreHealth health;
 };

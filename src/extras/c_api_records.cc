@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <new>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "extras/c_api_internal.h"
 #include "idem/c.h"
@@ -21,6 +23,14 @@ using idem::c_api::Out;
 using idem::c_api::SaveError;
 using idem::c_api::Text;
 using std::chrono::milliseconds;
+
+// The IDEM_* values are those of the C++ enums, so that a value converts with a cast.
+static_assert(IDEM_STATE_PENDING == static_cast<int>(idem::State::kPending));
+static_assert(IDEM_STATE_DONE == static_cast<int>(idem::State::kDone));
+static_assert(IDEM_STATE_FAILED == static_cast<int>(idem::State::kFailed));
+static_assert(IDEM_IMPORTED == static_cast<int>(idem::ImportOutcome::kImported));
+static_assert(IDEM_PRESENT == static_cast<int>(idem::ImportOutcome::kPresent));
+static_assert(IDEM_EXPIRED == static_cast<int>(idem::ImportOutcome::kExpired));
 
 extern "C" {
 
@@ -43,6 +53,77 @@ size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count, char**
     const size_t written = std::min(count, idem::kCounterCount);
     for (size_t i = 0; i < written; ++i) values[i] = (*counters).*idem::kCounters[i].field;
     return written;
+  });
+}
+
+// ---- Scan and import ----
+
+int idem_scan(idem_store_t* store, const char* prefix, size_t prefixlen, const char* start_after,
+              size_t start_afterlen, idem_scan_fn visit, void* arg, char** errptr) {
+  return GuardStatus(errptr, [&] {
+    idem::ScanOptions options;
+    options.prefix = Bytes(prefix, prefixlen);
+    options.start_after = Bytes(start_after, start_afterlen);
+    return store->store->Scan(options, [&](const idem::Record& record) {
+      const idem_record_t visited{record};
+      return visit(arg, &visited) != 0;
+    });
+  });
+}
+
+idem_record_t* idem_record_create(void) { return new (std::nothrow) idem_record_t; }
+void idem_record_set_key(idem_record_t* record, const char* key, size_t len) {
+  record->record.key.assign(Bytes(key, len));
+}
+void idem_record_set_type(idem_record_t* record, const char* type, size_t len) {
+  record->record.type.assign(Bytes(type, len));
+}
+void idem_record_set_state(idem_record_t* record, int state) {
+  // A value out of a byte's range stays out of State's (idem_import refuses it), not wrapped
+  // onto a valid state.
+  record->record.state = static_cast<idem::State>(state >= 0 && state <= 255 ? state : 255);
+}
+void idem_record_set_result(idem_record_t* record, const char* result, size_t len) {
+  record->record.result.assign(Bytes(result, len));
+}
+void idem_record_set_fingerprint(idem_record_t* record, const char* fingerprint, size_t len) {
+  record->record.fingerprint.assign(Bytes(fingerprint, len));
+}
+void idem_record_set_checkpoint(idem_record_t* record, const char* checkpoint, size_t len) {
+  record->record.checkpoint.assign(Bytes(checkpoint, len));
+}
+void idem_record_set_token(idem_record_t* record, uint64_t token) { record->record.token = token; }
+void idem_record_set_attempts(idem_record_t* record, uint32_t attempts) {
+  record->record.attempts = attempts;
+}
+void idem_record_set_retryable(idem_record_t* record, unsigned char retryable) {
+  record->record.retryable = retryable != 0;
+}
+void idem_record_set_created_us(idem_record_t* record, int64_t us) {
+  record->record.created = idem::util::FromMicros(us);
+}
+void idem_record_set_updated_us(idem_record_t* record, int64_t us) {
+  record->record.updated = idem::util::FromMicros(us);
+}
+void idem_record_set_lease_deadline_us(idem_record_t* record, int64_t us) {
+  record->record.lease_deadline = idem::util::FromMicros(us);
+}
+void idem_record_set_expires_us(idem_record_t* record, int64_t us) {
+  record->record.expires = idem::util::FromMicros(us);
+}
+
+int idem_import(idem_store_t* store, const idem_record_t* const* records, size_t count,
+                int* outcomes, char** errptr) {
+  return GuardStatus(errptr, [&]() -> Status {
+    std::vector<idem::Record> given;
+    given.reserve(count);
+    for (size_t i = 0; i < count; ++i) given.push_back(records[i]->record);
+    auto done = store->store->Import(given);
+    if (!done.ok()) return done.status();
+    if (outcomes != nullptr) {
+      for (size_t i = 0; i < done->size(); ++i) outcomes[i] = static_cast<int>((*done)[i]);
+    }
+    return Status::OK();
   });
 }
 

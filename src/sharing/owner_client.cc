@@ -259,8 +259,11 @@ Result<std::optional<Record>> OwnerClient::Get(std::string_view key) {
   return Ask(GetMessage{key});
 }
 
-Status OwnerClient::Forget(std::string_view key, Durability durability) {
-  return Ask(ForgetMessage{key, durability});
+Status OwnerClient::Forget(std::string_view key, Durability durability,
+                           const engine::AsRead* as_read) {
+  ForgetMessage message{.key = key, .durability = durability};
+  if (as_read) message.as_read = *as_read;
+  return Ask(message);
 }
 
 Result<engine::ScanPage> OwnerClient::Scan(const ScanOptions& options, std::size_t limit,

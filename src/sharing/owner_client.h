@@ -48,7 +48,8 @@ class OwnerClient final : public engine::Backend {
   Result<Claim> Begin(const engine::BeginCall& call, const Holder& holder) override;
   Status Transition(const engine::TransitionCall& call) override;
   Result<std::optional<Record>> Get(std::string_view key) override;
-  Status Forget(std::string_view key, Durability durability) override;
+  Status Forget(std::string_view key, Durability durability,
+                const engine::AsRead* as_read) override;
   Result<engine::ScanPage> Scan(const ScanOptions& options, std::size_t limit,
                                 uint64_t view = kLatest) override;
   Result<TableValue> GetValue(std::string_view table, std::string_view key) override;

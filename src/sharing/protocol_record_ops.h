@@ -137,19 +137,28 @@ struct ForgetMessage {
   using Answer = NoAnswer;
   std::string_view key;
   Durability durability;
+  // Version 12: only the record read with this token and updated time (Store::ForgetIfUnchanged).
+  std::optional<engine::AsRead> as_read;
 
   Status CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
-    return backend.Forget(key, durability);
+    return backend.Forget(key, durability, as_read ? &*as_read : nullptr);
   }
 
   void Write(Writer& w) const {
     w.Bytes(key);
     w.U8(static_cast<uint8_t>(durability));
+    w.Bool(as_read.has_value());
+    w.U64(as_read ? as_read->token : 0);
+    w.Time(as_read ? as_read->updated : std::chrono::system_clock::time_point{});
   }
   static ForgetMessage Read(Reader& r, bool& bad) {
     ForgetMessage m;
     m.key = r.Bytes();
     m.durability = EnumField(r, Durability::kPeriodic, bad);
+    const uint8_t conditional = r.U8();
+    const engine::AsRead as_read{.token = r.U64(), .updated = r.Time()};
+    if (conditional > 1) bad = true;
+    if (conditional == 1) m.as_read = as_read;
     return m;
   }
 };

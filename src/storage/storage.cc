@@ -8,16 +8,20 @@ namespace idem::storage {
 ReadView::~ReadView() = default;
 Storage::~Storage() = default;
 
-Result<bool> Storage::Forget(std::string_view key, Durability durability) {
+Result<bool> Storage::Forget(std::string_view key, Durability durability,
+                             const engine::AsRead* as_read) {
   Result<ReadResult> read = Read(key);
   if (read.ok()) {
     engine::MakeVisible(read->record, read->now);
     if (!read->record) return false;
-  } else if (read.status().code() != Status::Code::kCorruption &&
-             read.status().code() != Status::Code::kNewerVersion) {
+    if (as_read && !engine::StillAsRead(*read->record, *as_read)) {
+      return engine::ChangedSinceRead(key);
+    }
+  } else if (as_read || (read.status().code() != Status::Code::kCorruption &&
+                         read.status().code() != Status::Code::kNewerVersion)) {
     return read.status();
   }
-  return Remove(key, durability);
+  return Remove(key, durability, as_read);
 }
 
 }  // namespace idem::storage

@@ -186,9 +186,11 @@ class Storage {
     return engine::RenewalGrace{};
   }
 
-  // Deletes the record under `key` whatever it holds (even undecodable bytes). Returns whether
-  // there was one.
-  virtual Result<bool> Remove(std::string_view key, Durability durability) = 0;
+  // Deletes the record under `key` whatever it holds (even undecodable bytes), or, when
+  // `as_read` is given, only if it is still that record (kConflict, engine::ChangedSinceRead,
+  // otherwise: undecodable bytes are not it either). Returns whether there was one.
+  virtual Result<bool> Remove(std::string_view key, Durability durability,
+                              const engine::AsRead* as_read) = 0;
 
   // Forget's removal: deletes the record under `key` if it is visible at the storage's time
   // (engine::MakeVisible) or cannot be decoded (damaged, or of a newer format: that is how an
@@ -196,7 +198,9 @@ class Storage {
   // visible. This default reads, then removes. A storage on a server deletes in one statement and
   // judges what it deleted: a record whose retention was over is then deleted too, as a purge
   // would, and still answered false.
-  virtual Result<bool> Forget(std::string_view key, Durability durability);
+  // With `as_read`, only that record: kConflict when the visible record is another.
+  virtual Result<bool> Forget(std::string_view key, Durability durability,
+                              const engine::AsRead* as_read);
 
   // Visits stored records in key order, with the time to judge each by, until `visit` returns
   // false; as of `view` when given (one of this storage's, and the time its moment's),

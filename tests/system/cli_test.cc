@@ -46,6 +46,7 @@
 
 #include "idem/idem.h"
 #include "support/cli_run.h"
+#include "support/file_text.h"
 #include "support/raw_db.h"
 #include "support/test_util.h"
 #include "text.h"
@@ -1138,6 +1139,17 @@ TEST_F(CliTest, StatsPrometheusIsTheTextExpositionFormat) {
   EXPECT_NE(result.out.find("idem_timed_out_records{" + store + "} 1\n"), std::string::npos);
   EXPECT_NE(result.out.find("# TYPE idem_owner_live gauge\n"), std::string::npos);
   EXPECT_NE(result.out.find("idem_oldest_pending_created_timestamp_seconds{"), std::string::npos);
+  EXPECT_NE(
+      result.out.find("idem_build_info{" + store + ",version=\"" IDEM_EXPECTED_VERSION "\"} 1\n"),
+      std::string::npos)
+      << result.out;
+  // The store is labelled by its canonical path, however PATH is spelled: one series.
+  const CliResult respelled = RunCli(
+      {"stats", dir_.path() + "/./" + std::filesystem::path(path()).filename().string() + "/",
+       "--format", "prometheus"});
+  ASSERT_EQ(respelled.code, 0) << respelled.err;
+  EXPECT_NE(respelled.out.find("idem_timed_out_records{" + store + "} 1\n"), std::string::npos)
+      << respelled.out;
   // Every line is a comment or `name{labels} value`, and each family has HELP and TYPE first.
   const std::regex sample(R"([a-z_]+\{([a-z_]+="([^"\\\n]|\\.)*",?)*\} [0-9.e+-]+)");
   std::string family;
@@ -1298,6 +1310,109 @@ TEST_F(CliTest, ForgetRemovesOneRecord) {
   EXPECT_EQ(RunCli({"dump", path()}).code, 0);
   EXPECT_EQ(States(RunCli({"dump", path()}).out).size(), 4u);
   EXPECT_EQ(RunCli({"forget", path(), ""}).code, 2);
+}
+
+// A selection (--state, --type, --prefix, --older-than, together) removes what it matches in one
+// process; --dry-run only counts; exit 1 when nothing matched.
+TEST_F(CliTest, ForgetBySelectionRemovesWhatItMatches) {
+  Populate();
+  CliResult result = RunCli({"forget", path(), "--state", "timeout", "--dry-run"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "would forget 1 records\n");
+  EXPECT_EQ(RunCli({"get", path(), "stuck"}).code, 0) << "a dry run removes nothing";
+
+  result = RunCli({"forget", path(), "--state", "timeout"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "forgot 1 records\n");
+  EXPECT_EQ(RunCli({"get", path(), "stuck"}).code, 1);
+
+  result = RunCli({"forget", path(), "--type", "pay", "--prefix", "order-"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "forgot 2 records\n");  // order-1 and order-2, not "long"
+  std::map<std::string, std::string> states =
+      States(RunCli({"dump", path(), "--format", "jsonl"}).out);
+  EXPECT_EQ(states.count("order-1") + states.count("order-2"), 0u);
+  EXPECT_EQ(states.count("long"), 1u);
+  EXPECT_EQ(states.count("order-3"), 1u);
+
+  result = RunCli({"forget", path(), "--type", "none-of-these"});
+  EXPECT_EQ(result.code, 1) << result.err;
+  EXPECT_EQ(result.out, "forgot 0 records\n");
+  // By the store's clock: nothing was written an hour ago, until an hour passes.
+  EXPECT_EQ(RunCli({"forget", path(), "--older-than", "1h"}).code, 1);
+  clock_->Advance(2h);
+  result = RunCli({"forget", path(), "--older-than", "1h", "--dry-run"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "would forget 3 records\n");  // order-3, the binary key, long
+  result = RunCli({"forget", path(), "--older-than", "1h"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(States(RunCli({"dump", path(), "--format", "jsonl"}).out).size(), 0u);
+}
+
+// Through a running owner (another process), each selected record is removed only if it is
+// still as listed (Store::ForgetIfUnchanged over the socket).
+TEST_F(CliTest, ForgetBySelectionThroughTheOwner) {
+  Populate();
+  const std::unique_ptr<Child> held = StartHolder();
+  Child& holder = *held;
+  ASSERT_EQ(holder.ReadLine(), "ready") << holder.Stderr();
+  const std::size_t before = States(RunCli({"dump", path(), "--format", "jsonl"}).out).size();
+  CliResult result = RunCli({"forget", path(), "--type", "refund"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "forgot 2 records\n");  // order-3 and stuck
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
+  const std::map<std::string, std::string> states =
+      States(RunCli({"dump", path(), "--format", "jsonl"}).out);
+  EXPECT_EQ(states.count("order-3") + states.count("stuck"), 0u);
+  EXPECT_EQ(states.size(), before - 2);
+}
+
+// --keys-from FILE: the keys listed, one a line (hex with --hex-key), whatever their state; a
+// key without a record is counted, a line that is no key stops with exit 2 naming it.
+TEST_F(CliTest, ForgetTheKeysOfAFile) {
+  Populate();
+  const std::string keys = dir_.Sub("keys");
+  idem_test::WriteFile(keys, "order-1\n\norder-3\r\nnever-written\n");
+  CliResult result = RunCli({"forget", path(), "--keys-from", keys, "--dry-run"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "would forget 2 records (1 listed keys had none)\n");
+  result = RunCli({"forget", path(), "--keys-from", keys});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "forgot 2 records (1 listed keys had none)\n");
+  EXPECT_EQ(RunCli({"get", path(), "order-1"}).code, 1);
+  EXPECT_EQ(RunCli({"get", path(), "order-3"}).code, 1);
+
+  idem_test::WriteFile(keys, "62696e00ff01\nzz\nlong\n");
+  result = RunCli({"forget", path(), "--keys-from", keys, "--hex-key"});
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.out, "forgot 1 records before line 2\n");
+  EXPECT_NE(result.err.find("line 2: not hex"), std::string::npos) << result.err;
+  EXPECT_EQ(RunCli({"get", path(), "long"}).code, 0) << "nothing after the bad line";
+
+  result = RunCli({"forget", path(), "--keys-from", dir_.Sub("missing")});
+  EXPECT_EQ(result.code, 2);
+  EXPECT_NE(result.err.find("cannot open"), std::string::npos) << result.err;
+}
+
+TEST_F(CliTest, ForgetRefusesAmbiguousArguments) {
+  Populate();
+  const std::vector<std::vector<std::string>> refused = {
+      {"forget", path()},
+      {"forget", path(), "order-1", "--state", "done"},
+      {"forget", path(), "order-1", "--dry-run"},
+      {"forget", path(), "--keys-from", "-", "--type", "pay"},
+      {"forget", path(), "--older-than", "5x"},
+      {"forget", path(), "--older-than", "0"},
+      {"forget", path(), "--state", "lost"},
+  };
+  for (const std::vector<std::string>& args : refused) {
+    const CliResult result = RunCli(args);
+    EXPECT_EQ(result.code, 2) << args[2] << " " << (args.size() > 3 ? args[3] : "") << ": "
+                              << result.err;
+    EXPECT_EQ(result.out, "");
+  }
+  EXPECT_EQ(States(RunCli({"dump", path(), "--format", "jsonl"}).out).size(), 6u);
 }
 
 TEST_F(CliTest, ForgottenKeyRunsAgainWithANewerToken) {

@@ -477,7 +477,7 @@ TEST(PgEquivalence, ForgetRemovesWhatIsVisibleAndWhatCannotBeDecoded) {
     ASSERT_NO_FATAL_FAILURE(Plant(*store, stored.name, stored.record, n++));
     const bool visible = idem::engine::Visible(stored.record, now).has_value();
     const uint64_t sent = store->storage().pool_stats().sent;
-    const idem::Status forgotten = store->backend().Forget(stored.name, Durability::kSync);
+    const idem::Status forgotten = store->backend().Forget(stored.name, Durability::kSync, nullptr);
     EXPECT_EQ(store->storage().pool_stats().sent - sent, 1u) << "one DELETE";
     if (visible) {
       EXPECT_OK(forgotten);
@@ -487,7 +487,7 @@ TEST(PgEquivalence, ForgetRemovesWhatIsVisibleAndWhatCannotBeDecoded) {
     // Gone either way: a record whose retention was over is deleted as a purge would.
     EXPECT_FALSE(ReadRow(*store, stored.name).has_value());
   }
-  EXPECT_CODE(store->backend().Forget("never-written", Durability::kSync), kNotFound);
+  EXPECT_CODE(store->backend().Forget("never-written", Durability::kSync, nullptr), kNotFound);
   // A row no idem writes (state 7): unreadable, and still forgotten.
   ASSERT_NO_FATAL_FAILURE(Plant(*store, "undecodable", EveryStored(now).front().record, n++));
   PGconn* admin = PQconnectdb(server->AdminConninfo().c_str());
@@ -497,7 +497,7 @@ TEST(PgEquivalence, ForgetRemovesWhatIsVisibleAndWhatCannotBeDecoded) {
       "undecodable");
   PQfinish(admin);
   EXPECT_CODE(store->storage().Read("undecodable").status(), kCorruption);
-  EXPECT_OK(store->backend().Forget("undecodable", Durability::kSync));
+  EXPECT_OK(store->backend().Forget("undecodable", Durability::kSync, nullptr));
   ASSERT_OK_AND_ASSIGN(auto gone, store->storage().Read("undecodable"));
   EXPECT_FALSE(gone.record.has_value());
 }

@@ -176,8 +176,8 @@ TEST(PgStorage, ForgetRemovesAndTokensStayUnique) {
   auto store = PgStore::Open(server->Uri());
   ASSERT_NE(store, nullptr);
   ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("k"));
-  ASSERT_OK(store->backend().Forget("k", idem::Durability::kSync));
-  EXPECT_CODE(store->backend().Forget("k", idem::Durability::kSync), kNotFound);
+  ASSERT_OK(store->backend().Forget("k", idem::Durability::kSync, nullptr));
+  EXPECT_CODE(store->backend().Forget("k", idem::Durability::kSync, nullptr), kNotFound);
   ASSERT_OK_AND_ASSIGN(Claim again, store->Begin("k"));
   EXPECT_EQ(again.outcome, Outcome::kAcquired);
   EXPECT_NE(again.token, first.token);
@@ -556,7 +556,7 @@ void CheckADecisionOnARowRecreatedInItsWindowIsMadeAgain(Decided decided,
       } else {
         EXPECT_TRUE(stored.has_value() && stored->token == first.token);
       }
-      auto removed = other->storage().Remove("k", idem::Durability::kSync);
+      auto removed = other->storage().Remove("k", idem::Durability::kSync, nullptr);
       EXPECT_TRUE(removed.ok() && *removed);
       auto claimed = other->Begin("k", 10s);
       EXPECT_TRUE(claimed.ok() && claimed->outcome == Outcome::kAcquired && !claimed->took_over);
@@ -630,7 +630,8 @@ TEST(PgStorage, AFencedCompleteInTheApplicationsTransactionSkipsARowRecreatedMea
   ASSERT_OK_AND_ASSIGN(Claim first, store->Begin("k"));
   ASSERT_OK_AND_ASSIGN(auto transaction, store->storage().OpenTransaction());
   ASSERT_OK(transaction->Run({{"SELECT 1", {}}}).status());
-  ASSERT_OK_AND_ASSIGN(bool removed, other->storage().Remove("k", idem::Durability::kSync));
+  ASSERT_OK_AND_ASSIGN(bool removed,
+                       other->storage().Remove("k", idem::Durability::kSync, nullptr));
   ASSERT_TRUE(removed);
   ASSERT_OK_AND_ASSIGN(Claim successor, other->Begin("k"));
   ASSERT_EQ(successor.outcome, Outcome::kAcquired);

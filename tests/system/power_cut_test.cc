@@ -309,7 +309,7 @@ class PowerCut : public ::testing::TestWithParam<Durability> {
       }
     } else if (dice < 80) {
       model_.Start({key, [](const std::optional<Record>& r) { return !r.has_value(); }, "Forget"});
-      status = backend_->Forget(key, durability);
+      status = backend_->Forget(key, durability, nullptr);
       wrote = status.ok();
       if (status.code() == Status::Code::kNotFound) status = Status::OK();
       tokens_.erase(key);

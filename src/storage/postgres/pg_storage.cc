@@ -319,21 +319,35 @@ Result<engine::RenewalGrace> PgStorage::OutageGrace(std::chrono::milliseconds gr
   return outage;
 }
 
-Result<bool> PgStorage::Remove(std::string_view key, Durability durability) {
+Result<bool> PgStorage::Remove(std::string_view key, Durability durability,
+                               const engine::AsRead* as_read) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   PgTransaction transaction{.resendable = true};
+  std::vector<PgParam> params = {PgParam::Bytea(key)};
+  std::string condition;
+  if (as_read) {
+    condition = " AND token = $2 AND updated = $3";
+    params.push_back(PgParam::Int8(static_cast<int64_t>(as_read->token)));
+    params.push_back(PgParam::Timestamp(util::ToMicros(as_read->updated)));
+  }
   transaction.statements = {
       {std::string(SynchronousCommit(durability)), {}},
-      {fmt::format("DELETE FROM {} WHERE key = $1", names_.records), {PgParam::Bytea(key)}}};
+      {fmt::format("DELETE FROM {} WHERE key = $1{}", names_.records, condition),
+       std::move(params)}};
   bool resent = false;
   IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction, &resent));
   // The first send may have removed the row before its reply was lost: as for a Forget resent
   // to a store's owner (core/store.cc), a resent removal that finds none counts as done.
-  return rows[1].affected() > 0 || resent;
+  if (rows[1].affected() > 0 || resent) return true;
+  // The caller read the record just before (Storage::Forget): it is another one now.
+  if (as_read) return engine::ChangedSinceRead(key);
+  return false;
 }
 
-Result<bool> PgStorage::Forget(std::string_view key, Durability durability) {
+Result<bool> PgStorage::Forget(std::string_view key, Durability durability,
+                               const engine::AsRead* as_read) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
+  if (as_read) return ForgetAsRead(key, durability, *as_read);
   PgTransaction transaction{.resendable = true, .alone = true};
   transaction.statements.push_back(
       {fmt::format("WITH n AS MATERIALIZED (SELECT {} AS now, {} AS durability) "
@@ -351,6 +365,38 @@ Result<bool> PgStorage::Forget(std::string_view key, Durability durability) {
   IDEM_ASSIGN_OR_RETURN(const int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
   engine::MakeVisible(*deleted, util::FromMicros(now));
   return deleted->has_value();
+}
+
+Result<bool> PgStorage::ForgetAsRead(std::string_view key, Durability durability,
+                                     const engine::AsRead& as_read) {
+  // One statement: the row goes only if it is still the one read; whether another is there
+  // is read from the same snapshot, so that a changed record is told from a missing one.
+  PgTransaction transaction{.resendable = true, .alone = true};
+  transaction.statements.push_back(
+      {fmt::format("WITH n AS MATERIALIZED (SELECT {now} AS now, {durability} AS durability), "
+                   "d AS (DELETE FROM {records} WHERE key = $3 AND token = $4 AND updated = $5 "
+                   "RETURNING {columns}) "
+                   "SELECT {columns}, x.now, x.present FROM (SELECT n.now, EXISTS (SELECT 1 "
+                   "FROM {records} WHERE key = $3) AS present FROM n) x LEFT JOIN d ON true",
+                   fmt::arg("now", kNow), fmt::arg("durability", kSetSynchronousCommit),
+                   fmt::arg("records", names_.records), fmt::arg("columns", PgRecordColumnList())),
+       {NowParam(), SynchronousCommitParam(durability), PgParam::Bytea(key),
+        PgParam::Int8(static_cast<int64_t>(as_read.token)),
+        PgParam::Timestamp(util::ToMicros(as_read.updated))}});
+  bool resent = false;
+  IDEM_ASSIGN_OR_RETURN(std::vector<PgRows> rows, pool_.Run(transaction, &resent));
+  int64_t version = 0;
+  Result<std::optional<Record>> deleted = DecodePgRow(rows[0], 0, &version);
+  if (!deleted.ok()) return true;  // the row read was decoded: one that matched it is gone
+  IDEM_ASSIGN_OR_RETURN(const int64_t now, rows[0].Timestamp(0, kPgRecordColumnCount));
+  if (deleted->has_value()) {
+    engine::MakeVisible(*deleted, util::FromMicros(now));
+    return deleted->has_value();
+  }
+  IDEM_ASSIGN_OR_RETURN(const bool present, rows[0].Bool(0, kPgRecordColumnCount + 1));
+  // Resent after its first send deleted the row: as for a plain Forget, done.
+  if (!present) return resent;
+  return engine::ChangedSinceRead(key);
 }
 
 }  // namespace idem::storage

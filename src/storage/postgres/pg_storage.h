@@ -99,9 +99,11 @@ class PgStorage final : public Storage {
   // outcome unknown (the record tells: done with this token, or still pending).
   Result<bool> CompleteIn(PgOpenTransaction& transaction, std::string_view key, uint64_t token,
                           std::string_view result, Durability durability);
-  Result<bool> Remove(std::string_view key, Durability durability) override;
+  Result<bool> Remove(std::string_view key, Durability durability,
+                      const engine::AsRead* as_read) override;
   // One DELETE, sent alone, that returns the row it deleted for the engine's rule to judge.
-  Result<bool> Forget(std::string_view key, Durability durability) override;
+  Result<bool> Forget(std::string_view key, Durability durability,
+                      const engine::AsRead* as_read) override;
   Status Scan(const ScanOptions& options, FunctionRef<bool(Record&& record, TimePoint now)> visit,
               ReadView* view = nullptr) override;
   // A REPEATABLE READ, READ ONLY transaction on a connection of the pool, held until the view
@@ -159,6 +161,9 @@ class PgStorage final : public Storage {
   static constexpr int kScanPage = 256;
 
  private:
+  // Forget of the record `as_read` names only.
+  Result<bool> ForgetAsRead(std::string_view key, Durability durability,
+                            const engine::AsRead& as_read);
   PgStorage(const PgConninfo& conninfo, PgStorageConfig config);
 
   // kInvalidArgument for a write through a store opened read-only.

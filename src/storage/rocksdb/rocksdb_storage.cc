@@ -301,7 +301,8 @@ Status RocksDbStorage::ReadRecordInto(std::string_view key, std::optional<Record
   return DecodeRecordInto(key, value.ToStringView(), *record);
 }
 
-Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability) {
+Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability,
+                                    const engine::AsRead* as_read) {
   const ScopedPerfCountersOff counters_off;
   if (WriteGroup* group = ThreadWriteGroup()) WriteGroupHeld(*group);
   const std::size_t stripe = StripeIndex(key);
@@ -311,6 +312,13 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability)
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, AsSlice(key), &value);
   if (s.IsNotFound()) return false;
   if (!s.ok()) return FromRocksDb(s, fmt::format("reading record {}", EscapeKey(key)));
+  if (as_read) {
+    // Under the stripe's lock, which every write of the key holds: what is read is what goes.
+    Result<Record> stored = DecodeRecord(key, value);
+    if (!stored.ok() || !engine::StillAsRead(*stored, *as_read)) {
+      return engine::ChangedSinceRead(key);
+    }
+  }
   rocksdb::WriteBatch batch;
   s = batch.Delete(records_, AsSlice(key));
   if (const auto expires = PeekExpiresMicros(value); s.ok() && expires) {

@@ -99,11 +99,11 @@ class RocksDbStorage final : public Storage {
   Status ScanValues(std::string_view table, const ScanOptions& options,
                     FunctionRef<bool(std::string_view key, TableValue&& value)> visit,
                     ReadView* view = nullptr) override;
-  Result<bool> Remove(std::string_view key, Durability durability) override;
+  Result<bool> Remove(std::string_view key, Durability durability,
+                      const engine::AsRead* as_read) override;
   Status Scan(const ScanOptions& options, FunctionRef<bool(Record&& record, TimePoint now)> visit,
               ReadView* view = nullptr) override;
-  // A RocksDB snapshot, and the storage's time when it was taken. It costs nothing to take; while
-  // it lives, compaction keeps the values it sees that were overwritten or deleted since.
+  // A RocksDB snapshot and the time then: free to take; compaction keeps what it sees meanwhile.
   Result<std::unique_ptr<ReadView>> OpenView() override;
   Result<uint64_t> Purge(const PurgeOptions& options) override;
   // RocksDB's Checkpoint: the memtables flushed first (so that the copy needs no log replay, but
@@ -113,9 +113,7 @@ class RocksDbStorage final : public Storage {
   Status Checkpoint(const std::string& destination) override;
   Status ReserveTokensAbove(uint64_t token) override;
   Status Sync() override;
-  // OK unless writes are stopped by a failed write: then what resuming (ResumeAfterDiskError)
-  // says, as a write would get it.
-  Status Writable() override;
+  Status Writable() override;  // what ResumeAfterDiskError says while writes are stopped
   // Write groups hold their keys' stripes; a group takes a stripe only by try_lock and writes
   // what it holds before waiting for one, so it never waits while holding a stripe (no cycle
   // with Update, Remove or a purge's DeleteDue).

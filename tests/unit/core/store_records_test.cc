@@ -105,6 +105,43 @@ TEST_P(Store, ForgetRemovesARecordInAnyState) {
   }
 }
 
+// A record that moved on since it was read (completed, claimed again with a new token, extended)
+// is kept; the one as read is forgotten.
+TEST_P(Store, ForgetIfUnchangedRemovesOnlyTheRecordAsRead) {
+  ClockedStore s(GetParam());
+  ASSERT_NE(s.store, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto claim, s.store->Begin("order-1"));
+  ASSERT_OK_AND_ASSIGN(const std::optional<Record> pending, s.store->Get("order-1"));
+  ASSERT_TRUE(pending.has_value());
+  s.clock->Advance(1ms);
+  ASSERT_OK(s.store->Complete("order-1", claim.token, "charged"));
+  EXPECT_CODE(s.store->ForgetIfUnchanged(*pending), kConflict);  // same token, later write
+  ASSERT_OK_AND_ASSIGN(auto kept, s.store->Get("order-1"));
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->result, "charged");
+
+  ASSERT_OK_AND_ASSIGN(auto first, s.store->Begin("order-2"));
+  s.clock->Advance(1ms);
+  ASSERT_OK(s.store->Fail("order-2", first.token, "busy", idem::Failure::kRetryable));
+  ASSERT_OK_AND_ASSIGN(const std::optional<Record> failed, s.store->Get("order-2"));
+  s.clock->Advance(1ms);
+  ASSERT_OK_AND_ASSIGN(auto second, s.store->Begin("order-2"));
+  ASSERT_EQ(second.outcome, Outcome::kAcquired);
+  EXPECT_CODE(s.store->ForgetIfUnchanged(*failed), kConflict);  // another token
+  ASSERT_OK_AND_ASSIGN(const std::optional<Record> claimed, s.store->Get("order-2"));
+  s.clock->Advance(1ms);
+  ASSERT_OK(s.store->Extend("order-2", second.token, 30s));
+  EXPECT_CODE(s.store->ForgetIfUnchanged(*claimed), kConflict);  // extended since
+  ASSERT_OK_AND_ASSIGN(auto live, s.store->Get("order-2"));
+  ASSERT_TRUE(live.has_value());
+  EXPECT_EQ(live->token, second.token);
+
+  ASSERT_OK(s.store->ForgetIfUnchanged(*live));
+  ASSERT_OK_AND_ASSIGN(auto gone, s.store->Get("order-2"));
+  EXPECT_FALSE(gone.has_value());
+  EXPECT_CODE(s.store->ForgetIfUnchanged(*live), kNotFound);
+}
+
 TEST_P(Store, CountsOutcomes) {
   ClockedStore s(GetParam());
   ASSERT_NE(s.store, nullptr);

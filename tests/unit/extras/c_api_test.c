@@ -173,6 +173,194 @@ static void* fail_on_another_thread(void* store) {
                                                                                           : NULL;
 }
 
+/* The clock of test_clock_log_and_setters, in microseconds since the epoch. */
+static int64_t now_us(void* arg) { return *(const int64_t*)arg; }
+
+/* Counts the log lines that mention the disk quota (arg: an int), checking each is one line. */
+static void count_quota_lines(void* arg, const idem_log_line_t* line) {
+  size_t len = 0;
+  const char* message = idem_log_line_message(line, &len);
+  CHECK(strlen(message) == len && strchr(message, '\n') == NULL);
+  if (strstr(message, "disk quota") != NULL) ++*(int*)arg;
+}
+
+/* Every Options setter is taken; an injected clock judges retention; the log callback hears
+ * the quota crossed. */
+static void test_clock_log_and_setters(const char* dir) {
+  char path[256];
+  char* err = NULL;
+  int64_t clock = (int64_t)1800000000 * 1000000; /* 2027-01-15 */
+  int quota_lines = 0;
+  idem_options_t* options = idem_options_create();
+  idem_store_t* store;
+  idem_claim_t* claim;
+  idem_record_t* record;
+  snprintf(path, sizeof(path), "%s/clocked", dir);
+  idem_options_set_clock(options, now_us, &clock);
+  idem_options_set_open_unfinished_import(options, 0);
+  idem_options_set_max_label_size(options, 64);
+  idem_options_set_conflict_retries(options, 3);
+  idem_options_set_take_over_dead_holders(options, 1);
+  idem_options_set_renewal_grace_ms(options, 1000);
+  idem_options_set_failover_timeout_ms(options, 2000);
+  idem_options_set_request_timeout_ms(options, 2000);
+  idem_options_set_auto_purge_interval_ms(options, 0);
+  store = idem_open(path, options, &err);
+  CHECK_NO_ERROR(err);
+  if (store != NULL) {
+    claim = idem_begin(store, "k", 1, NULL, NULL, 0, 60000, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(claim != NULL && idem_claim_outcome(claim) == IDEM_ACQUIRED);
+    if (claim != NULL) {
+      const idem_record_t* claimed = idem_claim_record(claim);
+      CHECK(idem_record_created_us(claimed) == clock);
+      CHECK(idem_record_expires_us(claimed) == clock + 60000000);
+    }
+    idem_claim_destroy(claim);
+    /* A label over max_label_size is refused. */
+    claim = idem_begin(store, "k2", 2,
+                       "a-type-label-longer-than-sixty-four-bytes-a-type-label-longer-than-64",
+                       NULL, 0, 0, &err);
+    CHECK(claim == NULL);
+    CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: ");
+    clock += 120000000; /* past the retention, by the store's clock only */
+    record = idem_get(store, "k", 1, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(record == NULL);
+    idem_record_destroy(record);
+    idem_close(store);
+  }
+  /* The log callback, and NULL restoring stderr. */
+  idem_options_set_clock(options, NULL, NULL);
+  idem_options_set_log(options, NULL, NULL);
+  idem_options_set_log(options, count_quota_lines, &quota_lines);
+  idem_options_set_max_disk_bytes(options, 1);
+  store = idem_open(path, options, &err);
+  idem_options_destroy(options);
+  CHECK_NO_ERROR(err);
+  if (store != NULL) {
+    claim = idem_begin(store, "over", 4, NULL, NULL, 0, 0, &err);
+    CHECK(claim == NULL);
+    CHECK_ERROR(err, IDEM_UNAVAILABLE, "Unavailable: ");
+    CHECK(quota_lines == 1);
+    idem_close(store);
+  }
+}
+
+/* Sums the keys' lengths of the records visited (arg: a size_t) and stops after two. */
+static int visit_two(void* arg, const idem_record_t* record) {
+  size_t len = 0;
+  idem_record_key(record, &len);
+  *(size_t*)arg += len;
+  return *(size_t*)arg < 2 * 5 ? 1 : 0;
+}
+
+/* Scan with a prefix and an early stop, a backup that opens, and an import with each outcome. */
+static void test_scan_backup_import(const char* dir) {
+  char path[256];
+  char backup[256];
+  char* err = NULL;
+  idem_store_t* store;
+  idem_store_t* copy;
+  idem_claim_t* claim;
+  idem_record_t* record;
+  idem_record_t* records[3];
+  int outcomes[3] = {-1, -1, -1};
+  size_t visited = 0;
+  size_t len = 0;
+  const int64_t now = (int64_t)time(NULL) * 1000000;
+  int i;
+  snprintf(path, sizeof(path), "%s/scanned", dir);
+  snprintf(backup, sizeof(backup), "%s/scanned-backup", dir);
+  store = idem_open(path, NULL, &err);
+  CHECK_NO_ERROR(err);
+  if (store == NULL) return;
+  for (i = 0; i < 3; ++i) {
+    char key[16];
+    snprintf(key, sizeof(key), "pay-%d", i);
+    claim = idem_begin(store, key, 5, NULL, NULL, 0, 0, &err);
+    CHECK_NO_ERROR(err);
+    if (claim != NULL) {
+      CHECK(idem_complete(store, key, 5, idem_claim_token(claim), "ok", 2, &err) == IDEM_OK);
+      CHECK_NO_ERROR(err);
+    }
+    idem_claim_destroy(claim);
+  }
+  claim = idem_begin(store, "other", 5, NULL, NULL, 0, 0, &err);
+  CHECK_NO_ERROR(err);
+  idem_claim_destroy(claim);
+  CHECK(idem_scan(store, "pay-", 4, NULL, 0, visit_two, &visited, &err) == IDEM_OK);
+  CHECK_NO_ERROR(err);
+  CHECK(visited == 10); /* two keys of 5 bytes, then it stopped */
+  visited = 0;
+  CHECK(idem_scan(store, "pay-", 4, "pay-1", 5, visit_two, &visited, &err) == IDEM_OK);
+  CHECK(visited == 5); /* pay-2 only */
+
+  CHECK(idem_backup(store, backup, &err) == IDEM_OK);
+  CHECK_NO_ERROR(err);
+  CHECK(idem_backup(store, backup, &err) == IDEM_INVALID_ARGUMENT); /* never overwrites */
+  CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: ");
+
+  /* Import: a new record, one whose key is live, one whose retention has passed. */
+  for (i = 0; i < 3; ++i) {
+    records[i] = idem_record_create();
+    idem_record_set_state(records[i], IDEM_STATE_DONE);
+    idem_record_set_result(records[i], "imported", 8);
+    idem_record_set_type(records[i], "pay", 3);
+    idem_record_set_fingerprint(records[i], "fp", 2);
+    idem_record_set_checkpoint(records[i], "", 0);
+    idem_record_set_token(records[i], 1000 + (uint64_t)i);
+    idem_record_set_attempts(records[i], 1);
+    idem_record_set_retryable(records[i], 0);
+    idem_record_set_created_us(records[i], now - 1000000);
+    idem_record_set_updated_us(records[i], now - 1000000);
+    idem_record_set_lease_deadline_us(records[i], now);
+    idem_record_set_expires_us(records[i], now + (int64_t)3600 * 1000000);
+  }
+  idem_record_set_key(records[0], "moved-1", 7);
+  idem_record_set_key(records[1], "pay-0", 5);
+  idem_record_set_key(records[2], "moved-2", 7);
+  idem_record_set_expires_us(records[2], now - 1000000);
+  CHECK(idem_import(store, (const idem_record_t* const*)records, 3, outcomes, &err) == IDEM_OK);
+  CHECK_NO_ERROR(err);
+  CHECK(outcomes[0] == IDEM_IMPORTED && outcomes[1] == IDEM_PRESENT && outcomes[2] == IDEM_EXPIRED);
+  record = idem_get(store, "moved-1", 7, &err);
+  CHECK_NO_ERROR(err);
+  CHECK(record != NULL && idem_record_token(record) == 1000);
+  CHECK(record != NULL && strcmp(idem_record_result(record, &len), "imported") == 0);
+  idem_record_destroy(record);
+  /* A bad record (attempts 0, a state that is none) writes nothing. */
+  idem_record_set_key(records[0], "moved-3", 7);
+  idem_record_set_attempts(records[0], 0);
+  CHECK(idem_import(store, (const idem_record_t* const*)records, 1, NULL, &err) ==
+        IDEM_INVALID_ARGUMENT);
+  CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: ");
+  idem_record_set_attempts(records[0], 1);
+  idem_record_set_state(records[0], 258);
+  CHECK(idem_import(store, (const idem_record_t* const*)records, 1, NULL, &err) ==
+        IDEM_INVALID_ARGUMENT);
+  CHECK_ERROR(err, IDEM_INVALID_ARGUMENT, "InvalidArgument: ");
+  record = idem_get(store, "moved-3", 7, &err);
+  CHECK_NO_ERROR(err);
+  CHECK(record == NULL);
+  for (i = 0; i < 3; ++i) idem_record_destroy(records[i]);
+  idem_close(store);
+
+  /* The backup opens as a store, with what was there when it was taken. */
+  copy = idem_open(backup, NULL, &err);
+  CHECK_NO_ERROR(err);
+  if (copy != NULL) {
+    record = idem_get(copy, "pay-2", 5, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(record != NULL && idem_record_state(record) == IDEM_STATE_DONE);
+    idem_record_destroy(record);
+    record = idem_get(copy, "moved-1", 7, &err);
+    CHECK(record == NULL);
+    idem_record_destroy(record);
+    idem_close(copy);
+  }
+}
+
 int main(void) {
   char dir_template[200];
   const char* tmpdir = getenv("TMPDIR");
@@ -685,6 +873,9 @@ int main(void) {
     idem_record_destroy(record);
     idem_close(store);
   }
+
+  test_clock_log_and_setters(dir_template);
+  test_scan_backup_import(dir_template);
 
   nftw(dir_template, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (failures != 0) {

@@ -108,7 +108,12 @@ std::vector<RequestGolden> RequestGoldens() {
                      TransitionMessage{GoldenComplete(), GoldenWrites()}, kCompleteWithWrites});
   goldens.push_back({"Get", GetMessage{"get-key"}, "0c03070000006765742d6b6579"});
   goldens.push_back({"Forget", ForgetMessage{"forget-key", Durability::kPeriodic},
-                     "0c040a000000666f726765742d6b657902"});
+                     "0c040a000000666f726765742d6b6579020000000000000000000000000000000000"});
+  goldens.push_back({"Forget as read",
+                     ForgetMessage{"forget-key", Durability::kSync,
+                                   engine::AsRead{.token = 0x2122232425262728,
+                                                  .updated = util::FromMicros(1700000000000009)}},
+                     "0c040a000000666f726765742d6b65790001282726252423222109401e18240a0600"});
   goldens.push_back({"Scan of a view",
                      ScanMessage{{.prefix = "scan-prefix", .start_after = "scan-prefix-after"},
                                  0x51525354,

@@ -57,7 +57,9 @@ class ControlledBackend final : public idem::engine::Backend {
     record.result = "result of " + record.key;
     return std::optional<idem::Record>(record);
   }
-  Status Forget(std::string_view, idem::Durability) override { return Status::OK(); }
+  Status Forget(std::string_view, idem::Durability, const idem::engine::AsRead*) override {
+    return Status::OK();
+  }
   Result<idem::engine::ScanPage> Scan(const idem::ScanOptions&, std::size_t, uint64_t) override {
     return idem::engine::ScanPage{};
   }

@@ -60,7 +60,8 @@ class RequiredCallsOnly : public Storage {
     }
     return read;
   }
-  idem::Result<bool> Remove(std::string_view key, Durability) override {
+  idem::Result<bool> Remove(std::string_view key, Durability,
+                            const idem::engine::AsRead*) override {
     return records_.erase(std::string(key)) > 0;
   }
   Status Scan(const idem::ScanOptions&, idem::FunctionRef<bool(Record&&, TimePoint)> visit,
@@ -186,12 +187,12 @@ TEST(StorageDefaults, ForgetReadsThenRemovesWhatIsVisible) {
   Record expired = Pending("expired", 2);  // expires at the epoch, long before the storage's now
   ASSERT_TRUE(Write(storage, live).ok());
   ASSERT_TRUE(Write(storage, expired).ok());
-  auto forgotten = storage.Forget("live", Durability::kSync);
+  auto forgotten = storage.Forget("live", Durability::kSync, nullptr);
   ASSERT_TRUE(forgotten.ok() && *forgotten);
-  auto not_visible = storage.Forget("expired", Durability::kSync);
+  auto not_visible = storage.Forget("expired", Durability::kSync, nullptr);
   ASSERT_TRUE(not_visible.ok());
   EXPECT_FALSE(*not_visible);
-  auto absent = storage.Forget("absent", Durability::kSync);
+  auto absent = storage.Forget("absent", Durability::kSync, nullptr);
   ASSERT_TRUE(absent.ok());
   EXPECT_FALSE(*absent);
   EXPECT_EQ(storage.size(), 1u) << "the expired record stays for purge";
