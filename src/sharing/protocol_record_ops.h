@@ -157,7 +157,12 @@ struct ForgetMessage {
     m.durability = EnumField(r, Durability::kPeriodic, bad);
     const uint8_t conditional = r.U8();
     const engine::AsRead as_read{.token = r.U64(), .updated = r.Time()};
-    if (conditional > 1) bad = true;
+    // Without a condition its fields are zeros: any other bytes are malformed (one request,
+    // one encoding).
+    if (conditional > 1 || (conditional == 0 && (as_read.token != 0 ||
+                                                 as_read.updated != engine::TimePoint{}))) {
+      bad = true;
+    }
     if (conditional == 1) m.as_read = as_read;
     return m;
   }
