@@ -159,8 +159,8 @@ struct ForgetMessage {
     const engine::AsRead as_read{.token = r.U64(), .updated = r.Time()};
     // Without a condition its fields are zeros: any other bytes are malformed (one request,
     // one encoding).
-    if (conditional > 1 || (conditional == 0 && (as_read.token != 0 ||
-                                                 as_read.updated != engine::TimePoint{}))) {
+    if (conditional > 1 ||
+        (conditional == 0 && (as_read.token != 0 || as_read.updated != engine::TimePoint{}))) {
       bad = true;
     }
     if (conditional == 1) m.as_read = as_read;
