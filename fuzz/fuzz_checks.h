@@ -91,7 +91,7 @@ std::string CheckBodyRoundTrip(const char* what, const T& decoded, Encode encode
 }
 
 inline std::string CheckBody(uint8_t selector, std::string_view body) {
-  switch (selector % 5) {
+  switch (selector % 6) {
     case 0: {
       Result<Claim> claim = sharing::DecodeClaim(body);
       if (!claim.ok()) return {};
@@ -114,6 +114,11 @@ inline std::string CheckBody(uint8_t selector, std::string_view body) {
       if (!counters.ok()) return {};
       return CheckBodyRoundTrip("DecodeCounters", *counters, sharing::EncodeCounters,
                                 sharing::DecodeCounters);
+    }
+    case 5: {
+      Result<engine::Backend::Stats> stats = sharing::DecodeStats(body);
+      if (!stats.ok()) return {};
+      return CheckBodyRoundTrip("DecodeStats", *stats, sharing::EncodeStats, sharing::DecodeStats);
     }
     default: {
       Result<sharing::PurgeProgress> progress = sharing::DecodePurgeProgress(body);

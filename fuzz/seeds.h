@@ -186,6 +186,7 @@ inline std::vector<Seed> MakeSeeds() {
                            engine::AsRead{.token = 7, .updated = records[0].updated}}));
   add(frames, "request_writable",
       request_prefix + sharing::EncodeRequest(sharing::WritableMessage{}));
+  add(frames, "request_stats", request_prefix + sharing::EncodeRequest(sharing::StatsMessage{}));
 
   idem::Claim claim{.outcome = idem::Outcome::kInProgress,
                     .token = 7,
@@ -205,6 +206,14 @@ inline std::vector<Seed> MakeSeeds() {
       Response(4, sharing::EncodePurgeProgress({.count = 12, .done = true, .total = 15})));
   add(frames, "response_purge_counting",
       Response(4, sharing::EncodePurgeProgress({.count = 0, .done = false})));
+  idem::engine::Backend::Stats stats{.counted = true};
+  stats.stats.records = 3;
+  stats.stats.by_state = {{"done", 2}, {"pending", 1}};
+  stats.stats.by_type = {{"pay", 3}};
+  stats.stats.oldest_pending = records[0];
+  stats.stats.precision = 60s;
+  stats.stats.engine = idem::StoreStats::Engine{.live_table_bytes = 4096};
+  add(frames, "response_stats", Response(5, sharing::EncodeStats(stats)));
   add(frames, "response_refusal",
       std::string(1, '\1') +
           sharing::EncodeClosing(sharing::ResponseKind::kRefusal,

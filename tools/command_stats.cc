@@ -7,7 +7,6 @@
 #include <array>
 #include <chrono>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -26,11 +25,8 @@ namespace {
 
 constexpr std::array<std::string_view, 4> kDisplayStates = {"pending", "timeout", "done", "failed"};
 
-struct StoreStats {
-  uint64_t records = 0;
-  std::map<std::string_view, uint64_t> by_state;
-  std::map<std::string, uint64_t> by_type;
-  std::optional<Record> oldest_pending;  // key and created only
+// What the store answered (Store::GetStats), and what the command adds.
+struct StatsReport : idem::StoreStats {
   // Bytes of the files under the store directory; none for a store in PostgreSQL (the server
   // knows: pg_total_relation_size).
   std::optional<uint64_t> disk_bytes;
@@ -40,7 +36,7 @@ struct StoreStats {
   OwnerCounters owner;
   // An owner holds the store but could not be asked (why, on stderr): its counters are unknown.
   bool owner_unreachable = false;
-  std::chrono::system_clock::time_point now;  // when the records were counted
+  std::chrono::system_clock::time_point now;  // when the report was made
 
   uint64_t CountInState(std::string_view state) const {
     const auto it = by_state.find(state);
@@ -98,9 +94,9 @@ std::string SecondsSinceEpoch(std::chrono::system_clock::time_point t) {
   return fmt::format("{}.{:06}", micros / 1000000, micros % 1000000);
 }
 
-void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const StoreStats& stats);
+void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const StatsReport& stats);
 
-void WriteStatsPrometheus(std::ostream& out, const std::string& name, const StoreStats& stats) {
+void WriteStatsPrometheus(std::ostream& out, const std::string& name, const StatsReport& stats) {
   const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(name));
   const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
     fmt::print(out, "# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
@@ -132,11 +128,29 @@ void WriteStatsPrometheus(std::ostream& out, const std::string& name, const Stor
     family("idem_disk_bytes", "gauge", "Bytes of all files under the store directory.");
     sample("idem_disk_bytes", "", *stats.disk_bytes);
   }
+  family("idem_records_precision_seconds", "gauge",
+         "0: records counted one by one; else kept by the owner, done and failed to this.");
+  sample("idem_records_precision_seconds", "", stats.precision.count() / 1000.0);
+  if (stats.engine) {
+    const auto gauge = [&](std::string_view metric, std::string_view help, uint64_t value) {
+      family(metric, "gauge", help);
+      sample(metric, "", value);
+    };
+    gauge("idem_engine_writes_stopped", "1 while RocksDB takes no writes (a full disk, a stall).",
+          stats.engine->writes_stopped ? 1 : 0);
+    gauge("idem_engine_pending_compaction_bytes",
+          "Bytes RocksDB estimates compaction will rewrite.",
+          stats.engine->pending_compaction_bytes);
+    gauge("idem_engine_live_table_bytes", "Bytes of the table files the database uses now.",
+          stats.engine->live_table_bytes);
+    gauge("idem_engine_total_table_bytes", "Bytes of all table files (pinned ones included).",
+          stats.engine->total_table_bytes);
+  }
   WriteOwnerPrometheus(out, name, stats);
 }
 
 // The owner's gauges and, when it answered, its counters.
-void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const StoreStats& stats) {
+void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const StatsReport& stats) {
   const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(name));
   const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
     fmt::print(out, "# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
@@ -174,7 +188,7 @@ void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const Stor
 }
 
 // The owner's part of `idem stats --format jsonl`: whether it answered, who it is, its counts.
-void WriteOwnerJson(JsonWriter& json, const StoreStats& stats) {
+void WriteOwnerJson(JsonWriter& json, const StatsReport& stats) {
   json.Key("owner_live");
   json.Bool(stats.owner.live);
   json.Key("owner_unreachable");
@@ -208,7 +222,26 @@ void WriteOwnerJson(JsonWriter& json, const StoreStats& stats) {
   }
 }
 
-void WriteStatsJson(std::ostream& out, const std::string& name, const StoreStats& stats) {
+// The engine's health in `idem stats --format jsonl`; null for a store in PostgreSQL.
+void WriteEngineJson(JsonWriter& json, const StatsReport& stats) {
+  json.Key("engine");
+  if (!stats.engine) {
+    json.Null();
+    return;
+  }
+  json.BeginObject();
+  json.Key("writes_stopped");
+  json.Bool(stats.engine->writes_stopped);
+  json.Key("pending_compaction_bytes");
+  json.Number(stats.engine->pending_compaction_bytes);
+  json.Key("live_table_bytes");
+  json.Number(stats.engine->live_table_bytes);
+  json.Key("total_table_bytes");
+  json.Number(stats.engine->total_table_bytes);
+  json.EndObject();
+}
+
+void WriteStatsJson(std::ostream& out, const std::string& name, const StatsReport& stats) {
   std::string text;
   JsonWriter json(text);
   json.BeginObject();
@@ -249,12 +282,25 @@ void WriteStatsJson(std::ostream& out, const std::string& name, const StoreStats
   } else {
     json.Null();
   }
+  json.Key("counted_at");
+  json.Time(stats.at);
+  json.Key("precision_ms");
+  json.Number(static_cast<uint64_t>(stats.precision.count()));
+  WriteEngineJson(json, stats);
   WriteOwnerJson(json, stats);
   json.EndObject();
   fmt::print(out, "{}\n", text);
 }
 
-void WriteStatsTable(std::ostream& out, const std::string& name, const StoreStats& stats) {
+// The engine's health in the table: "writes taken, table files 1.2 MiB live, ...".
+std::string EngineLine(const idem::StoreStats::Engine& engine) {
+  return fmt::format("writes {}, table files {} live, {} in all, {} to compact",
+                     engine.writes_stopped ? "STOPPED" : "taken",
+                     HumanBytes(engine.live_table_bytes), HumanBytes(engine.total_table_bytes),
+                     HumanBytes(engine.pending_compaction_bytes));
+}
+
+void WriteStatsTable(std::ostream& out, const std::string& name, const StatsReport& stats) {
   // A field (16 columns) and its value; an indented one (2 + 14, wider when a type needs it:
   // its name, two spaces, its count) under a heading. A type may be in any script: the names
   // are padded in display columns (PadRight, text.h).
@@ -278,7 +324,11 @@ void WriteStatsTable(std::ostream& out, const std::string& name, const StoreStat
   } else {
     field("disk size", "- (a table in PostgreSQL: pg_total_relation_size on the server)");
   }
-  field("records", stats.records);
+  if (stats.engine) field("engine", EngineLine(*stats.engine));
+  field("records", stats.precision.count() == 0
+                       ? fmt::format("{} (each read)", stats.records)
+                       : fmt::format("{} (kept by the owner: done and failed to the {} s)",
+                                     stats.records, stats.precision.count() / 1000));
   for (std::string_view state : kDisplayStates) item(state, stats.CountInState(state));
   if (stats.oldest_pending) {
     field("oldest pending",
@@ -317,23 +367,6 @@ void WarnOwnerNotAsked(const Context& ctx, const std::string& name, std::string_
   ctx.err.flush();
 }
 
-// Counts the records of `store` into `stats`: by state and type, and the oldest pending one.
-Status CountRecords(Store& store, StoreStats& stats) {
-  return store.Scan(ScanOptions{}, [&](const Record& record) {
-    ++stats.records;
-    ++stats.by_state[DisplayState(record)];
-    ++stats.by_type[record.type];
-    if (record.state == State::kPending &&
-        (!stats.oldest_pending || record.created < stats.oldest_pending->created)) {
-      Record oldest;
-      oldest.key = record.key;
-      oldest.created = record.created;
-      stats.oldest_pending = std::move(oldest);
-    }
-    return true;
-  });
-}
-
 // Has `write` print to the terminal, or to the --output file (replaced atomically). Returns
 // `code`, or the exit code of a failed write.
 int Output(const Context& ctx, const StatsArgs& args, FunctionRef<void(std::ostream&)> write,
@@ -366,10 +399,15 @@ int Stats(const Context& ctx, const StatsArgs& args) {
   const std::string format = args.output.empty()   ? ResolveFormat(ctx, args.format)
                              : args.format.empty() ? "jsonl"
                                                    : args.format;
-  StoreStats stats;
+  StatsReport stats;
   stats.in_postgres = util::IsPostgresUri(path);
   auto store = ctx.OpenStore(path, /*read_only=*/true);
-  const Status read = store.ok() ? CountRecords(**store, stats) : store.status();
+  Status read = store.status();
+  if (store.ok()) {
+    Result<idem::StoreStats> counted = (*store)->GetStats();
+    if (counted.ok()) static_cast<idem::StoreStats&>(stats) = std::move(*counted);
+    read = counted.status();
+  }
   if (!read.ok()) {
     if (!OwnerNotAsked(read)) return ctx.StoreError(path, read);
     // Only the owner could give the records: nothing to count. For the textfile collector the

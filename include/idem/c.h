@@ -92,6 +92,7 @@ typedef struct idem_attempt_t idem_attempt_t;
 typedef struct idem_writeset_t idem_writeset_t;
 typedef struct idem_value_t idem_value_t;
 typedef struct idem_health_t idem_health_t;
+typedef struct idem_stats_t idem_stats_t;
 typedef struct idem_log_line_t idem_log_line_t;
 
 /* ---- Version, errors and memory ------------------------------------------------------------ */
@@ -276,6 +277,40 @@ IDEM_EXPORT size_t idem_counters(idem_store_t* store, uint64_t* values, size_t c
  * `destination` (idem::Store::Backup: it must not exist, its parent must). IDEM_OK, or the
  * error (*errptr set). */
 IDEM_EXPORT int idem_backup(idem_store_t* store, const char* destination, char** errptr);
+
+/* ---- Stats (idem::Store::GetStats) ------------------------------------------------------------
+ */
+
+/* The live records counted by state and type, the oldest pending one and the engine's health:
+ * without reading the records where the owner of a store directory keeps their counts,
+ * otherwise by reading every one. To release with idem_stats_destroy; NULL and *errptr set on
+ * error. */
+IDEM_EXPORT idem_stats_t* idem_stats(idem_store_t* store, char** errptr);
+IDEM_EXPORT void idem_stats_destroy(idem_stats_t* stats);
+/* Live records in all, and in `state`: "pending", "timeout", "done" or "failed" (0 for another
+ * name). */
+IDEM_EXPORT uint64_t idem_stats_records(const idem_stats_t* stats);
+IDEM_EXPORT uint64_t idem_stats_records_in_state(const idem_stats_t* stats, const char* state);
+/* The type labels with a live record, in byte order: how many, the name of the one at `index`
+ * (owned by stats; NULL past the last) and its count. */
+IDEM_EXPORT size_t idem_stats_type_count(const idem_stats_t* stats);
+IDEM_EXPORT const char* idem_stats_type_name(const idem_stats_t* stats, size_t index, size_t* len);
+IDEM_EXPORT uint64_t idem_stats_type_records(const idem_stats_t* stats, size_t index);
+/* The pending record created first: its key (owned by stats; NULL when nothing is pending) and
+ * its creation time. */
+IDEM_EXPORT const char* idem_stats_oldest_pending_key(const idem_stats_t* stats, size_t* len);
+IDEM_EXPORT int64_t idem_stats_oldest_pending_created_us(const idem_stats_t* stats);
+/* When the records were counted, and how exactly: 0 when each was read; otherwise the owner's
+ * kept counts, a done or failed record counted up to this long after its retention passed. */
+IDEM_EXPORT int64_t idem_stats_at_us(const idem_stats_t* stats);
+IDEM_EXPORT int64_t idem_stats_precision_ms(const idem_stats_t* stats);
+/* 1 when the store has an engine of its own (a store directory: RocksDB), whose health the
+ * next four give; 0 for PostgreSQL (they are then 0). */
+IDEM_EXPORT unsigned char idem_stats_engine_known(const idem_stats_t* stats);
+IDEM_EXPORT unsigned char idem_stats_writes_stopped(const idem_stats_t* stats);
+IDEM_EXPORT uint64_t idem_stats_pending_compaction_bytes(const idem_stats_t* stats);
+IDEM_EXPORT uint64_t idem_stats_live_table_bytes(const idem_stats_t* stats);
+IDEM_EXPORT uint64_t idem_stats_total_table_bytes(const idem_stats_t* stats);
 
 /* ---- Health (idem::Store::Health) --------------------------------------------------------- */
 

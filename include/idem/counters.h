@@ -26,6 +26,15 @@ struct Counters {
   uint64_t purged = 0;
   uint64_t quota_refusals = 0;
   uint64_t quota_exceeded = 0;
+  uint64_t completes = 0;
+  uint64_t fails = 0;
+  uint64_t terminal_fails = 0;
+  uint64_t io_errors = 0;
+  uint64_t corruption_errors = 0;
+  uint64_t timeout_errors = 0;
+  uint64_t busy_errors = 0;
+  uint64_t unavailable_errors = 0;
+  uint64_t stalls = 0;
 
   friend bool operator==(const Counters&, const Counters&) = default;
 };
@@ -71,6 +80,20 @@ inline constexpr CounterInfo kCounters[] = {
      &Counters::quota_refusals},
     {"quota_exceeded", "Times the store's database went over max_disk_bytes.",
      &Counters::quota_exceeded},
+    {"completes", "Complete calls that stored a result.", &Counters::completes},
+    {"fails", "Fail calls that recorded a retryable failure.", &Counters::fails},
+    {"terminal_fails", "Fail calls that recorded a terminal failure.", &Counters::terminal_fails},
+    {"io_errors", "Calls that failed reading or writing the store (kIOError).",
+     &Counters::io_errors},
+    {"corruption_errors", "Calls that met a record or file they could not decode (kCorruption).",
+     &Counters::corruption_errors},
+    {"timeout_errors", "Calls that ran out of time on the database server (kTimedOut).",
+     &Counters::timeout_errors},
+    {"busy_errors", "Calls refused for lack of a free resource (kBusy).", &Counters::busy_errors},
+    {"unavailable_errors", "Calls that could not reach the database server (kUnavailable).",
+     &Counters::unavailable_errors},
+    {"stalls", "Stalls of the owner process it noticed: no tick of its watch for over 1 s.",
+     &Counters::stalls},
 };
 
 inline constexpr std::size_t kCounterCount = std::size(kCounters);

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -175,6 +176,39 @@ struct StoreHealth {
   std::chrono::milliseconds took{0};
 };
 
+// A store's live records counted by state and type, and its engine's health (Store::GetStats).
+struct StoreStats {
+  // Live records: retention not passed at `at`.
+  uint64_t records = 0;
+  // By state: "pending" (lease live), "timeout" (pending, lease passed), "done", "failed"; a
+  // state with no record is left out. By type label likewise.
+  std::map<std::string, uint64_t, std::less<>> by_state;
+  std::map<std::string, uint64_t, std::less<>> by_type;
+  // The pending record created first (its key and `created` only); none when nothing is pending.
+  std::optional<Record> oldest_pending;
+  // When the records were counted, by the store's clock.
+  std::chrono::system_clock::time_point at{};
+  // How exact the counts are. Zero: counted by reading every record (a store in PostgreSQL, a
+  // read-only handle reading the files, an owner still counting at start-up), exact at `at`.
+  // Otherwise the counts the owner of a store directory keeps as it writes, answered without
+  // reading records: pending and timeout exact, a done or failed record counted for up to this
+  // long after its retention passed.
+  std::chrono::milliseconds precision{0};
+  // A store directory's engine (RocksDB's properties), read when asked; none for PostgreSQL.
+  struct Engine {
+    // Writes are stopped: a failed write (a full disk) not yet resumed from, or too many table
+    // files waiting for compaction.
+    bool writes_stopped = false;
+    // Bytes that compaction estimates it has yet to rewrite.
+    uint64_t pending_compaction_bytes = 0;
+    // Bytes of the table files the current version uses, and of all table files still on disk
+    // (those an open snapshot, backup or iterator pins too).
+    uint64_t live_table_bytes = 0;
+    uint64_t total_table_bytes = 0;
+  };
+  std::optional<Engine> engine;
+};
+
 // The key Store::Health reads: any key would do (a read that finds no record answers too); this
 // one names the asker in a server's log. A record under it is left alone.
 inline constexpr std::string_view kHealthProbeKey = "idem-health";
@@ -312,6 +346,16 @@ class IDEM_EXPORT Store {
   // but cannot be asked (one opened with Sharing::kExclusive serves no other process). The
   // default (for implementations outside the library) is kUnavailable.
   virtual Result<OwnerCounters> GetOwnerCounters() const;
+
+  // The live records by state and type, the oldest pending one, and the engine's health
+  // (StoreStats), without reading the records where the owner of a store directory keeps their
+  // counts (this process when it owns the store, otherwise the owner over its socket): in
+  // constant time, whatever the store's size. Otherwise by reading every record, as a Scan does:
+  // a store in PostgreSQL, a read-only handle reading the files while nobody owns them, and an
+  // owner that is still counting the records it found at start-up (a background scan). Errors:
+  // those of Scan and of reaching the owner. The default (for implementations outside the
+  // library) counts by Scan.
+  virtual Result<StoreStats> GetStats();
 
   // Whether the store answers now and would take a claim, who serves it, and the last error
   // (StoreHealth). Probes with a read of one key and, when it is answered and the handle is

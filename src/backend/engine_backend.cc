@@ -50,6 +50,41 @@ Status EngineBackend::CheckTableName(std::string_view table) {
                   EscapeKey(table), kMaxTableNameSize));
 }
 
+void EngineBackend::AtomicCounters::Count(const engine::TransitionRequest& request) {
+  if (request.kind == engine::TransitionKind::kComplete) {
+    Add<&Counters::completes>(1);
+  } else if (request.kind == engine::TransitionKind::kFail) {
+    if (request.failure == Failure::kTerminal) {
+      Add<&Counters::terminal_fails>(1);
+    } else {
+      Add<&Counters::fails>(1);
+    }
+  }
+}
+
+const Status& EngineBackend::CountedError(const Status& status) {
+  switch (status.code()) {
+    case Status::Code::kIOError:
+      counters_.Add<&Counters::io_errors>(1);
+      break;
+    case Status::Code::kCorruption:
+      counters_.Add<&Counters::corruption_errors>(1);
+      break;
+    case Status::Code::kTimedOut:
+      counters_.Add<&Counters::timeout_errors>(1);
+      break;
+    case Status::Code::kBusy:
+      counters_.Add<&Counters::busy_errors>(1);
+      break;
+    case Status::Code::kUnavailable:
+      counters_.Add<&Counters::unavailable_errors>(1);
+      break;
+    default:
+      break;
+  }
+  return status;
+}
+
 void EngineBackend::AtomicCounters::Count(const Claim& claim) {
   switch (claim.outcome) {
     case Outcome::kAcquired:
@@ -96,7 +131,8 @@ EngineBackend::EngineBackend(std::unique_ptr<storage::Storage> storage, const Op
       created_(options_.clock ? options_.clock->Now() : std::chrono::system_clock::now()),
       stall_watch_(std::move(stall_watch)),
       disk_quota_(std::move(disk_quota)),
-      write_backup_(std::move(write_backup)) {
+      write_backup_(std::move(write_backup)),
+      live_counts_(options_.read_only ? nullptr : LiveRecordCounts::Start(*storage_)) {
   if (!options_.read_only && options_.auto_purge_interval > std::chrono::milliseconds(0)) {
     purge_thread_ = std::thread([this] { PurgeLoop(options_.auto_purge_interval); });
   }
@@ -185,7 +221,7 @@ Result<Claim> EngineBackend::Begin(const engine::BeginCall& call, const Holder& 
   // is moved only into its answer.
   Result<storage::Storage::ReadResult> first =
       storage_->ReadOrCreate(call.key, request, call.durability);
-  if (!first.ok()) return first.status();
+  if (!first.ok()) return CountedError(first.status());
   storage::Storage::ReadResult& seen = *first;
   if (seen.created) {
     counters_.Count(*seen.created);
@@ -221,13 +257,14 @@ Result<Claim> EngineBackend::Begin(const engine::BeginCall& call, const Holder& 
   // Decided once, on the record read (a storage that writes by compare-and-set), or on the record
   // read again under the key's lock (the facts were gathered for the record read first).
   IDEM_RETURN_IF_ERROR(
-      storage_->DecideOnRead(call.key, seen, decide, call.durability, absent_since));
+      CountedError(storage_->DecideOnRead(call.key, seen, decide, call.durability, absent_since)));
   if (decision.needs_graces) {
     // The lease ran out between the read and the lock, or the row changed before the write (its
     // new holder's lease ran out): decide once more, with the graces. (Should it run out again
     // for another holder, that claim's kInProgress answer stands.)
     IDEM_ASSIGN_OR_RETURN(facts, GatherFacts(&decision.claim.record, decided_at));
-    IDEM_RETURN_IF_ERROR(storage_->Update(call.key, decide, call.durability, std::nullopt));
+    IDEM_RETURN_IF_ERROR(
+        CountedError(storage_->Update(call.key, decide, call.durability, std::nullopt)));
   }
   IDEM_RETURN_IF_ERROR(decision.status);
   counters_.Count(decision.claim);
@@ -297,9 +334,13 @@ Status EngineBackend::ApplyTransition(const engine::TransitionCall& call) {
   } else {
     // The usual case, in one step where the storage can; otherwise, or when the transition does
     // not apply, the engine decides on the record read and says why.
-    IDEM_ASSIGN_OR_RETURN(const bool applied,
-                          storage_->TransitionIfCurrent(call.key, call.request, call.durability));
-    if (applied) return Status::OK();
+    const Result<bool> applied =
+        storage_->TransitionIfCurrent(call.key, call.request, call.durability);
+    if (!applied.ok()) return CountedError(applied.status());
+    if (*applied) {
+      counters_.Count(call.request);
+      return Status::OK();
+    }
   }
   engine::TransitionDecision decision;
   const auto decide = [&](std::optional<Record>& stored, TimePoint now,
@@ -308,19 +349,22 @@ Status EngineBackend::ApplyTransition(const engine::TransitionCall& call) {
     return decision.write ? &*decision.write : nullptr;
   };
   // Table writes ride on the record's write: the engine decides, and they apply only with it.
-  IDEM_RETURN_IF_ERROR(
+  IDEM_RETURN_IF_ERROR(CountedError(
       with_writes ? storage_->UpdateWithWrites(call.key, decide, *call.writes, call.durability)
                   : storage_->Update(call.key, decide, call.durability,
-                                     /*absent_since=*/std::nullopt));
+                                     /*absent_since=*/std::nullopt)));
   if (decision.status.code() == Status::Code::kLeaseLost) CountLeaseLost();
+  // A repeated final call is answered OK without a write: counted once, when written.
+  if (decision.status.ok() && decision.write) counters_.Count(call.request);
   return decision.status;
 }
 
 Result<std::optional<Record>> EngineBackend::Get(std::string_view key) {
   IDEM_RETURN_IF_ERROR(CheckKey(key));
-  IDEM_ASSIGN_OR_RETURN(storage::Storage::ReadResult stored, storage_->Read(key));
-  engine::MakeVisible(stored.record, stored.now);
-  return std::move(stored.record);
+  Result<storage::Storage::ReadResult> stored = storage_->Read(key);
+  if (!stored.ok()) return CountedError(stored.status());
+  engine::MakeVisible(stored->record, stored->now);
+  return std::move(stored->record);
 }
 
 Status EngineBackend::Forget(std::string_view key, Durability durability,
@@ -329,8 +373,9 @@ Status EngineBackend::Forget(std::string_view key, Durability durability,
   IDEM_RETURN_IF_ERROR(CheckKey(key));
   // A record that cannot be decoded (damaged, or of a newer format) is forgotten too: that is how
   // an operator clears it.
-  IDEM_ASSIGN_OR_RETURN(const bool removed, storage_->Forget(key, durability, as_read));
-  if (!removed) {
+  const Result<bool> removed = storage_->Forget(key, durability, as_read);
+  if (!removed.ok()) return CountedError(removed.status());
+  if (!*removed) {
     return Status::NotFound(fmt::format("no record for key {}", EscapeKey(key)));
   }
   if (disk_quota_) disk_quota_->MeasureSoon();
@@ -347,7 +392,9 @@ Result<std::vector<std::string>> EngineBackend::ListTables() { return storage_->
 
 Result<uint64_t> EngineBackend::Purge(const PurgeOptions& options) {
   if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
-  IDEM_ASSIGN_OR_RETURN(uint64_t count, storage_->Purge(options));
+  const Result<uint64_t> purged = storage_->Purge(options);
+  if (!purged.ok()) return CountedError(purged.status());
+  const uint64_t count = *purged;
   if (!options.dry_run) counters_.Add<&Counters::purged>(count);
   if (disk_quota_ && count > 0) disk_quota_->MeasureSoon();
   return count;
@@ -356,6 +403,7 @@ Result<uint64_t> EngineBackend::Purge(const PurgeOptions& options) {
 Counters EngineBackend::CountersNow() const {
   Counters counters = counters_.Snapshot();
   if (disk_quota_) counters.quota_exceeded = disk_quota_->crossings();
+  if (stall_watch_) counters.stalls = stall_watch_->stalls();
   return counters;
 }
 
@@ -368,6 +416,18 @@ Result<OwnerCounters> EngineBackend::GetOwnerCounters() {
     answer.live = true;
     answer.pid = ::getpid();
     answer.since = created_;
+  }
+  return answer;
+}
+
+Result<EngineBackend::Stats> EngineBackend::GetStats() {
+  Stats answer;
+  answer.stats.engine = storage_->EngineStats();
+  const TimePoint now = options_.clock ? options_.clock->Now() : std::chrono::system_clock::now();
+  if (live_counts_ && live_counts_->CountInto(now, answer.stats)) {
+    answer.counted = true;
+    answer.stats.at = now;
+    answer.stats.precision = RecordCounts::kBucket;
   }
   return answer;
 }

@@ -14,6 +14,7 @@
 
 #include "backend/disk_quota.h"
 #include "backend/key_reservations.h"
+#include "backend/live_record_counts.h"
 #include "backend/read_views.h"
 #include "backend/stall_watch.h"
 #include "engine/backend.h"
@@ -77,11 +78,17 @@ class EngineBackend final : public engine::Backend {
   Status Writable() override;
   // Live when writable: this process owns the store, since this backend was made.
   Result<OwnerCounters> GetOwnerCounters() override;
+  // Counted when this backend keeps the counts (LiveRecordCounts: it writes a store directory).
+  Result<Stats> GetStats() override;
   // The storage's (storage.h). A call is counted when it is decided: one whose grouped write
   // then fails is counted as if written.
   void StartWriteGroup() override { storage_->StartWriteGroup(); }
   std::size_t GroupedWrites() const override { return storage_->GroupedWrites(); }
-  std::vector<Status> FinishWriteGroup() override { return storage_->FinishWriteGroup(); }
+  std::vector<Status> FinishWriteGroup() override {
+    std::vector<Status> outcomes = storage_->FinishWriteGroup();
+    for (const Status& outcome : outcomes) CountedError(outcome);
+    return outcomes;
+  }
   // Counts a call whose token was stale (lease_lost). Transition counts its own; this is for a
   // commit decided beside the backend: ExecuteInTransaction's on PostgreSQL.
   void CountLeaseLost() { counters_.Add<&Counters::lease_lost>(1); }
@@ -105,6 +112,8 @@ class EngineBackend final : public engine::Backend {
       ThreadShard().values[row].fetch_add(count, std::memory_order_relaxed);
     }
     void Count(const Claim& claim);
+    // A transition written: completes, fails, terminal_fails.
+    void Count(const engine::TransitionRequest& request);
     Counters Snapshot() const;
 
    private:
@@ -119,8 +128,11 @@ class EngineBackend final : public engine::Backend {
 
   using TimePoint = std::chrono::system_clock::time_point;
 
-  // The counters, with the quota's crossings.
+  // The counters, with the quota's crossings and the stalls.
   Counters CountersNow() const;
+  // Counts a storage's error by its cause (io_errors, corruption_errors, timeout_errors,
+  // busy_errors, unavailable_errors); returns it.
+  const Status& CountedError(const Status& status);
 
   // kInvalidArgument naming `what` when size is over limit.
   static Status CheckSize(std::string_view what, std::size_t size, std::size_t limit);
@@ -165,6 +177,8 @@ class EngineBackend final : public engine::Backend {
   KeyReservations reservations_;
   // After storage_: closed before it.
   ReadViews views_{*storage_};
+  // Null unless this backend writes a store directory (LiveRecordCounts::Start). After storage_.
+  const std::unique_ptr<LiveRecordCounts> live_counts_;
 
   util::Mutex mu_;
   util::CondVar stop_;

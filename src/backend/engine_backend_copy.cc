@@ -66,7 +66,7 @@ Result<engine::ScanPage> EngineBackend::Scan(const ScanOptions& options, std::si
                                              uint64_t view) {
   engine::ScanPage page;
   std::size_t bytes = 0;
-  IDEM_RETURN_IF_ERROR(views_.With(view, [&](storage::ReadView* read_view) {
+  IDEM_RETURN_IF_ERROR(CountedError(views_.With(view, [&](storage::ReadView* read_view) {
     return storage_->Scan(
         options,
         [&](Record&& stored, TimePoint now) {
@@ -82,7 +82,7 @@ Result<engine::ScanPage> EngineBackend::Scan(const ScanOptions& options, std::si
           return true;
         },
         read_view);
-  }));
+  })));
   return page;
 }
 

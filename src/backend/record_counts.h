@@ -1,6 +1,6 @@
 // RecordCounts: a store's live records counted by state and type without reading them, kept by
 // the process that writes every record (a store directory's owner) as it writes them
-// (docs/design/stats-plan.md, increment 1: the structure; it is not yet kept by the owner).
+// (docs/design/stats-plan.md; LiveRecordCounts keeps one for the owner).
 //
 // Done and failed records are counted in buckets of their expiry (kBucket wide): a record whose
 // retention passes leaves the count at the end of its bucket, with no call, so that a purge, the
@@ -9,21 +9,29 @@
 // Pending records are kept one by one (the requests in flight), so their split into pending and
 // timed out, and the oldest one, are exact at the moment asked.
 //
+// Counts are signed, so that the writes made after a moment can be counted apart (a delta:
+// StartDelta) while the records as of that moment are counted by a scan, and added up at the end
+// (MergeBase), whatever the order of the two.
+//
 // Not thread-safe.
 
 #ifndef IDEM_BACKEND_RECORD_COUNTS_H_
 #define IDEM_BACKEND_RECORD_COUNTS_H_
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "idem/record.h"
+#include "idem/store.h"
+#include "storage/write_watcher.h"
 
 namespace idem::backend {
 
@@ -32,30 +40,31 @@ class RecordCounts {
   using TimePoint = std::chrono::system_clock::time_point;
   static constexpr std::chrono::minutes kBucket{1};
 
-  // What `idem stats` prints of the records.
-  struct Figures {
-    uint64_t records = 0;
-    // "pending" (lease live), "timeout" (lease passed), "done", "failed": those with a record.
-    std::map<std::string, uint64_t, std::less<>> by_state;
-    std::map<std::string, uint64_t, std::less<>> by_type;
-    // The pending record created first, and its key: none when nothing is pending.
-    std::optional<std::pair<std::string, TimePoint>> oldest_pending;
-  };
+  // A write of `key` at `now`: the record stored before it (null: none) becomes `after` (null:
+  // removed, as by Forget). Records are taken as stored, whether or not their retention has
+  // passed.
+  void Move(std::string_view key, const storage::RecordSummary* before,
+            const storage::RecordSummary* after, TimePoint now);
+  void Move(std::string_view key, const Record* before, const Record* after, TimePoint now);
 
-  // A write of `key`: the record stored before it (null: none) becomes `after` (null: removed,
-  // as by Forget). Records are taken as stored, whether or not their retention has passed.
-  void Move(std::string_view key, const Record* before, const Record* after);
+  // Sets stats' records, by_state, by_type and oldest_pending to the live records at `now`
+  // (retention not passed; to kBucket for done and failed). Drops what ended by `now`.
+  void CountInto(TimePoint now, StoreStats& stats);
 
-  // The live records (retention not passed at `now`, to kBucket for done and failed).
-  Figures Count(TimePoint now) const;
-
-  // Drops what can no longer count at `now` or later (the buckets that ended, the pending
-  // records whose retention passed): called now and then, so that memory follows the live
-  // records.
-  void DropExpired(TimePoint now);
+  // From now on, a pending record moved out that this does not hold is remembered as gone, to
+  // be taken out of the base that MergeBase adds.
+  void StartDelta();
+  // Adds `base`, the records as of the moment StartDelta was called (counted by a scan, by Move
+  // with no `before`), to this, which then holds the writes made since: the sum is the store
+  // now. Ends the delta.
+  void MergeBase(RecordCounts&& base);
 
   // The end of the bucket a done or failed record expiring at `expires` is counted in.
   static TimePoint BucketEnd(TimePoint expires);
+
+  // How many buckets and pending records are kept (for tests and the benchmark's memory figure).
+  std::size_t Buckets() const { return ending_.size(); }
+  std::size_t PendingKept() const { return pending_.size(); }
 
  private:
   struct Pending {
@@ -64,13 +73,27 @@ class RecordCounts {
     TimePoint lease_deadline;
     TimePoint expires;
   };
-  // (bucket end, state, type) -> how many done or failed records.
-  using Cell = std::tuple<TimePoint, State, std::string>;
+  // A (state, type) of done or failed records, numbered in the order first seen.
+  using CellId = uint32_t;
 
-  void Add(std::string_view key, const Record& record, int64_t delta);
+  void Add(std::string_view key, const storage::RecordSummary& record, int64_t delta);
+  CellId Cell(State state, std::string_view type);
+  void AddFinished(CellId cell, TimePoint bucket_end, int64_t delta);
+  // Takes the buckets that ended by `now` out of the totals.
+  void EndBuckets(TimePoint now);
 
-  std::map<Cell, uint64_t> finished_;
-  std::unordered_map<std::string, Pending> pending_;
+  // Index 0: done, 1: failed; type -> cell.
+  std::array<std::map<std::string, CellId, std::less<>>, 2> cell_ids_;
+  std::vector<std::pair<State, std::string>> cells_;
+  // By cell: the done and failed records whose bucket has not ended (the sum of ending_).
+  std::vector<int64_t> totals_;
+  // By bucket end: what leaves the totals then.
+  std::map<TimePoint, std::vector<std::pair<CellId, int64_t>>> ending_;
+  // Every bucket ending at or before this has left the totals.
+  TimePoint ended_until_{};
+  // nullopt: removed during a delta, to be taken out of the base.
+  std::unordered_map<std::string, std::optional<Pending>> pending_;
+  bool delta_ = false;
 };
 
 }  // namespace idem::backend

@@ -41,9 +41,15 @@ void StallWatch::Tick(Steady::time_point now) {
     stall_.scope.lease_ended_after = last_tick_wall_;
     stall_.scope.written_before = util::TruncateToMicros(clock_->Now());
     stall_.until = now + grace_;
+    ++stalls_;
   }
   last_tick_ = now;
   last_tick_wall_ = clock_->Now();
+}
+
+uint64_t StallWatch::stalls() {
+  util::MutexLock lock(mu_);
+  return stalls_;
 }
 
 std::array<engine::RenewalGrace, 2> StallWatch::Graces() {

@@ -46,6 +46,9 @@ class StallWatch {
   // its grace.
   std::array<engine::RenewalGrace, 2> Graces();
 
+  // How many stalls were noticed (Counters::stalls); none are watched for when the grace is 0.
+  uint64_t stalls();
+
  private:
   using Steady = std::chrono::steady_clock;
 
@@ -68,6 +71,7 @@ class StallWatch {
   std::chrono::system_clock::time_point last_tick_wall_ IDEM_GUARDED_BY(mu_);
   Window ownership_ IDEM_GUARDED_BY(mu_);
   Window stall_ IDEM_GUARDED_BY(mu_);
+  uint64_t stalls_ IDEM_GUARDED_BY(mu_) = 0;
 
   std::thread thread_;
 };

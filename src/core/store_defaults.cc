@@ -1,10 +1,40 @@
 // The defaults of Store's virtual calls that idem's own handles override: what another
 // implementation of Store (a test double, a wrapper) answers when it does not.
 
+#include "core/count_by_scan.h"
 #include "idem/store.h"
 #include "idem/tables.h"
 
 namespace idem {
+
+Status core::CountByScan(Store& store, std::chrono::system_clock::time_point now,
+                         StoreStats& stats) {
+  std::optional<StoreStats::Engine> engine = std::move(stats.engine);
+  stats = StoreStats{};
+  stats.engine = std::move(engine);
+  stats.at = now;
+  return store.Scan(ScanOptions{}, [&stats](const Record& record) {
+    const std::string_view state = record.state == State::kPending
+                                       ? (record.timed_out ? "timeout" : "pending")
+                                       : idem::StateName(record.state);
+    ++stats.records;
+    ++stats.by_state[std::string(state)];
+    ++stats.by_type[record.type];
+    if (record.state == State::kPending &&
+        (!stats.oldest_pending || record.created < stats.oldest_pending->created)) {
+      Record& oldest = stats.oldest_pending.emplace();
+      oldest.key = record.key;
+      oldest.created = record.created;
+    }
+    return true;
+  });
+}
+
+Result<StoreStats> Store::GetStats() {
+  StoreStats stats;
+  IDEM_RETURN_IF_ERROR(core::CountByScan(*this, std::chrono::system_clock::now(), stats));
+  return stats;
+}
 
 Result<OwnerCounters> Store::GetOwnerCounters() const {
   return Status::Unavailable("this Store implementation does not say whose counters it has");

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "api/reserving_store.h"
+#include "core/count_by_scan.h"
 #include "core/directory_store_core.h"
 #if IDEM_WITH_POSTGRESQL
 #include "core/postgres_store_core.h"
@@ -269,6 +270,15 @@ class StoreHandle final : public Store, public ReservingStore {
     if (answer.live) return answer;
     IDEM_RETURN_IF_ERROR(core_->CheckNoOwnerUnasked());
     return answer;
+  }
+
+  Result<StoreStats> GetStats() override {
+    IDEM_ASSIGN_OR_RETURN(engine::Backend::Stats answer,
+                          Run([](engine::Backend& backend, bool) { return backend.GetStats(); }));
+    if (answer.counted) return std::move(answer.stats);
+    const auto now = options_.clock ? options_.clock->Now() : std::chrono::system_clock::now();
+    IDEM_RETURN_IF_ERROR(CountByScan(*this, now, answer.stats));
+    return std::move(answer.stats);
   }
 
   StoreHealth Health() override {

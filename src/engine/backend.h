@@ -128,6 +128,16 @@ class Backend {
     return answer;
   }
 
+  // Store::GetStats as this backend knows it: `stats` with the engine's health (when it has an
+  // engine of its own) and, when `counted`, the records' figures, kept as written (a store
+  // directory's owner once its start-up count is done). When not `counted` the caller counts the
+  // records by Scan. The default: a backend that keeps no counts and has no engine.
+  struct Stats {
+    bool counted = false;
+    StoreStats stats;
+  };
+  virtual Result<Stats> GetStats() { return Stats{}; }
+
   // Whether a claim written now would be taken (Store::Health): OK, or the error it would get
   // (the quota's refusal, a write stop after a full disk, a read-only server). Writes nothing.
   // The default: a backend that writes nothing (kInvalidArgument).

@@ -1,5 +1,5 @@
-// What the files of the C API (c_api.cc, c_api_records.cc) share: the handles' definitions,
-// and the guard every call that takes errptr runs under, with its error reporting.
+// What the files of the C API (c_api.cc, c_api_records.cc, c_api_stats.cc) share: the handles'
+// definitions, and the guard every call that takes errptr runs under, with its error reporting.
 
 #ifndef IDEM_EXTRAS_C_API_INTERNAL_H_
 #define IDEM_EXTRAS_C_API_INTERNAL_H_
@@ -13,6 +13,8 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "idem/c.h"
 #include "idem/store.h"
@@ -43,6 +45,12 @@ struct idem_log_line_t {
 
 struct idem_health_t {
   idem::StoreHealth health;
+};
+
+struct idem_stats_t {
+  idem::StoreStats stats;
+  // stats.by_type's entries in order, for access by index.
+  std::vector<std::pair<std::string, uint64_t>> types;
 };
 
 struct idem_claim_t {

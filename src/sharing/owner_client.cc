@@ -313,6 +313,8 @@ Result<Counters> OwnerClient::GetCounters() {
 
 Status OwnerClient::Writable() { return Ask(WritableMessage{}); }
 
+Result<engine::Backend::Stats> OwnerClient::GetStats() { return Ask(StatsMessage{}); }
+
 Result<OwnerCounters> OwnerClient::GetOwnerCounters() {
   IDEM_ASSIGN_OR_RETURN(OwnerCounters answer, Ask(CountersMessage{}));
   answer.live = true;

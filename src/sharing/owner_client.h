@@ -71,6 +71,7 @@ class OwnerClient final : public engine::Backend {
   Result<OwnerCounters> GetOwnerCounters() override;
   // The owner's answer: whether it would take a claim now.
   Status Writable() override;
+  Result<Stats> GetStats() override;
   // A backup job on the owner, polled as a purge is.
   Status Backup(const std::string& destination) override;
   // Import keeps Backend's answer (kBusy): only the owner imports.

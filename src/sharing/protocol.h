@@ -60,7 +60,10 @@ namespace idem::sharing {
 // Version 11: Execute's key reservations after a conflict (backend/key_reservations.h): ops 14,
 // Reserve, and 15, Unreserve. An owner of version 10 would let the client's reruns lose every
 // race again; the exact version match makes the client fail over to an owner that speaks 11.
-inline constexpr uint8_t kProtocolVersion = 12;
+// Version 12: op 16, Writable (Store::Health); a Forget carries its condition (ForgetIfUnchanged).
+// Version 13: op 17, Stats (Store::GetStats): the counts the owner keeps of the records as it
+// writes them, and its engine's health.
+inline constexpr uint8_t kProtocolVersion = 13;
 // The largest response frame a client reads. Answers are bounded by the owner's own limits; this
 // only guards against a broken peer.
 inline constexpr std::size_t kMaxResponseFrame = std::size_t{1} << 30;

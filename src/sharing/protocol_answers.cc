@@ -1,8 +1,9 @@
 // The bodies of the owner's answers (protocol_answers.h): a claim, a record, pages of a scan, table
-// values, counters, a job's progress. The requests and the frames are in protocol.cc.
+// values, counters, stats, a job's progress. The requests and the frames are in protocol.cc.
 
 #include "sharing/protocol_answers.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -182,6 +183,90 @@ Result<OwnerCounters> DecodeCounters(std::string_view body) {
   c.since = r.Time();
   if (!r.done()) return Status::Unavailable("malformed counters from owner");
   return c;
+}
+
+namespace {
+
+void WriteCountMap(Writer& w, const std::map<std::string, uint64_t, std::less<>>& counts) {
+  w.U32(static_cast<uint32_t>(counts.size()));
+  for (const auto& [name, count] : counts) {
+    w.Bytes(name);
+    w.U64(count);
+  }
+}
+
+// A map written by WriteCountMap: its names in ascending order, each once (one encoding).
+bool ReadCountMap(Reader& r, std::map<std::string, uint64_t, std::less<>>& counts) {
+  const uint32_t size = r.U32();
+  for (uint32_t i = 0; i < size && !r.failed(); ++i) {
+    const std::string_view name = r.Bytes();
+    const uint64_t count = r.U64();
+    if (!counts.empty() && name <= counts.rbegin()->first) return false;
+    counts.emplace_hint(counts.end(), name, count);
+  }
+  return !r.failed();
+}
+
+}  // namespace
+
+std::string EncodeStats(const engine::Backend::Stats& answer) {
+  Writer w;
+  const StoreStats& stats = answer.stats;
+  w.Bool(answer.counted);
+  if (answer.counted) {
+    w.U64(stats.records);
+    WriteCountMap(w, stats.by_state);
+    WriteCountMap(w, stats.by_type);
+    w.Bool(stats.oldest_pending.has_value());
+    if (stats.oldest_pending) {
+      w.Bytes(stats.oldest_pending->key);
+      w.Time(stats.oldest_pending->created);
+    }
+    w.Time(stats.at);
+    w.Millis(stats.precision);
+  }
+  w.Bool(stats.engine.has_value());
+  if (stats.engine) {
+    w.Bool(stats.engine->writes_stopped);
+    w.U64(stats.engine->pending_compaction_bytes);
+    w.U64(stats.engine->live_table_bytes);
+    w.U64(stats.engine->total_table_bytes);
+  }
+  return std::move(w.buffer());
+}
+
+Result<engine::Backend::Stats> DecodeStats(std::string_view body) {
+  Reader r(body);
+  engine::Backend::Stats answer;
+  StoreStats& stats = answer.stats;
+  const auto flag = [&r](bool& bad) {
+    const uint8_t value = r.U8();
+    if (value > 1) bad = true;
+    return value == 1;
+  };
+  bool bad = false;
+  answer.counted = flag(bad);
+  if (answer.counted) {
+    stats.records = r.U64();
+    if (!ReadCountMap(r, stats.by_state) || !ReadCountMap(r, stats.by_type)) bad = true;
+    if (flag(bad)) {
+      Record& oldest = stats.oldest_pending.emplace();
+      oldest.key = r.Bytes();
+      oldest.created = r.Time();
+    }
+    stats.at = r.Time();
+    stats.precision = r.Millis();
+    if (stats.precision.count() < 0) bad = true;
+  }
+  if (flag(bad)) {
+    StoreStats::Engine& engine = stats.engine.emplace();
+    engine.writes_stopped = flag(bad);
+    engine.pending_compaction_bytes = r.U64();
+    engine.live_table_bytes = r.U64();
+    engine.total_table_bytes = r.U64();
+  }
+  if (bad || !r.done()) return Status::Unavailable("malformed stats from owner");
+  return answer;
 }
 
 std::string EncodePurgeProgress(const PurgeProgress& progress) {

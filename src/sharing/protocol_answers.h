@@ -43,6 +43,9 @@ Result<std::vector<std::string>> DecodeTableNames(std::string_view body);
 // pid are the client's to fill in).
 std::string EncodeCounters(const OwnerCounters& counters);
 Result<OwnerCounters> DecodeCounters(std::string_view body);
+// The owner's Backend::GetStats: the engine's health, and the records' figures when it keeps them.
+std::string EncodeStats(const engine::Backend::Stats& stats);
+Result<engine::Backend::Stats> DecodeStats(std::string_view body);
 std::string EncodePurgeProgress(const PurgeProgress& progress);
 Result<PurgeProgress> DecodePurgeProgress(std::string_view body);
 

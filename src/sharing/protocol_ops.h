@@ -1,5 +1,5 @@
 // The requests of the owner's wire protocol (sharing/protocol.h, docs/format.md), one struct per
-// op (protocol_record_ops.h: 1 to 8, protocol_table_ops.h: 9 to 16), with all that is particular
+// op (protocol_record_ops.h: 1 to 8, protocol_table_ops.h: 9 to 17), with all that is particular
 // to it side by side: its number (kOp), its fields, how they are written and read (Write, Read),
 // its answer (Answer), what the owner runs for it (CallOn), and how it travels (the traits below).
 // `Request` lists them in the order of their numbers: it is the protocol's table of ops, checked
@@ -34,10 +34,11 @@ namespace idem::sharing {
 
 // The ops, in the order of their numbers: alternative i is op i + 1. Never reorder; add at the
 // end (with a new kProtocolVersion).
-using Request = std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage,
-                             ScanMessage, PurgeMessage, CountersMessage, BackupMessage,
-                             GetValueMessage, ScanTableMessage, ListTablesMessage, OpenViewMessage,
-                             CloseViewMessage, ReserveMessage, UnreserveMessage, WritableMessage>;
+using Request =
+    std::variant<BeginMessage, TransitionMessage, GetMessage, ForgetMessage, ScanMessage,
+                 PurgeMessage, CountersMessage, BackupMessage, GetValueMessage, ScanTableMessage,
+                 ListTablesMessage, OpenViewMessage, CloseViewMessage, ReserveMessage,
+                 UnreserveMessage, WritableMessage, StatsMessage>;
 inline constexpr std::size_t kOpCount = std::variant_size_v<Request>;
 
 template <std::size_t... I>

@@ -199,6 +199,20 @@ struct WritableMessage {
   static WritableMessage Read(Reader& /*r*/, bool& /*bad*/) { return {}; }
 };
 
+// Op 17 (protocol version 13). The owner's Backend::GetStats (Store::GetStats): its counts of the
+// records, kept as it writes, and its engine's health.
+struct StatsMessage {
+  static constexpr uint8_t kOp = 17;
+  using Answer = AnswerCodec<engine::Backend::Stats, EncodeStats, DecodeStats>;
+
+  Result<engine::Backend::Stats> CallOn(engine::Backend& backend, const Holder& /*peer*/) const {
+    return backend.GetStats();
+  }
+
+  void Write(Writer& /*w*/) const {}
+  static StatsMessage Read(Reader& /*r*/, bool& /*bad*/) { return {}; }
+};
+
 }  // namespace idem::sharing
 
 #endif  // IDEM_SHARING_PROTOCOL_TABLE_OPS_H_

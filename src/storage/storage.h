@@ -25,6 +25,7 @@
 #include "idem/store.h"
 #include "idem/tables.h"
 #include "storage/tokens.h"
+#include "storage/write_watcher.h"
 
 namespace idem::storage {
 
@@ -236,6 +237,19 @@ class Storage {
   // Whether a write made now would be taken: OK, or the error it would get (writes stopped by a
   // failed write that RocksDB has not resumed from, a read-only PostgreSQL). Writes nothing.
   virtual Status Writable() { return Status::OK(); }
+
+  // From the moment this returns, tells `watcher` of every record this storage writes (a storage
+  // that one process alone writes: a store directory's owner), until this storage is destroyed:
+  // the watcher must outlive it or be told nothing more (WatchWrites(nullptr)). Returns a view as
+  // of that same moment (no write falls between the two), for counting the records it starts
+  // from. The default: a storage that other processes write too (kInvalidArgument).
+  virtual Result<std::unique_ptr<ReadView>> WatchWrites(WriteWatcher* watcher) {
+    static_cast<void>(watcher);
+    return Status::InvalidArgument("this storage is written by other processes too");
+  }
+
+  // The engine's health (Store::GetStats); none for a storage that has no engine of its own.
+  virtual std::optional<StoreStats::Engine> EngineStats() { return std::nullopt; }
 
   // Makes every write made so far durable, as if it had been made with Durability::kSync (an
   // import writes its records buffered, then syncs once per batch).

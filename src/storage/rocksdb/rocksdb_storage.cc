@@ -78,6 +78,8 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   // Taken before `decide`, which may move from `stored`.
   const std::optional<int64_t> stored_expires =
       stored ? std::optional<int64_t>(ToMicros(stored->expires)) : std::nullopt;
+  std::optional<RecordSummary> before;
+  if (watcher_ != nullptr && stored) before = RecordSummary::Of(*stored);
   // The counter is above every token stored, so `above` needs no check.
   const TimePoint now = Now();
   const Record* next =
@@ -86,11 +88,17 @@ Status RocksDbStorage::Commit(std::string_view key, Decide decide, const WriteSe
   IDEM_DCHECK(engine::KeepsNoHolder(*next));
   if (grouped) {
     // Written with the group's others; the stripe stays locked until then.
-    IDEM_RETURN_IF_ERROR(AddToWriteGroup(*group, stripe, key, *next, stored_expires, durability));
+    IDEM_RETURN_IF_ERROR(
+        AddToWriteGroup(*group, stripe, key, *next, stored_expires, durability, std::move(before)));
     lock.release();
     return Status::OK();
   }
-  return WriteLocked(stripe, key, *next, writes, stored_expires, durability);
+  IDEM_RETURN_IF_ERROR(WriteLocked(stripe, key, *next, writes, stored_expires, durability));
+  if (watcher_ != nullptr) {
+    const RecordSummary after = RecordSummary::Of(*next);
+    watcher_->Written(key, before ? &*before : nullptr, &after, now);
+  }
+  return Status::OK();
 }
 
 Status RocksDbStorage::ReadStoredLocked(std::string_view key, std::size_t stripe,
@@ -124,9 +132,11 @@ bool RocksDbStorage::RecordExpiresAt(std::string_view key, int64_t expires) cons
 
 Status RocksDbStorage::AddToWriteGroup(WriteGroup& group, std::size_t stripe, std::string_view key,
                                        const Record& next, std::optional<int64_t> stored_expires,
-                                       Durability durability) {
+                                       Durability durability,
+                                       std::optional<RecordSummary>&& before) {
   const int64_t expires = ToMicros(next.expires);
-  WriteGroup::Held held{stripe, std::string(key), {}, expires};
+  WriteGroup::Held held{stripe, std::string(key), {}, expires, std::move(before), std::nullopt};
+  if (watcher_ != nullptr) held.after = RecordSummary::Of(next);
   EncodeRecordInto(next, held.encoded);
   group.batch->SetSavePoint();
   const rocksdb::Status s =
@@ -244,8 +254,12 @@ void RocksDbStorage::WriteGroupHeld(WriteGroup& group) {
   const Status written = Write(group.durability, group.batch.get(), "writing records", {});
   group.durability = Durability::kBuffered;
   const uint64_t version = WriteVersion();
+  const TimePoint now = watcher_ != nullptr ? Now() : TimePoint();
   for (WriteGroup::Held& held : group.held) {
     written_at_[held.stripe] = version;
+    if (written.ok() && held.after) {
+      watcher_->Written(held.key, held.before ? &*held.before : nullptr, &*held.after, now);
+    }
     LastWrite& last = last_writes_[held.stripe];
     if (written.ok() && held.encoded.size() <= kLastWriteMaxBytes) {
       last.key = std::move(held.key);
@@ -312,12 +326,14 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability,
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, AsSlice(key), &value);
   if (s.IsNotFound()) return false;
   if (!s.ok()) return FromRocksDb(s, fmt::format("reading record {}", EscapeKey(key)));
-  if (as_read) {
+  std::optional<RecordSummary> before;
+  if (as_read || watcher_ != nullptr) {
     // Under the stripe's lock, which every write of the key holds: what is read is what goes.
     Result<Record> stored = DecodeRecord(key, value);
-    if (!stored.ok() || !engine::StillAsRead(*stored, *as_read)) {
+    if (as_read && (!stored.ok() || !engine::StillAsRead(*stored, *as_read))) {
       return engine::ChangedSinceRead(key);
     }
+    if (stored.ok()) before = RecordSummary::Of(*stored);
   }
   rocksdb::WriteBatch batch;
   s = batch.Delete(records_, AsSlice(key));
@@ -338,6 +354,7 @@ Result<bool> RocksDbStorage::Remove(std::string_view key, Durability durability,
   const Status written = Write(durability, &batch, "removing record", key);
   written_at_[stripe] = WriteVersion();
   IDEM_RETURN_IF_ERROR(written);
+  if (watcher_ != nullptr && before) watcher_->Written(key, &*before, nullptr, Now());
   return true;
 }
 
@@ -364,6 +381,12 @@ class RocksDbView final : public ReadView {
 
 Result<std::unique_ptr<ReadView>> RocksDbStorage::OpenView() {
   return std::unique_ptr<ReadView>(std::make_unique<RocksDbView>(*db_, Now()));
+}
+
+Result<std::unique_ptr<ReadView>> RocksDbStorage::WatchWrites(WriteWatcher* watcher) {
+  // No write runs yet: the view and the watch start at the same moment.
+  watcher_ = watcher;
+  return OpenView();
 }
 
 Status RocksDbStorage::Scan(const ScanOptions& options,

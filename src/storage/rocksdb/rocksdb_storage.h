@@ -114,6 +114,9 @@ class RocksDbStorage final : public Storage {
   Status ReserveTokensAbove(uint64_t token) override;
   Status Sync() override;
   Status Writable() override;  // what ResumeAfterDiskError says while writes are stopped
+  // Before any write, as the owner's backend is made: records are written only after it returns.
+  Result<std::unique_ptr<ReadView>> WatchWrites(WriteWatcher* watcher) override;
+  std::optional<StoreStats::Engine> EngineStats() override;  // RocksDB's properties
   // Write groups hold their keys' stripes; a group takes a stripe only by try_lock and writes
   // what it holds before waiting for one, so it never waits while holding a stripe (no cycle
   // with Update, Remove or a purge's DeleteDue).
@@ -166,9 +169,8 @@ class RocksDbStorage final : public Storage {
                       const std::vector<rocksdb::ColumnFamilyDescriptor>& families, bool read_only,
                       const InfoLog& info_log);
   Status CheckFormatVersion(bool read_only);
-  // Visits the keys of `family` in `options`' range with their values, in key order, until
-  // `visit` returns false or an error; `what` names the scan in an error message.
-  // Visits `family`'s entries as of `view` (null: the latest).
+  // Visits the keys of `family` in `options`' range with their values, as of `view` (null: the
+  // latest), in key order, until `visit` returns false or an error; `what` names the scan.
   Status ScanFamily(rocksdb::ColumnFamilyHandle* family, const ScanOptions& options,
                     std::string_view what,
                     FunctionRef<Result<bool>(std::string_view key, std::string_view value)> visit,
@@ -235,6 +237,7 @@ class RocksDbStorage final : public Storage {
       std::string key;
       std::string encoded;
       int64_t expires;
+      std::optional<RecordSummary> before, after;  // for watcher_, when there is one
     };
     RocksDbStorage* storage = nullptr;
     std::unique_ptr<rocksdb::WriteBatch> batch;
@@ -248,20 +251,17 @@ class RocksDbStorage final : public Storage {
   static WriteGroup& ThreadGroupSlot();
   // The calling thread's group on this storage; null when it has none.
   WriteGroup* ThreadWriteGroup() const;
-  // Writes what `group` holds as one batch, notes the outcome for each, and lets their stripes
-  // go.
+  // Writes what `group` holds as one batch, notes each outcome, and lets their stripes go.
   void WriteGroupHeld(WriteGroup& group);
   // Commit's step for a grouped write: puts `next` into the thread's write `group`, to be written
   // with the others it holds (the caller keeps the stripe locked). `stored_expires`: the expiry
   // of the record it replaces, whose index entry goes (AddRecordWrite).
   Status AddToWriteGroup(WriteGroup& group, std::size_t stripe, std::string_view key,
                          const Record& next, std::optional<int64_t> stored_expires,
-                         Durability durability);
-  // A group writes what it holds once it holds this many (ThreadSanitizer tracks 64 locks a
-  // thread).
+                         Durability durability, std::optional<RecordSummary>&& before);
+  // A group writes what it holds at this many (ThreadSanitizer tracks 64 locks a thread).
   static constexpr std::size_t kMostGroupedWrites = 32;
-  // A thread keeps its group's batch between groups up to this size: 32 records of the sizes a
-  // client pipelines (sharing/owner_client.cc) fit.
+  // A group's batch is kept for the thread's next group up to this size (32 pipelined records).
   static constexpr std::size_t kGroupBatchKeepBytes = 256 << 10;
   // The column family of `table`; null when it does not exist and `create` is false. Making one
   // raises the store's format version first (kTablesFormatVersion).
@@ -317,9 +317,8 @@ class RocksDbStorage final : public Storage {
   std::optional<uint64_t> CurrentLogNumber();
   void Report(const std::string& message) const;
   std::size_t StripeIndex(std::string_view key) const;
-  // Deletes the due records among `entries` (each an index entry's expiry and key), reading
-  // first those whose expiry is at or before `verify_up_to`.
-  // `seen_at`: the sequence number of the snapshot the entries were read from.
+  // Deletes the due records among `entries` (each an index entry's expiry and key), reading first
+  // those expiring at or before `verify_up_to`; `seen_at`: the entries' snapshot's sequence.
   Result<uint64_t> DeleteDue(const std::vector<std::pair<int64_t, std::string>>& entries,
                              int64_t now_micros, int64_t verify_up_to, uint64_t seen_at)
       IDEM_REQUIRES(purge_mu_);
@@ -364,6 +363,7 @@ class RocksDbStorage final : public Storage {
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
   std::shared_ptr<void> keep_alive_;           // block cache and write-buffer manager
   std::function<void(std::string_view)> log_;  // RocksDbConfig::log
+  WriteWatcher* watcher_ = nullptr;            // WatchWrites: set before any write
   // Syncs the log after writes made with kPeriodic; null in a read-only instance. Stopped
   // (syncing what is due) before the database closes.
   std::unique_ptr<PeriodicSync> periodic_sync_;

@@ -27,6 +27,21 @@ Status RocksDbStorage::Writable() {
   return Status::OK();
 }
 
+std::optional<StoreStats::Engine> RocksDbStorage::EngineStats() {
+  StoreStats::Engine engine;
+  uint64_t stopped = 0;
+  // A property RocksDB cannot give stays 0: these are a monitor's figures, not a decision's.
+  static_cast<void>(db_->GetIntProperty(rocksdb::DB::Properties::kIsWriteStopped, &stopped));
+  engine.writes_stopped = stopped != 0 || disk_errors_->stopped.load(std::memory_order_acquire);
+  static_cast<void>(db_->GetAggregatedIntProperty(
+      rocksdb::DB::Properties::kEstimatePendingCompactionBytes, &engine.pending_compaction_bytes));
+  static_cast<void>(db_->GetAggregatedIntProperty(rocksdb::DB::Properties::kLiveSstFilesSize,
+                                                  &engine.live_table_bytes));
+  static_cast<void>(db_->GetAggregatedIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize,
+                                                  &engine.total_table_bytes));
+  return engine;
+}
+
 Status RocksDbStorage::Write(Durability durability, rocksdb::WriteBatch* batch,
                              std::string_view what, std::string_view key) {
   IDEM_RETURN_IF_ERROR(Writable());

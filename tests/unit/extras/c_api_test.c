@@ -831,6 +831,40 @@ int main(void) {
       CHECK(idem_health_owner_since_us(health) == 0);
     }
     idem_health_destroy(health);
+    /* Stats: counted by reading the files (nobody keeps counts), with the engine's health. */
+    {
+      idem_stats_t* stats = idem_stats(store, &err);
+      CHECK_NO_ERROR(err);
+      CHECK(stats != NULL);
+      if (stats != NULL) {
+        uint64_t by_type = 0;
+        size_t i, len = 0;
+        CHECK(idem_stats_records(stats) >= 1);
+        CHECK(idem_stats_records_in_state(stats, "done") >= 1);
+        CHECK(idem_stats_records_in_state(stats, "no such state") == 0);
+        CHECK(idem_stats_records_in_state(stats, "pending") +
+                  idem_stats_records_in_state(stats, "timeout") +
+                  idem_stats_records_in_state(stats, "done") +
+                  idem_stats_records_in_state(stats, "failed") ==
+              idem_stats_records(stats));
+        for (i = 0; i < idem_stats_type_count(stats); ++i) {
+          CHECK(idem_stats_type_name(stats, i, &len) != NULL);
+          by_type += idem_stats_type_records(stats, i);
+        }
+        CHECK(idem_stats_type_name(stats, i, &len) == NULL);
+        CHECK(by_type == idem_stats_records(stats));
+        CHECK(idem_stats_precision_ms(stats) == 0);
+        CHECK(idem_stats_at_us(stats) > 0);
+        CHECK(idem_stats_engine_known(stats) == 1);
+        CHECK(idem_stats_writes_stopped(stats) == 0);
+        CHECK(idem_stats_total_table_bytes(stats) >= idem_stats_live_table_bytes(stats));
+        if (idem_stats_oldest_pending_key(stats, &len) == NULL) {
+          CHECK(idem_stats_oldest_pending_created_us(stats) == 0);
+        }
+      }
+      idem_stats_destroy(stats);
+      idem_stats_destroy(NULL);
+    }
     record = idem_get(store, "exec-1", 6, &err);
     CHECK_NO_ERROR(err);
     CHECK(record != NULL && idem_record_state(record) == IDEM_STATE_DONE);

@@ -147,9 +147,18 @@ TEST(Protocol, CountersAreNumberedFieldsThenTheOwnersStart) {
                           .lease_lost = 7,
                           .purged = 0x0102,
                           .quota_refusals = 9,
-                          .quota_exceeded = 10};
-  std::string expected = Bytes("\x0a\0\0\0", 4);
-  for (int id = 1; id <= 10; ++id) {
+                          .quota_exceeded = 10,
+                          .completes = 11,
+                          .fails = 12,
+                          .terminal_fails = 13,
+                          .io_errors = 14,
+                          .corruption_errors = 15,
+                          .timeout_errors = 16,
+                          .busy_errors = 17,
+                          .unavailable_errors = 18,
+                          .stalls = 19};
+  std::string expected = Bytes("\x13\0\0\0", 4);
+  for (int id = 1; id <= 19; ++id) {
     expected += static_cast<char>(id);
     expected +=
         id == 8 ? Bytes("\x02\x01\0\0\0\0\0\0", 8) : static_cast<char>(id) + std::string(7, '\0');

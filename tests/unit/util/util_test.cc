@@ -260,9 +260,11 @@ TEST(Counters, TheTableListsEveryCounterOnceInItsFixedOrder) {
     names.emplace_back(counter.name);
     EXPECT_FALSE(counter.help.empty()) << counter.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"claims", "replays", "in_progress", "takeovers",
-                                             "failed", "mismatches", "lease_lost", "purged",
-                                             "quota_refusals", "quota_exceeded"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "claims", "replays", "in_progress", "takeovers", "failed", "mismatches",
+                       "lease_lost", "purged", "quota_refusals", "quota_exceeded", "completes",
+                       "fails", "terminal_fails", "io_errors", "corruption_errors",
+                       "timeout_errors", "busy_errors", "unavailable_errors", "stalls"}));
   idem::Counters counters;
   uint64_t value = 1;
   for (const idem::CounterInfo& counter : idem::kCounters) counters.*counter.field = value++;

@@ -1,0 +1,61 @@
+#include "backend/live_record_counts.h"
+
+namespace idem::backend {
+
+std::unique_ptr<LiveRecordCounts> LiveRecordCounts::Start(storage::Storage& storage) {
+  std::unique_ptr<LiveRecordCounts> counts(new LiveRecordCounts(storage));
+  {
+    // The writes told from now on are counted apart from the records the view holds.
+    util::MutexLock lock(counts->mu_);
+    counts->counts_.StartDelta();
+  }
+  Result<std::unique_ptr<storage::ReadView>> view = storage.WatchWrites(counts.get());
+  if (!view.ok()) return nullptr;
+  counts->start_up_count_ = std::thread([raw = counts.get(), view = std::move(*view)]() mutable {
+    raw->CountStored(std::move(view));
+  });
+  return counts;
+}
+
+LiveRecordCounts::LiveRecordCounts(storage::Storage& storage) : storage_(storage) {}
+
+LiveRecordCounts::~LiveRecordCounts() {
+  static_cast<void>(storage_.WatchWrites(nullptr));
+  stopping_.store(true, std::memory_order_relaxed);
+  if (start_up_count_.joinable()) start_up_count_.join();
+}
+
+void LiveRecordCounts::CountStored(std::unique_ptr<storage::ReadView> view) {
+  RecordCounts base;
+  const Status scanned = storage_.Scan(
+      ScanOptions{},
+      [&](Record&& record, TimePoint now) {
+        base.Move(record.key, nullptr, &record, now);
+        return !stopping_.load(std::memory_order_relaxed);
+      },
+      view.get());
+  view.reset();  // lets compaction drop what was overwritten since
+  util::MutexLock lock(mu_);
+  if (!scanned.ok() || stopping_.load(std::memory_order_relaxed)) {
+    gave_up_ = true;
+    counts_ = RecordCounts();
+    return;
+  }
+  counts_.MergeBase(std::move(base));
+  counted_ = true;
+}
+
+void LiveRecordCounts::Written(std::string_view key, const storage::RecordSummary* before,
+                               const storage::RecordSummary* after, TimePoint now) {
+  util::MutexLock lock(mu_);
+  if (!gave_up_) counts_.Move(key, before, after, now);
+}
+
+bool LiveRecordCounts::CountInto(TimePoint now, StoreStats& stats) {
+  util::MutexLock lock(mu_);
+  if (!counted_) return false;
+  counts_.CountInto(now, stats);
+  return true;
+}
+
+}  // namespace idem::backend

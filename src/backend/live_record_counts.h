@@ -1,0 +1,56 @@
+// LiveRecordCounts: the owner of a store directory counts its live records by state and type as
+// it writes them (RecordCounts), so that Store::GetStats answers without reading a record
+// (docs/design/stats-plan.md). The records the store holds when the owner takes it are counted by
+// a scan in a background thread, of a view taken at the moment the watch of writes began; the
+// writes meanwhile are counted apart and added when the scan ends. Thread-safe.
+
+#ifndef IDEM_BACKEND_LIVE_RECORD_COUNTS_H_
+#define IDEM_BACKEND_LIVE_RECORD_COUNTS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "backend/record_counts.h"
+#include "storage/storage.h"
+#include "util/mutex.h"
+
+namespace idem::backend {
+
+class LiveRecordCounts final : public storage::WriteWatcher {
+ public:
+  // Watches `storage`'s writes (before any is made: see Storage::WatchWrites) and starts counting
+  // what it holds. Null when the storage cannot be watched (other processes write it too).
+  static std::unique_ptr<LiveRecordCounts> Start(storage::Storage& storage);
+  // Stops the watch and the start-up count.
+  ~LiveRecordCounts() override;
+  LiveRecordCounts(const LiveRecordCounts&) = delete;
+  LiveRecordCounts& operator=(const LiveRecordCounts&) = delete;
+
+  void Written(std::string_view key, const storage::RecordSummary* before,
+               const storage::RecordSummary* after, TimePoint now) override;
+
+  // Sets stats' record figures to the live records at `now`; false while the start-up count
+  // runs, or when it failed (a record it could not decode): the caller counts by a scan.
+  bool CountInto(TimePoint now, StoreStats& stats);
+
+ private:
+  explicit LiveRecordCounts(storage::Storage& storage);
+  // The start-up count: every record as of `view`.
+  void CountStored(std::unique_ptr<storage::ReadView> view);
+
+  storage::Storage& storage_;
+  std::atomic<bool> stopping_{false};
+  util::Mutex mu_;
+  RecordCounts counts_ IDEM_GUARDED_BY(mu_);
+  bool counted_ IDEM_GUARDED_BY(mu_) = false;
+  // The start-up count failed: writes are no longer counted, and stats are counted by a scan.
+  bool gave_up_ IDEM_GUARDED_BY(mu_) = false;
+  std::thread start_up_count_;
+};
+
+}  // namespace idem::backend
+
+#endif  // IDEM_BACKEND_LIVE_RECORD_COUNTS_H_

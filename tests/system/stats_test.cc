@@ -1,0 +1,248 @@
+// Store::GetStats: the live records by state and type and the oldest pending one, equal to what a
+// Scan of the same store counts. In a store directory the owner keeps the counts as it writes
+// (precision: a minute for done and failed records), counts what it found at start-up by a
+// background scan while writes go on, and answers a client process over its socket; a read-only
+// reader of the files and a store in PostgreSQL count by reading (precision 0). Also the counters
+// of transitions and the engine's health.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idem/idem.h"
+#include "support/owner_process.h"
+#include "support/test_util.h"
+
+namespace {
+
+using idem::Record;
+using idem::State;
+using idem::StoreStats;
+using idem_test::Backend;
+using idem_test::ClockedStore;
+using idem_test::TempDir;
+using idem_test::TestOptions;
+using namespace std::chrono_literals;
+
+// The figures a Scan of `store` gives: every live record read.
+StoreStats Scanned(idem::Store& store) {
+  StoreStats stats;
+  const idem::Status status = store.Scan({}, [&stats](const Record& record) {
+    const std::string state = record.state == State::kPending
+                                  ? (record.timed_out ? "timeout" : "pending")
+                                  : std::string(idem::StateName(record.state));
+    ++stats.records;
+    ++stats.by_state[state];
+    ++stats.by_type[record.type];
+    if (record.state == State::kPending &&
+        (!stats.oldest_pending || record.created < stats.oldest_pending->created)) {
+      stats.oldest_pending = record;
+    }
+    return true;
+  });
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return stats;
+}
+
+// GetStats once the owner's counts answer (its start-up count done); on a backend that keeps
+// none, its first answer.
+StoreStats Counted(idem::Store& store, Backend backend = Backend::kRocksDb) {
+  StoreStats stats;
+  EXPECT_TRUE(idem_test::WaitFor([&] {
+    idem::Result<StoreStats> got = store.GetStats();
+    if (!got.ok()) {
+      ADD_FAILURE() << got.status().ToString();
+      return true;
+    }
+    stats = *got;
+    return backend != Backend::kRocksDb || stats.precision > 0ms;
+  })) << "the owner's start-up count did not end";
+  return stats;
+}
+
+void ExpectSameRecords(const StoreStats& got, const StoreStats& scanned) {
+  EXPECT_EQ(got.records, scanned.records);
+  EXPECT_EQ(got.by_state, scanned.by_state);
+  EXPECT_EQ(got.by_type, scanned.by_type);
+  ASSERT_EQ(got.oldest_pending.has_value(), scanned.oldest_pending.has_value());
+  if (got.oldest_pending) {
+    EXPECT_EQ(got.oldest_pending->key, scanned.oldest_pending->key);
+    EXPECT_EQ(got.oldest_pending->created, scanned.oldest_pending->created);
+  }
+}
+
+class Stats : public idem_test::OnEachBackend {};
+
+TEST_P(Stats, CountEveryStateAndTypeAsAScanDoes) {
+  ClockedStore s(GetParam());
+  ASSERT_NE(s.store, nullptr);
+  idem::Store& store = *s.store;
+  const StoreStats empty = Counted(store, GetParam());
+  EXPECT_EQ(empty.records, 0u);
+  EXPECT_TRUE(empty.by_state.empty());
+  EXPECT_FALSE(empty.oldest_pending.has_value());
+  if (GetParam() == Backend::kRocksDb) {
+    EXPECT_EQ(empty.precision, 60s) << "the owner keeps them";
+    ASSERT_TRUE(empty.engine.has_value());
+    EXPECT_FALSE(empty.engine->writes_stopped);
+  } else {
+    EXPECT_EQ(empty.precision, 0ms) << "PostgreSQL's are read";
+    EXPECT_FALSE(empty.engine.has_value());
+  }
+
+  ASSERT_OK_AND_ASSIGN(auto paid, store.Begin("order-1", {.type = "pay"}));
+  ASSERT_OK(store.Complete("order-1", paid.token, "charged"));
+  ASSERT_OK(store.Complete("order-1", paid.token, "charged"));  // a repeat, answered OK
+  ASSERT_OK_AND_ASSIGN(auto declined, store.Begin("order-2", {.type = "pay"}));
+  ASSERT_OK(store.Fail("order-2", declined.token, "card declined", idem::Failure::kRetryable));
+  ASSERT_OK_AND_ASSIGN(auto refund, store.Begin("refund-1", {.type = "refund"}));
+  ASSERT_OK(store.Fail("refund-1", refund.token, "no such order", idem::Failure::kTerminal));
+  ASSERT_OK_AND_ASSIGN(auto first, store.Begin("refund-2", {.type = "refund"}));
+  ASSERT_OK_AND_ASSIGN(auto second, store.Begin("ship-1", {.type = "ship"}));
+  ASSERT_OK(store.Extend("ship-1", second.token, 30s));
+  ASSERT_OK_AND_ASSIGN(auto forgotten, store.Begin("gone", {.type = "ship"}));
+  ASSERT_OK(store.Forget("gone"));
+
+  StoreStats stats = Counted(store, GetParam());
+  ExpectSameRecords(stats, Scanned(store));
+  EXPECT_EQ(stats.records, 5u);
+  EXPECT_EQ(stats.by_state, (std::map<std::string, uint64_t, std::less<>>{
+                                {"done", 1}, {"failed", 2}, {"pending", 2}}));
+  EXPECT_EQ(stats.by_type,
+            (std::map<std::string, uint64_t, std::less<>>{{"pay", 2}, {"refund", 2}, {"ship", 1}}));
+  ASSERT_TRUE(stats.oldest_pending.has_value());
+  EXPECT_EQ(stats.oldest_pending->key, "refund-2");
+  EXPECT_EQ(stats.oldest_pending->created, first.record.created);
+
+  // A record claimed again after its failure moves back to pending.
+  ASSERT_OK_AND_ASSIGN(auto retried, store.Begin("order-2", {.type = "pay"}));
+  EXPECT_EQ(retried.outcome, idem::Outcome::kAcquired);
+  ExpectSameRecords(Counted(store, GetParam()), Scanned(store));
+
+  ASSERT_OK_AND_ASSIGN(const idem::Counters counters, store.GetCounters());
+  EXPECT_EQ(counters.completes, 1u) << "the repeated Complete wrote nothing";
+  EXPECT_EQ(counters.fails, 1u);
+  EXPECT_EQ(counters.terminal_fails, 1u);
+  EXPECT_EQ(counters.io_errors + counters.corruption_errors + counters.timeout_errors +
+                counters.busy_errors + counters.unavailable_errors,
+            0u);
+  static_cast<void>(forgotten);
+}
+
+IDEM_ON_EACH_BACKEND(Stats);
+
+// The owner's clock moves: a lease that passes makes a pending record timed out at once, and a
+// record whose retention passes leaves the counts, a done one by the end of its minute.
+TEST(StatsOfADirectory, PassingLeasesAndRetentionsMoveTheCountsWithoutAWrite) {
+  ClockedStore s;
+  ASSERT_NE(s.store, nullptr);
+  idem::Store& store = *s.store;
+  ASSERT_OK_AND_ASSIGN(auto done, store.Begin("done", {.lease = 5s, .retention = 1h}));
+  ASSERT_OK(store.Complete("done", done.token, "ok"));
+  ASSERT_OK_AND_ASSIGN(auto stuck, store.Begin("stuck", {.lease = 5s, .retention = 2h}));
+  EXPECT_EQ(Counted(store).by_state.at("pending"), 1u);
+
+  s.clock->Advance(6s);
+  StoreStats stats = Counted(store);
+  EXPECT_EQ(stats.by_state.at("timeout"), 1u);
+  EXPECT_EQ(stats.by_state.count("pending"), 0u);
+  ExpectSameRecords(stats, Scanned(store));
+
+  s.clock->Advance(1h);  // past the done record's retention, within its minute at most
+  stats = Counted(store);
+  EXPECT_LE(stats.records, 2u);
+  s.clock->Advance(61s);
+  stats = Counted(store);
+  ExpectSameRecords(stats, Scanned(store));
+  EXPECT_EQ(stats.records, 1u);
+  EXPECT_EQ(stats.by_state.count("done"), 0u);
+  s.clock->Advance(2h);
+  ExpectSameRecords(Counted(store), Scanned(store));
+  EXPECT_EQ(Counted(store).records, 0u);
+  static_cast<void>(stuck);
+}
+
+// Reopened, the owner counts the records it finds in the background while others write: a write
+// of a record it has yet to read, or has read already, is counted once either way.
+TEST(StatsOfADirectory, TheOwnerCountsWhatItFoundWhileWritesGoOn) {
+  TempDir dir;
+  constexpr int kRecords = 20000;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    for (int i = 0; i < kRecords; ++i) {
+      const std::string key = "old-" + std::to_string(i);
+      ASSERT_OK_AND_ASSIGN(auto claim, store->Begin(key, {.type = i % 3 == 0 ? "pay" : "ship"}));
+      if (i % 2 == 0) ASSERT_OK(store->Complete(key, claim.token, "ok"));
+    }
+  }
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  std::vector<std::thread> writers;
+  std::atomic<bool> failed{false};
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = w; i < kRecords; i += 40) {
+        const std::string old_key = "old-" + std::to_string(i);
+        const std::string new_key = "new-" + std::to_string(i);
+        auto claim = store->Begin(new_key, {.type = "refund"});
+        bool ok = claim.ok() && store->Complete(new_key, claim->token, "ok").ok();
+        // Old records: forgotten, or taken over and completed when still pending.
+        if (i % 4 == 0) ok = ok && store->Forget(old_key).ok();
+        failed = failed || !ok;
+      }
+    });
+  }
+  for (std::thread& writer : writers) writer.join();
+  ASSERT_FALSE(failed);
+  const StoreStats stats = Counted(*store);
+  EXPECT_EQ(stats.precision, 60s);
+  ExpectSameRecords(stats, Scanned(*store));
+}
+
+// A client process gets the owner's counts over its socket.
+TEST(StatsOfADirectory, AClientProcessGetsTheOwnersCounts) {
+  TempDir dir;
+  idem_test::OwnerProcess owner(dir.StorePath());
+  ASSERT_TRUE(owner.ready());
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k" + std::to_string(i), {.type = "pay"}));
+    if (i % 5 != 0) ASSERT_OK(store->Complete("k" + std::to_string(i), claim.token, "ok"));
+  }
+  const StoreStats stats = Counted(*store);
+  EXPECT_EQ(stats.precision, 60s) << "the owner's kept counts";
+  ExpectSameRecords(stats, Scanned(*store));
+  EXPECT_EQ(stats.by_state.at("done"), 40u);
+  ASSERT_TRUE(stats.engine.has_value());
+}
+
+// Nobody owns the store: a read-only handle counts the files' records by reading them; the engine
+// is the files'. A backup flushes the memtables: table files then hold the records.
+TEST(StatsOfADirectory, AReaderOfTheFilesCountsByReading) {
+  TempDir dir;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k" + std::to_string(i)));
+      ASSERT_OK(store->Complete("k" + std::to_string(i), claim.token, std::string(100, 'x')));
+    }
+    ASSERT_OK(store->Backup(dir.path() + "/backup"));
+  }
+  idem::Options options = TestOptions();
+  options.read_only = true;
+  IDEM_ASSERT_OPEN(reader, dir.StorePath(), options);
+  ASSERT_OK_AND_ASSIGN(const StoreStats stats, reader->GetStats());
+  EXPECT_EQ(stats.precision, 0ms);
+  EXPECT_EQ(stats.records, 100u);
+  ExpectSameRecords(stats, Scanned(*reader));
+  ASSERT_TRUE(stats.engine.has_value());
+  EXPECT_GT(stats.engine->live_table_bytes, 1000u) << "the records are in table files";
+  EXPECT_GE(stats.engine->total_table_bytes, stats.engine->live_table_bytes);
+  EXPECT_FALSE(stats.engine->writes_stopped);
+}
+
+}  // namespace
