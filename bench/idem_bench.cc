@@ -95,6 +95,7 @@ struct Flags {
   std::size_t memory_budget = Options{}.memory_budget;
   uint64_t wear_lifecycles = 100'000;
   std::string serve;  // internal: be the owner process of this store until stdin closes
+  int64_t serve_clock_offset_ms = 0;  // internal: the owner's clock runs this far ahead
 };
 
 // The configuration of one measurement's subject: `directory` for the stores on disk, a table
@@ -381,110 +382,6 @@ Status Contention(const Flags& flags, ResultsFile& results) {
   return Status::OK();
 }
 
-// The owner process of the client workload: `idem_bench --serve DIR`.
-int Serve(const Flags& flags) {
-  Options options;
-  options.durability = Durability::kBuffered;
-  options.memory_budget = flags.memory_budget;
-  options.auto_purge_interval = std::chrono::milliseconds(0);
-  Result<std::unique_ptr<Store>> store = Store::Open(flags.serve, options);
-  if (!store.ok()) {
-    std::cerr << "idem_bench --serve: " << store.status().ToString() << std::endl;
-    return 1;
-  }
-  std::cout << "ready" << std::endl;
-  char buffer[64];
-  while (::read(STDIN_FILENO, buffer, sizeof(buffer)) > 0) {
-  }
-  return 0;
-}
-
-// A child process, its stdin and stdout piped to us.
-class OwnerProcess {
- public:
-  static Result<std::unique_ptr<OwnerProcess>> Start(const Flags& flags, const std::string& dir) {
-    int to_child[2], from_child[2];
-    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
-      return Status::IOError("pipe failed");
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
-    const std::string self = fs::read_symlink("/proc/self/exe").string();
-    const std::string budget = std::to_string(flags.memory_budget);
-    std::vector<std::string> args = {self, "--serve", dir, "--memory-budget", budget};
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(to_child[0]);
-    ::close(from_child[1]);
-    if (rc != 0) {
-      ::close(to_child[1]);
-      ::close(from_child[0]);
-      return Status::IOError("cannot start " + self + ": " + std::strerror(rc));
-    }
-    std::unique_ptr<OwnerProcess> owner(new OwnerProcess(pid, to_child[1]));
-    std::string line;
-    char c;
-    while (::read(from_child[0], &c, 1) == 1 && c != '\n') line += c;
-    ::close(from_child[0]);
-    if (line != "ready") {
-      return Status::Unavailable("the owner process did not start (it said \"" + line + "\")");
-    }
-    return owner;
-  }
-  ~OwnerProcess() {
-    ::close(stdin_);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  OwnerProcess(pid_t pid, int stdin_fd) : pid_(pid), stdin_(stdin_fd) {}
-  const pid_t pid_;
-  const int stdin_;
-};
-
-Status Client(const Flags& flags, ResultsFile& results) {
-  IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "client"));
-  {
-    IDEM_ASSIGN_OR_RETURN(auto owner, OwnerProcess::Start(flags, dir));
-    Options options;
-    options.durability = Durability::kBuffered;
-    options.auto_purge_interval = std::chrono::milliseconds(0);
-    IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(dir, options));
-    // The owner writes its pid into the lock file; make sure we are the client, not the owner.
-    std::ifstream lock_file(fs::path(dir) / "owner.lock");
-    std::string word;
-    pid_t owner_pid = 0;
-    lock_file >> word >> owner_pid;
-    if (owner_pid != owner->pid()) {
-      return Status::Failed("the store's owner is pid " + std::to_string(owner_pid) +
-                            ", not the serving child " + std::to_string(owner->pid()));
-    }
-    // Redis, when asked for, runs its lifecycle in the same rounds: the anchor of this ratio.
-    std::map<std::string, std::unique_ptr<Subject>> subjects;
-    subjects["idem-client"] = StoreSubject(*store);
-    std::vector<std::string> systems = {"idem-client"};
-    if (std::find(flags.systems.begin(), flags.systems.end(), "redis") != flags.systems.end()) {
-      IDEM_ASSIGN_OR_RETURN(subjects["redis"],
-                            OpenSubject("redis", ConfigFor(flags, dir, "client-redis", 1)));
-      systems.push_back("redis");
-    }
-    IDEM_RETURN_IF_ERROR(MeasureInRounds(
-        flags, results, "client", systems, [&](const std::string& system, int threads) {
-          return RunLifecycle(*subjects[system], threads, flags.seconds);
-        }));
-  }
-  RemoveDirectory(dir);
-  return Status::OK();
-}
-
 // Wall-clock time that the scale workload moves forward to expire records.
 class ManualClock final : public idem::Clock {
  public:
@@ -492,10 +389,164 @@ class ManualClock final : public idem::Clock {
     return std::chrono::system_clock::now() + std::chrono::milliseconds(offset_ms_.load());
   }
   void Advance(std::chrono::milliseconds by) { offset_ms_.fetch_add(by.count()); }
+  std::chrono::milliseconds Offset() const { return std::chrono::milliseconds(offset_ms_.load()); }
 
  private:
   std::atomic<int64_t> offset_ms_{0};
+
+  // The owner process of the client workload: `idem_bench --serve DIR`.
+  int Serve(const Flags& flags) {
+    Options options;
+    options.durability = Durability::kBuffered;
+    options.memory_budget = flags.memory_budget;
+    options.auto_purge_interval = std::chrono::milliseconds(0);
+    auto clock = std::make_shared<ManualClock>();
+    clock->Advance(std::chrono::milliseconds(flags.serve_clock_offset_ms));
+    options.clock = clock;
+    Result<std::unique_ptr<Store>> store = Store::Open(flags.serve, options);
+    if (!store.ok()) {
+      std::cerr << "idem_bench --serve: " << store.status().ToString() << std::endl;
+      return 1;
+    }
+    std::cout << "ready" << std::endl;
+    char buffer[64];
+    while (::read(STDIN_FILENO, buffer, sizeof(buffer)) > 0) {
+    }
+    return 0;
+  }
+
+  // A child process, its stdin and stdout piped to us.
+  class OwnerProcess {
+   public:
+    // `clock_offset`: how far ahead of the system clock the owner's clock runs.
+    static Result<std::unique_ptr<OwnerProcess>> Start(
+        const Flags& flags, const std::string& dir,
+        std::chrono::milliseconds clock_offset = std::chrono::milliseconds(0)) {
+      int to_child[2], from_child[2];
+      if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
+        return Status::IOError("pipe failed");
+      }
+      posix_spawn_file_actions_t actions;
+      posix_spawn_file_actions_init(&actions);
+      posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
+      posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
+      const std::string self = fs::read_symlink("/proc/self/exe").string();
+      const std::string budget = std::to_string(flags.memory_budget);
+      std::vector<std::string> args = {self,
+                                       "--serve",
+                                       dir,
+                                       "--memory-budget",
+                                       budget,
+                                       "--serve-clock-offset-ms",
+                                       std::to_string(clock_offset.count())};
+      std::vector<char*> argv;
+      for (auto& arg : args) argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      pid_t pid = 0;
+      const int rc = posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), environ);
+      posix_spawn_file_actions_destroy(&actions);
+      ::close(to_child[0]);
+      ::close(from_child[1]);
+      if (rc != 0) {
+        ::close(to_child[1]);
+        ::close(from_child[0]);
+        return Status::IOError("cannot start " + self + ": " + std::strerror(rc));
+      }
+      std::unique_ptr<OwnerProcess> owner(new OwnerProcess(pid, to_child[1]));
+      std::string line;
+      char c;
+      while (::read(from_child[0], &c, 1) == 1 && c != '\n') line += c;
+      ::close(from_child[0]);
+      if (line != "ready") {
+        return Status::Unavailable("the owner process did not start (it said \"" + line + "\")");
+      }
+      return owner;
+    }
+    ~OwnerProcess() {
+      ::close(stdin_);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+    pid_t pid() const { return pid_; }
+
+   private:
+    OwnerProcess(pid_t pid, int stdin_fd) : pid_(pid), stdin_(stdin_fd) {}
+    const pid_t pid_;
+    const int stdin_;
+  };
+
+  Status Client(const Flags& flags, ResultsFile& results) {
+    IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "client"));
+    {
+      IDEM_ASSIGN_OR_RETURN(auto owner, OwnerProcess::Start(flags, dir));
+      Options options;
+      options.durability = Durability::kBuffered;
+      options.auto_purge_interval = std::chrono::milliseconds(0);
+      IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(dir, options));
+      // The owner writes its pid into the lock file; make sure we are the client, not the owner.
+      std::ifstream lock_file(fs::path(dir) / "owner.lock");
+      std::string word;
+      pid_t owner_pid = 0;
+      lock_file >> word >> owner_pid;
+      if (owner_pid != owner->pid()) {
+        return Status::Failed("the store's owner is pid " + std::to_string(owner_pid) +
+                              ", not the serving child " + std::to_string(owner->pid()));
+      }
+      // Redis, when asked for, runs its lifecycle in the same rounds: the anchor of this ratio.
+      std::map<std::string, std::unique_ptr<Subject>> subjects;
+      subjects["idem-client"] = StoreSubject(*store);
+      std::vector<std::string> systems = {"idem-client"};
+      if (std::find(flags.systems.begin(), flags.systems.end(), "redis") != flags.systems.end()) {
+        IDEM_ASSIGN_OR_RETURN(subjects["redis"],
+                              OpenSubject("redis", ConfigFor(flags, dir, "client-redis", 1)));
+        systems.push_back("redis");
+      }
+      IDEM_RETURN_IF_ERROR(MeasureInRounds(
+          flags, results, "client", systems, [&](const std::string& system, int threads) {
+            return RunLifecycle(*subjects[system], threads, flags.seconds);
+          }));
+    }
+    RemoveDirectory(dir);
+    return Status::OK();
+  }
 };
+
+// Store::GetStats on a store of `expected` live records, timed: the owner's kept counts (this
+// process owns it, or `system` names a client of another process's owner). A wrong count fails.
+Status MeasureStats(Store& store, uint64_t expected, const std::string& system,
+                    ResultsFile& results) {
+  const auto start = bench::Clock::now();
+  IDEM_ASSIGN_OR_RETURN(StoreStats stats, store.GetStats());
+  const double seconds = SecondsSince(start);
+  if (stats.precision.count() == 0) {
+    return Status::Failed("GetStats counted by reading: the owner keeps no counts");
+  }
+  if (stats.records != expected) {
+    return Status::Failed("GetStats counted " + std::to_string(stats.records) +
+                          " records where a scan read " + std::to_string(expected));
+  }
+  results.AddFigure("stats", system, "stats_seconds", seconds, "s");
+  return Status::OK();
+}
+
+// GetStats through an owner in another process (`idem_bench --serve`), which first counts the
+// records it finds: how long that start-up count takes (from the owner's start), then the call.
+Status MeasureStatsThroughAnOwner(const Flags& flags, const std::string& dir, uint64_t expected,
+                                  std::chrono::milliseconds clock_offset, ResultsFile& results) {
+  const auto start = bench::Clock::now();
+  IDEM_ASSIGN_OR_RETURN(auto owner, OwnerProcess::Start(flags, dir, clock_offset));
+  Options options;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(dir, options));
+  for (;;) {
+    IDEM_ASSIGN_OR_RETURN(StoreStats stats, store->GetStats());
+    if (stats.precision.count() > 0) break;
+    if (SecondsSince(start) > 600) return Status::Failed("the owner's start-up count took 600 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  results.AddFigure("stats", "idem-client", "count_at_start_seconds", SecondsSince(start), "s");
+  return MeasureStats(*store, expected, "idem-client", results);
+}
 
 Status Scale(const Flags& flags, ResultsFile& results) {
   const std::vector<int> threads_list = {1, 4};
@@ -519,6 +570,7 @@ Status Scale(const Flags& flags, ResultsFile& results) {
   RemoveDirectory(empty_dir);
 
   IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "scale-full"));
+  uint64_t live_at_close = 0;
   {
     IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(dir, options));
     // Every 100th record is kept for an hour; the others for the default 30 days.
@@ -571,6 +623,9 @@ Status Scale(const Flags& flags, ResultsFile& results) {
     const double scan_seconds = SecondsSince(scan_start);
     results.AddFigure("purge", "idem-buffered", "scanned", static_cast<double>(scanned), "records");
     results.AddFigure("purge", "idem-buffered", "scan_seconds", scan_seconds, "s");
+    // `idem stats` before the owner kept counts was this scan.
+    results.AddFigure("stats", "idem-buffered", "scan_seconds", scan_seconds, "s");
+    IDEM_RETURN_IF_ERROR(MeasureStats(*store, scanned, "idem-buffered", results));
     // Measured after the purge, so that the scan above covers the loaded records only.
     auto subject = StoreSubject(*store);
     for (int threads : threads_list) {
@@ -581,7 +636,11 @@ Status Scale(const Flags& flags, ResultsFile& results) {
     const Memory memory = ReadMemory();
     results.AddFigure("memory", "idem", "peak_rss", memory.peak_rss / 1048576.0, "MiB");
     results.AddFigure("memory", "idem", "memory_budget", flags.memory_budget / 1048576.0, "MiB");
+    IDEM_ASSIGN_OR_RETURN(const StoreStats at_close, store->GetStats());
+    live_at_close = at_close.records;
   }
+  IDEM_RETURN_IF_ERROR(
+      MeasureStatsThroughAnOwner(flags, dir, live_at_close, clock->Offset(), results));
   RemoveDirectory(dir);
   return Status::OK();
 }
@@ -829,6 +888,8 @@ int Main(int argc, char** argv) {
                  "Lifecycles each system runs in the wear workload")
       ->capture_default_str();
   app.add_option("--serve", flags.serve, "Internal: own this store until stdin closes");
+  app.add_option("--serve-clock-offset-ms", flags.serve_clock_offset_ms,
+                 "Internal: the owner's clock runs this many ms ahead of the system's");
   CLI11_PARSE(app, argc, argv);
 
   if (!flags.serve.empty()) return Serve(flags);

@@ -212,6 +212,11 @@ def targets(rows, figures):
     out.append((f"Purge of 1% expired out of {records:,.0f} vs a full scan (time)",
                 "n/a" if share is None else f"{100 * share:.2f}%", "<= 5%",
                 None if share is None else share <= 0.05, ""))
+    for system, how in [("idem-buffered", "in the owner"), ("idem-client", "through the owner")]:
+        took = figures.get(("stats", system, "stats_seconds"))
+        if took:
+            out.append((f"Stats of {records:,.0f} records, {how} (time)",
+                        f"{took[0] * 1000:.2f} ms", "< 50 ms", took[0] < 0.05, ""))
     worn = lambda system: figures.get(("wear", system, "device_bytes_per_lifecycle"),
                                       (None, ""))[0]
     for system, anchor, label in [("idem-sync", "rocksdb-sync", "kSync, vs raw RocksDB (sync)"),
@@ -809,6 +814,15 @@ def markdown(rows, figures, command, note, plot_name, run_time):
         "waited for the load's backlog, the purge took 0.55-0.68 s when it started inside it, "
         "against 0.17-0.19 s on a settled store, same code: its deletes were delayed by "
         "RocksDB's write controller; the scan writes nothing and was not slowed.)")
+    if ("stats", "idem-buffered", "stats_seconds") in figures:
+        add(f"- `Store::GetStats` (what `idem stats` prints) answered from the owner's kept counts "
+            f"in {fig('stats', 'idem-buffered', 'stats_seconds') * 1000:.2f} ms in the owner, "
+            f"and in {fig('stats', 'idem-client', 'stats_seconds') * 1000:.2f} ms from another "
+            "process through the owner; before the counts were kept, `idem stats` was the scan "
+            "above. An owner that takes the store over counts the records it finds in the "
+            "background: a new owner process had them counted "
+            f"{fig('stats', 'idem-client', 'count_at_start_seconds'):.1f} s after it started "
+            "(until then GetStats reads every record).")
     add(f"- Memory: `Options::memory_budget` (default 96 MiB; the resident memory a process "
         f"holding the store should stay under: a quarter of it is RocksDB's block cache, which "
         f"also accounts for the memtables) was {fig('memory', 'idem', 'memory_budget'):.0f} MiB. The "

@@ -174,14 +174,12 @@ void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const Stat
     sample("idem_owner_pid", stats.owner.pid);
   }
   family("idem_owner_start_time_seconds", "gauge",
-         "When the owner took the store (its counters start there), in seconds since the Unix "
-         "epoch.");
+         "When the owner took the store, in seconds since the Unix epoch.");
   sample("idem_owner_start_time_seconds", SecondsSinceEpoch(stats.owner.since));
   for (const CounterInfo& counter : kCounters) {
     const std::string metric = fmt::format("idem_{}_total", counter.name);
     family(metric, "counter",
-           fmt::format("{} Counted by the store's owner (idem_owner_pid) since it took the store "
-                       "(idem_owner_start_time_seconds).",
+           fmt::format("{} Counted by the store's owners, the current one idem_owner_pid.",
                        counter.help));
     sample(metric, stats.owner.counters.*counter.field);
   }

@@ -12,9 +12,12 @@
 namespace idem {
 
 // Counts kept by the process that owns the store (docs/semantics.md, "Several processes, one
-// store"), since it became the owner: a process sharing the store through that owner reads the
-// owner's counts, which include every process's calls. A read-only handle that reads the files
-// itself (no owner running) counts nothing: all zeros. Each field is described in kCounters.
+// store"): a process sharing the store through that owner reads the owner's counts, which include
+// every process's calls. In a store directory they go on across owners: each owner keeps them in
+// the store every 5 s and when it closes, and the next owner starts from them (an owner killed
+// loses its last 5 s). In PostgreSQL each process counts its own, from zero. A read-only handle
+// that reads the files itself (no owner running) counts nothing: all zeros. Each field is
+// described in kCounters.
 struct Counters {
   uint64_t claims = 0;
   uint64_t replays = 0;
@@ -49,7 +52,7 @@ struct OwnerCounters {
   // The owner's pid as this process sees it; 0 when !live, or when the owner runs in a PID
   // namespace this process cannot see.
   int64_t pid = 0;
-  // When that process became the store's owner: its counts start there. The epoch when !live.
+  // When that process became the store's owner. The epoch when !live.
   std::chrono::system_clock::time_point since{};
 };
 

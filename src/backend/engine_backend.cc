@@ -50,79 +50,6 @@ Status EngineBackend::CheckTableName(std::string_view table) {
                   EscapeKey(table), kMaxTableNameSize));
 }
 
-void EngineBackend::AtomicCounters::Count(const engine::TransitionRequest& request) {
-  if (request.kind == engine::TransitionKind::kComplete) {
-    Add<&Counters::completes>(1);
-  } else if (request.kind == engine::TransitionKind::kFail) {
-    if (request.failure == Failure::kTerminal) {
-      Add<&Counters::terminal_fails>(1);
-    } else {
-      Add<&Counters::fails>(1);
-    }
-  }
-}
-
-const Status& EngineBackend::CountedError(const Status& status) {
-  switch (status.code()) {
-    case Status::Code::kIOError:
-      counters_.Add<&Counters::io_errors>(1);
-      break;
-    case Status::Code::kCorruption:
-      counters_.Add<&Counters::corruption_errors>(1);
-      break;
-    case Status::Code::kTimedOut:
-      counters_.Add<&Counters::timeout_errors>(1);
-      break;
-    case Status::Code::kBusy:
-      counters_.Add<&Counters::busy_errors>(1);
-      break;
-    case Status::Code::kUnavailable:
-      counters_.Add<&Counters::unavailable_errors>(1);
-      break;
-    default:
-      break;
-  }
-  return status;
-}
-
-void EngineBackend::AtomicCounters::Count(const Claim& claim) {
-  switch (claim.outcome) {
-    case Outcome::kAcquired:
-      Add<&Counters::claims>(1);
-      if (claim.took_over) Add<&Counters::takeovers>(1);
-      break;
-    case Outcome::kReplay:
-      Add<&Counters::replays>(1);
-      break;
-    case Outcome::kInProgress:
-      Add<&Counters::in_progress>(1);
-      break;
-    case Outcome::kFailed:
-      Add<&Counters::failed>(1);
-      break;
-    case Outcome::kMismatch:
-      Add<&Counters::mismatches>(1);
-      break;
-  }
-}
-
-EngineBackend::AtomicCounters::Shard& EngineBackend::AtomicCounters::ThreadShard() {
-  static std::atomic<std::size_t> threads_seen{0};
-  thread_local const std::size_t shard =
-      threads_seen.fetch_add(1, std::memory_order_relaxed) % kShards;
-  return shards_[shard];
-}
-
-Counters EngineBackend::AtomicCounters::Snapshot() const {
-  Counters counters;
-  for (std::size_t i = 0; i < kCounterCount; ++i) {
-    uint64_t total = 0;
-    for (const Shard& shard : shards_) total += shard.values[i].load(std::memory_order_relaxed);
-    counters.*kCounters[i].field = total;
-  }
-  return counters;
-}
-
 EngineBackend::EngineBackend(std::unique_ptr<storage::Storage> storage, const Options& options,
                              std::unique_ptr<StallWatch> stall_watch,
                              std::unique_ptr<DiskQuota> disk_quota, BackupWriter write_backup)
@@ -132,10 +59,14 @@ EngineBackend::EngineBackend(std::unique_ptr<storage::Storage> storage, const Op
       stall_watch_(std::move(stall_watch)),
       disk_quota_(std::move(disk_quota)),
       write_backup_(std::move(write_backup)),
-      live_counts_(options_.read_only ? nullptr : LiveRecordCounts::Start(*storage_)) {
-  if (!options_.read_only && options_.auto_purge_interval > std::chrono::milliseconds(0)) {
-    purge_thread_ = std::thread([this] { PurgeLoop(options_.auto_purge_interval); });
-  }
+      live_counts_(options_.read_only ? nullptr : LiveRecordCounts::Start(*storage_)),
+      saved_([this] {
+        // Monitoring figures: saved counters that cannot be read are started again from zeros.
+        Result<Counters> saved = options_.read_only ? Counters{} : storage_->LoadCounters();
+        return saved.ok() ? *saved : Counters{};
+      }()),
+      last_saved_(saved_) {
+  if (!options_.read_only) housekeeping_ = std::thread([this] { Housekeeping(); });
 }
 
 EngineBackend::~EngineBackend() {
@@ -144,16 +75,34 @@ EngineBackend::~EngineBackend() {
     stopping_ = true;
   }
   stop_.NotifyAll();
-  if (purge_thread_.joinable()) purge_thread_.join();
+  if (housekeeping_.joinable()) housekeeping_.join();
+  // The last counts, for the next owner.
+  if (!options_.read_only) SaveCounters();
 }
 
-void EngineBackend::PurgeLoop(std::chrono::milliseconds interval) {
+void EngineBackend::Housekeeping() {
+  using Steady = std::chrono::steady_clock;
+  const std::chrono::milliseconds purge_interval = options_.auto_purge_interval;
+  const bool purges = purge_interval > std::chrono::milliseconds(0);
+  Steady::time_point next_purge = Steady::now() + purge_interval;
+  Steady::time_point next_save = Steady::now() + kCountersSaveInterval;
   util::MutexLock lock(mu_);
-  while (!stop_.WaitFor(lock, interval, [this]() IDEM_REQUIRES(mu_) { return stopping_; })) {
+  for (;;) {
+    const Steady::time_point next = purges ? std::min(next_purge, next_save) : next_save;
+    const auto wait = std::max(Steady::duration::zero(), next - Steady::now());
+    if (stop_.WaitFor(lock, wait, [this]() IDEM_REQUIRES(mu_) { return stopping_; })) return;
     lock.Unlock();
-    // A failed background purge is retried at the next interval; a caller's own Purge reports
-    // the error.
-    static_cast<void>(Purge(PurgeOptions{}));
+    const Steady::time_point now = Steady::now();
+    if (now >= next_save) {
+      SaveCounters();
+      next_save = now + kCountersSaveInterval;
+    }
+    if (purges && now >= next_purge) {
+      // A failed background purge is retried at the next interval; a caller's own Purge
+      // reports the error.
+      static_cast<void>(Purge(PurgeOptions{}));
+      next_purge = Steady::now() + purge_interval;
+    }
     lock.Lock();
   }
 }
@@ -398,38 +347,6 @@ Result<uint64_t> EngineBackend::Purge(const PurgeOptions& options) {
   if (!options.dry_run) counters_.Add<&Counters::purged>(count);
   if (disk_quota_ && count > 0) disk_quota_->MeasureSoon();
   return count;
-}
-
-Counters EngineBackend::CountersNow() const {
-  Counters counters = counters_.Snapshot();
-  if (disk_quota_) counters.quota_exceeded = disk_quota_->crossings();
-  if (stall_watch_) counters.stalls = stall_watch_->stalls();
-  return counters;
-}
-
-Result<Counters> EngineBackend::GetCounters() { return CountersNow(); }
-
-Result<OwnerCounters> EngineBackend::GetOwnerCounters() {
-  OwnerCounters answer;
-  answer.counters = CountersNow();
-  if (!options_.read_only) {
-    answer.live = true;
-    answer.pid = ::getpid();
-    answer.since = created_;
-  }
-  return answer;
-}
-
-Result<EngineBackend::Stats> EngineBackend::GetStats() {
-  Stats answer;
-  answer.stats.engine = storage_->EngineStats();
-  const TimePoint now = options_.clock ? options_.clock->Now() : std::chrono::system_clock::now();
-  if (live_counts_ && live_counts_->CountInto(now, answer.stats)) {
-    answer.counted = true;
-    answer.stats.at = now;
-    answer.stats.precision = RecordCounts::kBucket;
-  }
-  return answer;
 }
 
 }  // namespace idem::backend

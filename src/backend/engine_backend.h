@@ -128,7 +128,7 @@ class EngineBackend final : public engine::Backend {
 
   using TimePoint = std::chrono::system_clock::time_point;
 
-  // The counters, with the quota's crossings and the stalls.
+  // The counters: the earlier owners' and this one's, with the quota's crossings and the stalls.
   Counters CountersNow() const;
   // Counts a storage's error by its cause (io_errors, corruption_errors, timeout_errors,
   // busy_errors, unavailable_errors); returns it.
@@ -159,7 +159,14 @@ class EngineBackend final : public engine::Backend {
   // request.
   Result<engine::BeginRequest> CheckedBeginRequest(const engine::BeginCall& call,
                                                    const Holder& holder) const;
-  void PurgeLoop(std::chrono::milliseconds interval);
+  // The background thread of a writable backend: purges every Options::auto_purge_interval
+  // (none when 0) and saves the counters every kCountersSaveInterval when they changed.
+  void Housekeeping();
+  // Keeps the counters in the storage for the next owner (Storage::SaveCounters), when they
+  // changed since last kept. Called by the housekeeping thread, then by the destructor.
+  void SaveCounters();
+  // At most this much of the counts is lost when the owner is killed (docs/operations.md).
+  static constexpr std::chrono::seconds kCountersSaveInterval{5};
 
   // Constant after construction.
   const std::unique_ptr<storage::Storage> storage_;
@@ -179,11 +186,14 @@ class EngineBackend final : public engine::Backend {
   ReadViews views_{*storage_};
   // Null unless this backend writes a store directory (LiveRecordCounts::Start). After storage_.
   const std::unique_ptr<LiveRecordCounts> live_counts_;
+  // The counts of the store's earlier owners (Storage::LoadCounters), added to this one's.
+  const Counters saved_;
+  Counters last_saved_;  // what SaveCounters last kept; its caller's alone
 
   util::Mutex mu_;
   util::CondVar stop_;
   bool stopping_ IDEM_GUARDED_BY(mu_) = false;
-  std::thread purge_thread_;
+  std::thread housekeeping_;
 };
 
 }  // namespace idem::backend

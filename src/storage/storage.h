@@ -248,6 +248,15 @@ class Storage {
     return Status::InvalidArgument("this storage is written by other processes too");
   }
 
+  // The counters the store's owners kept before this one (SaveCounters), to go on from: zeros
+  // when none were saved. The default: a storage that keeps none (every process counts its own).
+  virtual Result<Counters> LoadCounters() { return Counters{}; }
+  // Keeps `counters` for the next owner (a buffered write). The default keeps nothing.
+  virtual Status SaveCounters(const Counters& counters) {
+    static_cast<void>(counters);
+    return Status::OK();
+  }
+
   // The engine's health (Store::GetStats); none for a storage that has no engine of its own.
   virtual std::optional<StoreStats::Engine> EngineStats() { return std::nullopt; }
 

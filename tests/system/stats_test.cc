@@ -176,7 +176,10 @@ TEST(StatsOfADirectory, TheOwnerCountsWhatItFoundWhileWritesGoOn) {
     IDEM_ASSERT_OPEN(store, dir.StorePath());
     for (int i = 0; i < kRecords; ++i) {
       const std::string key = "old-" + std::to_string(i);
-      ASSERT_OK_AND_ASSIGN(auto claim, store->Begin(key, {.type = i % 3 == 0 ? "pay" : "ship"}));
+      // Leases that outlast the test: a lease running out between the counts and the scan
+      // would move a record from pending to timeout between them.
+      ASSERT_OK_AND_ASSIGN(auto claim,
+                           store->Begin(key, {.type = i % 3 == 0 ? "pay" : "ship", .lease = 1h}));
       if (i % 2 == 0) ASSERT_OK(store->Complete(key, claim.token, "ok"));
     }
   }
@@ -188,7 +191,7 @@ TEST(StatsOfADirectory, TheOwnerCountsWhatItFoundWhileWritesGoOn) {
       for (int i = w; i < kRecords; i += 40) {
         const std::string old_key = "old-" + std::to_string(i);
         const std::string new_key = "new-" + std::to_string(i);
-        auto claim = store->Begin(new_key, {.type = "refund"});
+        auto claim = store->Begin(new_key, {.type = "refund", .lease = 1h});
         bool ok = claim.ok() && store->Complete(new_key, claim->token, "ok").ok();
         // Old records: forgotten, or taken over and completed when still pending.
         if (i % 4 == 0) ok = ok && store->Forget(old_key).ok();
@@ -210,7 +213,8 @@ TEST(StatsOfADirectory, AClientProcessGetsTheOwnersCounts) {
   ASSERT_TRUE(owner.ready());
   IDEM_ASSERT_OPEN(store, dir.StorePath());
   for (int i = 0; i < 50; ++i) {
-    ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k" + std::to_string(i), {.type = "pay"}));
+    ASSERT_OK_AND_ASSIGN(auto claim,
+                         store->Begin("k" + std::to_string(i), {.type = "pay", .lease = 1h}));
     if (i % 5 != 0) ASSERT_OK(store->Complete("k" + std::to_string(i), claim.token, "ok"));
   }
   const StoreStats stats = Counted(*store);
@@ -243,6 +247,50 @@ TEST(StatsOfADirectory, AReaderOfTheFilesCountsByReading) {
   EXPECT_GT(stats.engine->live_table_bytes, 1000u) << "the records are in table files";
   EXPECT_GE(stats.engine->total_table_bytes, stats.engine->live_table_bytes);
   EXPECT_FALSE(stats.engine->writes_stopped);
+}
+
+// The counters go on across owners: the one that closes keeps them in the store, and the next
+// starts from them.
+TEST(CountersOfADirectory, GoOnFromOneOwnerToTheNext) {
+  TempDir dir;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k" + std::to_string(i)));
+      ASSERT_OK(store->Complete("k" + std::to_string(i), claim.token, "ok"));
+    }
+    ASSERT_OK_AND_ASSIGN(auto replay, store->Begin("k0"));
+    EXPECT_EQ(replay.outcome, idem::Outcome::kReplay);
+  }
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  ASSERT_OK_AND_ASSIGN(auto claim, store->Begin("k3"));
+  ASSERT_OK(store->Fail("k3", claim.token, "declined"));
+  ASSERT_OK_AND_ASSIGN(const idem::Counters counters, store->GetCounters());
+  EXPECT_EQ(counters.claims, 4u);
+  EXPECT_EQ(counters.replays, 1u);
+  EXPECT_EQ(counters.completes, 3u);
+  EXPECT_EQ(counters.fails, 1u);
+}
+
+// An owner killed with SIGKILL saved its counters a few seconds before (every 5 s): the next
+// owner goes on from them.
+TEST(CountersOfADirectory, AKilledOwnerLosesAtMostItsLastSeconds) {
+  TempDir dir;
+  idem_test::OwnerProcess owner(dir.StorePath());
+  ASSERT_TRUE(owner.ready());
+  {
+    IDEM_ASSERT_OPEN(client, dir.StorePath());
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_OK_AND_ASSIGN(auto claim, client->Begin("k" + std::to_string(i)));
+      ASSERT_OK(client->Complete("k" + std::to_string(i), claim.token, "ok"));
+    }
+  }
+  std::this_thread::sleep_for(6500ms);  // past the owner's next save
+  owner.Kill();
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  ASSERT_OK_AND_ASSIGN(const idem::Counters counters, store->GetCounters());
+  EXPECT_GE(counters.claims, 5u);
+  EXPECT_GE(counters.completes, 5u);
 }
 
 }  // namespace

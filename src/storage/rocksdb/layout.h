@@ -30,6 +30,9 @@ inline constexpr char kTokenLeadKey[] = "token_lead";
 inline constexpr char kHomeDeviceKey[] = "home_device";
 inline constexpr char kHomeInodeKey[] = "home_inode";
 inline constexpr char kFilterHorizonKey[] = "filter_horizon";
+// The owners' counters (idem/counters.h), kept for the next owner: u32 count, then count times
+// (u8 number, u64 value), a counter's number its row in kCounters from 1 (as on the wire).
+inline constexpr char kOwnerCountersKey[] = "owner_counters";
 // Never written: only deleted, unlogged, to keep a memtable non-empty after a resume.
 inline constexpr char kResumeGuardKey[] = "resume_guard";
 

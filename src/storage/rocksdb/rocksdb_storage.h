@@ -117,6 +117,8 @@ class RocksDbStorage final : public Storage {
   // Before any write, as the owner's backend is made: records are written only after it returns.
   Result<std::unique_ptr<ReadView>> WatchWrites(WriteWatcher* watcher) override;
   std::optional<StoreStats::Engine> EngineStats() override;  // RocksDB's properties
+  Result<Counters> LoadCounters() override;  // meta owner_counters (layout.h)
+  Status SaveCounters(const Counters& counters) override;
   // Write groups hold their keys' stripes; a group takes a stripe only by try_lock and writes
   // what it holds before waiting for one, so it never waits while holding a stripe (no cycle
   // with Update, Remove or a purge's DeleteDue).
@@ -124,10 +126,8 @@ class RocksDbStorage final : public Storage {
   std::size_t GroupedWrites() const override;
   std::vector<Status> FinishWriteGroup() override;
 
-  // Writes the memtables to table files and waits (tests use it to get SST files to damage).
-  Status Flush();
-  // Compacts all table files of the records, running the expiry filter over them (tests).
-  Status CompactRecords();
+  Status Flush();           // writes the memtables to table files and waits (tests)
+  Status CompactRecords();  // compacts the records' files, filtering expired ones (tests)
   // Compacts every column family, so that no compaction starts on its own until a few more
   // flushes (tests that copy the files).
   Status CompactAll();
