@@ -63,6 +63,7 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "harness.h"
 #include "idem/idem.h"
@@ -393,123 +394,123 @@ class ManualClock final : public idem::Clock {
 
  private:
   std::atomic<int64_t> offset_ms_{0};
+};
 
-  // The owner process of the client workload: `idem_bench --serve DIR`.
-  int Serve(const Flags& flags) {
+// The owner process of the client workload: `idem_bench --serve DIR`.
+int Serve(const Flags& flags) {
+  Options options;
+  options.durability = Durability::kBuffered;
+  options.memory_budget = flags.memory_budget;
+  options.auto_purge_interval = std::chrono::milliseconds(0);
+  auto clock = std::make_shared<ManualClock>();
+  clock->Advance(std::chrono::milliseconds(flags.serve_clock_offset_ms));
+  options.clock = clock;
+  Result<std::unique_ptr<Store>> store = Store::Open(flags.serve, options);
+  if (!store.ok()) {
+    std::cerr << "idem_bench --serve: " << store.status().ToString() << std::endl;
+    return 1;
+  }
+  std::cout << "ready" << std::endl;
+  char buffer[64];
+  while (::read(STDIN_FILENO, buffer, sizeof(buffer)) > 0) {
+  }
+  return 0;
+}
+
+// A child process, its stdin and stdout piped to us.
+class OwnerProcess {
+ public:
+  // `clock_offset`: how far ahead of the system clock the owner's clock runs.
+  static Result<std::unique_ptr<OwnerProcess>> Start(
+      const Flags& flags, const std::string& dir,
+      std::chrono::milliseconds clock_offset = std::chrono::milliseconds(0)) {
+    int to_child[2], from_child[2];
+    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
+      return Status::IOError("pipe failed");
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    const std::string budget = std::to_string(flags.memory_budget);
+    std::vector<std::string> args = {self,
+                                     "--serve",
+                                     dir,
+                                     "--memory-budget",
+                                     budget,
+                                     "--serve-clock-offset-ms",
+                                     std::to_string(clock_offset.count())};
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    if (rc != 0) {
+      ::close(to_child[1]);
+      ::close(from_child[0]);
+      return Status::IOError("cannot start " + self + ": " + std::strerror(rc));
+    }
+    std::unique_ptr<OwnerProcess> owner(new OwnerProcess(pid, to_child[1]));
+    std::string line;
+    char c;
+    while (::read(from_child[0], &c, 1) == 1 && c != '\n') line += c;
+    ::close(from_child[0]);
+    if (line != "ready") {
+      return Status::Unavailable("the owner process did not start (it said \"" + line + "\")");
+    }
+    return owner;
+  }
+  ~OwnerProcess() {
+    ::close(stdin_);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  OwnerProcess(pid_t pid, int stdin_fd) : pid_(pid), stdin_(stdin_fd) {}
+  const pid_t pid_;
+  const int stdin_;
+};
+
+Status Client(const Flags& flags, ResultsFile& results) {
+  IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "client"));
+  {
+    IDEM_ASSIGN_OR_RETURN(auto owner, OwnerProcess::Start(flags, dir));
     Options options;
     options.durability = Durability::kBuffered;
-    options.memory_budget = flags.memory_budget;
     options.auto_purge_interval = std::chrono::milliseconds(0);
-    auto clock = std::make_shared<ManualClock>();
-    clock->Advance(std::chrono::milliseconds(flags.serve_clock_offset_ms));
-    options.clock = clock;
-    Result<std::unique_ptr<Store>> store = Store::Open(flags.serve, options);
-    if (!store.ok()) {
-      std::cerr << "idem_bench --serve: " << store.status().ToString() << std::endl;
-      return 1;
+    IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(dir, options));
+    // The owner writes its pid into the lock file; make sure we are the client, not the owner.
+    std::ifstream lock_file(fs::path(dir) / "owner.lock");
+    std::string word;
+    pid_t owner_pid = 0;
+    lock_file >> word >> owner_pid;
+    if (owner_pid != owner->pid()) {
+      return Status::Failed("the store's owner is pid " + std::to_string(owner_pid) +
+                            ", not the serving child " + std::to_string(owner->pid()));
     }
-    std::cout << "ready" << std::endl;
-    char buffer[64];
-    while (::read(STDIN_FILENO, buffer, sizeof(buffer)) > 0) {
+    // Redis, when asked for, runs its lifecycle in the same rounds: the anchor of this ratio.
+    std::map<std::string, std::unique_ptr<Subject>> subjects;
+    subjects["idem-client"] = StoreSubject(*store);
+    std::vector<std::string> systems = {"idem-client"};
+    if (std::find(flags.systems.begin(), flags.systems.end(), "redis") != flags.systems.end()) {
+      IDEM_ASSIGN_OR_RETURN(subjects["redis"],
+                            OpenSubject("redis", ConfigFor(flags, dir, "client-redis", 1)));
+      systems.push_back("redis");
     }
-    return 0;
+    IDEM_RETURN_IF_ERROR(MeasureInRounds(
+        flags, results, "client", systems, [&](const std::string& system, int threads) {
+          return RunLifecycle(*subjects[system], threads, flags.seconds);
+        }));
   }
-
-  // A child process, its stdin and stdout piped to us.
-  class OwnerProcess {
-   public:
-    // `clock_offset`: how far ahead of the system clock the owner's clock runs.
-    static Result<std::unique_ptr<OwnerProcess>> Start(
-        const Flags& flags, const std::string& dir,
-        std::chrono::milliseconds clock_offset = std::chrono::milliseconds(0)) {
-      int to_child[2], from_child[2];
-      if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
-        return Status::IOError("pipe failed");
-      }
-      posix_spawn_file_actions_t actions;
-      posix_spawn_file_actions_init(&actions);
-      posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
-      posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
-      const std::string self = fs::read_symlink("/proc/self/exe").string();
-      const std::string budget = std::to_string(flags.memory_budget);
-      std::vector<std::string> args = {self,
-                                       "--serve",
-                                       dir,
-                                       "--memory-budget",
-                                       budget,
-                                       "--serve-clock-offset-ms",
-                                       std::to_string(clock_offset.count())};
-      std::vector<char*> argv;
-      for (auto& arg : args) argv.push_back(arg.data());
-      argv.push_back(nullptr);
-      pid_t pid = 0;
-      const int rc = posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), environ);
-      posix_spawn_file_actions_destroy(&actions);
-      ::close(to_child[0]);
-      ::close(from_child[1]);
-      if (rc != 0) {
-        ::close(to_child[1]);
-        ::close(from_child[0]);
-        return Status::IOError("cannot start " + self + ": " + std::strerror(rc));
-      }
-      std::unique_ptr<OwnerProcess> owner(new OwnerProcess(pid, to_child[1]));
-      std::string line;
-      char c;
-      while (::read(from_child[0], &c, 1) == 1 && c != '\n') line += c;
-      ::close(from_child[0]);
-      if (line != "ready") {
-        return Status::Unavailable("the owner process did not start (it said \"" + line + "\")");
-      }
-      return owner;
-    }
-    ~OwnerProcess() {
-      ::close(stdin_);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-    pid_t pid() const { return pid_; }
-
-   private:
-    OwnerProcess(pid_t pid, int stdin_fd) : pid_(pid), stdin_(stdin_fd) {}
-    const pid_t pid_;
-    const int stdin_;
-  };
-
-  Status Client(const Flags& flags, ResultsFile& results) {
-    IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "client"));
-    {
-      IDEM_ASSIGN_OR_RETURN(auto owner, OwnerProcess::Start(flags, dir));
-      Options options;
-      options.durability = Durability::kBuffered;
-      options.auto_purge_interval = std::chrono::milliseconds(0);
-      IDEM_ASSIGN_OR_RETURN(auto store, Store::Open(dir, options));
-      // The owner writes its pid into the lock file; make sure we are the client, not the owner.
-      std::ifstream lock_file(fs::path(dir) / "owner.lock");
-      std::string word;
-      pid_t owner_pid = 0;
-      lock_file >> word >> owner_pid;
-      if (owner_pid != owner->pid()) {
-        return Status::Failed("the store's owner is pid " + std::to_string(owner_pid) +
-                              ", not the serving child " + std::to_string(owner->pid()));
-      }
-      // Redis, when asked for, runs its lifecycle in the same rounds: the anchor of this ratio.
-      std::map<std::string, std::unique_ptr<Subject>> subjects;
-      subjects["idem-client"] = StoreSubject(*store);
-      std::vector<std::string> systems = {"idem-client"};
-      if (std::find(flags.systems.begin(), flags.systems.end(), "redis") != flags.systems.end()) {
-        IDEM_ASSIGN_OR_RETURN(subjects["redis"],
-                              OpenSubject("redis", ConfigFor(flags, dir, "client-redis", 1)));
-        systems.push_back("redis");
-      }
-      IDEM_RETURN_IF_ERROR(MeasureInRounds(
-          flags, results, "client", systems, [&](const std::string& system, int threads) {
-            return RunLifecycle(*subjects[system], threads, flags.seconds);
-          }));
-    }
-    RemoveDirectory(dir);
-    return Status::OK();
-  }
-};
+  RemoveDirectory(dir);
+  return Status::OK();
+}
 
 // Store::GetStats on a store of `expected` live records, timed: the owner's kept counts (this
 // process owns it, or `system` names a client of another process's owner). A wrong count fails.
@@ -529,8 +530,9 @@ Status MeasureStats(Store& store, uint64_t expected, const std::string& system,
   return Status::OK();
 }
 
-// GetStats through an owner in another process (`idem_bench --serve`), which first counts the
-// records it finds: how long that start-up count takes (from the owner's start), then the call.
+// GetStats through an owner in another process (`idem_bench --serve`, its clock `clock_offset`
+// ahead), which first counts the records it finds: how long that start-up count takes (from the
+// owner's start), then the call.
 Status MeasureStatsThroughAnOwner(const Flags& flags, const std::string& dir, uint64_t expected,
                                   std::chrono::milliseconds clock_offset, ResultsFile& results) {
   const auto start = bench::Clock::now();
