@@ -33,12 +33,20 @@ void RecordCounts::Add(std::string_view key, const storage::RecordSummary& recor
     AddFinished(Cell(record.state, record.type), BucketEnd(record.expires), delta);
     return;
   }
-  if (delta > 0) {
-    pending_.insert_or_assign(std::string(key), Pending{record.type, record.created,
-                                                        record.lease_deadline, record.expires});
+  // Found by the key as it is: no copy of it unless it is new.
+  const auto found = pending_.find(key);
+  if (found == pending_.end()) {
+    if (delta > 0) {
+      pending_.emplace(std::string(key),
+                       Pending{record.type, record.created, record.lease_deadline, record.expires});
+    } else if (delta_) {
+      pending_.emplace(std::string(key), std::nullopt);
+    }
+  } else if (delta > 0) {  // an Extend, a takeover
+    found->second = Pending{record.type, record.created, record.lease_deadline, record.expires};
   } else if (delta_) {
-    pending_.insert_or_assign(std::string(key), std::nullopt);
-  } else if (const auto found = pending_.find(std::string(key)); found != pending_.end()) {
+    found->second.reset();
+  } else {
     pending_.erase(found);
   }
 }

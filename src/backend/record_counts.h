@@ -91,8 +91,15 @@ class RecordCounts {
   std::map<TimePoint, std::vector<std::pair<CellId, int64_t>>> ending_;
   // Every bucket ending at or before this has left the totals.
   TimePoint ended_until_{};
+  // Looked up by a string_view (a write's key), with no copy of it.
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view key) const {
+      return std::hash<std::string_view>{}(key);
+    }
+  };
   // nullopt: removed during a delta, to be taken out of the base.
-  std::unordered_map<std::string, std::optional<Pending>> pending_;
+  std::unordered_map<std::string, std::optional<Pending>, KeyHash, std::equal_to<>> pending_;
   bool delta_ = false;
 };
 
