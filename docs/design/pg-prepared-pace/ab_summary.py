@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 # Medians per side (A, B) of each (workload, system, threads) in ab.sh's OUTDIR, and of idem's
-# ratio to the anchor of the same run (ANCHOR_LIFE for lifecycle and effects, ANCHOR_REPLAY).
+# ratio to the anchor of the same run (ANCHOR_LIFE for lifecycle and effects, ANCHOR_REPLAY; raw
+# RocksDB for the RocksDB systems of docs/design/stats-ab/ab.sh).
 import glob, os, statistics, sys
 from collections import defaultdict
 life = os.environ.get("ANCHOR_LIFE", "pg-sql-prepared")
 anchor = {("lifecycle", "idem-pg"): life, ("effects", "idem-pg"): life,
-          ("replay", "idem-pg"): os.environ.get("ANCHOR_REPLAY", "pg-sql-read-first-prepared")}
+          ("replay", "idem-pg"): os.environ.get("ANCHOR_REPLAY", "pg-sql-read-first-prepared"),
+          # docs/design/stats-ab/ab.sh: RocksDB's workloads, against raw RocksDB.
+          ("lifecycle", "idem-buffered"): "rocksdb", ("lifecycle", "idem-sync"): "rocksdb-sync",
+          ("replay", "idem-buffered"): "rocksdb"}
 ops = defaultdict(list); ratios = defaultdict(list)
 for path in sorted(glob.glob(sys.argv[1] + "/*.tsv")):
     side = os.path.basename(path).split("-")[1][0]

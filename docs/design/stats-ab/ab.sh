@@ -4,7 +4,7 @@
 # (docs/design/stats-plan.md: the owner's kept counts cost one short critical section a write).
 #   A=/path/to/old/idem_bench B=/path/to/new/idem_bench [THREADS=1,4,16,64] [SECONDS_PER=2] \
 #   docs/design/stats-ab/ab.sh OUTDIR A B B A
-# then: docs/design/stats-ab/summary.py OUTDIR
+# then: docs/design/pg-prepared-pace/ab_summary.py OUTDIR
 set -euo pipefail
 declare -A bin=([A]=${A:?the old side\'s idem_bench} [B]=${B:?the new side\'s idem_bench})
 out=$1; shift; mkdir -p "$out"
