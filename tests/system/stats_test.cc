@@ -16,6 +16,7 @@
 
 #include "idem/idem.h"
 #include "support/owner_process.h"
+#include "support/store_stats.h"
 #include "support/test_util.h"
 
 namespace {
@@ -65,17 +66,6 @@ StoreStats Counted(idem::Store& store, Backend backend = Backend::kRocksDb) {
   return stats;
 }
 
-void ExpectSameRecords(const StoreStats& got, const StoreStats& scanned) {
-  EXPECT_EQ(got.records, scanned.records);
-  EXPECT_EQ(got.by_state, scanned.by_state);
-  EXPECT_EQ(got.by_type, scanned.by_type);
-  ASSERT_EQ(got.oldest_pending.has_value(), scanned.oldest_pending.has_value());
-  if (got.oldest_pending) {
-    EXPECT_EQ(got.oldest_pending->key, scanned.oldest_pending->key);
-    EXPECT_EQ(got.oldest_pending->created, scanned.oldest_pending->created);
-  }
-}
-
 class Stats : public idem_test::OnEachBackend {};
 
 TEST_P(Stats, CountEveryStateAndTypeAsAScanDoes) {
@@ -109,7 +99,7 @@ TEST_P(Stats, CountEveryStateAndTypeAsAScanDoes) {
   ASSERT_OK(store.Forget("gone"));
 
   StoreStats stats = Counted(store, GetParam());
-  ExpectSameRecords(stats, Scanned(store));
+  idem_test::ExpectSameRecordFigures(stats, Scanned(store));
   EXPECT_EQ(stats.records, 5u);
   EXPECT_EQ(stats.by_state, (std::map<std::string, uint64_t, std::less<>>{
                                 {"done", 1}, {"failed", 2}, {"pending", 2}}));
@@ -122,7 +112,7 @@ TEST_P(Stats, CountEveryStateAndTypeAsAScanDoes) {
   // A record claimed again after its failure moves back to pending.
   ASSERT_OK_AND_ASSIGN(auto retried, store.Begin("order-2", {.type = "pay"}));
   EXPECT_EQ(retried.outcome, idem::Outcome::kAcquired);
-  ExpectSameRecords(Counted(store, GetParam()), Scanned(store));
+  idem_test::ExpectSameRecordFigures(Counted(store, GetParam()), Scanned(store));
 
   ASSERT_OK_AND_ASSIGN(const idem::Counters counters, store.GetCounters());
   EXPECT_EQ(counters.completes, 1u) << "the repeated Complete wrote nothing";
@@ -151,18 +141,18 @@ TEST(StatsOfADirectory, PassingLeasesAndRetentionsMoveTheCountsWithoutAWrite) {
   StoreStats stats = Counted(store);
   EXPECT_EQ(stats.by_state.at("timeout"), 1u);
   EXPECT_EQ(stats.by_state.count("pending"), 0u);
-  ExpectSameRecords(stats, Scanned(store));
+  idem_test::ExpectSameRecordFigures(stats, Scanned(store));
 
   s.clock->Advance(1h);  // past the done record's retention, within its minute at most
   stats = Counted(store);
   EXPECT_LE(stats.records, 2u);
   s.clock->Advance(61s);
   stats = Counted(store);
-  ExpectSameRecords(stats, Scanned(store));
+  idem_test::ExpectSameRecordFigures(stats, Scanned(store));
   EXPECT_EQ(stats.records, 1u);
   EXPECT_EQ(stats.by_state.count("done"), 0u);
   s.clock->Advance(2h);
-  ExpectSameRecords(Counted(store), Scanned(store));
+  idem_test::ExpectSameRecordFigures(Counted(store), Scanned(store));
   EXPECT_EQ(Counted(store).records, 0u);
   static_cast<void>(stuck);
 }
@@ -203,7 +193,7 @@ TEST(StatsOfADirectory, TheOwnerCountsWhatItFoundWhileWritesGoOn) {
   ASSERT_FALSE(failed);
   const StoreStats stats = Counted(*store);
   EXPECT_EQ(stats.precision, 60s);
-  ExpectSameRecords(stats, Scanned(*store));
+  idem_test::ExpectSameRecordFigures(stats, Scanned(*store));
 }
 
 // A client process gets the owner's counts over its socket.
@@ -219,7 +209,7 @@ TEST(StatsOfADirectory, AClientProcessGetsTheOwnersCounts) {
   }
   const StoreStats stats = Counted(*store);
   EXPECT_EQ(stats.precision, 60s) << "the owner's kept counts";
-  ExpectSameRecords(stats, Scanned(*store));
+  idem_test::ExpectSameRecordFigures(stats, Scanned(*store));
   EXPECT_EQ(stats.by_state.at("done"), 40u);
   ASSERT_TRUE(stats.engine.has_value());
 }
@@ -242,7 +232,7 @@ TEST(StatsOfADirectory, AReaderOfTheFilesCountsByReading) {
   ASSERT_OK_AND_ASSIGN(const StoreStats stats, reader->GetStats());
   EXPECT_EQ(stats.precision, 0ms);
   EXPECT_EQ(stats.records, 100u);
-  ExpectSameRecords(stats, Scanned(*reader));
+  idem_test::ExpectSameRecordFigures(stats, Scanned(*reader));
   ASSERT_TRUE(stats.engine.has_value());
   EXPECT_GT(stats.engine->live_table_bytes, 1000u) << "the records are in table files";
   EXPECT_GE(stats.engine->total_table_bytes, stats.engine->live_table_bytes);

@@ -11,6 +11,8 @@
 #include <random>
 #include <string>
 
+#include "support/store_stats.h"
+
 namespace idem::backend {
 namespace {
 
@@ -61,17 +63,6 @@ StoreStats Count(RecordCounts& counts, TimePoint now) {
   StoreStats stats;
   counts.CountInto(now, stats);
   return stats;
-}
-
-void ExpectSame(const StoreStats& counted, const StoreStats& scanned) {
-  EXPECT_EQ(counted.records, scanned.records);
-  EXPECT_EQ(counted.by_state, scanned.by_state);
-  EXPECT_EQ(counted.by_type, scanned.by_type);
-  ASSERT_EQ(counted.oldest_pending.has_value(), scanned.oldest_pending.has_value());
-  if (counted.oldest_pending) {
-    EXPECT_EQ(counted.oldest_pending->created, scanned.oldest_pending->created);
-    EXPECT_EQ(counted.oldest_pending->key, scanned.oldest_pending->key) << "ties: the first key";
-  }
 }
 
 TEST(RecordCounts, ALifecycleMovesOneRecordAndItsExpiryTakesItOut) {
@@ -182,10 +173,12 @@ TEST(RecordCounts, RandomWritesAgreeWithAScanOfTheRecords) {
     writes.Step(counts);
     if (step % 97 == 0) {
       SCOPED_TRACE(step);
-      ExpectSame(Count(counts, writes.now), Scan(writes.stored, writes.now));
+      idem_test::ExpectSameRecordFigures(Count(counts, writes.now),
+                                         Scan(writes.stored, writes.now));
       // Counting ends buckets for good: a look ahead is taken on a copy.
       RecordCounts ahead = counts;
-      ExpectSame(Count(ahead, writes.now + 45s), Scan(writes.stored, writes.now + 45s));
+      idem_test::ExpectSameRecordFigures(Count(ahead, writes.now + 45s),
+                                         Scan(writes.stored, writes.now + 45s));
     }
   }
 }
@@ -206,12 +199,12 @@ TEST(RecordCounts, ADeltaAndTheBaseOfItsMomentAddUpToTheStore) {
   RecordCounts base;
   for (const auto& [key, record] : at_the_moment) base.Move(key, nullptr, &record, moment);
   live.MergeBase(std::move(base));
-  ExpectSame(Count(live, writes.now), Scan(writes.stored, writes.now));
+  idem_test::ExpectSameRecordFigures(Count(live, writes.now), Scan(writes.stored, writes.now));
   for (int step = 0; step < 3000; ++step) {
     writes.Step(live);
     if (step % 97 == 0) {
       SCOPED_TRACE(step);
-      ExpectSame(Count(live, writes.now), Scan(writes.stored, writes.now));
+      idem_test::ExpectSameRecordFigures(Count(live, writes.now), Scan(writes.stored, writes.now));
     }
   }
 }
