@@ -212,7 +212,7 @@ inline std::vector<Seed> MakeSeeds() {
   stats.stats.by_type = {{"pay", 3}};
   stats.stats.oldest_pending = records[0];
   stats.stats.precision = 60s;
-  stats.stats.engine = idem::StoreStats::Engine{.live_table_bytes = 4096};
+  stats.stats.engine = idem::EngineHealth{.live_table_bytes = 4096};
   add(frames, "response_stats", Response(5, sharing::EncodeStats(stats)));
   add(frames, "response_refusal",
       std::string(1, '\1') +

@@ -291,7 +291,7 @@ void WriteStatsJson(std::ostream& out, const std::string& name, const StatsRepor
 }
 
 // The engine's health in the table: "writes taken, table files 1.2 MiB live, ...".
-std::string EngineLine(const idem::StoreStats::Engine& engine) {
+std::string EngineLine(const idem::EngineHealth& engine) {
   return fmt::format("writes {}, table files {} live, {} in all, {} to compact",
                      engine.writes_stopped ? "STOPPED" : "taken",
                      HumanBytes(engine.live_table_bytes), HumanBytes(engine.total_table_bytes),

@@ -176,6 +176,19 @@ struct StoreHealth {
   std::chrono::milliseconds took{0};
 };
 
+// The health of a store directory's storage engine, RocksDB (StoreStats::engine).
+struct EngineHealth {
+  // Writes are stopped: a failed write (a full disk) not yet resumed from, or too many table
+  // files waiting for compaction.
+  bool writes_stopped = false;
+  // Bytes that compaction estimates it has yet to rewrite.
+  uint64_t pending_compaction_bytes = 0;
+  // Bytes of the table files the current version uses, and of all table files still on disk
+  // (those an open snapshot, backup or iterator pins too).
+  uint64_t live_table_bytes = 0;
+  uint64_t total_table_bytes = 0;
+};
+
 // A store's live records counted by state and type, and its engine's health (Store::GetStats).
 struct StoreStats {
   // Live records: retention not passed at `at`.
@@ -195,18 +208,7 @@ struct StoreStats {
   // long after its retention passed.
   std::chrono::milliseconds precision{0};
   // A store directory's engine (RocksDB's properties), read when asked; none for PostgreSQL.
-  struct Engine {
-    // Writes are stopped: a failed write (a full disk) not yet resumed from, or too many table
-    // files waiting for compaction.
-    bool writes_stopped = false;
-    // Bytes that compaction estimates it has yet to rewrite.
-    uint64_t pending_compaction_bytes = 0;
-    // Bytes of the table files the current version uses, and of all table files still on disk
-    // (those an open snapshot, backup or iterator pins too).
-    uint64_t live_table_bytes = 0;
-    uint64_t total_table_bytes = 0;
-  };
-  std::optional<Engine> engine;
+  std::optional<EngineHealth> engine;
 };
 
 // The key Store::Health reads: any key would do (a read that finds no record answers too); this

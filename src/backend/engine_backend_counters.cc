@@ -111,7 +111,7 @@ Result<OwnerCounters> EngineBackend::GetOwnerCounters() {
 
 Result<EngineBackend::Stats> EngineBackend::GetStats() {
   Stats answer;
-  answer.stats.engine = storage_->EngineStats();
+  answer.stats.engine = storage_->ReadEngineHealth();
   const TimePoint now = options_.clock ? options_.clock->Now() : std::chrono::system_clock::now();
   if (live_counts_ && live_counts_->CountInto(now, answer.stats)) {
     answer.counted = true;

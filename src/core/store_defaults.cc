@@ -9,7 +9,7 @@ namespace idem {
 
 Status core::CountByScan(Store& store, std::chrono::system_clock::time_point now,
                          StoreStats& stats) {
-  std::optional<StoreStats::Engine> engine = std::move(stats.engine);
+  std::optional<EngineHealth> engine = std::move(stats.engine);
   stats = StoreStats{};
   stats.engine = std::move(engine);
   stats.at = now;

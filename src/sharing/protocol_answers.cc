@@ -259,7 +259,7 @@ Result<engine::Backend::Stats> DecodeStats(std::string_view body) {
     if (stats.precision.count() < 0) bad = true;
   }
   if (flag(bad)) {
-    StoreStats::Engine& engine = stats.engine.emplace();
+    EngineHealth& engine = stats.engine.emplace();
     engine.writes_stopped = flag(bad);
     engine.pending_compaction_bytes = r.U64();
     engine.live_table_bytes = r.U64();

@@ -258,7 +258,7 @@ class Storage {
   }
 
   // The engine's health (Store::GetStats); none for a storage that has no engine of its own.
-  virtual std::optional<StoreStats::Engine> EngineStats() { return std::nullopt; }
+  virtual std::optional<EngineHealth> ReadEngineHealth() { return std::nullopt; }
 
   // Makes every write made so far durable, as if it had been made with Durability::kSync (an
   // import writes its records buffered, then syncs once per batch).

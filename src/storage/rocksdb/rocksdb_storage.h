@@ -116,8 +116,8 @@ class RocksDbStorage final : public Storage {
   Status Writable() override;  // what ResumeAfterDiskError says while writes are stopped
   // Before any write, as the owner's backend is made: records are written only after it returns.
   Result<std::unique_ptr<ReadView>> WatchWrites(WriteWatcher* watcher) override;
-  std::optional<StoreStats::Engine> EngineStats() override;  // RocksDB's properties
-  Result<Counters> LoadCounters() override;                  // meta owner_counters (layout.h)
+  std::optional<EngineHealth> ReadEngineHealth() override;  // RocksDB's properties
+  Result<Counters> LoadCounters() override;                 // meta owner_counters (layout.h)
   Status SaveCounters(const Counters& counters) override;
   // Write groups hold their keys' stripes; a group takes a stripe only by try_lock and writes
   // what it holds before waiting for one, so it never waits while holding a stripe (no cycle

@@ -27,8 +27,8 @@ Status RocksDbStorage::Writable() {
   return Status::OK();
 }
 
-std::optional<StoreStats::Engine> RocksDbStorage::EngineStats() {
-  StoreStats::Engine engine;
+std::optional<EngineHealth> RocksDbStorage::ReadEngineHealth() {
+  EngineHealth engine;
   uint64_t stopped = 0;
   // A property RocksDB cannot give stays 0: these are a monitor's figures, not a decision's.
   static_cast<void>(db_->GetIntProperty(rocksdb::DB::Properties::kIsWriteStopped, &stopped));

@@ -383,10 +383,10 @@ std::vector<ResponseGolden> ResponseGoldens() {
   kept.stats.oldest_pending->created = util::FromMicros(1700000000000006);
   kept.stats.at = util::FromMicros(1700000000000007);
   kept.stats.precision = milliseconds(60000);
-  kept.stats.engine = StoreStats::Engine{.writes_stopped = true,
-                                         .pending_compaction_bytes = 0x79,
-                                         .live_table_bytes = 0x7a,
-                                         .total_table_bytes = 0x7b};
+  kept.stats.engine = EngineHealth{.writes_stopped = true,
+                                   .pending_compaction_bytes = 0x79,
+                                   .live_table_bytes = 0x7a,
+                                   .total_table_bytes = 0x7b};
   goldens.push_back({"Stats kept by the owner", EncodeResponse(Status::OK(), EncodeStats(kept)),
                      "0d0000000000000175000000000000000200000004000000646f6e6576000000"
                      "000000000700000070656e64696e677700000000000000010000000300000070"
