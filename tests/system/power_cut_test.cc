@@ -957,8 +957,14 @@ TEST(UnwrittenPages, AManifestEditWhosePageBeforeABoundaryWasNeverWrittenIsCut) 
       std::getline(file, current);
     }
     manifest = db + "/" + current;
-    // Whatever the opens left to compact is done now, and each round compacts again (below),
-    // so that no compaction writes to the MANIFEST between a flush and its measure.
+    // The backend's start-up count of the records reads a snapshot; once it is released RocksDB
+    // compacts the bottommost table files (BottommostFiles). Waited for, then whatever the opens
+    // left to compact is done now, and each round compacts again (below), so that no compaction
+    // writes to the MANIFEST between a flush and its measure.
+    ASSERT_TRUE(idem_test::WaitFor([&] {
+      const auto stats = backend.GetStats();
+      return stats.ok() && stats->counted;
+    })) << "the start-up count did not end";
     ASSERT_TRUE(rocksdb->CompactAll().ok());
     for (int round = 0; round < 100 && boundary == 0; ++round) {
       for (int i = 0; i < 3; ++i) {
@@ -996,9 +1002,12 @@ TEST(UnwrittenPages, AManifestEditWhosePageBeforeABoundaryWasNeverWrittenIsCut) 
   }
   ASSERT_NE(boundary, 0u) << "no flush edit crossed a page boundary";
   {
+    // The close may have added edits (the owner keeps its counters in the log as it closes, and
+    // the log's size goes into the MANIFEST): the cut below comes before them, right after the
+    // flush.
     auto scan = idem::storage::ScanLog(*rocksdb::FileSystem::Default(), manifest, true);
     ASSERT_TRUE(scan.ok()) << scan.status().ToString();
-    ASSERT_EQ(scan->size, flushed_size) << "the close wrote to the MANIFEST";
+    ASSERT_GE(scan->size, flushed_size);
   }
   // The disk after the cut: the state before the flush, its new table files, and its MANIFEST
   // edits with the page before the boundary unwritten: from inside the edit the boundary falls in
@@ -1010,6 +1019,7 @@ TEST(UnwrittenPages, AManifestEditWhosePageBeforeABoundaryWasNeverWrittenIsCut) 
     }
   }
   fs::copy_file(manifest, before + "/" + current, fs::copy_options::overwrite_existing);
+  fs::resize_file(before + "/" + current, flushed_size);
   const uint64_t from = boundary - edit >= 100 ? edit + 20 : edit;
   ASSERT_TRUE(WriteZeros(before + "/" + current, from, boundary));
   fs::remove_all(db);
