@@ -159,8 +159,9 @@ class EngineBackend final : public engine::Backend {
   // request.
   Result<engine::BeginRequest> CheckedBeginRequest(const engine::BeginCall& call,
                                                    const Holder& holder) const;
-  // The background thread of a writable backend: purges every Options::auto_purge_interval
-  // (none when 0) and saves the counters every kCountersSaveInterval when they changed.
+  // The background thread of a writable backend: first counts the records the store holds
+  // (LiveRecordCounts::CountStored), then purges every Options::auto_purge_interval (none when
+  // 0); saves the counters every kCountersSaveInterval when they changed, all along.
   void Housekeeping();
   // Keeps the counters in the storage for the next owner (Storage::SaveCounters), when they
   // changed since last kept. Called by the housekeeping thread, then by the destructor.

@@ -11,30 +11,29 @@ std::unique_ptr<LiveRecordCounts> LiveRecordCounts::Start(storage::Storage& stor
   }
   Result<std::unique_ptr<storage::ReadView>> view = storage.WatchWrites(counts.get());
   if (!view.ok()) return nullptr;
-  counts->start_up_count_ = std::thread([raw = counts.get(), view = std::move(*view)]() mutable {
-    raw->CountStored(std::move(view));
-  });
+  counts->view_ = std::move(*view);
   return counts;
 }
 
 LiveRecordCounts::LiveRecordCounts(storage::Storage& storage) : storage_(storage) {}
 
-LiveRecordCounts::~LiveRecordCounts() {
-  static_cast<void>(storage_.WatchWrites(nullptr));
-  stopping_.store(true, std::memory_order_relaxed);
-  if (start_up_count_.joinable()) start_up_count_.join();
-}
+LiveRecordCounts::~LiveRecordCounts() { static_cast<void>(storage_.WatchWrites(nullptr)); }
 
-void LiveRecordCounts::CountStored(std::unique_ptr<storage::ReadView> view) {
+void LiveRecordCounts::Stop() { stopping_.store(true, std::memory_order_relaxed); }
+
+void LiveRecordCounts::CountStored(const std::function<void()>& meanwhile) {
+  constexpr std::uint64_t kRecordsBetweenBreaks = 4096;
   RecordCounts base;
+  std::uint64_t scanned_records = 0;
   const Status scanned = storage_.Scan(
       ScanOptions{},
       [&](Record&& record, TimePoint now) {
         base.Move(record.key, nullptr, &record, now);
+        if (++scanned_records % kRecordsBetweenBreaks == 0) meanwhile();
         return !stopping_.load(std::memory_order_relaxed);
       },
-      view.get());
-  view.reset();  // lets compaction drop what was overwritten since
+      view_.get());
+  view_.reset();  // lets compaction drop what was overwritten since
   util::MutexLock lock(mu_);
   if (!scanned.ok() || stopping_.load(std::memory_order_relaxed)) {
     gave_up_ = true;

@@ -1,17 +1,17 @@
 // LiveRecordCounts: the owner of a store directory counts its live records by state and type as
 // it writes them (RecordCounts), so that Store::GetStats answers without reading a record
 // (docs/design/stats-plan.md). The records the store holds when the owner takes it are counted by
-// a scan in a background thread, of a view taken at the moment the watch of writes began; the
-// writes meanwhile are counted apart and added when the scan ends. Thread-safe.
+// a scan, run by the owner's housekeeping thread, of a view taken at the moment the watch of
+// writes began; the writes meanwhile are counted apart and added when the scan ends. Thread-safe.
 
 #ifndef IDEM_BACKEND_LIVE_RECORD_COUNTS_H_
 #define IDEM_BACKEND_LIVE_RECORD_COUNTS_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
-#include <thread>
 
 #include "backend/record_counts.h"
 #include "storage/storage.h"
@@ -21,10 +21,11 @@ namespace idem::backend {
 
 class LiveRecordCounts final : public storage::WriteWatcher {
  public:
-  // Watches `storage`'s writes (before any is made: see Storage::WatchWrites) and starts counting
-  // what it holds. Null when the storage cannot be watched (other processes write it too).
+  // Watches `storage`'s writes (before any is made: see Storage::WatchWrites) and takes the view
+  // of what it holds that CountStored counts. Null when the storage cannot be watched (other
+  // processes write it too).
   static std::unique_ptr<LiveRecordCounts> Start(storage::Storage& storage);
-  // Stops the watch and the start-up count.
+  // Stops the watch.
   ~LiveRecordCounts() override;
   LiveRecordCounts(const LiveRecordCounts&) = delete;
   LiveRecordCounts& operator=(const LiveRecordCounts&) = delete;
@@ -36,19 +37,26 @@ class LiveRecordCounts final : public storage::WriteWatcher {
   // runs, or when it failed (a record it could not decode): the caller counts by a scan.
   bool CountInto(TimePoint now, StoreStats& stats);
 
+  // The start-up count: every record of the view Start took, then the writes told since. Called
+  // once, by the owner's background thread (no thread of its own: a process that ends without
+  // closing its store leaves no finished thread unjoined), which `meanwhile` lets do its own
+  // work every few thousand records. Returns early, and the counts give up, after Stop.
+  void CountStored(const std::function<void()>& meanwhile);
+  // Makes a running CountStored return soon. Thread-safe.
+  void Stop();
+
  private:
   explicit LiveRecordCounts(storage::Storage& storage);
-  // The start-up count: every record as of `view`.
-  void CountStored(std::unique_ptr<storage::ReadView> view);
 
   storage::Storage& storage_;
+  // Taken by Start, released by CountStored.
+  std::unique_ptr<storage::ReadView> view_;
   std::atomic<bool> stopping_{false};
   util::Mutex mu_;
   RecordCounts counts_ IDEM_GUARDED_BY(mu_);
   bool counted_ IDEM_GUARDED_BY(mu_) = false;
   // The start-up count failed: writes are no longer counted, and stats are counted by a scan.
   bool gave_up_ IDEM_GUARDED_BY(mu_) = false;
-  std::thread start_up_count_;
 };
 
 }  // namespace idem::backend
