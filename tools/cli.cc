@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "commands.h"
+#include "flag_values.h"
 #include "text.h"
 #include "util/escape.h"
 #include "util/pg_uri.h"
@@ -32,71 +33,6 @@
 
 namespace idem::cli {
 namespace {
-
-// --limit N: a decimal whole number from 1 to 2^63-1. Checked on the text, before CLI11 converts
-// it: CLI11 2.1 reads a number too large for int64_t as the largest one (so
-// --limit 99999999999999999999 meant "no limit"), and reads 0x10 as 16.
-CLI::Validator LimitValidator() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        int64_t value = 0;
-        const char* first = text.data();
-        const char* last = text.data() + text.size();
-        const auto [stop, error] = std::from_chars(first, last, value);
-        if (first == last || error != std::errc() || stop != last || value < 1) {
-          return fmt::format("'{}' is not a whole number from 1 to {}", DisplayEscape(text),
-                             std::numeric_limits<int64_t>::max());
-        }
-        return "";
-      },
-      "N >= 1");
-}
-
-// A duration: a whole number of milliseconds, seconds, minutes, hours or days ("500ms", "2s",
-// "1m", "1h", "30d"; a bare number is seconds), from 1 ms to `longest`. Nullopt when `text` is
-// not one.
-std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text,
-                                                       std::chrono::milliseconds longest) {
-  int64_t value = 0;
-  const char* first = text.data();
-  const char* last = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(first, last, value);
-  if (first == stop || error != std::errc() || value < 1) return std::nullopt;
-  const std::string_view unit(stop, static_cast<std::size_t>(last - stop));
-  // No unit is longer than a day: value is below longest / a day, so no product overflows.
-  if (value > longest.count()) return std::nullopt;
-  std::chrono::milliseconds duration;
-  if (unit == "ms") {
-    duration = std::chrono::milliseconds(value);
-  } else if (unit == "s" || unit.empty()) {
-    duration = std::chrono::seconds(value);
-  } else if (unit == "m") {
-    duration = std::chrono::minutes(value);
-  } else if (unit == "h") {
-    duration = std::chrono::hours(value);
-  } else if (unit == "d") {
-    duration = std::chrono::days(value);
-  } else {
-    return std::nullopt;
-  }
-  if (duration > longest) return std::nullopt;
-  return duration;
-}
-
-// --timeout: from 1 ms to a day; --older-than: to ten years.
-constexpr std::chrono::milliseconds kLongestTimeout = std::chrono::days(1);
-constexpr std::chrono::milliseconds kLongestAge = std::chrono::days(3650);
-
-CLI::Validator DurationValidator(std::chrono::milliseconds longest, std::string_view range) {
-  return CLI::Validator(
-      [longest, range](std::string& text) -> std::string {
-        if (ParseDuration(text, longest)) return "";
-        return fmt::format(
-            "'{}' is not a duration from {} (500ms, 2s, 1m, 1h, 30d; a bare number is seconds)",
-            DisplayEscape(text), range);
-      },
-      "DURATION");
-}
 
 // One line of a CLI11 message.
 std::string OneLine(std::string text) {
@@ -147,6 +83,7 @@ struct Arguments {
   ExportArgs export_;
   ImportArgs import;
   PingArgs ping;
+  CheckArgs check;
 };
 
 CLI::App* AddDump(CLI::App& app, Arguments& args) {
@@ -300,8 +237,26 @@ CLI::App* AddPing(CLI::App& app, Arguments& args) {
   return command;
 }
 
-// dump, get, stats, purge, forget, backup, export, import, ping
-using Commands = std::array<CLI::App*, 9>;
+CLI::App* AddCheck(CLI::App& app, Arguments& args) {
+  CLI::App* command = app.add_subcommand(
+      "check",
+      "Read the whole store and list what is wrong with it: table files whose checksums do not "
+      "match, records and table values that do not decode, the expiry index against the "
+      "records, tokens against the token ceiling. Exit 0 when clean, 7 when problems were "
+      "found, 3 when it could not be checked. A store that a process owns is checked through a "
+      "backup its owner takes. Never writes to the store.");
+  AddStore(command, args.check.path, args.table, args.timeout);
+  command->add_option("--format", args.check.format, kFormatHelp)
+      ->check(CLI::IsMember({"table", "jsonl"}));
+  command->add_option("--scratch", args.check.scratch,
+                      "Where the backup of a store that a process owns is made, and removed "
+                      "after the check (default: beside the store, so that its table files are "
+                      "linked, not copied)");
+  return command;
+}
+
+// dump, get, stats, purge, forget, backup, export, import, ping, check
+using Commands = std::array<CLI::App*, 10>;
 
 // Parses argv into `args`; returns the exit code when the command must not run (--help,
 // --version, a usage error, reported on `out` or `err`), nullopt when it may.
@@ -313,7 +268,7 @@ std::optional<int> Parse(CLI::App& app, const Commands& commands, int argc, char
                    [&](const CLI::App* sub) { return sub->get_name() == argv[1]; })) {
     fmt::print(err,
                "idem: unknown command '{}'; the commands are dump, get, stats, purge, forget, "
-               "backup, export, import, ping (see 'idem --help')\n",
+               "backup, export, import, ping, check (see 'idem --help')\n",
                DisplayEscape(argv[1]));
     err.flush();
     return kExitUsage;
@@ -352,7 +307,7 @@ const ForgetArgs& FinishForgetArgs(Arguments& args) {
 // Runs the command that was parsed.
 int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::ostream& err,
              const std::shared_ptr<const Clock>& clock) {
-  const auto& [dump, get, stats, purge, forget, backup, export_, import, ping] = commands;
+  const auto& [dump, get, stats, purge, forget, backup, export_, import, ping, check] = commands;
   // With a store directory, --table names an application table for dump and get: their
   // context has no PostgreSQL table.
   if (dump->parsed() && !util::IsPostgresUri(args.dump.path)) {
@@ -369,7 +324,7 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
   };
   // For the other commands --table names a table of a PostgreSQL store: with a directory it
   // would be ignored.
-  const std::array<std::pair<CLI::App*, const std::string*>, 8> paths = {
+  const std::array<std::pair<CLI::App*, const std::string*>, 9> paths = {
       {{dump, &args.dump.path},
        {get, &args.get.path},
        {stats, &args.stats.path},
@@ -377,7 +332,8 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
        {forget, &args.forget.path},
        {export_, &args.export_.path},
        {import, &args.import.path},
-       {ping, &args.ping.path}}};
+       {ping, &args.ping.path},
+       {check, &args.check.path}}};
   for (const auto& [command, path] : paths) {
     if (command->parsed() && !args.table.empty() && !util::IsPostgresUri(*path)) {
       return context(command->get_name())
@@ -399,6 +355,7 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
     if (export_->parsed()) return Export(context("export"), args.export_);
     if (import->parsed()) return Import(context("import"), args.import);
     if (ping->parsed()) return Ping(context("ping"), args.ping);
+    if (check->parsed()) return Check(context("check"), args.check);
   } catch (const std::exception& e) {  // std::bad_alloc, a filesystem error, ...
     fmt::print(err, "idem: {}\n", OneLine(e.what()));
     err.flush();
@@ -422,15 +379,16 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
       "or whether one runs could not be told (its lock file cannot be opened),\n"
       "6 import: a line was refused (its number and why on stderr); nothing was imported.\n"
       "ping: 0 the store answered, 5 its owner or server did not answer within --timeout,\n"
-      "3 it cannot be used.\n"
+      "3 it cannot be used. check: 0 clean, 7 problems found (each listed).\n"
       "Run 'idem COMMAND --help' for a command's flags. See 'man idem' and\n"
       "docs/operations.md.\n");
 
   Arguments args;
-  const Commands commands = {
-      AddDump(app, args),   AddGet(app, args),    AddStats(app, args),
-      AddPurge(app, args),  AddForget(app, args), AddBackup(app, args.backup, args.timeout),
-      AddExport(app, args), AddImport(app, args), AddPing(app, args)};
+  const Commands commands = {AddDump(app, args),   AddGet(app, args),
+                             AddStats(app, args),  AddPurge(app, args),
+                             AddForget(app, args), AddBackup(app, args.backup, args.timeout),
+                             AddExport(app, args), AddImport(app, args),
+                             AddPing(app, args),   AddCheck(app, args)};
   for (CLI::App* command : commands) {
     command->footer("Exit codes and examples: 'man idem' (docs/idem.1) and docs/operations.md.");
   }

@@ -43,6 +43,8 @@ enum ExitCode : int {
   // import: a line of the input was refused (malformed, or its key already in the store without
   // --skip-existing); the line number and the reason are on stderr, and nothing was written.
   kExitInputRefused = 6,
+  // check: the store was read and problems were found; each is listed.
+  kExitProblemsFound = 7,
 };
 
 // Runs `idem` with the given arguments (argv[0] is the program name). Normal output goes to

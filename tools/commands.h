@@ -76,6 +76,12 @@ struct ImportArgs {
   bool finish = false;  // --finish: finish an import that was stopped part way
 };
 
+struct CheckArgs {
+  std::string path;
+  std::string format;
+  std::string scratch;  // --scratch DIR: where the copy of an owned store goes; empty: beside it
+};
+
 struct PingArgs {
   std::string path;
   bool quiet = false;
@@ -90,6 +96,7 @@ int Backup(const Context& ctx, const BackupArgs& args);
 int Export(const Context& ctx, const ExportArgs& args);
 int Import(const Context& ctx, const ImportArgs& args);
 int Ping(const Context& ctx, const PingArgs& args);
+int Check(const Context& ctx, const CheckArgs& args);
 
 }  // namespace idem::cli
 

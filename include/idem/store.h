@@ -211,6 +211,48 @@ struct StoreStats {
   std::optional<EngineHealth> engine;
 };
 
+// One problem Store::Check found.
+struct CheckFinding {
+  // Which part of the store: "file" (a table file whose checksums do not match its bytes),
+  // "record" (a record that does not decode), "index" (the expiry index against the records: a
+  // record without its entry, an entry naming a record of another expiry or none), "table" (an
+  // application table's value that does not decode), "tokens" (a stored token not below the
+  // store's token ceiling), "meta" (a value of the store's own: format version, token ceiling),
+  // "read" (a read that failed part way: what it had yet to read was not checked).
+  std::string part;
+  // What it is about: a file's name, a record's key or a table's key (raw bytes); empty when it
+  // is about the part as a whole.
+  std::string subject;
+  // What is wrong, in words.
+  std::string problem;
+};
+
+// What Store::Check read and found.
+struct CheckReport {
+  // What was read: table files whose block checksums were verified, records (those expired and
+  // not yet purged included), expiry index entries, application table values (deleted keys'
+  // included).
+  uint64_t files = 0;
+  uint64_t records = 0;
+  uint64_t index_entries = 0;
+  uint64_t table_values = 0;
+  // Every problem found, up to kMostFindings; the number beyond them in `findings_left_out`.
+  std::vector<CheckFinding> findings;
+  uint64_t findings_left_out = 0;
+  static constexpr std::size_t kMostFindings = 1000;
+  // How long the check took.
+  std::chrono::milliseconds took{0};
+  // Adds a finding (counts it when kMostFindings are listed already).
+  void Add(std::string part, std::string subject, std::string problem) {
+    if (findings.size() == kMostFindings) {
+      ++findings_left_out;
+      return;
+    }
+    findings.push_back({std::move(part), std::move(subject), std::move(problem)});
+  }
+  bool clean() const { return findings.empty(); }
+};
+
 // The key Store::Health reads: any key would do (a read that finds no record answers too); this
 // one names the asker in a server's log. A record under it is left alone.
 inline constexpr std::string_view kHealthProbeKey = "idem-health";
@@ -358,6 +400,20 @@ class IDEM_EXPORT Store {
   // those of Scan and of reaching the owner. The default (for implementations outside the
   // library) counts by Scan.
   virtual Result<StoreStats> GetStats();
+
+  // Reads the whole store and says what is wrong with it (CheckReport), as `idem check` does: in
+  // a store directory, every table file's checksums, every record and application table value
+  // decoded, the expiry index against the records (every record has its entry, and every entry
+  // after the filter horizon names a record of that expiry: docs/format.md), and every stored
+  // token below the token ceiling; in PostgreSQL, every record decoded (the server checks its
+  // own files: pg_amcheck). Reads one consistent snapshot while the store is in use, at the cost
+  // of reading all of it. Runs in the process that holds the files: the owner, or a read-only
+  // handle reading them while no process owns them; a handle served by another process's owner
+  // gets kBusy (check a backup of it instead: `idem check` takes one itself). Errors say only
+  // that the check could not run (kBusy, kIOError, and those of reaching a server); the
+  // problems of the store are findings. The default (for implementations outside the library)
+  // reads every record by Scan.
+  virtual Result<CheckReport> Check();
 
   // Whether the store answers now and would take a claim, who serves it, and the last error
   // (StoreHealth). Probes with a read of one key and, when it is answered and the handle is

@@ -80,6 +80,7 @@ class EngineBackend final : public engine::Backend {
   Result<OwnerCounters> GetOwnerCounters() override;
   // Counted when this backend keeps the counts (LiveRecordCounts: it writes a store directory).
   Result<Stats> GetStats() override;
+  Result<CheckReport> Check() override { return storage_->Check(); }
   // The storage's (storage.h). A call is counted when it is decided: one whose grouped write
   // then fails is counted as if written.
   void StartWriteGroup() override { storage_->StartWriteGroup(); }

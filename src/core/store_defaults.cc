@@ -36,6 +36,23 @@ Result<StoreStats> Store::GetStats() {
   return stats;
 }
 
+Result<CheckReport> Store::Check() {
+  const auto start = std::chrono::steady_clock::now();
+  CheckReport report;
+  const Status read = Scan(ScanOptions{}, [&report](const Record&) {
+    ++report.records;
+    return true;
+  });
+  if (read.code() == Status::Code::kCorruption) {
+    report.Add("read", "", read.message());
+  } else {
+    IDEM_RETURN_IF_ERROR(read);
+  }
+  report.took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  return report;
+}
+
 Result<OwnerCounters> Store::GetOwnerCounters() const {
   return Status::Unavailable("this Store implementation does not say whose counters it has");
 }

@@ -281,6 +281,15 @@ class StoreHandle final : public Store, public ReservingStore {
     return std::move(answer.stats);
   }
 
+  Result<CheckReport> Check() override {
+    const auto start = std::chrono::steady_clock::now();
+    IDEM_ASSIGN_OR_RETURN(CheckReport report,
+                          Run([](engine::Backend& backend, bool) { return backend.Check(); }));
+    report.took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    return report;
+  }
+
   StoreHealth Health() override {
     const auto start = std::chrono::steady_clock::now();
     StoreHealth health;

@@ -158,6 +158,15 @@ class Backend {
     return Status::OK();
   }
 
+  // Store::Check. The default: a backend that does not hold the store's files (a client of
+  // another process's owner).
+  virtual Result<CheckReport> Check() {
+    return Status::Busy(
+        "a store is checked by the process that holds its files, and another process owns this "
+        "one: check a backup of it (idem check does so itself), or check it while no process "
+        "uses it");
+  }
+
   // Store::Backup, `destination` absolute. The default: a store that idem cannot copy.
   virtual Status Backup(const std::string& destination) {
     static_cast<void>(destination);

@@ -24,4 +24,19 @@ Result<bool> Storage::Forget(std::string_view key, Durability durability,
   return Remove(key, durability, as_read);
 }
 
+Result<CheckReport> Storage::Check() {
+  CheckReport report;
+  const Status read = Scan(ScanOptions{}, [&report](Record&&, TimePoint) {
+    ++report.records;
+    return true;
+  });
+  // A record that does not decode ends the scan: the records after it are not checked.
+  if (read.code() == Status::Code::kCorruption || read.code() == Status::Code::kNewerVersion) {
+    report.Add("read", "", read.message());
+    return report;
+  }
+  IDEM_RETURN_IF_ERROR(read);
+  return report;
+}
+
 }  // namespace idem::storage

@@ -257,6 +257,10 @@ class Storage {
     return Status::OK();
   }
 
+  // Store::Check of what this storage holds. The default (PostgreSQL, whose server checks its own
+  // files and whose columns hold the records' fields): every record read and decoded.
+  virtual Result<CheckReport> Check();
+
   // The engine's health (Store::GetStats); none for a storage that has no engine of its own.
   virtual std::optional<EngineHealth> ReadEngineHealth() { return std::nullopt; }
 

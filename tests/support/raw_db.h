@@ -13,16 +13,24 @@
 namespace idem_test {
 
 // Runs `use(db, family)` on the closed store at `store_path`, opened bypassing idem, with the
-// handle of column family `family` ("default" or "meta").
+// handle of column family `family` ("default", "by_expiry", "meta", or an application table's
+// "app.NAME").
 template <class Use>
 void WithRawDb(const std::string& store_path, const std::string& family, Use use) {
   rocksdb::DBOptions options;
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, {}}, {"by_expiry", {}}, {"meta", {}}};
+  std::vector<std::string> names;
+  ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(options, store_path + "/db", &names).ok());
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (const std::string& name : names) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   ASSERT_TRUE(rocksdb::DB::Open(options, store_path + "/db", families, &handles, &db).ok());
-  use(*db, family == "meta" ? handles[2] : handles[0]);
+  rocksdb::ColumnFamilyHandle* chosen = nullptr;
+  for (rocksdb::ColumnFamilyHandle* handle : handles) {
+    if (handle->GetName() == family) chosen = handle;
+  }
+  EXPECT_NE(chosen, nullptr) << "no column family " << family;
+  if (chosen != nullptr) use(*db, chosen);
   for (auto* h : handles) EXPECT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
   delete db;
 }

@@ -9,10 +9,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "idem/options.h"
+#include "idem/status.h"
+#include "idem/tables.h"
 #include "util/coding.h"
 
 namespace idem::storage {
@@ -57,6 +60,12 @@ inline int64_t ExpiryOfIndexKey(std::string_view index_key) {
   const uint64_t biased = util::GetBigEndian<uint64_t>(index_key.data());
   return static_cast<int64_t>(biased ^ (uint64_t{1} << 63));
 }
+
+// An application table's value with its version (docs/format.md, "Application table values"),
+// and back: kCorruption naming the table and key when it is not one (rocksdb_storage_tables.cc).
+std::string EncodeTableValue(const std::optional<std::string>& value, uint64_t version);
+Result<TableValue> DecodeTableValue(std::string_view encoded, std::string_view table,
+                                    std::string_view key);
 
 inline rocksdb::WriteOptions WriteOptionsFor(Durability durability) {
   rocksdb::WriteOptions options;

@@ -116,6 +116,7 @@ class RocksDbStorage final : public Storage {
   Status Writable() override;  // what ResumeAfterDiskError says while writes are stopped
   // Before any write, as the owner's backend is made: records are written only after it returns.
   Result<std::unique_ptr<ReadView>> WatchWrites(WriteWatcher* watcher) override;
+  Result<CheckReport> Check() override;                     // rocksdb_storage_check.cc
   std::optional<EngineHealth> ReadEngineHealth() override;  // RocksDB's properties
   Result<Counters> LoadCounters() override;                 // meta owner_counters (layout.h)
   Status SaveCounters(const Counters& counters) override;
@@ -136,21 +137,16 @@ class RocksDbStorage final : public Storage {
   Status AdvanceFilterHorizon(TimePoint now);
 
   // Persisted in the meta column family and the format file; never change these values. A store
-  // is made at version 1 and stays there until its first application table is made, which
-  // raises it to 2 (the table column families, docs/format.md): so a release before tables,
-  // which reads only version 1, refuses such a store with kNewerVersion instead of failing on
-  // column families it does not know, and still opens every store without tables.
+  // is at version 1 until its first application table raises it to 2, which a release before
+  // tables refuses with kNewerVersion (docs/format.md, "Compatibility rules").
   static constexpr uint32_t kFirstFormatVersion = 1;
   static constexpr uint32_t kTablesFormatVersion = 2;
   // The newest version this release reads and writes.
   static constexpr uint32_t kStoreFormatVersion = kTablesFormatVersion;
-  // Tokens are reserved in blocks: the ceiling is persisted (fsynced) once per block, and a
-  // reopened store starts at the last persisted ceiling (or the time in microseconds plus the
-  // lead, when that is higher), so a token is never handed out twice
-  // (rocksdb_storage_tokens.cc).
+  // Tokens are reserved in blocks, the ceiling persisted (fsynced) once per block, so that a
+  // token is never handed out twice (rocksdb_storage_tokens.cc, docs/format.md).
   static constexpr uint64_t kTokenBlock = 1 << 16;
-  // The block an open reserves: small, so that a store reopened at once starts little ahead of
-  // the clock, and its lead stays small.
+  // The block an open reserves: small, so that a reopened store starts near the clock.
   static constexpr uint64_t kFirstTokenBlock = 1 << 10;
 
  private:
@@ -169,6 +165,7 @@ class RocksDbStorage final : public Storage {
                       const std::vector<rocksdb::ColumnFamilyDescriptor>& families, bool read_only,
                       const InfoLog& info_log);
   Status CheckFormatVersion(bool read_only);
+  void CheckTableFiles(CheckReport& report);  // Check's first part: their checksums
   // Visits the keys of `family` in `options`' range with their values, as of `view` (null: the
   // latest), in key order, until `visit` returns false or an error; `what` names the scan.
   Status ScanFamily(rocksdb::ColumnFamilyHandle* family, const ScanOptions& options,

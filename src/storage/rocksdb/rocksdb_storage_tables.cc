@@ -27,6 +27,8 @@ constexpr char kPresent = 1;
 constexpr char kDeleted = 2;
 constexpr std::size_t kTableValueHeader = 1 + 8;  // kind, version (fixed64)
 
+}  // namespace
+
 std::string EncodeTableValue(const std::optional<std::string>& value, uint64_t version) {
   std::string encoded;
   encoded.reserve(kTableValueHeader + (value ? value->size() : 0));
@@ -50,6 +52,8 @@ Result<TableValue> DecodeTableValue(std::string_view encoded, std::string_view t
   if (encoded[0] == kPresent) value.value = std::string(encoded.substr(kTableValueHeader));
   return value;
 }
+
+namespace {
 
 std::string FamilyName(std::string_view table) {
   return fmt::format("{}{}", kTableFamilyPrefix, table);
