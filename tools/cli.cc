@@ -181,6 +181,9 @@ CLI::App* AddBackup(CLI::App& app, BackupArgs& backup, std::string& timeout) {
       "into the store's place.");
   command->add_option("PATH", backup.path, "Store directory")->required();
   command->add_option("DEST", backup.destination, "New directory for the copy")->required();
+  command->add_flag("--verify", backup.verify,
+                    "Then read the whole copy as 'idem check' does; exit 7, listing the "
+                    "problems, when it is not clean (the copy is kept, to be looked at)");
   AddTimeout(command, timeout);
   return command;
 }

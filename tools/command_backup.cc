@@ -39,7 +39,14 @@ int Backup(const Context& ctx, const BackupArgs& args) {
   store->reset();
   fmt::print(ctx.out, "backed up {} to {}\n", DisplayEscape(ctx.StoreName(path)),
              DisplayEscape(args.destination));
-  return ctx.FinishOutput(kExitOk);
+  if (!args.verify) return ctx.FinishOutput(kExitOk);
+  // No process owns the new copy: this one reads its files.
+  auto copy = ctx.OpenStore(args.destination, /*read_only=*/true);
+  if (!copy.ok()) return ctx.StoreError(args.destination, copy.status());
+  const Result<CheckReport> report = (*copy)->Check();
+  if (!report.ok()) return ctx.StoreError(args.destination, report.status());
+  PrintCheckTable(ctx, args.destination, *report, "");
+  return ctx.FinishOutput(report->clean() ? kExitOk : kExitProblemsFound);
 }
 
 }  // namespace idem::cli

@@ -43,27 +43,6 @@ struct Copy {
   }
 };
 
-void PrintTable(const Context& ctx, const std::string& name, const CheckReport& report,
-                const std::string& through) {
-  const uint64_t problems = report.findings.size() + report.findings_left_out;
-  fmt::print(ctx.out,
-             "store {}: {} ({} table files, {} records, {} index entries, {} table values read "
-             "in {} ms{})\n",
-             DisplayEscape(name),
-             report.clean() ? "clean"
-                            : fmt::format("{} problem{} found", problems, problems == 1 ? "" : "s"),
-             report.files, report.records, report.index_entries, report.table_values,
-             report.took.count(), through);
-  for (const CheckFinding& finding : report.findings) {
-    fmt::print(ctx.out, "  {} {}: {}\n", finding.part,
-               finding.subject.empty() ? "-" : DisplayEscape(finding.subject),
-               EscapeControls(finding.problem));
-  }
-  if (report.findings_left_out > 0) {
-    fmt::print(ctx.out, "  and {} more\n", report.findings_left_out);
-  }
-}
-
 // One object a finding, then one for the store.
 void PrintJsonLines(const Context& ctx, const std::string& name, const CheckReport& report,
                     bool through_copy) {
@@ -105,6 +84,27 @@ void PrintJsonLines(const Context& ctx, const std::string& name, const CheckRepo
 
 }  // namespace
 
+void PrintCheckTable(const Context& ctx, const std::string& name, const CheckReport& report,
+                     std::string_view note) {
+  const uint64_t problems = report.findings.size() + report.findings_left_out;
+  fmt::print(ctx.out,
+             "store {}: {} ({} table files, {} records, {} index entries, {} table values read "
+             "in {} ms{})\n",
+             DisplayEscape(name),
+             report.clean() ? "clean"
+                            : fmt::format("{} problem{} found", problems, problems == 1 ? "" : "s"),
+             report.files, report.records, report.index_entries, report.table_values,
+             report.took.count(), note);
+  for (const CheckFinding& finding : report.findings) {
+    fmt::print(ctx.out, "  {} {}: {}\n", finding.part,
+               finding.subject.empty() ? "-" : DisplayEscape(finding.subject),
+               EscapeControls(finding.problem));
+  }
+  if (report.findings_left_out > 0) {
+    fmt::print(ctx.out, "  and {} more\n", report.findings_left_out);
+  }
+}
+
 int Check(const Context& ctx, const CheckArgs& args) {
   const std::string& path = args.path;
   const std::string format = ResolveFormat(ctx, args.format);
@@ -134,7 +134,8 @@ int Check(const Context& ctx, const CheckArgs& args) {
   if (format == "jsonl") {
     PrintJsonLines(ctx, name, *report, !copy.path.empty());
   } else {
-    PrintTable(ctx, name, *report, copy.path.empty() ? "" : ", a backup its owner took just now");
+    PrintCheckTable(ctx, name, *report,
+                    copy.path.empty() ? "" : ", a backup its owner took just now");
   }
   return ctx.FinishOutput(report->clean() ? kExitOk : kExitProblemsFound);
 }

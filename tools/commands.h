@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "context.h"
 
@@ -61,6 +62,7 @@ struct ForgetArgs {
 struct BackupArgs {
   std::string path;
   std::string destination;
+  bool verify = false;  // --verify: check the copy (Store::Check) once it is made
 };
 
 struct ExportArgs {
@@ -97,6 +99,11 @@ int Export(const Context& ctx, const ExportArgs& args);
 int Import(const Context& ctx, const ImportArgs& args);
 int Ping(const Context& ctx, const PingArgs& args);
 int Check(const Context& ctx, const CheckArgs& args);
+
+// Store::Check's report on the store `name` in the table format (check, backup --verify): a
+// summary line ending with `note`, then one line a finding.
+void PrintCheckTable(const Context& ctx, const std::string& name, const CheckReport& report,
+                     std::string_view note);
 
 }  // namespace idem::cli
 
