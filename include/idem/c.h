@@ -93,6 +93,7 @@ typedef struct idem_writeset_t idem_writeset_t;
 typedef struct idem_value_t idem_value_t;
 typedef struct idem_health_t idem_health_t;
 typedef struct idem_stats_t idem_stats_t;
+typedef struct idem_check_t idem_check_t;
 typedef struct idem_log_line_t idem_log_line_t;
 
 /* ---- Version, errors and memory ------------------------------------------------------------ */
@@ -311,6 +312,34 @@ IDEM_EXPORT unsigned char idem_stats_writes_stopped(const idem_stats_t* stats);
 IDEM_EXPORT uint64_t idem_stats_pending_compaction_bytes(const idem_stats_t* stats);
 IDEM_EXPORT uint64_t idem_stats_live_table_bytes(const idem_stats_t* stats);
 IDEM_EXPORT uint64_t idem_stats_total_table_bytes(const idem_stats_t* stats);
+
+/* ---- Check (idem::Store::Check) ------------------------------------------------------------ */
+
+/* Reads the whole store and says what is wrong with it: table files whose checksums do not match,
+ * records and table values that do not decode, the expiry index against the records, tokens
+ * against the token ceiling. What is wrong with the store is in the answer (findings), not in
+ * *errptr: to release with idem_check_destroy; NULL and *errptr set only when the check could not
+ * run (IDEM_BUSY: another process owns the store directory; check a backup of it instead). */
+IDEM_EXPORT idem_check_t* idem_check(idem_store_t* store, char** errptr);
+IDEM_EXPORT void idem_check_destroy(idem_check_t* check);
+/* 1 when nothing was found. What was read: table files, records, index entries, table values;
+ * and how long the check took. */
+IDEM_EXPORT unsigned char idem_check_clean(const idem_check_t* check);
+IDEM_EXPORT uint64_t idem_check_files(const idem_check_t* check);
+IDEM_EXPORT uint64_t idem_check_records(const idem_check_t* check);
+IDEM_EXPORT uint64_t idem_check_index_entries(const idem_check_t* check);
+IDEM_EXPORT uint64_t idem_check_table_values(const idem_check_t* check);
+IDEM_EXPORT int64_t idem_check_took_ms(const idem_check_t* check);
+/* The findings listed (up to 1,000), and how many more were found beyond them. Each: its part
+ * ("file", "record", "index", "table", "tokens", "meta" or "read"), what it is about (a file's
+ * name or a key, raw bytes; length 0 when about the part as a whole) and what is wrong; each
+ * string owned by check, NULL for an index past the last. */
+IDEM_EXPORT size_t idem_check_finding_count(const idem_check_t* check);
+IDEM_EXPORT uint64_t idem_check_findings_left_out(const idem_check_t* check);
+IDEM_EXPORT const char* idem_check_finding_part(const idem_check_t* check, size_t index);
+IDEM_EXPORT const char* idem_check_finding_subject(const idem_check_t* check, size_t index,
+                                                   size_t* len);
+IDEM_EXPORT const char* idem_check_finding_problem(const idem_check_t* check, size_t index);
 
 /* ---- Health (idem::Store::Health) --------------------------------------------------------- */
 

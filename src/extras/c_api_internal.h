@@ -53,6 +53,10 @@ struct idem_stats_t {
   std::vector<std::pair<std::string, uint64_t>> types;
 };
 
+struct idem_check_t {
+  idem::CheckReport report;
+};
+
 struct idem_claim_t {
   idem::Claim claim;
   idem_record_t record;  // claim.record, as idem_claim_record hands it out

@@ -1,5 +1,5 @@
-// The C API's stats (idem::Store::GetStats). The rest is in c_api.cc and c_api_records.cc; what
-// they share is in c_api_internal.h.
+// The C API's stats and check (idem::Store::GetStats, idem::Store::Check). The rest is in c_api.cc
+// and c_api_records.cc; what they share is in c_api_internal.h.
 
 #include <string>
 
@@ -82,4 +82,46 @@ uint64_t idem_stats_live_table_bytes(const idem_stats_t* stats) {
 
 uint64_t idem_stats_total_table_bytes(const idem_stats_t* stats) {
   return stats->stats.engine ? stats->stats.engine->total_table_bytes : 0;
+}
+
+idem_check_t* idem_check(idem_store_t* store, char** errptr) {
+  return Guard(errptr, static_cast<idem_check_t*>(nullptr), [&]() -> idem_check_t* {
+    auto report = store->store->Check();
+    if (SaveError(errptr, report.status())) return nullptr;
+    return new idem_check_t{std::move(*report)};
+  });
+}
+
+void idem_check_destroy(idem_check_t* check) { delete check; }
+
+unsigned char idem_check_clean(const idem_check_t* check) { return check->report.clean() ? 1 : 0; }
+
+uint64_t idem_check_files(const idem_check_t* check) { return check->report.files; }
+uint64_t idem_check_records(const idem_check_t* check) { return check->report.records; }
+uint64_t idem_check_index_entries(const idem_check_t* check) { return check->report.index_entries; }
+uint64_t idem_check_table_values(const idem_check_t* check) { return check->report.table_values; }
+int64_t idem_check_took_ms(const idem_check_t* check) { return check->report.took.count(); }
+
+size_t idem_check_finding_count(const idem_check_t* check) { return check->report.findings.size(); }
+
+uint64_t idem_check_findings_left_out(const idem_check_t* check) {
+  return check->report.findings_left_out;
+}
+
+const char* idem_check_finding_part(const idem_check_t* check, size_t index) {
+  return index < check->report.findings.size() ? check->report.findings[index].part.c_str()
+                                               : nullptr;
+}
+
+const char* idem_check_finding_subject(const idem_check_t* check, size_t index, size_t* len) {
+  if (index >= check->report.findings.size()) {
+    if (len != nullptr) *len = 0;
+    return nullptr;
+  }
+  return Out(check->report.findings[index].subject, len);
+}
+
+const char* idem_check_finding_problem(const idem_check_t* check, size_t index) {
+  return index < check->report.findings.size() ? check->report.findings[index].problem.c_str()
+                                               : nullptr;
 }

@@ -865,6 +865,26 @@ int main(void) {
       idem_stats_destroy(stats);
       idem_stats_destroy(NULL);
     }
+    /* Check: the files read (nobody owns the store), nothing wrong. */
+    {
+      idem_check_t* check = idem_check(store, &err);
+      CHECK_NO_ERROR(err);
+      CHECK(check != NULL);
+      if (check != NULL) {
+        size_t len = 7;
+        CHECK(idem_check_clean(check) == 1);
+        CHECK(idem_check_records(check) >= 1);
+        CHECK(idem_check_index_entries(check) == idem_check_records(check));
+        CHECK(idem_check_took_ms(check) >= 0);
+        CHECK(idem_check_finding_count(check) == 0);
+        CHECK(idem_check_findings_left_out(check) == 0);
+        CHECK(idem_check_finding_part(check, 0) == NULL);
+        CHECK(idem_check_finding_subject(check, 0, &len) == NULL && len == 0);
+        CHECK(idem_check_finding_problem(check, 0) == NULL);
+      }
+      idem_check_destroy(check);
+      idem_check_destroy(NULL);
+    }
     record = idem_get(store, "exec-1", 6, &err);
     CHECK_NO_ERROR(err);
     CHECK(record != NULL && idem_record_state(record) == IDEM_STATE_DONE);
