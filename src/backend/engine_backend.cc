@@ -77,8 +77,10 @@ EngineBackend::~EngineBackend() {
   stop_.NotifyAll();
   if (live_counts_) live_counts_->Stop();
   if (housekeeping_.joinable()) housekeeping_.join();
-  // The last counts, for the next owner.
+  // The last counts, for the next owner: the counters, then the record counts (last: valid while
+  // nothing is written after them).
   if (!options_.read_only) SaveCounters();
+  if (live_counts_) live_counts_->Keep();
 }
 
 void EngineBackend::Housekeeping() {

@@ -11,6 +11,15 @@ std::unique_ptr<LiveRecordCounts> LiveRecordCounts::Start(storage::Storage& stor
   }
   Result<std::unique_ptr<storage::ReadView>> view = storage.WatchWrites(counts.get());
   if (!view.ok()) return nullptr;
+  // Nothing was written since they were kept: they are the records of the view's moment.
+  if (const std::optional<std::string> kept = storage.TakeKeptRecordCounts()) {
+    if (std::optional<RecordCounts> base = RecordCounts::Decode(*kept)) {
+      util::MutexLock lock(counts->mu_);
+      counts->counts_.MergeBase(std::move(*base));
+      counts->counted_ = true;
+      return counts;
+    }
+  }
   counts->view_ = std::move(*view);
   return counts;
 }
@@ -21,7 +30,13 @@ LiveRecordCounts::~LiveRecordCounts() { static_cast<void>(storage_.WatchWrites(n
 
 void LiveRecordCounts::Stop() { stopping_.store(true, std::memory_order_relaxed); }
 
+void LiveRecordCounts::Keep() {
+  util::MutexLock lock(mu_);
+  if (counted_ && !gave_up_) static_cast<void>(storage_.KeepRecordCounts(counts_.Encode()));
+}
+
 void LiveRecordCounts::CountStored(const std::function<void()>& meanwhile) {
+  if (view_ == nullptr) return;  // counted already: the kept counts
   constexpr std::uint64_t kRecordsBetweenBreaks = 4096;
   RecordCounts base;
   std::uint64_t scanned_records = 0;

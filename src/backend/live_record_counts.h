@@ -1,8 +1,10 @@
 // LiveRecordCounts: the owner of a store directory counts its live records by state and type as
 // it writes them (RecordCounts), so that Store::GetStats answers without reading a record
-// (docs/design/stats-plan.md). The records the store holds when the owner takes it are counted by
-// a scan, run by the owner's housekeeping thread, of a view taken at the moment the watch of
-// writes began; the writes meanwhile are counted apart and added when the scan ends. Thread-safe.
+// (docs/design/stats-plan.md). The records the store holds when the owner takes it are the counts
+// its predecessor kept at a clean close, when nothing was written since; otherwise they are
+// counted by a scan, run by the owner's housekeeping thread, of a view taken at the moment the
+// watch of writes began, the writes meanwhile counted apart and added when the scan ends.
+// Thread-safe.
 
 #ifndef IDEM_BACKEND_LIVE_RECORD_COUNTS_H_
 #define IDEM_BACKEND_LIVE_RECORD_COUNTS_H_
@@ -44,6 +46,9 @@ class LiveRecordCounts final : public storage::WriteWatcher {
   void CountStored(const std::function<void()>& meanwhile);
   // Makes a running CountStored return soon. Thread-safe.
   void Stop();
+  // At a clean close, once nothing more is written: keeps the counts in the storage for the next
+  // owner (Storage::KeepRecordCounts), when they are complete.
+  void Keep();
 
  private:
   explicit LiveRecordCounts(storage::Storage& storage);

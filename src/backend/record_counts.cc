@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <tuple>
 
+#include "util/check.h"
+#include "util/coding.h"
+#include "util/time.h"
+
 namespace idem::backend {
 
 RecordCounts::TimePoint RecordCounts::BucketEnd(TimePoint expires) {
@@ -141,6 +145,115 @@ void RecordCounts::MergeBase(RecordCounts&& base) {
   std::erase_if(base.pending_, [](const auto& entry) { return !entry.second.has_value(); });
   pending_ = std::move(base.pending_);
   delta_ = false;
+}
+
+namespace {
+
+constexpr char kEncodingVersion = 1;
+
+void PutString(std::string& out, std::string_view text) {
+  util::PutFixed32(out, static_cast<uint32_t>(text.size()));
+  out += text;
+}
+
+void PutTime(std::string& out, RecordCounts::TimePoint time) {
+  util::PutFixed64(out, static_cast<uint64_t>(util::ToMicros(time)));
+}
+
+// Reads what Encode wrote, each read checked against the bytes left.
+struct Reader {
+  std::string_view in;
+  bool ok = true;
+
+  std::string_view Bytes(std::size_t size) {
+    if (!ok || in.size() < size) {
+      ok = false;
+      return {};
+    }
+    const std::string_view taken = in.substr(0, size);
+    in.remove_prefix(size);
+    return taken;
+  }
+  uint32_t Fixed32() {
+    const std::string_view bytes = Bytes(4);
+    return ok ? util::GetFixed32(bytes.data()) : 0;
+  }
+  uint64_t Fixed64() {
+    const std::string_view bytes = Bytes(8);
+    return ok ? util::GetFixed64(bytes.data()) : 0;
+  }
+  std::string_view String() { return Bytes(Fixed32()); }
+  RecordCounts::TimePoint Time() {
+    const auto micros = static_cast<int64_t>(Fixed64());
+    if (!util::MicrosFitTimePoint(micros)) ok = false;
+    return ok ? util::FromMicros(micros) : RecordCounts::TimePoint();
+  }
+};
+
+}  // namespace
+
+std::string RecordCounts::Encode() const {
+  IDEM_DCHECK(!delta_);
+  std::string out(1, kEncodingVersion);
+  PutTime(out, ended_until_);
+  util::PutFixed32(out, static_cast<uint32_t>(cells_.size()));
+  for (const auto& [state, type] : cells_) {
+    out += static_cast<char>(state);
+    PutString(out, type);
+  }
+  util::PutFixed32(out, static_cast<uint32_t>(ending_.size()));
+  for (const auto& [bucket_end, cells] : ending_) {
+    PutTime(out, bucket_end);
+    util::PutFixed32(out, static_cast<uint32_t>(cells.size()));
+    for (const auto& [cell, delta] : cells) {
+      util::PutFixed32(out, cell);
+      util::PutFixed64(out, static_cast<uint64_t>(delta));
+    }
+  }
+  util::PutFixed32(out, static_cast<uint32_t>(pending_.size()));
+  for (const auto& [key, pending] : pending_) {
+    PutString(out, key);
+    PutString(out, pending->type);
+    PutTime(out, pending->created);
+    PutTime(out, pending->lease_deadline);
+    PutTime(out, pending->expires);
+  }
+  return out;
+}
+
+std::optional<RecordCounts> RecordCounts::Decode(std::string_view encoded) {
+  Reader in{encoded};
+  if (in.Bytes(1) != std::string_view(&kEncodingVersion, 1)) return std::nullopt;
+  RecordCounts counts;
+  counts.ended_until_ = in.Time();
+  const uint32_t cells = in.Fixed32();
+  for (uint32_t i = 0; in.ok && i < cells; ++i) {
+    const std::string_view state_byte = in.Bytes(1);
+    const std::string_view type = in.String();
+    if (!in.ok) return std::nullopt;
+    const auto state = static_cast<State>(state_byte.front());
+    const bool finished = state == State::kDone || state == State::kFailed;
+    if (!finished || counts.Cell(state, type) != i) return std::nullopt;
+  }
+  const uint32_t buckets = in.Fixed32();
+  for (uint32_t b = 0; in.ok && b < buckets; ++b) {
+    const TimePoint bucket_end = in.Time();
+    const uint32_t entries = in.Fixed32();
+    for (uint32_t e = 0; in.ok && e < entries; ++e) {
+      const CellId cell = in.Fixed32();
+      const auto delta = static_cast<int64_t>(in.Fixed64());
+      if (!in.ok || cell >= cells || bucket_end <= counts.ended_until_) return std::nullopt;
+      counts.AddFinished(cell, bucket_end, delta);
+    }
+  }
+  const uint32_t pending = in.Fixed32();
+  for (uint32_t i = 0; in.ok && i < pending; ++i) {
+    const std::string_view key = in.String();
+    Pending record{std::string(in.String()), in.Time(), in.Time(), in.Time()};
+    if (in.ok) counts.pending_.insert_or_assign(std::string(key), std::move(record));
+  }
+  if (!in.ok || !in.in.empty()) return std::nullopt;
+  return counts;
 }
 
 }  // namespace idem::backend

@@ -59,6 +59,11 @@ class RecordCounts {
   // now. Ends the delta.
   void MergeBase(RecordCounts&& base);
 
+  // The counts as bytes, to be kept while no owner runs (LiveRecordCounts::Keep), and back:
+  // nullopt when `encoded` is not what Encode wrote. Not during a delta.
+  std::string Encode() const;
+  static std::optional<RecordCounts> Decode(std::string_view encoded);
+
   // The end of the bucket a done or failed record expiring at `expires` is counted in.
   static TimePoint BucketEnd(TimePoint expires);
 

@@ -261,6 +261,16 @@ class Storage {
   // files and whose columns hold the records' fields): every record read and decoded.
   virtual Result<CheckReport> Check();
 
+  // The record counts of the owner that closed the store last (LiveRecordCounts), kept at its
+  // clean close so that the next owner need not count the records by a scan: KeepRecordCounts
+  // keeps `counts`, and TakeKeptRecordCounts returns them, once, when nothing was written to
+  // the storage between the two (otherwise nullopt). The default keeps nothing.
+  virtual Status KeepRecordCounts(std::string_view counts) {
+    static_cast<void>(counts);
+    return Status::OK();
+  }
+  virtual std::optional<std::string> TakeKeptRecordCounts() { return std::nullopt; }
+
   // The engine's health (Store::GetStats); none for a storage that has no engine of its own.
   virtual std::optional<EngineHealth> ReadEngineHealth() { return std::nullopt; }
 

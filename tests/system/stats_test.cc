@@ -15,9 +15,12 @@
 #include <vector>
 
 #include "idem/idem.h"
+#include "storage/rocksdb/record_codec.h"
 #include "support/owner_process.h"
+#include "support/raw_db.h"
 #include "support/store_stats.h"
 #include "support/test_util.h"
+#include "util/time.h"
 
 namespace {
 
@@ -173,6 +176,10 @@ TEST(StatsOfADirectory, TheOwnerCountsWhatItFoundWhileWritesGoOn) {
       if (i % 2 == 0) ASSERT_OK(store->Complete(key, claim.token, "ok"));
     }
   }
+  // Without the counts the closing owner kept, the next one counts by a scan.
+  idem_test::WithRawDb(dir.StorePath(), "meta", [](rocksdb::DB& db, auto* meta) {
+    EXPECT_TRUE(db.Delete(rocksdb::WriteOptions(), meta, "record_counts").ok());
+  });
   IDEM_ASSERT_OPEN(store, dir.StorePath());
   std::vector<std::thread> writers;
   std::atomic<bool> failed{false};
@@ -194,6 +201,84 @@ TEST(StatsOfADirectory, TheOwnerCountsWhatItFoundWhileWritesGoOn) {
   const StoreStats stats = Counted(*store);
   EXPECT_EQ(stats.precision, 60s);
   idem_test::ExpectSameRecordFigures(stats, Scanned(*store));
+}
+
+// The record counts an owner kept (meta key record_counts) in the store directory `path`, read
+// without opening it for writing (which could change them); empty when there are none.
+std::string KeptCounts(const std::string& path) {
+  rocksdb::DBOptions options;
+  std::vector<std::string> names;
+  EXPECT_TRUE(rocksdb::DB::ListColumnFamilies(options, path + "/db", &names).ok());
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (const std::string& name : names) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  EXPECT_TRUE(rocksdb::DB::OpenForReadOnly(options, path + "/db", families, &handles, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string value;
+  for (rocksdb::ColumnFamilyHandle* handle : handles) {
+    if (handle->GetName() == "meta") {
+      const rocksdb::Status read = db->Get(rocksdb::ReadOptions(), handle, "record_counts", &value);
+      EXPECT_TRUE(read.ok() || read.IsNotFound()) << read.ToString();
+    }
+    EXPECT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
+  }
+  return value;
+}
+
+// Records of every state and type, with leases and retentions that outlast the test.
+void WriteEveryState(idem::Store& store) {
+  for (int i = 0; i < 30; ++i) {
+    const std::string key = "k-" + std::to_string(i);
+    ASSERT_OK_AND_ASSIGN(auto claim,
+                         store.Begin(key, {.type = i % 2 == 0 ? "pay" : "ship", .lease = 1h}));
+    if (i % 3 == 1) ASSERT_OK(store.Complete(key, claim.token, "ok"));
+    if (i % 3 == 2) ASSERT_OK(store.Fail(key, claim.token, "no", idem::Failure::kTerminal));
+  }
+}
+
+// A clean close keeps the owner's record counts in the store; the next owner takes them (once)
+// instead of counting the records by a scan, and they are the store's.
+TEST(StatsOfADirectory, TheNextOwnerTakesTheCountsKeptAtACleanClose) {
+  TempDir dir;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    WriteEveryState(*store);
+    Counted(*store);
+  }
+  EXPECT_FALSE(KeptCounts(dir.StorePath()).empty()) << "the closing owner kept its counts";
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  ASSERT_OK_AND_ASSIGN(const StoreStats first, store->GetStats());
+  EXPECT_EQ(first.precision, 60s) << "answered from the kept counts, at once";
+  idem_test::ExpectSameRecordFigures(first, Scanned(*store));
+  EXPECT_EQ(first.records, 30u);
+  EXPECT_TRUE(KeptCounts(dir.StorePath()).empty()) << "taken, not left to be used again";
+}
+
+// Counts kept before the store was written by other means (here RocksDB itself) are not used:
+// the next owner counts by a scan, and finds the record written behind its back.
+TEST(StatsOfADirectory, CountsKeptBeforeAnotherWriteAreNotUsed) {
+  TempDir dir;
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    WriteEveryState(*store);
+    Counted(*store);
+  }
+  idem::Record extra;
+  extra.key = "written-behind";
+  extra.type = "refund";
+  extra.state = State::kDone;
+  extra.token = 1;
+  extra.attempts = 1;
+  extra.created = extra.updated = extra.lease_deadline =
+      idem::util::TruncateToMicros(std::chrono::system_clock::now());
+  extra.expires = extra.created + 24h;
+  idem_test::PutRaw(dir.StorePath(), "default", extra.key, idem::storage::EncodeRecord(extra));
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  const StoreStats stats = Counted(*store);
+  idem_test::ExpectSameRecordFigures(stats, Scanned(*store));
+  EXPECT_EQ(stats.records, 31u);
+  EXPECT_EQ(stats.by_type.at("refund"), 1u);
 }
 
 // A client process gets the owner's counts over its socket.

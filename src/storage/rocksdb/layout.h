@@ -36,6 +36,9 @@ inline constexpr char kFilterHorizonKey[] = "filter_horizon";
 // The owners' counters (idem/counters.h), kept for the next owner: u32 count, then count times
 // (u8 number, u64 value), a counter's number its row in kCounters from 1 (as on the wire).
 inline constexpr char kOwnerCountersKey[] = "owner_counters";
+// The record counts of the owner's clean close (RecordCounts::Encode), after the sequence number
+// the database has once they are written (u64): valid while it has that one still.
+inline constexpr char kRecordCountsKey[] = "record_counts";
 // Never written: only deleted, unlogged, to keep a memtable non-empty after a resume.
 inline constexpr char kResumeGuardKey[] = "resume_guard";
 

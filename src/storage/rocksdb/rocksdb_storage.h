@@ -120,6 +120,8 @@ class RocksDbStorage final : public Storage {
   std::optional<EngineHealth> ReadEngineHealth() override;  // RocksDB's properties
   Result<Counters> LoadCounters() override;                 // meta owner_counters (layout.h)
   Status SaveCounters(const Counters& counters) override;
+  Status KeepRecordCounts(std::string_view counts) override;  // meta record_counts (layout.h)
+  std::optional<std::string> TakeKeptRecordCounts() override;
   // Write groups hold their keys' stripes; a group takes a stripe only by try_lock and writes
   // what it holds before waiting for one, so it never waits while holding a stripe (no cycle
   // with Update, Remove or a purge's DeleteDue).
@@ -354,6 +356,7 @@ class RocksDbStorage final : public Storage {
   // before db_, so it outlives it.
   std::shared_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::DB> db_;
+  uint64_t opened_at_sequence_ = 0;  // the latest sequence number once DB::Open returned
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   rocksdb::ColumnFamilyHandle* records_ = nullptr;
   rocksdb::ColumnFamilyHandle* by_expiry_ = nullptr;

@@ -1,5 +1,7 @@
 // The owners' counters kept in the store (meta key owner_counters, layout.h), so that the counts
-// go on across owners: each owner saves them now and then and when it closes (EngineBackend).
+// go on across owners: each owner saves them now and then and when it closes (EngineBackend);
+// and the record counts an owner keeps at its clean close (meta key record_counts), so that the
+// next owner need not scan the records.
 
 #include <fmt/format.h>
 #include <rocksdb/db.h>
@@ -52,6 +54,35 @@ Status RocksDbStorage::SaveCounters(const Counters& counters) {
   IDEM_RETURN_IF_ERROR(
       FromRocksDb(batch.Put(meta_, kOwnerCountersKey, encoded), "saving the counters"));
   return Write(Durability::kBuffered, &batch, "saving the counters");
+}
+
+Status RocksDbStorage::KeepRecordCounts(std::string_view counts) {
+  // Valid while the database's latest sequence number is the one this write gives it: one more
+  // than now, as a batch of one Put takes one. Any write after it (and one that came between,
+  // which would give this write a later number) makes it stale.
+  std::string value;
+  util::PutFixed64(value, db_->GetLatestSequenceNumber() + 1);
+  value += counts;
+  rocksdb::WriteBatch batch;
+  IDEM_RETURN_IF_ERROR(
+      FromRocksDb(batch.Put(meta_, kRecordCountsKey, value), "keeping the record counts"));
+  return Write(Durability::kBuffered, &batch, "keeping the record counts");
+}
+
+std::optional<std::string> RocksDbStorage::TakeKeptRecordCounts() {
+  std::string value;
+  if (!db_->Get(rocksdb::ReadOptions(), meta_, kRecordCountsKey, &value).ok()) return std::nullopt;
+  // Taken once: gone before anything else is written (stale or not, it would never be valid
+  // again).
+  rocksdb::WriteBatch batch;
+  if (!batch.Delete(meta_, kRecordCountsKey).ok() ||
+      !Write(Durability::kBuffered, &batch, "taking the kept record counts").ok()) {
+    return std::nullopt;
+  }
+  if (value.size() < 8 || util::GetFixed64(value.data()) != opened_at_sequence_) {
+    return std::nullopt;
+  }
+  return value.substr(8);
 }
 
 }  // namespace idem::storage

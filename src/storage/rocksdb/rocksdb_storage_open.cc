@@ -262,6 +262,7 @@ Status RocksDbStorage::OpenDatabase(const rocksdb::DBOptions& options,
     return FromRocksDbOpen(opened, path_);
   }
   db_.reset(db);
+  opened_at_sequence_ = db_->GetLatestSequenceNumber();
   records_ = handles_[0];
   by_expiry_ = handles_[1];
   meta_ = handles_[2];

@@ -209,5 +209,31 @@ TEST(RecordCounts, ADeltaAndTheBaseOfItsMomentAddUpToTheStore) {
   }
 }
 
+// Kept at a clean close and taken by the next owner: the counts read back are the same counts, now
+// and later; anything but what Encode wrote, a part of it included, is refused.
+TEST(RecordCounts, EncodedCountsReadBackTheSameAndNothingElseDoes) {
+  RandomWrites writes;
+  RecordCounts counts;
+  for (int step = 0; step < 3000; ++step) writes.Step(counts);
+  Count(counts, writes.now);  // drops what ended, as an owner's counts have
+  const std::string encoded = counts.Encode();
+  std::optional<RecordCounts> decoded = RecordCounts::Decode(encoded);
+  ASSERT_TRUE(decoded.has_value());
+  idem_test::ExpectSameRecordFigures(Count(*decoded, writes.now), Scan(writes.stored, writes.now));
+  for (int step = 0; step < 1000; ++step) {
+    writes.Step(*decoded);
+    if (step % 97 == 0) {
+      SCOPED_TRACE(step);
+      idem_test::ExpectSameRecordFigures(Count(*decoded, writes.now),
+                                         Scan(writes.stored, writes.now));
+    }
+  }
+  for (std::size_t size = 0; size < encoded.size(); size += 1 + size / 64) {
+    EXPECT_FALSE(RecordCounts::Decode(encoded.substr(0, size)).has_value()) << size;
+  }
+  EXPECT_FALSE(RecordCounts::Decode(encoded + "x").has_value());
+  EXPECT_FALSE(RecordCounts::Decode("\x02" + encoded.substr(1)).has_value());
+}
+
 }  // namespace
 }  // namespace idem::backend
