@@ -32,7 +32,9 @@ void LiveRecordCounts::Stop() { stopping_.store(true, std::memory_order_relaxed)
 
 void LiveRecordCounts::Keep() {
   util::MutexLock lock(mu_);
-  if (counted_ && !gave_up_) static_cast<void>(storage_.KeepRecordCounts(counts_.Encode()));
+  if (!counted_ || gave_up_) return;
+  const std::string encoded = counts_.Encode();
+  if (encoded.size() <= kMostKeptBytes) static_cast<void>(storage_.KeepRecordCounts(encoded));
 }
 
 void LiveRecordCounts::CountStored(const std::function<void()>& meanwhile) {

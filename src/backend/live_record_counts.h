@@ -10,6 +10,7 @@
 #define IDEM_BACKEND_LIVE_RECORD_COUNTS_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,8 +48,12 @@ class LiveRecordCounts final : public storage::WriteWatcher {
   // Makes a running CountStored return soon. Thread-safe.
   void Stop();
   // At a clean close, once nothing more is written: keeps the counts in the storage for the next
-  // owner (Storage::KeepRecordCounts), when they are complete.
+  // owner (Storage::KeepRecordCounts), when they are complete and at most kMostKeptBytes.
   void Keep();
+  // The kept counts go through the log into a memtable, which every process that opens the store
+  // next reads back into memory (a dump's included): with them at most this size, a store that
+  // holds very many pending records (each kept with its key) is counted by a scan instead.
+  static constexpr std::size_t kMostKeptBytes = 4 << 20;
 
  private:
   explicit LiveRecordCounts(storage::Storage& storage);

@@ -12,11 +12,12 @@
 
 namespace idem_test {
 
-// Runs `use(db, family)` on the closed store at `store_path`, opened bypassing idem, with the
-// handle of column family `family` ("default", "by_expiry", "meta", or an application table's
-// "app.NAME").
+// Runs `use(db, family)` on the store at `store_path`, opened bypassing idem (read-only: while
+// an owner may have it open, and changing nothing), with the handle of column family `family`
+// ("default", "by_expiry", "meta", or an application table's "app.NAME").
 template <class Use>
-void WithRawDb(const std::string& store_path, const std::string& family, Use use) {
+void WithRawDbOpened(const std::string& store_path, const std::string& family, bool read_only,
+                     Use use) {
   rocksdb::DBOptions options;
   std::vector<std::string> names;
   ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(options, store_path + "/db", &names).ok());
@@ -24,7 +25,10 @@ void WithRawDb(const std::string& store_path, const std::string& family, Use use
   for (const std::string& name : names) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
-  ASSERT_TRUE(rocksdb::DB::Open(options, store_path + "/db", families, &handles, &db).ok());
+  const rocksdb::Status opened =
+      read_only ? rocksdb::DB::OpenForReadOnly(options, store_path + "/db", families, &handles, &db)
+                : rocksdb::DB::Open(options, store_path + "/db", families, &handles, &db);
+  ASSERT_TRUE(opened.ok()) << opened.ToString();
   rocksdb::ColumnFamilyHandle* chosen = nullptr;
   for (rocksdb::ColumnFamilyHandle* handle : handles) {
     if (handle->GetName() == family) chosen = handle;
@@ -33,6 +37,12 @@ void WithRawDb(const std::string& store_path, const std::string& family, Use use
   if (chosen != nullptr) use(*db, chosen);
   for (auto* h : handles) EXPECT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
   delete db;
+}
+
+// WithRawDb on the closed store at `store_path`, opened for writing.
+template <class Use>
+void WithRawDb(const std::string& store_path, const std::string& family, Use use) {
+  WithRawDbOpened(store_path, family, /*read_only=*/false, use);
 }
 
 // Writes `value` under `key` in column family `family` of the closed store at `store_path`.

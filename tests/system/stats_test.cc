@@ -206,23 +206,11 @@ TEST(StatsOfADirectory, TheOwnerCountsWhatItFoundWhileWritesGoOn) {
 // The record counts an owner kept (meta key record_counts) in the store directory `path`, read
 // without opening it for writing (which could change them); empty when there are none.
 std::string KeptCounts(const std::string& path) {
-  rocksdb::DBOptions options;
-  std::vector<std::string> names;
-  EXPECT_TRUE(rocksdb::DB::ListColumnFamilies(options, path + "/db", &names).ok());
-  std::vector<rocksdb::ColumnFamilyDescriptor> families;
-  for (const std::string& name : names) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  EXPECT_TRUE(rocksdb::DB::OpenForReadOnly(options, path + "/db", families, &handles, &raw).ok());
-  std::unique_ptr<rocksdb::DB> db(raw);
   std::string value;
-  for (rocksdb::ColumnFamilyHandle* handle : handles) {
-    if (handle->GetName() == "meta") {
-      const rocksdb::Status read = db->Get(rocksdb::ReadOptions(), handle, "record_counts", &value);
-      EXPECT_TRUE(read.ok() || read.IsNotFound()) << read.ToString();
-    }
-    EXPECT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
-  }
+  idem_test::WithRawDbOpened(path, "meta", /*read_only=*/true, [&](rocksdb::DB& db, auto* meta) {
+    const rocksdb::Status read = db.Get(rocksdb::ReadOptions(), meta, "record_counts", &value);
+    EXPECT_TRUE(read.ok() || read.IsNotFound()) << read.ToString();
+  });
   return value;
 }
 
@@ -253,6 +241,25 @@ TEST(StatsOfADirectory, TheNextOwnerTakesTheCountsKeptAtACleanClose) {
   idem_test::ExpectSameRecordFigures(first, Scanned(*store));
   EXPECT_EQ(first.records, 30u);
   EXPECT_TRUE(KeptCounts(dir.StorePath()).empty()) << "taken, not left to be used again";
+}
+
+// Counts that would take more than LiveRecordCounts::kMostKeptBytes (pending records are kept
+// with their keys) are not kept: the next owner counts by a scan.
+TEST(StatsOfADirectory, CountsOfVeryManyPendingRecordsAreNotKept) {
+  TempDir dir;
+  const std::string padding(400, 'p');  // 11,000 pending records of ~440 bytes each
+  {
+    IDEM_ASSERT_OPEN(store, dir.StorePath());
+    for (int i = 0; i < 11000; ++i) {
+      ASSERT_OK(store->Begin("k-" + std::to_string(i) + padding, {.lease = 1h}).status());
+    }
+    Counted(*store);
+  }
+  EXPECT_TRUE(KeptCounts(dir.StorePath()).empty());
+  IDEM_ASSERT_OPEN(store, dir.StorePath());
+  const StoreStats stats = Counted(*store);
+  EXPECT_EQ(stats.by_state.at("pending"), 11000u);
+  idem_test::ExpectSameRecordFigures(stats, Scanned(*store));
 }
 
 // Counts kept before the store was written by other means (here RocksDB itself) are not used:
