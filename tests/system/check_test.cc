@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -195,18 +196,24 @@ TEST(CheckFiles, TheExpiryIndexIsMatchedWithTheRecords) {
     }
     EXPECT_TRUE(db.Put({}, index, idem::storage::ExpiryIndexKey(far, "key-4"), "").ok());
     EXPECT_TRUE(db.Put({}, index, idem::storage::ExpiryIndexKey(far, "ghost"), "").ok());
+    // An expiry no date can show (a damaged entry's), said as a number.
+    const int64_t never = std::numeric_limits<int64_t>::max();
+    EXPECT_TRUE(db.Put({}, index, idem::storage::ExpiryIndexKey(never, "ghost-far"), "").ok());
   });
   const CheckReport report = CheckedFiles(dir.StorePath());
   const std::vector<CheckFinding> index = In(report, "index");
-  ASSERT_EQ(index.size(), 3u) << Findings(report);
-  EXPECT_EQ(report.findings.size(), 3u) << Findings(report);
+  ASSERT_EQ(index.size(), 4u) << Findings(report);
+  EXPECT_EQ(report.findings.size(), 4u) << Findings(report);
   EXPECT_EQ(index[0].subject, "key-3");
   EXPECT_NE(index[0].problem.find("no expiry index entry"), std::string::npos);
   EXPECT_EQ(index[1].subject, "ghost");
   EXPECT_NE(index[1].problem.find("names no record"), std::string::npos);
   EXPECT_EQ(index[2].subject, "key-4");
   EXPECT_NE(index[2].problem.find("delete it early"), std::string::npos);
-  EXPECT_EQ(report.index_entries, 11u);
+  EXPECT_EQ(index[3].subject, "ghost-far");
+  EXPECT_NE(index[3].problem.find(" us since 1970 names no record"), std::string::npos)
+      << index[3].problem;
+  EXPECT_EQ(report.index_entries, 12u);
 }
 
 TEST(CheckFiles, ATableValueThatDoesNotDecodeIsNamed) {

@@ -25,10 +25,15 @@
 namespace idem::storage {
 namespace {
 
-// A time in microseconds since the epoch, for a finding: in UTC to the second.
+// A time in microseconds since the epoch, for a finding: in UTC to the second, or the number
+// when it is no date (a damaged entry's).
 std::string Micros(int64_t micros) {
-  const std::time_t seconds = static_cast<std::time_t>(micros / 1'000'000);
-  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(seconds));
+  const auto seconds = static_cast<std::time_t>(micros / 1'000'000);
+  std::tm utc{};
+  if (gmtime_r(&seconds, &utc) == nullptr || utc.tm_year > 9999 - 1900 || utc.tm_year < -1900) {
+    return fmt::format("{} us since 1970", micros);
+  }
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", utc);
 }
 
 // Reads `family` in `read`'s snapshot, calling `visit` with each key and value. False when the
