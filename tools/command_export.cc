@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "export_format.h"
+#include "progress_line.h"
 #include "text.h"
 #include "util/escape.h"
 
@@ -25,8 +26,14 @@ int Export(const Context& ctx, const ExportArgs& args) {
     if (const int opened = file->Open(); opened != kExitOk) return opened;
   }
   uint64_t exported = 0, values = 0;
+  // On a terminal, while the lines go to a file or a pipe: how many are written so far.
+  ProgressLine progress(ctx.err, ctx.ErrIsTerminal() && (file || !ctx.OutIsTerminal()));
   std::string line;
   const auto emit = [&]() {
+    if ((exported + values) % 1024 == 1 && progress.Due()) {
+      progress.Show(
+          fmt::format("idem export: {} records and {} table values written ...", exported, values));
+    }
     line += '\n';
     if (file) {
       file->Write(line);
@@ -49,6 +56,7 @@ int Export(const Context& ctx, const ExportArgs& args) {
         ++values;
         return emit();
       });
+  progress.Erase();
   if (!scanned.ok()) {
     ctx.out.flush();
     return ctx.StoreError(args.path, scanned);

@@ -24,6 +24,7 @@
 #include "export_format.h"
 #include "import_input.h"
 #include "import_store.h"
+#include "progress_line.h"
 #include "text.h"
 #include "util/escape.h"
 #include "util/pg_uri.h"
@@ -62,8 +63,13 @@ Status CheckLimits(const Record& record, const Options& options) {
 class Stager {
  public:
   Stager(const Context& ctx, const ImportArgs& args, ImportInput& input, Store& staging,
-         Store* target)
-      : ctx_(ctx), args_(args), input_(input), staging_(staging), target_(target) {}
+         Store* target, ProgressLine& progress)
+      : ctx_(ctx),
+        args_(args),
+        input_(input),
+        staging_(staging),
+        target_(target),
+        progress_(progress) {}
 
   int Run() {
     std::string line;
@@ -86,6 +92,7 @@ class Stager {
       if (const int code = Take(line, number); code != kExitOk) return code;
       if (batched_ >= kBatchRecords || batch_bytes_ >= kBatchBytes) {
         if (const int code = Flush(); code != kExitOk) return code;
+        if (progress_.Due()) ShowProgress(number);
       }
     }
   }
@@ -93,6 +100,19 @@ class Stager {
   uint64_t imported = 0, expired = 0, values_imported = 0;
 
  private:
+  // "checked 120000 lines, 12.0 MiB of 48.0 MiB read (25%)": of the input's size when it is a
+  // file, otherwise what was read.
+  void ShowProgress(uint64_t lines) {
+    const uint64_t read = input_.bytes_taken();
+    const std::optional<uint64_t> size = input_.size();
+    progress_.Show(
+        size && *size > 0
+            ? fmt::format("idem import: checked {} lines, {} of {} read ({}%) ...", lines,
+                          HumanBytes(read), HumanBytes(*size),
+                          std::min<uint64_t>(read, *size) * 100 / *size)
+            : fmt::format("idem import: checked {} lines, {} read ...", lines, HumanBytes(read)));
+  }
+
   int Refuse(uint64_t number, std::string_view why) {
     return ctx_.Fail(kExitInputRefused, fmt::format("{} line {}: {}; nothing was imported",
                                                     input_.Shown(), number, why));
@@ -216,6 +236,7 @@ class Stager {
   std::map<std::string, std::vector<StagedValue>> value_batches_;
   std::unordered_map<std::string, uint64_t> batch_lines_;  // table '\0' key -> its line
   std::size_t batched_ = 0, batch_bytes_ = 0;
+  ProgressLine& progress_;
 };
 
 std::string Summary(uint64_t imported, uint64_t present, uint64_t expired, uint64_t values_imported,
@@ -258,8 +279,10 @@ int ImportIntoNewStore(const Context& ctx, const ImportArgs& args, const std::st
   const std::string aside = path + kNewStoreSuffix;
   Result<std::unique_ptr<Store>> staging = OpenEmptyStaging(aside, options);
   if (!staging.ok()) return ctx.StoreError(aside, staging.status());
-  Stager stager(ctx, args, input, **staging, nullptr);
+  ProgressLine progress(ctx.err, ctx.ErrIsTerminal());
+  Stager stager(ctx, args, input, **staging, nullptr, progress);
   const int code = stager.Run();
+  progress.Erase();
   staging->reset();  // closed: synced, its lock released
   Status installed = code == kExitOk ? InstallNewStore(aside, path) : Status::OK();
   if (code != kExitOk || !installed.ok()) {
@@ -319,7 +342,8 @@ int ImportIntoStore(const Context& ctx, const ImportArgs& args, const std::strin
     if (util::IsPostgresUri(path)) RemoveStagingAndTemporary(path, *staging_path);
     return ctx.StoreError(*staging_path, staging.status());
   }
-  Stager stager(ctx, args, input, **staging, store->get());
+  ProgressLine progress(ctx.err, ctx.ErrIsTerminal());
+  Stager stager(ctx, args, input, **staging, store->get(), progress);
   code = stager.Run();
   if (code != kExitOk) {
     staging->reset();
@@ -332,15 +356,15 @@ int ImportIntoStore(const Context& ctx, const ImportArgs& args, const std::strin
   // values table by table, with nothing linking a value to the record whose effect it is, so no
   // batch can hold "a record and its effects"; and a store with some of its records without
   // their effects answers retries wrongly. So the store refuses service while the mark is there,
-  // and the staging store beside it (the checked input, whatever it was read from, standard
-  // input included) is what `idem import PATH --finish` copies the rest from.
+  // and `idem import PATH --finish` copies the rest from the staging store beside it.
   if (!util::IsPostgresUri(path) && WriteUnfinishedMark(ctx, path, input) != kExitOk) {
     staging->reset();
     RemoveStagingAndTemporary(path, *staging_path);
     return kExitStoreError;
   }
   CopyCounts counts;
-  Status copied = CopyStaged(**staging, **store, counts);
+  Status copied =
+      CopyStaged(**staging, **store, counts, progress, stager.imported + stager.values_imported);
   if (copied.ok() && !util::IsPostgresUri(path)) copied = RemoveUnfinishedMark(path);
   if (!copied.ok()) {
     if (util::IsPostgresUri(path)) {
@@ -386,7 +410,8 @@ int FinishImport(const Context& ctx, const std::string& path, Options options) {
   Result<std::unique_ptr<Store>> staging = Store::Open(staging_path, options);
   if (!staging.ok()) return ctx.StoreError(staging_path, staging.status());
   CopyCounts counts;
-  Status copied = CopyStaged(**staging, **store, counts);
+  ProgressLine progress(ctx.err, ctx.ErrIsTerminal());
+  Status copied = CopyStaged(**staging, **store, counts, progress, 0);
   if (copied.ok()) copied = RemoveUnfinishedMark(path);
   if (!copied.ok()) return ctx.StoreError(path, copied);
   staging->reset();

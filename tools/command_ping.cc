@@ -44,6 +44,9 @@ int Ping(const Context& ctx, const PingArgs& args) {
     if (OwnerNotAsked(health.problem)) return unanswered(health.problem);
     return ctx.StoreError(path, health.problem);
   }
+  // It answers, but its owner found a damaged table file: an operator must restore it.
+  if (health.problem.code() == Status::Code::kCorruption)
+    return ctx.StoreError(path, health.problem);
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start);
   if (args.quiet) return kExitOk;

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "progress_line.h"
 #include "text.h"
 #include "util/escape.h"
 
@@ -23,18 +24,17 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
   // On a terminal, say what is going on: the running count, of how many (the due entries of the
   // expiry index, counted first) and the percentage. Through another owner they arrive about
   // once a second.
-  const bool progress = !quiet && ctx.ErrIsTerminal();
+  ProgressLine progress(ctx.err, !quiet && ctx.ErrIsTerminal());
   const char* verb = dry_run ? "counted" : "removed";
-  auto last_shown = std::chrono::steady_clock::now();
   std::optional<uint64_t> total;
   int last_percent = -1;
   PurgeOptions options;
   options.dry_run = dry_run;
   options.compact = !dry_run;
-  if (progress) {
-    fmt::print(ctx.err, "idem purge: {} expired records in {} ...",
-               dry_run ? "counting" : "removing", DisplayEscape(ctx.StoreName(path)));
-    ctx.err.flush();
+  if (progress.shown()) {
+    progress.Show(fmt::format("idem purge: {} expired records in {} ...",
+                              dry_run ? "counting" : "removing",
+                              DisplayEscape(ctx.StoreName(path))));
     options.progress_total = [&](uint64_t expected) {
       total = expected;
       options.progress(0);
@@ -48,19 +48,15 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
             *total == 0 ? 100 : static_cast<int>(std::min<uint64_t>(so_far, *total) * 100 / *total);
         if (percent == last_percent) return;
         last_percent = percent;
-        fmt::print(ctx.err, "\r\033[Kidem purge: {} {} of {} expired records ({}%) ...", verb,
-                   so_far, *total, percent);
-      } else {
-        const auto now = std::chrono::steady_clock::now();
-        if (now - last_shown < std::chrono::milliseconds(200)) return;
-        last_shown = now;
-        fmt::print(ctx.err, "\r\033[Kidem purge: {} {} expired records so far ...", verb, so_far);
+        progress.Show(fmt::format("idem purge: {} {} of {} expired records ({}%) ...", verb, so_far,
+                                  *total, percent));
+      } else if (progress.Due()) {
+        progress.Show(fmt::format("idem purge: {} {} expired records so far ...", verb, so_far));
       }
-      ctx.err.flush();
     };
   }
   auto purged = (*store)->Purge(options);
-  if (progress) ctx.err << "\r\033[K" << std::flush;
+  progress.Erase();
   if (!purged.ok()) return ctx.StoreError(path, purged.status());
   store->reset();
   if (!quiet) {

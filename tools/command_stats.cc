@@ -16,33 +16,13 @@
 #include "commands.h"
 #include "idem/function_ref.h"
 #include "json_writer.h"
+#include "stats_report.h"
 #include "text.h"
 #include "util/escape.h"
 #include "util/pg_uri.h"
 
 namespace idem::cli {
 namespace {
-
-constexpr std::array<std::string_view, 4> kDisplayStates = {"pending", "timeout", "done", "failed"};
-
-// What the store answered (Store::GetStats), and what the command adds.
-struct StatsReport : idem::StoreStats {
-  // Bytes of the files under the store directory; none for a store in PostgreSQL (the server
-  // knows: pg_total_relation_size).
-  std::optional<uint64_t> disk_bytes;
-  // A store in PostgreSQL: no owner, each process counts its own calls.
-  bool in_postgres = false;
-  // The owner's counters and who it is; live false: no owner answered (counters are zeros).
-  OwnerCounters owner;
-  // An owner holds the store but could not be asked (why, on stderr): its counters are unknown.
-  bool owner_unreachable = false;
-  std::chrono::system_clock::time_point now;  // when the report was made
-
-  uint64_t CountInState(std::string_view state) const {
-    const auto it = by_state.find(state);
-    return it == by_state.end() ? 0 : it->second;
-  }
-};
 
 uint64_t DirectorySize(const std::string& path) {
   namespace fs = std::filesystem;
@@ -57,132 +37,6 @@ uint64_t DirectorySize(const std::string& path) {
     }
   }
   return total;
-}
-
-std::string HumanBytes(uint64_t bytes) {
-  constexpr std::array<std::string_view, 5> kUnits = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  std::size_t unit = 0;
-  while (value >= 1024 && unit + 1 < kUnits.size()) {
-    value /= 1024;
-    ++unit;
-  }
-  return fmt::format("{:.{}f} {}", value, unit == 0 ? 0 : 1, kUnits[unit]);
-}
-
-// A Prometheus label value: valid UTF-8 with \, " and newline escaped.
-std::string PrometheusLabel(std::string_view value) {
-  std::string out;
-  for (char c : ToValidUtf8(value)) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// "1764464523.123456": seconds since the Unix epoch, to the microsecond.
-std::string SecondsSinceEpoch(std::chrono::system_clock::time_point t) {
-  const auto micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-  return fmt::format("{}.{:06}", micros / 1000000, micros % 1000000);
-}
-
-void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const StatsReport& stats);
-
-void WriteStatsPrometheus(std::ostream& out, const std::string& name, const StatsReport& stats) {
-  const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(name));
-  const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
-    fmt::print(out, "# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
-  };
-  // One sample: `name{store="..."<more labels>} value`.
-  const auto sample = [&out, &store](std::string_view name, std::string_view more_labels,
-                                     const auto& value) {
-    fmt::print(out, "{}{{{}{}}} {}\n", name, store, more_labels, value);
-  };
-  family("idem_records", "gauge",
-         "Live records by state (timeout: pending with an expired lease).");
-  for (std::string_view state : kDisplayStates) {
-    sample("idem_records", fmt::format(",state=\"{}\"", state), stats.CountInState(state));
-  }
-  family("idem_records_by_type", "gauge", "Live records by type label.");
-  for (const auto& [type, count] : stats.by_type) {
-    sample("idem_records_by_type", fmt::format(",type=\"{}\"", PrometheusLabel(type)), count);
-  }
-  family("idem_timed_out_records", "gauge",
-         "Pending records whose lease has passed (stuck or abandoned).");
-  sample("idem_timed_out_records", "", stats.CountInState("timeout"));
-  if (stats.oldest_pending) {
-    family("idem_oldest_pending_created_timestamp_seconds", "gauge",
-           "Creation time of the oldest pending record, in seconds since the Unix epoch.");
-    sample("idem_oldest_pending_created_timestamp_seconds", "",
-           SecondsSinceEpoch(stats.oldest_pending->created));
-  }
-  if (stats.disk_bytes) {
-    family("idem_disk_bytes", "gauge", "Bytes of all files under the store directory.");
-    sample("idem_disk_bytes", "", *stats.disk_bytes);
-  }
-  family("idem_records_precision_seconds", "gauge",
-         "0: records counted one by one; else kept by the owner, done and failed to this.");
-  sample("idem_records_precision_seconds", "", stats.precision.count() / 1000.0);
-  if (stats.engine) {
-    const auto gauge = [&](std::string_view metric, std::string_view help, uint64_t value) {
-      family(metric, "gauge", help);
-      sample(metric, "", value);
-    };
-    gauge("idem_engine_writes_stopped", "1 while RocksDB takes no writes (a full disk, a stall).",
-          stats.engine->writes_stopped ? 1 : 0);
-    gauge("idem_engine_pending_compaction_bytes",
-          "Bytes RocksDB estimates compaction will rewrite.",
-          stats.engine->pending_compaction_bytes);
-    gauge("idem_engine_live_table_bytes", "Bytes of the table files the database uses now.",
-          stats.engine->live_table_bytes);
-    gauge("idem_engine_total_table_bytes", "Bytes of all table files (pinned ones included).",
-          stats.engine->total_table_bytes);
-  }
-  WriteOwnerPrometheus(out, name, stats);
-}
-
-// The owner's gauges and, when it answered, its counters.
-void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const StatsReport& stats) {
-  const std::string store = fmt::format("store=\"{}\"", PrometheusLabel(name));
-  const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
-    fmt::print(out, "# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
-  };
-  const auto sample = [&out, &store](std::string_view name, const auto& value) {
-    fmt::print(out, "{}{{{}}} {}\n", name, store, value);
-  };
-  family("idem_owner_live", "gauge",
-         "1 when the store's owner answered (the idem_*_total counters are its), 0 otherwise.");
-  sample("idem_owner_live", stats.owner.live ? 1 : 0);
-  family("idem_owner_unreachable", "gauge",
-         "1 when a process owns the store but could not be asked for its counters (stopped, "
-         "overloaded or exclusive), or whether one does could not be told.");
-  sample("idem_owner_unreachable", stats.owner_unreachable ? 1 : 0);
-  // Counts exist only in a live owner: with none, no sample rather than a false zero.
-  family("idem_build_info", "gauge", "1, with the version of the idem command that wrote these.");
-  fmt::print(out, "idem_build_info{{{},version=\"{}\"}} 1\n", store, IDEM_VERSION);
-  if (!stats.owner.live) return;
-  if (stats.owner.pid != 0) {
-    family("idem_owner_pid", "gauge", "Process id of the store's owner.");
-    sample("idem_owner_pid", stats.owner.pid);
-  }
-  family("idem_owner_start_time_seconds", "gauge",
-         "When the owner took the store, in seconds since the Unix epoch.");
-  sample("idem_owner_start_time_seconds", SecondsSinceEpoch(stats.owner.since));
-  for (const CounterInfo& counter : kCounters) {
-    const std::string metric = fmt::format("idem_{}_total", counter.name);
-    family(metric, "counter",
-           fmt::format("{} Counted by the store's owners, the current one idem_owner_pid.",
-                       counter.help));
-    sample(metric, stats.owner.counters.*counter.field);
-  }
 }
 
 // The owner's part of `idem stats --format jsonl`: whether it answered, who it is, its counts.
@@ -236,6 +90,10 @@ void WriteEngineJson(JsonWriter& json, const StatsReport& stats) {
   json.Number(stats.engine->live_table_bytes);
   json.Key("total_table_bytes");
   json.Number(stats.engine->total_table_bytes);
+  json.Key("damaged_table_files");
+  json.Number(stats.engine->damaged_table_files);
+  json.Key("damage");
+  json.String(stats.engine->damage);
   json.EndObject();
 }
 
@@ -290,12 +148,17 @@ void WriteStatsJson(std::ostream& out, const std::string& name, const StatsRepor
   fmt::print(out, "{}\n", text);
 }
 
-// The engine's health in the table: "writes taken, table files 1.2 MiB live, ...".
+// The engine's health in the table: "writes taken, table files 1.2 MiB live, ...", and what
+// is damaged.
 std::string EngineLine(const idem::EngineHealth& engine) {
-  return fmt::format("writes {}, table files {} live, {} in all, {} to compact",
-                     engine.writes_stopped ? "STOPPED" : "taken",
-                     HumanBytes(engine.live_table_bytes), HumanBytes(engine.total_table_bytes),
-                     HumanBytes(engine.pending_compaction_bytes));
+  std::string line = fmt::format(
+      "writes {}, table files {} live, {} in all, {} to compact",
+      engine.writes_stopped ? "STOPPED" : "taken", HumanBytes(engine.live_table_bytes),
+      HumanBytes(engine.total_table_bytes), HumanBytes(engine.pending_compaction_bytes));
+  if (engine.damaged_table_files > 0) {
+    line += fmt::format("; {} DAMAGED: {}", engine.damaged_table_files, engine.damage);
+  }
+  return line;
 }
 
 void WriteStatsTable(std::ostream& out, const std::string& name, const StatsReport& stats) {

@@ -19,6 +19,8 @@
 namespace idem::cli {
 
 int Context::Fail(int code, std::string_view message) const {
+  // On a terminal the line may hold a command's progress (ProgressLine): the message replaces it.
+  if (ErrIsTerminal()) err << "\r\033[K";
   fmt::print(err, "idem {}: {}\n", command, EscapeControls(message));
   err.flush();
   return code;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,8 @@ bool ImportInput::Open() {
     return false;
   }
   owns_fd_ = true;
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) size_ = static_cast<uint64_t>(st.st_size);
   return true;
 }
 
@@ -85,6 +88,7 @@ ImportInput::Read ImportInput::Next(std::string& line, uint64_t& number) {
     }
     if (end - buffer_start_ > longest_ + 1) return Read::kTooLong;  // +1: a "\r" before "\n"
     line.assign(buffer_, buffer_start_, end - buffer_start_);
+    bytes_taken_ += std::min(end + 1, buffer_.size()) - buffer_start_;
     buffer_start_ = std::min(end + 1, buffer_.size());
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") != std::string::npos) return Read::kLine;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "idem/options.h"
@@ -43,6 +44,9 @@ class ImportInput {
   Read Next(std::string& line, uint64_t& number);
 
   int error() const { return error_; }
+  // The bytes of the lines returned so far, and the input's size when it is a regular file.
+  uint64_t bytes_taken() const { return bytes_taken_; }
+  std::optional<uint64_t> size() const { return size_; }
   // The input as messages name it: "standard input", or the file's name, escaped.
   std::string Shown() const;
 
@@ -58,6 +62,8 @@ class ImportInput {
   std::string buffer_;  // read but not yet taken, from buffer_start_ on
   std::size_t buffer_start_ = 0;
   uint64_t number_ = 0;  // the number of the last line started
+  uint64_t bytes_taken_ = 0;
+  std::optional<uint64_t> size_;
 };
 
 }  // namespace idem::cli

@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -139,7 +141,11 @@ Status RemoveUnfinishedMark(const std::string& directory) {
   return SyncDirectory(directory);
 }
 
-Status CopyStaged(Store& staging, Store& target, CopyCounts& counts) {
+namespace {
+
+// CopyStaged's copy, calling `copied` with the counts after each batch.
+Status CopyInBatches(Store& staging, Store& target, CopyCounts& counts,
+                     const std::function<void(const CopyCounts&)>& copied) {
   std::vector<Record> records;
   std::size_t bytes = 0;
   const auto write_records = [&]() -> Status {
@@ -151,6 +157,7 @@ Status CopyStaged(Store& staging, Store& target, CopyCounts& counts) {
     }
     records.clear();
     bytes = 0;
+    copied(counts);
     return Status::OK();
   };
   Status written;
@@ -175,6 +182,7 @@ Status CopyStaged(Store& staging, Store& target, CopyCounts& counts) {
       }
       values.clear();
       bytes = 0;
+      copied(counts);
       return Status::OK();
     };
     IDEM_RETURN_IF_ERROR(
@@ -188,6 +196,27 @@ Status CopyStaged(Store& staging, Store& target, CopyCounts& counts) {
     if (!values.empty()) IDEM_RETURN_IF_ERROR(write_values());
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status CopyStaged(Store& staging, Store& target, CopyCounts& counts, ProgressLine& progress,
+                  uint64_t staged) {
+  progress.Erase();  // the copy's first line comes at once
+  const auto copied = [&](const CopyCounts& so_far) {
+    if (!progress.Due()) return;
+    const uint64_t done = so_far.imported + so_far.present + so_far.expired +
+                          so_far.values_imported + so_far.values_present;
+    progress.Show(staged == 0 ? fmt::format("idem import: copied {} records and values into the "
+                                            "store ...",
+                                            done)
+                              : fmt::format("idem import: copied {} of {} records and values "
+                                            "into the store ({}%) ...",
+                                            done, staged, std::min(done, staged) * 100 / staged));
+  };
+  const Status status = CopyInBatches(staging, target, counts, copied);
+  progress.Erase();
+  return status;
 }
 
 }  // namespace idem::cli

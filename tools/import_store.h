@@ -25,6 +25,7 @@
 #include "idem/options.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "progress_line.h"
 
 namespace idem::cli {
 
@@ -63,7 +64,10 @@ struct CopyCounts {
 
 // Copies every record and table value of `staging` into `target`, in batches, each durable
 // (Store::Import, Store::ImportValues): a key `target` holds is left as it is (counted present).
-Status CopyStaged(Store& staging, Store& target, CopyCounts& counts);
+// `progress` shows how many are copied, of `staged` (0: not known), erased at the start and the
+// end.
+Status CopyStaged(Store& staging, Store& target, CopyCounts& counts, ProgressLine& progress,
+                  uint64_t staged);
 
 }  // namespace idem::cli
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <ctime>
 #include <limits>
@@ -120,6 +121,17 @@ std::string PadLeft(std::string text, std::size_t width) {
   const std::size_t have = DisplayWidth(text);
   if (have < width) text.insert(0, width - have, ' ');
   return text;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  constexpr std::array<std::string_view, 5> kUnits = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024 && unit + 1 < kUnits.size()) {
+    value /= 1024;
+    ++unit;
+  }
+  return fmt::format("{:.{}f} {}", value, unit == 0 ? 0 : 1, kUnits[unit]);
 }
 
 std::string HumanAge(std::chrono::system_clock::duration age) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,6 +52,9 @@ std::string PadLeft(std::string text, std::size_t width);
 
 // An age in its largest whole unit, for people: "42s", "17m", "5h", "3d" (negative: "0s").
 std::string HumanAge(std::chrono::system_clock::duration age);
+
+// A size for people: "512 B", "1.2 MiB".
+std::string HumanBytes(uint64_t bytes);
 
 // Removes the spaces at the end of `line` (a padded last cell, an empty value).
 void TrimTrailingSpaces(std::string& line);

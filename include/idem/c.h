@@ -148,6 +148,9 @@ IDEM_EXPORT void idem_options_set_memory_budget(idem_options_t* options, size_t 
 IDEM_EXPORT void idem_options_set_max_disk_bytes(idem_options_t* options, uint64_t bytes);
 /* Interval of the background purge; 0 disables it. Default: 10 minutes. */
 IDEM_EXPORT void idem_options_set_auto_purge_interval_ms(idem_options_t* options, int64_t ms);
+/* How often the owner reads each table file again to verify its checksums (see
+ * idem::Options::reverify_interval); 0 disables it. Default: 7 days. */
+IDEM_EXPORT void idem_options_set_reverify_interval_ms(idem_options_t* options, int64_t ms);
 /* Create the store directory when missing (default 1). */
 IDEM_EXPORT void idem_options_set_create_if_missing(idem_options_t* options, unsigned char value);
 /* Open for reading only (default 0): writing calls fail with IDEM_INVALID_ARGUMENT. */
@@ -306,12 +309,14 @@ IDEM_EXPORT int64_t idem_stats_oldest_pending_created_us(const idem_stats_t* sta
 IDEM_EXPORT int64_t idem_stats_at_us(const idem_stats_t* stats);
 IDEM_EXPORT int64_t idem_stats_precision_ms(const idem_stats_t* stats);
 /* 1 when the store has an engine of its own (a store directory: RocksDB), whose health the
- * next four give; 0 for PostgreSQL (they are then 0). */
+ * next five give; 0 for PostgreSQL (they are then 0). The damaged table files are those the
+ * owner found (idem::EngineHealth::damage; idem_health_problem names the first). */
 IDEM_EXPORT unsigned char idem_stats_engine_known(const idem_stats_t* stats);
 IDEM_EXPORT unsigned char idem_stats_writes_stopped(const idem_stats_t* stats);
 IDEM_EXPORT uint64_t idem_stats_pending_compaction_bytes(const idem_stats_t* stats);
 IDEM_EXPORT uint64_t idem_stats_live_table_bytes(const idem_stats_t* stats);
 IDEM_EXPORT uint64_t idem_stats_total_table_bytes(const idem_stats_t* stats);
+IDEM_EXPORT uint64_t idem_stats_damaged_table_files(const idem_stats_t* stats);
 
 /* ---- Check (idem::Store::Check) ------------------------------------------------------------ */
 

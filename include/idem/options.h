@@ -134,6 +134,15 @@ struct Options {
   // in proportion to the records expired since the last one. 0 disables it. Default: 10 min.
   std::chrono::milliseconds auto_purge_interval{std::chrono::minutes(10)};
 
+  // How often the owner of a store directory reads each table file again to verify its block
+  // checksums, so that a file that decays on disk (bit rot) is found within this interval. Each
+  // new file is verified once as it appears, and every file once when the owner starts, whatever
+  // this is. The files due are read one at a time, at most one every few seconds, in the
+  // background. A damaged file makes Purge, Forget and Import refuse (EngineHealth::damage).
+  // 0 disables re-verification. A store kept in PostgreSQL ignores it (its server checks its own
+  // pages). Default: 7 days.
+  std::chrono::milliseconds reverify_interval{std::chrono::hours(24 * 7)};
+
   // The resident memory (RSS) a process holding the store should stay under, in bytes. idem
   // gives a quarter of it to RocksDB's block cache, which also accounts for the write buffers
   // (at most an eighth); the rest covers the code of idem and RocksDB (~15 MiB), compaction and

@@ -155,8 +155,9 @@ struct StoreHealth {
   // not stopped by a failed write (a full disk) it has not resumed from, not a read-only
   // PostgreSQL (a standby, or default_transaction_read_only).
   bool can_write = false;
-  // Why can_read or can_write is false: the error a read, or a claim, would get now. OK when
-  // both are true.
+  // Why can_read or can_write is false: the error a read, or a claim, would get now. Otherwise
+  // kCorruption when the owner found a damaged table file (EngineHealth::damage): the store
+  // answers, but refuses purges and must be restored from a backup. OK when all is well.
   Status problem;
   // The process that owns the store directory: its pid as this process sees it (0 in a PID
   // namespace this one cannot see) and since when it has owned the store. owner_live is false
@@ -187,6 +188,13 @@ struct EngineHealth {
   // (those an open snapshot, backup or iterator pins too).
   uint64_t live_table_bytes = 0;
   uint64_t total_table_bytes = 0;
+  // Table files the owner found damaged: their block checksums do not match their bytes. The
+  // owner verifies each table file once as it appears (every file at start-up) and again every
+  // Options::reverify_interval. While there is one, Purge, Forget and Import are refused with
+  // kCorruption (restore the store from a backup; Store::Check lists what is damaged), and
+  // StoreHealth::problem names it. `damage`: the first one found, in words; empty when none.
+  uint64_t damaged_table_files = 0;
+  std::string damage;
 };
 
 // A store's live records counted by state and type, and its engine's health (Store::GetStats).

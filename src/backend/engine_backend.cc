@@ -89,18 +89,33 @@ void EngineBackend::Housekeeping() {
   const bool purges = purge_interval > std::chrono::milliseconds(0);
   Steady::time_point next_purge = Steady::now() + purge_interval;
   Steady::time_point next_save = Steady::now() + kCountersSaveInterval;
+  const auto save_when_due = [&] {
+    if (Steady::now() < next_save) return;
+    SaveCounters();
+    next_save = Steady::now() + kCountersSaveInterval;
+  };
   // First the records the store held when this owner took it, the counters kept meanwhile (the
   // first purge waits for it: at 10M records, 20 s of one core).
-  if (live_counts_) {
-    live_counts_->CountStored([&] {
-      if (Steady::now() < next_save) return;
-      SaveCounters();
-      next_save = Steady::now() + kCountersSaveInterval;
-    });
-  }
+  if (live_counts_) live_counts_->CountStored(save_when_due);
+  // Then every table file once (Storage::VerifyNewFiles; a Purge, Forget or Import meanwhile
+  // waits for it or does it), the new ones each round, and the one verified longest ago again
+  // when it is due. Errors are the damage, which those calls report.
+  const auto verify = [&] {
+    static_cast<void>(storage_->VerifyNewFiles([&] {
+      save_when_due();
+      util::MutexLock lock(mu_);
+      return !stopping_;
+    }));
+    if (options_.reverify_interval > std::chrono::milliseconds(0)) {
+      storage_->ReverifyOneFile(Steady::now() - options_.reverify_interval);
+    }
+  };
+  verify();
+  Steady::time_point next_verify = Steady::now() + kVerifyInterval;
   util::MutexLock lock(mu_);
   for (;;) {
-    const Steady::time_point next = purges ? std::min(next_purge, next_save) : next_save;
+    Steady::time_point next = std::min(next_save, next_verify);
+    if (purges) next = std::min(next, next_purge);
     const auto wait = std::max(Steady::duration::zero(), next - Steady::now());
     if (stop_.WaitFor(lock, wait, [this]() IDEM_REQUIRES(mu_) { return stopping_; })) return;
     lock.Unlock();
@@ -108,6 +123,10 @@ void EngineBackend::Housekeeping() {
     if (now >= next_save) {
       SaveCounters();
       next_save = now + kCountersSaveInterval;
+    }
+    if (now >= next_verify) {
+      verify();
+      next_verify = Steady::now() + kVerifyInterval;
     }
     if (purges && now >= next_purge) {
       // A failed background purge is retried at the next interval; a caller's own Purge
@@ -128,6 +147,10 @@ Status EngineBackend::Writable() {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   if (disk_quota_ && disk_quota_->Exceeded()) return disk_quota_->Refusal();
   return storage_->Writable();
+}
+
+Status EngineBackend::CheckFilesUndamaged() {
+  return CountedError(storage_->VerifyNewFiles([] { return true; }));
 }
 
 Status EngineBackend::CheckKey(std::string_view key) const {
@@ -332,6 +355,7 @@ Status EngineBackend::Forget(std::string_view key, Durability durability,
                              const engine::AsRead* as_read) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckKey(key));
+  IDEM_RETURN_IF_ERROR(CheckFilesUndamaged());
   // A record that cannot be decoded (damaged, or of a newer format) is forgotten too: that is how
   // an operator clears it.
   const Result<bool> removed = storage_->Forget(key, durability, as_read);
@@ -352,7 +376,10 @@ Result<TableValue> EngineBackend::GetValue(std::string_view table, std::string_v
 Result<std::vector<std::string>> EngineBackend::ListTables() { return storage_->ListTables(); }
 
 Result<uint64_t> EngineBackend::Purge(const PurgeOptions& options) {
-  if (!options.dry_run) IDEM_RETURN_IF_ERROR(CheckWritable());
+  if (!options.dry_run) {
+    IDEM_RETURN_IF_ERROR(CheckWritable());
+    IDEM_RETURN_IF_ERROR(CheckFilesUndamaged());
+  }
   const Result<uint64_t> purged = storage_->Purge(options);
   if (!purged.ok()) return CountedError(purged.status());
   const uint64_t count = *purged;

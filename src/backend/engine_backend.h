@@ -140,6 +140,9 @@ class EngineBackend final : public engine::Backend {
   // kInvalidArgument unless `table` is an application table's name.
   static Status CheckTableName(std::string_view table);
   Status CheckWritable() const;
+  // Before a call that writes what an operator asks (Purge, Forget, Import): every table file the
+  // store holds verified, kCorruption naming a damaged one (docs/design/integrity-plan.md).
+  Status CheckFilesUndamaged();
   // The transition, without ending the claim's reservation.
   Status ApplyTransition(const engine::TransitionCall& call);
   Status CheckKey(std::string_view key) const;
@@ -161,14 +164,16 @@ class EngineBackend final : public engine::Backend {
   Result<engine::BeginRequest> CheckedBeginRequest(const engine::BeginCall& call,
                                                    const Holder& holder) const;
   // The background thread of a writable backend: first counts the records the store holds
-  // (LiveRecordCounts::CountStored), then purges every Options::auto_purge_interval (none when
-  // 0); saves the counters every kCountersSaveInterval when they changed, all along.
+  // (LiveRecordCounts::CountStored) and verifies its files, then purges every
+  // Options::auto_purge_interval (none when 0) and verifies new and due files every
+  // kVerifyInterval; saves the counters every kCountersSaveInterval when they changed, all along.
   void Housekeeping();
   // Keeps the counters in the storage for the next owner (Storage::SaveCounters), when they
   // changed since last kept. Called by the housekeeping thread, then by the destructor.
   void SaveCounters();
   // At most this much of the counts is lost when the owner is killed (docs/operations.md).
   static constexpr std::chrono::seconds kCountersSaveInterval{5};
+  static constexpr std::chrono::seconds kVerifyInterval{2};
 
   // Constant after construction.
   const std::unique_ptr<storage::Storage> storage_;

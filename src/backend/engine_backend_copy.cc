@@ -19,6 +19,7 @@ Result<std::vector<ImportOutcome>> EngineBackend::ImportValues(
     std::string_view table, std::span<const std::pair<std::string, TableValue>> values) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckTableName(table));  // also when there are no values
+  IDEM_RETURN_IF_ERROR(CheckFilesUndamaged());
   for (const auto& [key, value] : values) {
     IDEM_RETURN_IF_ERROR(CheckTableWrite(table, key, value.value));
     if (!value.value || value.version == 0) {
@@ -130,6 +131,7 @@ Status EngineBackend::CheckImported(const Record& record) const {
 
 Result<std::vector<ImportOutcome>> EngineBackend::Import(std::span<const Record> records) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
+  IDEM_RETURN_IF_ERROR(CheckFilesUndamaged());
   uint64_t highest = 0;
   for (const Record& record : records) {
     IDEM_RETURN_IF_ERROR(CheckImported(record));

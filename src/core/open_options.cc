@@ -33,6 +33,7 @@ Status CheckOptions(const Options& options) {
   // Checked for every store, as the rest, though only a store in PostgreSQL has a pool: an
   // option that cannot be right is refused wherever it is given.
   if (options.pool_size <= 0) return Status::InvalidArgument("pool_size must be positive");
+  IDEM_RETURN_IF_ERROR(CheckDuration("reverify_interval", options.reverify_interval));
   return CheckDuration("auto_purge_interval", options.auto_purge_interval);
 }
 
@@ -55,6 +56,7 @@ std::vector<std::string> DifferencesFromTheFirstOpen(const Options& first, const
   compare("max_disk_bytes", first.max_disk_bytes, later.max_disk_bytes);
   compare("take_over_dead_holders", first.take_over_dead_holders, later.take_over_dead_holders);
   compare_ms("auto_purge_interval", first.auto_purge_interval, later.auto_purge_interval);
+  compare_ms("reverify_interval", first.reverify_interval, later.reverify_interval);
   compare_ms("renewal_grace", first.renewal_grace, later.renewal_grace);
   compare_ms("sync_interval", first.sync_interval, later.sync_interval);
   compare_ms("failover_timeout", first.failover_timeout, later.failover_timeout);

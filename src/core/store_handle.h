@@ -315,6 +315,12 @@ class StoreHandle final : public Store, public ReservingStore {
           health.owner_pid = owner->pid;
           health.owner_since = owner->since;
         }
+        // A damaged table file the owner found: the store answers, but must be restored.
+        const Result<engine::Backend::Stats> stats =
+            core_->Run([](engine::Backend& backend, bool) { return backend.GetStats(); });
+        if (stats.ok() && stats->stats.engine && !stats->stats.engine->damage.empty()) {
+          health.problem = Status::Corruption(stats->stats.engine->damage);
+        }
       }
     }
     std::tie(health.last_error, health.last_error_at) = core_->errors().Last();

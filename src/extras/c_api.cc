@@ -122,6 +122,9 @@ void idem_options_set_execute_wait_ms(idem_options_t* options, int64_t ms) {
 void idem_options_set_auto_purge_interval_ms(idem_options_t* options, int64_t ms) {
   options->options.auto_purge_interval = milliseconds(ms);
 }
+void idem_options_set_reverify_interval_ms(idem_options_t* options, int64_t ms) {
+  options->options.reverify_interval = milliseconds(ms);
+}
 void idem_options_set_create_if_missing(idem_options_t* options, unsigned char value) {
   options->options.create_if_missing = value != 0;
 }

@@ -84,6 +84,10 @@ uint64_t idem_stats_total_table_bytes(const idem_stats_t* stats) {
   return stats->stats.engine ? stats->stats.engine->total_table_bytes : 0;
 }
 
+uint64_t idem_stats_damaged_table_files(const idem_stats_t* stats) {
+  return stats->stats.engine ? stats->stats.engine->damaged_table_files : 0;
+}
+
 idem_check_t* idem_check(idem_store_t* store, char** errptr) {
   return Guard(errptr, static_cast<idem_check_t*>(nullptr), [&]() -> idem_check_t* {
     auto report = store->store->Check();

@@ -63,7 +63,9 @@ namespace idem::sharing {
 // Version 12: op 16, Writable (Store::Health); a Forget carries its condition (ForgetIfUnchanged).
 // Version 13: op 17, Stats (Store::GetStats): the counts the owner keeps of the records as it
 // writes them, and its engine's health.
-inline constexpr uint8_t kProtocolVersion = 13;
+// Version 14: the engine's health in a Stats answer ends with the damaged table files the owner
+// found (a count and the first one in words), which Store::Health reports.
+inline constexpr uint8_t kProtocolVersion = 14;
 // The largest response frame a client reads. Answers are bounded by the owner's own limits; this
 // only guards against a broken peer.
 inline constexpr std::size_t kMaxResponseFrame = std::size_t{1} << 30;

@@ -231,6 +231,8 @@ std::string EncodeStats(const engine::Backend::Stats& answer) {
     w.U64(stats.engine->pending_compaction_bytes);
     w.U64(stats.engine->live_table_bytes);
     w.U64(stats.engine->total_table_bytes);
+    w.U64(stats.engine->damaged_table_files);
+    w.Bytes(stats.engine->damage);
   }
   return std::move(w.buffer());
 }
@@ -264,6 +266,8 @@ Result<engine::Backend::Stats> DecodeStats(std::string_view body) {
     engine.pending_compaction_bytes = r.U64();
     engine.live_table_bytes = r.U64();
     engine.total_table_bytes = r.U64();
+    engine.damaged_table_files = r.U64();
+    engine.damage = r.Bytes();
   }
   if (bad || !r.done()) return Status::Unavailable("malformed stats from owner");
   return answer;

@@ -261,6 +261,21 @@ class Storage {
   // files and whose columns hold the records' fields): every record read and decoded.
   virtual Result<CheckReport> Check();
 
+  // The owner's verification of the files it keeps, so that commands that write refuse a damaged
+  // store (RocksDB's table files: table_file_verifier.h). VerifyNewFiles verifies each file not
+  // verified yet, as long as `go_on` says so, and returns kCorruption naming the first damaged
+  // file found (then or before), OK while none is. ReverifyOneFile verifies again the file
+  // verified longest ago, if that was before `due`: whether one was. The defaults (PostgreSQL,
+  // whose server checks its own pages; a read-only instance) have nothing to verify.
+  virtual Status VerifyNewFiles(FunctionRef<bool()> go_on) {
+    static_cast<void>(go_on);
+    return Status::OK();
+  }
+  virtual bool ReverifyOneFile(std::chrono::steady_clock::time_point due) {
+    static_cast<void>(due);
+    return false;
+  }
+
   // The record counts of the owner that closed the store last (LiveRecordCounts), kept at its
   // clean close so that the next owner need not count the records by a scan: KeepRecordCounts
   // keeps `counts`, and TakeKeptRecordCounts returns them, once, when nothing was written to

@@ -20,6 +20,7 @@
 #include "idem/idem.h"
 #include "storage/rocksdb/layout.h"
 #include "support/cli_run.h"
+#include "support/damage.h"
 #include "support/owner_process.h"
 #include "support/raw_db.h"
 #include "support/test_util.h"
@@ -31,6 +32,7 @@ using idem::CheckFinding;
 using idem::CheckReport;
 using idem_test::Backend;
 using idem_test::ClockedStore;
+using idem_test::DamageLargestTableFile;
 using idem_test::RunCliOn;
 using idem_test::TempDir;
 using idem_test::TestOptions;
@@ -71,26 +73,6 @@ std::string Findings(const CheckReport& report) {
     text += f.part + " " + f.subject + ": " + f.problem + "\n";
   }
   return text;
-}
-
-// Writes 64 bytes of garbage in the middle of the largest table file (the records') of the store
-// directory `path`, first made a file of its own (not linked with a backup's). Returns its path
-// (empty when there is no table file).
-fs::path DamageLargestTableFile(const std::string& path) {
-  fs::path largest;
-  for (const auto& entry : fs::directory_iterator(path + "/db")) {
-    if (entry.path().extension() != ".sst") continue;
-    if (largest.empty() || entry.file_size() > fs::file_size(largest)) largest = entry.path();
-  }
-  if (largest.empty()) return largest;
-  const std::string copy = largest.string() + ".copy";
-  fs::copy_file(largest, copy);
-  fs::rename(copy, largest);
-  std::fstream file(largest, std::ios::in | std::ios::out | std::ios::binary);
-  file.seekp(static_cast<std::streamoff>(fs::file_size(largest) / 2));
-  const std::string garbage(64, '\x5a');
-  file.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
-  return largest;
 }
 
 class Check : public idem_test::OnEachBackend {};

@@ -1282,6 +1282,40 @@ TEST_F(CliTest, BinaryPurgeThroughAnOwnerShowsTheTotalOnATerminal) {
   EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
 }
 
+// On a terminal export and import say how far they are, on a line rewritten in place and erased
+// at the end: export the lines written, import the lines checked with the share of the input
+// file read, then the records copied into the store. Off a terminal nothing of it is written.
+TEST_F(CliTest, BinaryExportAndImportShowTheirProgressOnATerminal) {
+  ASSERT_NO_FATAL_FAILURE(WriteExpiredAndKept(0, 3000));
+  const std::string file = path() + ".jsonl";
+  const CliResult exported = RunToolOnTerminal({"export", path(), "--output", file});
+  EXPECT_EQ(exported.code, 0) << exported.err;
+  EXPECT_NE(exported.out.find("exported 3000 records"), std::string::npos) << exported.out;
+  EXPECT_TRUE(exported.err.starts_with("idem export: 1 records and 0 table values written ..."))
+      << exported.err;
+  EXPECT_TRUE(exported.err.ends_with("\r\033[K")) << exported.err;
+
+  // An import into an existing store checks the input, then copies it into the store.
+  const std::string other = path() + "-other";
+  {
+    idem::Options options = idem_test::TestOptions(clock_);
+    ASSERT_TRUE(idem::Store::Open(other, options).ok());
+  }
+  const CliResult imported = RunToolOnTerminal({"import", other, file});
+  EXPECT_EQ(imported.code, 0) << imported.err;
+  EXPECT_NE(imported.out.find("imported 3000 records"), std::string::npos) << imported.out;
+  EXPECT_NE(imported.err.find("idem import: checked "), std::string::npos) << imported.err;
+  EXPECT_NE(imported.err.find(" read ("), std::string::npos) << imported.err;
+  EXPECT_NE(imported.err.find("\r\033[Kidem import: copied "), std::string::npos) << imported.err;
+  EXPECT_NE(imported.err.find(" of 3000 records and values into the store ("), std::string::npos)
+      << imported.err;
+  EXPECT_TRUE(imported.err.ends_with("\r\033[K")) << imported.err;
+
+  const CliResult quiet = RunTool({"export", path(), "--output", file});
+  EXPECT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");  // not a terminal
+}
+
 TEST_F(CliTest, PurgeQuietPrintsNothing) {
   {
     auto store = Open();

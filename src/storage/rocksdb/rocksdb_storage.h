@@ -44,9 +44,10 @@ struct WriteOptions;
 
 namespace idem::storage {
 
-struct DiskErrorFlags;  // log_failure_watch.h
-class InfoLog;          // info_log.h
-class PeriodicSync;     // periodic_sync.h
+struct DiskErrorFlags;    // log_failure_watch.h
+class InfoLog;            // info_log.h
+class PeriodicSync;       // periodic_sync.h
+class TableFileVerifier;  // table_file_verifier.h
 
 class RocksDbStorage final : public Storage {
  public:
@@ -116,7 +117,9 @@ class RocksDbStorage final : public Storage {
   Status Writable() override;  // what ResumeAfterDiskError says while writes are stopped
   // Before any write, as the owner's backend is made: records are written only after it returns.
   Result<std::unique_ptr<ReadView>> WatchWrites(WriteWatcher* watcher) override;
-  Result<CheckReport> Check() override;                     // rocksdb_storage_check.cc
+  Result<CheckReport> Check() override;                       // rocksdb_storage_check.cc
+  Status VerifyNewFiles(FunctionRef<bool()> go_on) override;  // TableFileVerifier's
+  bool ReverifyOneFile(std::chrono::steady_clock::time_point due) override;
   std::optional<EngineHealth> ReadEngineHealth() override;  // RocksDB's properties
   Result<Counters> LoadCounters() override;                 // meta owner_counters (layout.h)
   Status SaveCounters(const Counters& counters) override;
@@ -134,8 +137,7 @@ class RocksDbStorage final : public Storage {
   // Compacts every column family, so that no compaction starts on its own until a few more
   // flushes (tests that copy the files).
   Status CompactAll();
-  // Moves the filter horizon (see filter_horizon_) to a day before `now` if it is older.
-  // Opening the store and every purge call it.
+  // Moves the filter horizon (filter_horizon_) to a day before `now` if older (open, each purge).
   Status AdvanceFilterHorizon(TimePoint now);
 
   // Persisted in the meta column family and the format file; never change these values. A store
@@ -267,17 +269,14 @@ class RocksDbStorage final : public Storage {
   Result<rocksdb::ColumnFamilyHandle*> TableFamily(std::string_view table, bool create);
   Result<TableValue> ReadTableValue(rocksdb::ColumnFamilyHandle* family, std::string_view table,
                                     std::string_view key);
-  // Raises the store's format version to kTablesFormatVersion: the format file, then the meta
-  // value, both synced.
+  // Raises the format version to kTablesFormatVersion: the format file, then meta's, synced.
   Status RaiseFormatForTablesLocked() IDEM_REQUIRES(tables_mu_);
   // The column families Initialize opens beside the three of the records: those of the tables,
   // listed from the MANIFEST (none for a new store).
   std::vector<std::string> ListTableFamilies(const rocksdb::DBOptions& options) const;
-  // The clock's time at the precision records keep, so that what a call returns equals what it
-  // stored.
+  // The clock's time at the records' precision: what a call returns equals what it stored.
   TimePoint Now() const;
-  // The database's latest sequence number: every write takes a new one (ReadResult's
-  // write_version).
+  // The latest sequence number: every write takes a new one (ReadResult's write_version).
   uint64_t WriteVersion() const;
   // The record under `key`, decoded into `record` (reusing its buffers); nullopt when there is
   // none. On an error `record` may be left partly assigned.
@@ -367,6 +366,7 @@ class RocksDbStorage final : public Storage {
   // Syncs the log after writes made with kPeriodic; null in a read-only instance. Stopped
   // (syncing what is due) before the database closes.
   std::unique_ptr<PeriodicSync> periodic_sync_;
+  std::shared_ptr<TableFileVerifier> verifier_;  // db_'s listener; null in a read-only instance
 
   // What failed writes tell: the next write checks that RocksDB resumed first, under
   // resume_mu_. Shared with the file system that notes failed log writes.

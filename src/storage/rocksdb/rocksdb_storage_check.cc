@@ -9,7 +9,6 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/snapshot.h>
-#include <rocksdb/sst_file_reader.h>
 
 #include <algorithm>
 #include <ctime>
@@ -20,6 +19,7 @@
 #include "storage/rocksdb/layout.h"
 #include "storage/rocksdb/record_codec.h"
 #include "storage/rocksdb/rocksdb_storage.h"
+#include "storage/rocksdb/table_file_verifier.h"
 #include "util/escape.h"
 
 namespace idem::storage {
@@ -239,23 +239,20 @@ void RocksDbStorage::CheckTableFiles(CheckReport& report) {
   db_->GetLiveFilesMetaData(&files);
   std::sort(files.begin(), files.end(),
             [](const auto& a, const auto& b) { return a.file_number < b.file_number; });
-  rocksdb::Options options;
-  options.env = env_.get();
-  rocksdb::ReadOptions read;
-  read.fill_cache = false;
   for (const rocksdb::LiveFileMetaData& file : files) {
     ++report.files;
-    rocksdb::SstFileReader reader(options);
-    rocksdb::Status verified = reader.Open(file.db_path + file.name);
-    if (verified.ok()) verified = reader.VerifyChecksum(read);
-    if (!verified.ok()) {
-      const std::string name = file.name.substr(file.name.find_first_not_of('/'));
-      report.Add("file", name,
-                 fmt::format("table file {} (of {}, {} bytes) is damaged: {}", name,
-                             file.column_family_name, file.size, verified.ToString()));
-    }
+    const Status verified = VerifyTableFile(env_.get(), file);
+    if (!verified.ok()) report.Add("file", TableFileName(file), verified.message());
   }
   if (deletions_held) static_cast<void>(db_->EnableFileDeletions(/*force=*/false));
+}
+
+Status RocksDbStorage::VerifyNewFiles(FunctionRef<bool()> go_on) {
+  return verifier_ ? verifier_->VerifyNew(*db_, go_on) : Status::OK();
+}
+
+bool RocksDbStorage::ReverifyOneFile(std::chrono::steady_clock::time_point due) {
+  return verifier_ && verifier_->ReverifyOldest(*db_, due);
 }
 
 }  // namespace idem::storage

@@ -32,6 +32,7 @@
 #include "storage/rocksdb/record_codec.h"
 #include "storage/rocksdb/rocksdb_options.h"
 #include "storage/rocksdb/rocksdb_storage.h"
+#include "storage/rocksdb/table_file_verifier.h"
 #include "storage/rocksdb/write_stops.h"
 #include "util/check.h"
 #include "util/escape.h"
@@ -57,8 +58,14 @@ class TrimmingListener final : public rocksdb::EventListener {
   }
 };
 
-rocksdb::DBOptions MakeDbOptions(const RocksDbOptions& engine, const RocksDbConfig& config) {
+// `verifier`: the owner's (table_file_verifier.h), which verifies each table file; null in a
+// read-only instance.
+rocksdb::DBOptions MakeDbOptions(const RocksDbOptions& engine, const RocksDbConfig& config,
+                                 rocksdb::Env* env,
+                                 std::shared_ptr<rocksdb::EventListener> verifier) {
   rocksdb::DBOptions options = engine.db;
+  options.env = env;
+  if (verifier) options.listeners.push_back(std::move(verifier));
   options.create_if_missing = config.create_if_missing;
   options.create_missing_column_families = true;
   options.keep_log_file_num = kKeptInfoLogFiles;
@@ -176,8 +183,8 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
           ? NewLogPrefixView(file_system)
           : NewLogFailureWatch(NewManifestMarkingFileSystem(NewZeroFilledLogs(file_system), path_),
                                disk_errors_));
-  rocksdb::DBOptions db_options = MakeDbOptions(*engine, config);
-  db_options.env = env_.get();
+  if (!config.read_only) verifier_ = std::make_shared<TableFileVerifier>(env_.get(), path_, log_);
+  rocksdb::DBOptions db_options = MakeDbOptions(*engine, config, env_.get(), verifier_);
   const std::shared_ptr<InfoLog> info_log = StartInfoLog(*file_system, config);
   db_options.info_log = info_log;
   LogCutLogs(cut_logs, *info_log);
@@ -193,8 +200,7 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   IDEM_RETURN_IF_ERROR(OpenDatabase(db_options, families, config.read_only, *info_log));
   IDEM_RETURN_IF_ERROR(CheckFormatVersion(config.read_only));
   if (config.read_only) return Status::OK();
-  // A new store, or one made before the format file existed: its version is the meta's, now
-  // checked.
+  // A new store, or one older than the format file: its version is meta's, now checked.
   if (!has_format_file) {
     IDEM_RETURN_IF_ERROR(WriteFormatFile(*file_system, path_, format_version_.load()));
   }

@@ -12,6 +12,7 @@
 #include "storage/rocksdb/periodic_sync.h"
 #include "storage/rocksdb/record_codec.h"
 #include "storage/rocksdb/rocksdb_storage.h"
+#include "storage/rocksdb/table_file_verifier.h"
 #include "storage/rocksdb/write_stops.h"
 #include "util/escape.h"
 
@@ -39,6 +40,10 @@ std::optional<EngineHealth> RocksDbStorage::ReadEngineHealth() {
                                                   &engine.live_table_bytes));
   static_cast<void>(db_->GetAggregatedIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize,
                                                   &engine.total_table_bytes));
+  if (verifier_) {
+    engine.damaged_table_files = verifier_->damaged_files();
+    engine.damage = verifier_->Damage().message();
+  }
   return engine;
 }
 

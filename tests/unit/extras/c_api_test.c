@@ -205,6 +205,7 @@ static void test_clock_log_and_setters(const char* dir) {
   idem_options_set_failover_timeout_ms(options, 2000);
   idem_options_set_request_timeout_ms(options, 2000);
   idem_options_set_auto_purge_interval_ms(options, 0);
+  idem_options_set_reverify_interval_ms(options, 3600000);
   store = idem_open(path, options, &err);
   CHECK_NO_ERROR(err);
   if (store != NULL) {
@@ -858,6 +859,7 @@ int main(void) {
         CHECK(idem_stats_engine_known(stats) == 1);
         CHECK(idem_stats_writes_stopped(stats) == 0);
         CHECK(idem_stats_total_table_bytes(stats) >= idem_stats_live_table_bytes(stats));
+        CHECK(idem_stats_damaged_table_files(stats) == 0);
         if (idem_stats_oldest_pending_key(stats, &len) == NULL) {
           CHECK(idem_stats_oldest_pending_created_us(stats) == 0);
         }
