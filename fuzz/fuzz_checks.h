@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/record_counts.h"
 #include "cli.h"
 #include "idem/record.h"
 #include "idem/status.h"
@@ -134,6 +135,33 @@ inline std::string CheckBody(uint8_t selector, std::string_view body) {
 }
 
 }  // namespace internal
+
+// ---- Kept record counts ----------------------------------------------------------------------
+//
+// Input: the record counts an owner keeps at a clean close for the next one (the meta value
+// record_counts after its sequence number: backend::RecordCounts::Encode). Decode accepts the
+// bytes or returns nullopt. Counts it accepts encode to bytes that decode again, and both count
+// the same (CountInto; the pending records are kept in a hash map, so the bytes' order of them
+// may differ), with the counts by state adding up to the records.
+
+inline std::string CheckRecordCounts(std::string_view data) {
+  std::optional<backend::RecordCounts> decoded = backend::RecordCounts::Decode(data);
+  if (!decoded) return {};
+  std::optional<backend::RecordCounts> again = backend::RecordCounts::Decode(decoded->Encode());
+  if (!again) return "decoded counts re-encode to bytes that do not decode";
+  const auto now = std::chrono::system_clock::time_point(std::chrono::hours(500'000));
+  StoreStats first, second;
+  decoded->CountInto(now, first);
+  again->CountInto(now, second);
+  if (first.records != second.records || first.by_state != second.by_state ||
+      first.by_type != second.by_type) {
+    return "decoded counts and their encoding decoded again count differently";
+  }
+  uint64_t by_state = 0;
+  for (const auto& [state, count] : first.by_state) by_state += count;
+  if (by_state != first.records) return "the counts by state do not add up to the records";
+  return {};
+}
 
 inline std::string CheckFrameDecoder(std::string_view data) {
   if (data.empty()) return {};

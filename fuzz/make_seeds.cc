@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   if (argc != 2) {
     std::cerr << "usage: fuzz_make_seeds DIR (writes DIR/record_decoder, DIR/frame_decoder, "
+                 "DIR/record_counts, "
                  "DIR/cli)\n";
     return 2;
   }

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/record_counts.h"
 #include "idem/record.h"
 #include "sharing/protocol.h"
 #include "storage/rocksdb/record_codec.h"
@@ -21,7 +22,8 @@
 namespace idem::fuzz {
 
 struct Seed {
-  std::string target;  // the fuzz target's corpus directory: record_decoder, frame_decoder, cli
+  std::string target;  // the fuzz target's corpus directory: record_decoder, frame_decoder,
+                       // record_counts, cli
   std::string name;
   std::string bytes;
 };
@@ -245,6 +247,14 @@ inline std::vector<Seed> MakeSeeds() {
   add(cli, "export", Words({"export", "store", "--output", "records.jsonl"}));
   add(cli, "import", Words({"import", "store", "records.jsonl", "--skip-existing"}));
   add(cli, "unknown", Words({"frobnicate", "store"}));
+
+  // record_counts: the counts of the sample records, as an owner keeps them.
+  idem::backend::RecordCounts counts;
+  for (const Record& record : records) {
+    counts.Move(record.key, static_cast<const Record*>(nullptr), &record, records[0].created);
+  }
+  add("record_counts", "sample", counts.Encode());
+  add("record_counts", "empty", idem::backend::RecordCounts().Encode());
   return seeds;
 }
 

@@ -4,7 +4,8 @@
 #   scripts/fuzz.sh [--seconds N] [--target NAME]
 #
 #   --seconds N    how long each target runs (default 60)
-#   --target NAME  run only this target: record_decoder, frame_decoder or cli (default: all)
+#   --target NAME  run only this target: record_decoder, frame_decoder, record_counts or cli
+#                  (default: all)
 #
 # Each target starts from a temporary copy of its seed corpus (fuzz/corpus/<target>/), so a run
 # never grows the repository's corpus. A crash, leak, timeout (10 s for one input) or
@@ -18,10 +19,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 jobs="${IDEM_JOBS:-2}"
 seconds=60
-targets=(record_decoder frame_decoder cli)
+targets=(record_decoder frame_decoder record_counts cli)
 
 usage() {
-  echo "usage: scripts/fuzz.sh [--seconds N] [--target record_decoder|frame_decoder|cli]" >&2
+  echo "usage: scripts/fuzz.sh [--seconds N] [--target record_decoder|frame_decoder|record_counts|cli]" >&2
   exit 2
 }
 

@@ -235,6 +235,10 @@ std::optional<RecordCounts> RecordCounts::Decode(std::string_view encoded) {
     const bool finished = state == State::kDone || state == State::kFailed;
     if (!finished || counts.Cell(state, type) != i) return std::nullopt;
   }
+  // Damaged bytes must not make the sums overflow: at most 2^22 entries of at most 2^40 records
+  // each (no store holds more) add up to less than 2^63.
+  constexpr int64_t kMostDelta = int64_t{1} << 40;
+  uint64_t entries_read = 0;
   const uint32_t buckets = in.Fixed32();
   for (uint32_t b = 0; in.ok && b < buckets; ++b) {
     const TimePoint bucket_end = in.Time();
@@ -242,7 +246,10 @@ std::optional<RecordCounts> RecordCounts::Decode(std::string_view encoded) {
     for (uint32_t e = 0; in.ok && e < entries; ++e) {
       const CellId cell = in.Fixed32();
       const auto delta = static_cast<int64_t>(in.Fixed64());
-      if (!in.ok || cell >= cells || bucket_end <= counts.ended_until_) return std::nullopt;
+      if (!in.ok || cell >= cells || bucket_end <= counts.ended_until_ || delta > kMostDelta ||
+          delta < -kMostDelta || ++entries_read > (uint64_t{1} << 22)) {
+        return std::nullopt;
+      }
       counts.AddFinished(cell, bucket_end, delta);
     }
   }

@@ -69,6 +69,11 @@ TEST(FuzzRegression, RecordDecoderInputs) {
       << "no seeds under " << IDEM_FUZZ_DIR;
 }
 
+TEST(FuzzRegression, RecordCountsInputs) {
+  EXPECT_GT(ReplayAll("record_counts", idem::fuzz::CheckRecordCounts), 0)
+      << "no seeds under " << IDEM_FUZZ_DIR;
+}
+
 TEST(FuzzRegression, FrameDecoderInputs) {
   EXPECT_GT(ReplayAll("frame_decoder", idem::fuzz::CheckFrameDecoder), 0)
       << "no seeds under " << IDEM_FUZZ_DIR;

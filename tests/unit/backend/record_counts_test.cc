@@ -235,5 +235,24 @@ TEST(RecordCounts, EncodedCountsReadBackTheSameAndNothingElseDoes) {
   EXPECT_FALSE(RecordCounts::Decode("\x02" + encoded.substr(1)).has_value());
 }
 
+// Damaged bytes that would make the sums overflow are refused: a count of more records than any
+// store holds (2^40), as fuzz_record_counts under UBSan would find.
+TEST(RecordCounts, ACountNoStoreCouldHoldIsRefused) {
+  RecordCounts counts;
+  const Record done = MakeRecord(State::kDone, "pay", kStart, 10s, 1h);
+  counts.Move("k", static_cast<const Record*>(nullptr), &done, kStart);
+  std::string encoded = counts.Encode();
+  // version, ended_until, 1 cell (state, "pay"), 1 bucket (end, 1 entry: cell 0, then its count).
+  const std::size_t delta_at = 1 + 8 + 4 + 1 + 4 + 3 + 4 + 8 + 4 + 4;
+  ASSERT_EQ(encoded.size(), delta_at + 8 + 4);
+  ASSERT_EQ(encoded[delta_at], '\x01');
+  ASSERT_TRUE(RecordCounts::Decode(encoded).has_value());
+  encoded[delta_at + 5] = '\x02';  // 2^41 + 1
+  EXPECT_FALSE(RecordCounts::Decode(encoded).has_value());
+  encoded[delta_at + 5] = '\x00';
+  encoded[delta_at + 7] = '\x80';  // negative, far below any store's
+  EXPECT_FALSE(RecordCounts::Decode(encoded).has_value());
+}
+
 }  // namespace
 }  // namespace idem::backend
