@@ -50,9 +50,12 @@ Status VerifyTableFile(rocksdb::Env* env, const rocksdb::LiveFileMetaData& file)
   if (env->FileExists(path).IsNotFound()) {
     return Status::NotFound(fmt::format("table file {} is gone", TableFileName(file)));
   }
-  return Status::Corruption(fmt::format("table file {} (of {}, {} bytes) is damaged: {}",
-                                        TableFileName(file), file.column_family_name, file.size,
-                                        verified.ToString()));
+  const std::string what = fmt::format("table file {} (of {}, {} bytes)", TableFileName(file),
+                                       file.column_family_name, file.size);
+  if (verified.IsCorruption()) {
+    return Status::Corruption(fmt::format("{} is damaged: {}", what, verified.ToString()));
+  }
+  return Status::IOError(fmt::format("cannot read {}: {}", what, verified.ToString()));
 }
 
 Status TableFileVerifier::VerifyNew(rocksdb::DB& db, FunctionRef<bool()> go_on) {
@@ -60,13 +63,14 @@ Status TableFileVerifier::VerifyNew(rocksdb::DB& db, FunctionRef<bool()> go_on) 
   const uint64_t jobs_done = jobs_done_.load(std::memory_order_acquire);
   if (passed_once_ && jobs_done == jobs_done_at_last_pass_) return Damage();
   const std::vector<rocksdb::LiveFileMetaData> files = LiveFiles(db);
+  bool whole = true;  // every file settled: none left for a failed read to retry
   for (const rocksdb::LiveFileMetaData& file : files) {
     {
       util::MutexLock lock(mu_);
       if (verified_.contains(file.file_number) || damaged_.contains(file.file_number)) continue;
     }
     if (!go_on()) return Damage();
-    VerifyOne(file);
+    whole = VerifyOne(file) && whole;
   }
   {  // Files compaction deleted are forgotten; damaged ones stay.
     util::MutexLock lock(mu_);
@@ -74,8 +78,10 @@ Status TableFileVerifier::VerifyNew(rocksdb::DB& db, FunctionRef<bool()> go_on) 
       return !std::binary_search(files.begin(), files.end(), entry.first, ByNumber{});
     });
   }
-  passed_once_ = true;
-  jobs_done_at_last_pass_ = jobs_done;
+  if (whole) {
+    passed_once_ = true;
+    jobs_done_at_last_pass_ = jobs_done;
+  }
   return Damage();
 }
 
@@ -100,17 +106,19 @@ bool TableFileVerifier::ReverifyOldest(rocksdb::DB& db, Steady::time_point due) 
   return true;
 }
 
-void TableFileVerifier::VerifyOne(const rocksdb::LiveFileMetaData& file) {
+bool TableFileVerifier::VerifyOne(const rocksdb::LiveFileMetaData& file) {
   const Status verified = VerifyTableFile(env_, file);
   util::MutexLock lock(mu_);
   if (verified.ok()) {
     verified_[file.file_number] = Steady::now();
-    return;
+    return true;
   }
+  // A read that failed (no descriptor free, an I/O error) says nothing of the bytes: the file is
+  // verified again at the next pass, or round of re-verification.
+  if (verified.code() == Status::Code::kIOError) return false;
   verified_.erase(file.file_number);
-  if (verified.code() == Status::Code::kNotFound) return;
-  if (!damaged_.insert(file.file_number).second) return;
-  if (!first_damage_.empty()) return;
+  if (verified.code() == Status::Code::kNotFound) return true;
+  if (!damaged_.insert(file.file_number).second || !first_damage_.empty()) return true;
   first_damage_ = verified.message();
   if (report_) {
     report_(
@@ -118,6 +126,7 @@ void TableFileVerifier::VerifyOne(const rocksdb::LiveFileMetaData& file) {
                     "restored from a backup (`idem check` lists what is damaged)",
                     EscapeControls(store_path_), verified.message()));
   }
+  return true;
 }
 
 Status TableFileVerifier::Damage() const {

@@ -38,7 +38,8 @@ std::string TableFileName(const rocksdb::LiveFileMetaData& file);
 
 // Verifies the block checksums of the table file `file` (of `env`'s file system) by reading it
 // whole, without filling the block cache. OK, or kCorruption saying which file is damaged and how;
-// kNotFound when the file is gone (a compaction deleted it after it was listed).
+// kIOError when it could not be read (which says nothing of its bytes); kNotFound when it is gone
+// (a compaction deleted it after it was listed).
 Status VerifyTableFile(rocksdb::Env* env, const rocksdb::LiveFileMetaData& file);
 
 class TableFileVerifier final : public rocksdb::EventListener {
@@ -67,8 +68,9 @@ class TableFileVerifier final : public rocksdb::EventListener {
                               const rocksdb::ExternalFileIngestionInfo& info) override;
 
  private:
-  // Verifies `file` and notes what it found, under pass_mu_.
-  void VerifyOne(const rocksdb::LiveFileMetaData& file) IDEM_REQUIRES(pass_mu_);
+  // Verifies `file` and notes what it found, under pass_mu_. False when it could not be read
+  // (kIOError: verified again at the next pass).
+  bool VerifyOne(const rocksdb::LiveFileMetaData& file) IDEM_REQUIRES(pass_mu_);
 
   rocksdb::Env* const env_;
   const std::string store_path_;
