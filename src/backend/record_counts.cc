@@ -236,7 +236,8 @@ std::optional<RecordCounts> RecordCounts::Decode(std::string_view encoded) {
     if (!finished || counts.Cell(state, type) != i) return std::nullopt;
   }
   // Damaged bytes must not make the sums overflow: at most 2^22 entries of at most 2^40 records
-  // each (no store holds more) add up to less than 2^63.
+  // each (no store holds more) add up to less than 2^63. Entries of one cell and bucket add up
+  // into one, which must be within the bound too, so that Encode writes what Decode reads.
   constexpr int64_t kMostDelta = int64_t{1} << 40;
   uint64_t entries_read = 0;
   const uint32_t buckets = in.Fixed32();
@@ -251,6 +252,11 @@ std::optional<RecordCounts> RecordCounts::Decode(std::string_view encoded) {
         return std::nullopt;
       }
       counts.AddFinished(cell, bucket_end, delta);
+    }
+  }
+  for (const auto& [bucket_end, bucket] : counts.ending_) {
+    for (const auto& [cell, delta] : bucket) {
+      if (delta > kMostDelta || delta < -kMostDelta) return std::nullopt;
     }
   }
   const uint32_t pending = in.Fixed32();
