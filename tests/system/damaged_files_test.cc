@@ -156,15 +156,24 @@ TEST(DamagedFiles, AnOwnerInAnotherProcessRefusesTheCommandsAndPingSaysSo) {
   EXPECT_EQ(line.substr(line.rfind(' ')), " 1\n") << line;
 }
 
-TEST(DamagedFiles, ReverificationFindsAFileDamagedBehindTheOwnersBack) {
-  TempDir dir;
+// A store in `dir` owned by this process, re-verifying every `reverify`, with 2000 records in
+// table files that its owner verified good (a purge verifies what is not verified yet first).
+std::unique_ptr<idem::Store> OpenVerified(const TempDir& dir, std::chrono::milliseconds reverify) {
   idem::Options options = TestOptions();
-  options.reverify_interval = 200ms;
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
+  options.reverify_interval = reverify;
+  std::unique_ptr<idem::Store> store = idem_test::OpenStore(dir.StorePath(), options);
+  if (store == nullptr) return nullptr;
   FillAndFlush(*store, 2000, dir.Sub("backup"));
-  EXPECT_OK(store->Purge().status());  // every file verified good first
+  EXPECT_OK(store->Purge().status());
   EXPECT_EQ(Engine(*store).damaged_table_files, 0u);
   EXPECT_OK(store->Health().problem);
+  return store;
+}
+
+TEST(DamagedFiles, ReverificationFindsAFileDamagedBehindTheOwnersBack) {
+  TempDir dir;
+  const std::unique_ptr<idem::Store> store = OpenVerified(dir, 200ms);
+  ASSERT_NE(store, nullptr);
 
   const std::string damaged = DamageLargestTableFile(dir.StorePath()).filename().string();
   ASSERT_FALSE(damaged.empty());
@@ -179,11 +188,8 @@ TEST(DamagedFiles, ReverificationFindsAFileDamagedBehindTheOwnersBack) {
 
 TEST(DamagedFiles, WithoutReverificationAFileVerifiedOnceIsNotReadAgain) {
   TempDir dir;
-  idem::Options options = TestOptions();
-  options.reverify_interval = 0ms;
-  IDEM_ASSERT_OPEN(store, dir.StorePath(), options);
-  FillAndFlush(*store, 2000, dir.Sub("backup"));
-  EXPECT_OK(store->Purge().status());
+  const std::unique_ptr<idem::Store> store = OpenVerified(dir, 0ms);
+  ASSERT_NE(store, nullptr);
   ASSERT_FALSE(DamageLargestTableFile(dir.StorePath()).empty());
   std::this_thread::sleep_for(3s);  // longer than a housekeeping round
   EXPECT_EQ(Engine(*store).damaged_table_files, 0u);
