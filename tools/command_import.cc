@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "cli.h"
@@ -131,10 +132,10 @@ class Stager {
 
   int Take(const std::string& line, uint64_t number) {
     const Options& limits = staging_.options();
-    Result<std::optional<ExportedTableValue>> value = ParseTableValueLine(line);
-    if (!value.ok()) return Refuse(number, value.status().message());
-    if (*value) {
-      ExportedTableValue& v = **value;
+    Result<ImportLine> parsed = ParseImportLine(line, now_);
+    if (!parsed.ok()) return Refuse(number, parsed.status().message());
+    if (auto* value = std::get_if<ExportedTableValue>(&*parsed)) {
+      ExportedTableValue& v = *value;
       if (v.key.size() > limits.max_key_size || v.value.size() > limits.max_result_size) {
         return Refuse(number, fmt::format("key or value of table {} above the store's limits "
                                           "(max_key_size {}, max_result_size {})",
@@ -160,24 +161,23 @@ class Stager {
           {{std::move(v.key), TableValue{std::move(v.value), v.version}}, number});
       return kExitOk;
     }
-    Result<Record> record = ParseExportLine(line, now_);
-    if (!record.ok()) return Refuse(number, record.status().message());
-    if (Status fits = CheckLimits(*record, limits); !fits.ok()) {
+    Record& record = std::get<Record>(*parsed);
+    if (Status fits = CheckLimits(record, limits); !fits.ok()) {
       return Refuse(number, fits.message());
     }
     if (target_ && !args_.skip_existing) {
-      Result<std::optional<Record>> stored = target_->Get(record->key);
+      Result<std::optional<Record>> stored = target_->Get(record.key);
       if (!stored.ok()) return ctx_.StoreError(args_.path, stored.status());
       if (stored->has_value()) {
         return Refuse(number, fmt::format("key '{}' is in the store already (--skip-existing "
                                           "leaves such records as they are)",
-                                          DisplayEscape(record->key)));
+                                          DisplayEscape(record.key)));
       }
     }
-    if (const int code = Repeated("", record->key, number); code != kExitOk) return code;
+    if (const int code = Repeated("", record.key, number); code != kExitOk) return code;
     batch_bytes_ += line.size();
     ++batched_;
-    records_.push_back(std::move(*record));
+    records_.push_back(std::move(record));
     record_lines_.push_back(number);
     return kExitOk;
   }

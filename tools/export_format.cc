@@ -126,6 +126,8 @@ std::string TableValueToExportJson(std::string_view table, std::string_view key,
   return out;
 }
 
+namespace {
+
 // One line of an export as JSON, refusing what a lenient reader takes silently: a NUL byte
 // (where readers that stop at one see a shorter line: the rest of it was dropped) and a member
 // named twice in one object (readers disagree on which one counts; nlohmann keeps the last).
@@ -157,11 +159,9 @@ Result<Json> ParseLine(std::string_view line) {
   return object;
 }
 
-Result<std::optional<ExportedTableValue>> ParseTableValueLine(std::string_view line) {
-  Result<Json> json = ParseLine(line);
-  if (!json.ok()) return std::optional<ExportedTableValue>();  // ParseExportLine says why
-  const Json& object = *json;
-  if (!object.is_object() || !object.contains("table")) return std::optional<ExportedTableValue>();
+// The table value of a line that has a "table" member: kInvalidArgument saying what is wrong when
+// it is not a whole one.
+Result<ExportedTableValue> ReadTableValue(const Json& object) {
   ExportedTableValue parsed;
   bool has_key = false, has_value = false;
   for (const auto& [name, value] : object.items()) {
@@ -185,10 +185,8 @@ Result<std::optional<ExportedTableValue>> ParseTableValueLine(std::string_view l
   if (parsed.key.empty()) return Bad("key", "is empty");
   if (!has_value) return Status::InvalidArgument("value: missing");
   if (parsed.version == 0) return Status::InvalidArgument("version: missing");
-  return std::optional<ExportedTableValue>(std::move(parsed));
+  return parsed;
 }
-
-namespace {
 
 // A record's "state": "timeout" is derived, a pending record.
 Result<State> ReadState(const Json& value, std::string_view name) {
@@ -286,11 +284,8 @@ Status ReadHolder(const Json& value, Record& record, FieldsGiven& given) {
   return Status::OK();
 }
 
-}  // namespace
-
-Result<Record> ParseExportLine(std::string_view line, TimePoint now) {
-  IDEM_ASSIGN_OR_RETURN(const Json object, ParseLine(line));
-  if (!object.is_object()) return Status::InvalidArgument("not a JSON object");
+// The record of a line that has no "table" member.
+Result<Record> ReadRecord(const Json& object, TimePoint now) {
   Record record;
   record.attempts = 1;
   FieldsGiven given;
@@ -320,6 +315,19 @@ Result<Record> ParseExportLine(std::string_view line, TimePoint now) {
   if (!given[kLeaseDeadlineRow]) record.lease_deadline = record.created;
   if (!given[kExpiresRow]) record.expires = record.created + kDefaultRetention;
   return record;
+}
+
+}  // namespace
+
+Result<ImportLine> ParseImportLine(std::string_view line, TimePoint now) {
+  IDEM_ASSIGN_OR_RETURN(const Json object, ParseLine(line));
+  if (!object.is_object()) return Status::InvalidArgument("not a JSON object");
+  if (object.contains("table")) {
+    IDEM_ASSIGN_OR_RETURN(ExportedTableValue value, ReadTableValue(object));
+    return ImportLine(std::move(value));
+  }
+  IDEM_ASSIGN_OR_RETURN(Record record, ReadRecord(object, now));
+  return ImportLine(std::move(record));
 }
 
 }  // namespace idem::cli

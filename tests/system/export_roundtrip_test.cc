@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "export_format.h"
@@ -202,16 +203,16 @@ Exported Parse(const std::string& text) {
   Exported exported;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
-    auto value = idem::cli::ParseTableValueLine(line);
-    EXPECT_TRUE(value.ok()) << value.status().ToString();
-    if (value.ok() && *value) {
-      exported.values[{(*value)->table, (*value)->key}] =
-          TableValue{.value = (*value)->value, .version = (*value)->version};
+    auto parsed = idem::cli::ParseImportLine(line, std::chrono::system_clock::now());
+    EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+    if (!parsed.ok()) continue;
+    if (const auto* value = std::get_if<idem::cli::ExportedTableValue>(&*parsed)) {
+      exported.values[{value->table, value->key}] =
+          TableValue{.value = value->value, .version = value->version};
       continue;
     }
-    auto record = idem::cli::ParseExportLine(line, std::chrono::system_clock::now());
-    EXPECT_TRUE(record.ok()) << record.status().ToString();
-    if (record.ok()) exported.records.emplace(record->key, *record);
+    const auto& record = std::get<Record>(*parsed);
+    exported.records.emplace(record.key, record);
   }
   return exported;
 }

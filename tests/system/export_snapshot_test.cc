@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "export_format.h"
@@ -50,16 +51,15 @@ Exported Parse(const std::string& text) {
   Exported exported;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
-    auto value = idem::cli::ParseTableValueLine(line);
-    EXPECT_TRUE(value.ok()) << value.status().ToString() << ": " << line;
-    if (!value.ok()) continue;
-    if (*value) {
-      exported.tables[(*value)->table][(*value)->key] = (*value)->value;
+    auto parsed = idem::cli::ParseImportLine(line, std::chrono::system_clock::now());
+    EXPECT_TRUE(parsed.ok()) << parsed.status().ToString() << ": " << line;
+    if (!parsed.ok()) continue;
+    if (const auto* value = std::get_if<idem::cli::ExportedTableValue>(&*parsed)) {
+      exported.tables[value->table][value->key] = value->value;
       continue;
     }
-    auto record = idem::cli::ParseExportLine(line, std::chrono::system_clock::now());
-    EXPECT_TRUE(record.ok()) << record.status().ToString() << ": " << line;
-    if (record.ok()) exported.records.emplace(record->key, *record);
+    const auto& record = std::get<Record>(*parsed);
+    exported.records.emplace(record.key, record);
   }
   return exported;
 }
