@@ -154,6 +154,8 @@ class EngineBackend final : public engine::Backend {
                          const std::optional<std::string>& value) const;
   // kInvalidArgument naming the record when Import may not write it as it is.
   Status CheckImported(const Record& record) const;
+  // Import's write of one record, checked (CheckImported), into the storage; what was done.
+  Result<ImportOutcome> ImportOne(const Record& record);
   // What Begin's decision needs to know about the record `read` (visible, read at `now`; null:
   // none) besides the record: for a pending claim, the renewal graces when its lease ran out,
   // and, while it is kept for its holder, whether that holder is dead. Costs I/O (/proc, the

@@ -129,6 +129,42 @@ Status EngineBackend::CheckImported(const Record& record) const {
   return Status::OK();
 }
 
+Result<ImportOutcome> EngineBackend::ImportOne(const Record& record) {
+  ImportOutcome outcome = ImportOutcome::kImported;
+  Record written;
+  Status drawn;
+  IDEM_RETURN_IF_ERROR(storage_->Update(
+      record.key,
+      [&](std::optional<Record>& stored, TimePoint now,
+          engine::NextToken next_token) -> const Record* {
+        if (stored && !engine::IsExpired(*stored, now)) {
+          outcome = ImportOutcome::kPresent;
+          return nullptr;
+        }
+        if (engine::IsExpired(record, now)) {
+          outcome = ImportOutcome::kExpired;
+          return nullptr;
+        }
+        outcome = ImportOutcome::kImported;
+        written = record;
+        written.timed_out = false;
+        // As a Complete or a Fail leaves it (a file may carry a holder with a done record).
+        if (written.state != State::kPending) engine::ForgetHolder(written);
+        if (written.token == 0) {
+          Result<uint64_t> token = next_token(stored ? stored->token : 0);
+          if (!token.ok()) {
+            drawn = token.status();
+            return nullptr;
+          }
+          written.token = *token;
+        }
+        return &written;
+      },
+      Durability::kBuffered, /*absent_since=*/std::nullopt));
+  IDEM_RETURN_IF_ERROR(drawn);
+  return outcome;
+}
+
 Result<std::vector<ImportOutcome>> EngineBackend::Import(std::span<const Record> records) {
   IDEM_RETURN_IF_ERROR(CheckWritable());
   IDEM_RETURN_IF_ERROR(CheckFilesUndamaged());
@@ -142,46 +178,25 @@ Result<std::vector<ImportOutcome>> EngineBackend::Import(std::span<const Record>
   if (highest > 0) IDEM_RETURN_IF_ERROR(storage_->ReserveTokensAbove(highest));
   std::vector<ImportOutcome> outcomes;
   outcomes.reserve(records.size());
-  bool wrote = false;
-  for (const Record& record : records) {
-    ImportOutcome outcome = ImportOutcome::kImported;
-    Record written;
-    Status drawn;
-    IDEM_RETURN_IF_ERROR(storage_->Update(
-        record.key,
-        [&](std::optional<Record>& stored, TimePoint now,
-            engine::NextToken next_token) -> const Record* {
-          if (stored && !engine::IsExpired(*stored, now)) {
-            outcome = ImportOutcome::kPresent;
-            return nullptr;
-          }
-          if (engine::IsExpired(record, now)) {
-            outcome = ImportOutcome::kExpired;
-            return nullptr;
-          }
-          outcome = ImportOutcome::kImported;
-          written = record;
-          written.timed_out = false;
-          // As a Complete or a Fail leaves it (a file may carry a holder with a done record).
-          if (written.state != State::kPending) engine::ForgetHolder(written);
-          if (written.token == 0) {
-            Result<uint64_t> token = next_token(stored ? stored->token : 0);
-            if (!token.ok()) {
-              drawn = token.status();
-              return nullptr;
-            }
-            written.token = *token;
-          }
-          return &written;
-        },
-        Durability::kBuffered, /*absent_since=*/std::nullopt));
-    IDEM_RETURN_IF_ERROR(drawn);
-    wrote = wrote || outcome == ImportOutcome::kImported;
-    outcomes.push_back(outcome);
-  }
+  // The records go to the storage in a write group (storage.h): one write for up to the group's
+  // limit instead of one each, every record still decided alone under its key's lock. The group
+  // is finished on every path, so that no key stays locked.
+  StartWriteGroup();
+  const Status decided = [&]() -> Status {
+    for (const Record& record : records) {
+      IDEM_ASSIGN_OR_RETURN(const ImportOutcome outcome, ImportOne(record));
+      outcomes.push_back(outcome);
+    }
+    return Status::OK();
+  }();
+  const std::vector<Status> written = FinishWriteGroup();
+  IDEM_RETURN_IF_ERROR(decided);
+  for (const Status& write : written) IDEM_RETURN_IF_ERROR(write);
   // One sync for the batch: RocksDB's log is written in order, so it makes every write before
   // it durable.
-  if (wrote) IDEM_RETURN_IF_ERROR(storage_->Sync());
+  if (std::find(outcomes.begin(), outcomes.end(), ImportOutcome::kImported) != outcomes.end()) {
+    IDEM_RETURN_IF_ERROR(storage_->Sync());
+  }
   return outcomes;
 }
 
