@@ -757,6 +757,37 @@ TEST_P(ImportInto, AStoreSaysWhatItLeftAndChecksEveryRecordFirst) {
   EXPECT_FALSE(store->Get("good")->has_value());
 }
 
+// One call of many records (more than a RocksDB store writes together, 32), a key given twice in
+// it: the first is written, the second left (kPresent), whether the two are neighbours or far
+// apart; every record is there with its own result.
+TEST_P(ImportInto, ALongCallKeepsTheFirstOfAKeyGivenTwice) {
+  const idem_test::TestStore target(GetParam());
+  auto store = target.Open(TestOptions());
+  ASSERT_NE(store, nullptr);
+  std::vector<Record> records;
+  std::vector<idem::ImportOutcome> expected;
+  for (int i = 0; i < 100; ++i) {
+    records.push_back(DoneRecord("k" + std::to_string(i), 100 + i));
+    records.back().result = "first " + std::to_string(i);
+    expected.push_back(idem::ImportOutcome::kImported);
+  }
+  for (const int again : {99, 0, 40}) {
+    Record repeated = DoneRecord("k" + std::to_string(again), 300 + again);
+    repeated.result = "second";
+    records.insert(records.begin() + (again == 0 ? 70 : again + 1), repeated);
+    expected.insert(expected.begin() + (again == 0 ? 70 : again + 1),
+                    idem::ImportOutcome::kPresent);
+  }
+  ASSERT_OK_AND_ASSIGN(const auto outcomes, store->Import(records));
+  EXPECT_EQ(outcomes, expected);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_OK_AND_ASSIGN(const auto stored, store->Get("k" + std::to_string(i)));
+    ASSERT_TRUE(stored.has_value()) << i;
+    EXPECT_EQ(stored->result, "first " + std::to_string(i));
+    EXPECT_EQ(stored->token, 100u + i);
+  }
+}
+
 // An import leaves records as the store's own transitions do: a record that is not pending keeps
 // no holder (but whether its attempt took over), whatever the file says; a pending one keeps it.
 TEST_P(ImportInto, ARecordThatIsNotPendingKeepsNoHolder) {
