@@ -1,7 +1,7 @@
 // FaultFs: a rocksdb::FileSystem that passes every call to the real one, and fails writes,
-// syncs or file creations on demand with the errors the POSIX file system would give (EIO as
-// a plain IOError, ENOSPC as a retryable NoSpace), counting what it failed. For the fault
-// injection tests: faults are injected below RocksDB, never by editing production paths.
+// syncs, file creations or opens for reading on demand with the errors the POSIX file system would
+// give (EIO as a plain IOError, ENOSPC as a retryable NoSpace), counting what it failed. For the
+// fault injection tests: faults are injected below RocksDB, never by editing production paths.
 //
 //   auto fs = std::make_shared<FaultFs>();
 //   config.env = fs->env();              // storage::RocksDbConfig's test hook
@@ -49,6 +49,10 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
   // From now on, files created whose name contains `only` fail every append with `error`, until
   // Clear(); files that exist already do not. For a fault that only the next log file meets.
   void FailNewFiles(Error error, std::string only) { Set(new_file_error_, error, only); }
+  // From now on, opening matching files for reading (NewRandomAccessFile) fails with `error`:
+  // what a new read of a file meets. Files RocksDB holds open already (its table cache) still
+  // read.
+  void FailReads(Error error, std::string only = "") { Set(read_error_, error, only); }
   // After `n` more writes and syncs (of any file: log, table, MANIFEST), every write and sync
   // fails with `error` until Clear(): a disk that dies at an arbitrary moment.
   void FailAfter(int64_t n, Error error) {
@@ -63,13 +67,17 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
     FailSyncs(kNone);
     FailCreates(kNone);
     FailNewFiles(kNone, "");
+    FailReads(kNone);
   }
 
   // How many operations were failed on purpose, and how many were attempted at all.
   uint64_t failed_writes() const { return failed_writes_.load(); }
   uint64_t failed_syncs() const { return failed_syncs_.load(); }
   uint64_t failed_creates() const { return failed_creates_.load(); }
-  uint64_t failures() const { return failed_writes() + failed_syncs() + failed_creates(); }
+  uint64_t failed_reads() const { return failed_reads_.load(); }
+  uint64_t failures() const {
+    return failed_writes() + failed_syncs() + failed_creates() + failed_reads();
+  }
   uint64_t writes() const { return writes_.load(); }
   uint64_t syncs() const { return syncs_.load(); }
 
@@ -85,19 +93,23 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
     return rocksdb::IOStatus::IOError(what, std::strerror(EIO));
   }
 
-  // Non-OK when the fault `which` is set and applies to `file`; counts it in `counter`.
+  // Non-OK when the fault `which` (0 write, 1 sync, 2 create, 3 read) is set and applies to
+  // `file`; counted as failed.
   rocksdb::IOStatus Check(int which, const std::string& context, const std::string& file) {
+    Fault* const faults[] = {&write_error_, &sync_error_, &create_error_, &read_error_};
+    std::atomic<uint64_t>* const failed[] = {&failed_writes_, &failed_syncs_, &failed_creates_,
+                                             &failed_reads_};
     Error error;
     {
       std::lock_guard lock(mu_);
-      const Fault& fault = which == 0 ? write_error_ : which == 1 ? sync_error_ : create_error_;
+      const Fault& fault = *faults[which];
       if (fault.error == kNone) return rocksdb::IOStatus::OK();
       if (!fault.only.empty() && file.find(fault.only) == std::string::npos) {
         return rocksdb::IOStatus::OK();
       }
       error = fault.error;
     }
-    (which == 0 ? failed_writes_ : which == 1 ? failed_syncs_ : failed_creates_).fetch_add(1);
+    failed[which]->fetch_add(1);
     return MakeError(error, context, file);
   }
   void CountDown() {
@@ -134,6 +146,12 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
     return Check(2, "While open a file for appending:", file);
   }
 
+  rocksdb::IOStatus NewRandomAccessFile(const std::string& f, const rocksdb::FileOptions& options,
+                                        std::unique_ptr<rocksdb::FSRandomAccessFile>* r,
+                                        rocksdb::IODebugContext* dbg) override {
+    if (auto s = Check(3, "While open a file for random read:", f); !s.ok()) return s;
+    return target()->NewRandomAccessFile(f, options, r, dbg);
+  }
   rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& options,
                                     std::unique_ptr<rocksdb::FSWritableFile>* r,
                                     rocksdb::IODebugContext* dbg) override {
@@ -249,8 +267,8 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
   }
 
   std::mutex mu_;
-  Fault write_error_, sync_error_, create_error_, new_file_error_;
-  std::atomic<uint64_t> failed_writes_{0}, failed_syncs_{0}, failed_creates_{0};
+  Fault write_error_, sync_error_, create_error_, new_file_error_, read_error_;
+  std::atomic<uint64_t> failed_writes_{0}, failed_syncs_{0}, failed_creates_{0}, failed_reads_{0};
   std::atomic<uint64_t> writes_{0}, syncs_{0};
   std::atomic<int64_t> countdown_{0};
   Error countdown_error_ = kNone;  // guarded by mu_

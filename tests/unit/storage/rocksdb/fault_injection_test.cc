@@ -14,6 +14,7 @@
 
 #include "backend/engine_backend.h"
 #include "storage/rocksdb/rocksdb_storage.h"
+#include "support/damage.h"
 #include "support/fault_fs.h"
 #include "support/index_check.h"
 #include "support/owner_backend.h"
@@ -482,6 +483,27 @@ TEST(FaultInjection, AFullDiskRightAfterAResumeResumesAgain) {
   CheckIndexMatchesRecords(store.db_path());
   ASSERT_OK(store.Open());
   ExpectDone(store, {"a", "d"});
+}
+
+// The owner's verification of its table files (table_file_verifier.h): a file that cannot be
+// read (EIO at its open) is not damage, and is not taken as verified either: the next pass reads
+// it again, and so finds damage made meanwhile.
+TEST(TableFileVerification, AFileThatCannotBeReadIsNotDamageAndIsReadAgain) {
+  TempDir dir;
+  FaultyStore store(dir.Sub("db"));
+  ASSERT_OK(store.Open());
+  ASSERT_OK(store.Run("a", 4096));
+  ASSERT_OK(store.storage().Flush());
+  const auto go_on = [] { return true; };
+  store.fs().FailReads(FaultFs::kEio, ".sst");
+  EXPECT_OK(store.storage().VerifyNewFiles(go_on));
+  EXPECT_GT(store.fs().failed_reads(), 0u);
+  // Damaged before the disk heals, so that no pass can read the file whole in between.
+  ASSERT_FALSE(idem_test::DamageLargestTableFile(dir.path()).empty());
+  store.fs().Clear();
+  const Status found = store.storage().VerifyNewFiles(go_on);
+  EXPECT_EQ(found.code(), Status::Code::kCorruption) << found.ToString();
+  EXPECT_TRUE(Contains(found.message(), "is damaged")) << found.ToString();
 }
 
 }  // namespace
