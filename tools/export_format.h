@@ -6,7 +6,6 @@
 #ifndef IDEM_TOOLS_EXPORT_FORMAT_H_
 #define IDEM_TOOLS_EXPORT_FORMAT_H_
 
-#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
