@@ -17,10 +17,12 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "backend/record_counts.h"
 #include "cli.h"
+#include "export_format.h"
 #include "idem/record.h"
 #include "idem/status.h"
 #include "sharing/protocol.h"
@@ -218,6 +220,54 @@ inline std::string CheckFrameDecoder(std::string_view data) {
   }
   if (!status.ok()) return {};
   return internal::CheckBody(selector - 1, *body);
+}
+
+// ---- Import lines ----------------------------------------------------------------------------
+//
+// Input: one line of `idem import`'s input (tools/import_line.cc). ParseImportLine accepts it or
+// refuses it with kInvalidArgument. What it accepts, written again as `idem export` writes it
+// (RecordToExportJson, TableValueToExportJson), is accepted and reads back equal: import never
+// takes a line whose record export could not give back.
+
+inline std::string CheckImportLine(std::string_view data) {
+  const auto now = std::chrono::system_clock::time_point(std::chrono::hours(500'000));
+  Result<cli::ImportLine> parsed = cli::ParseImportLine(data, now);
+  if (!parsed.ok()) {
+    if (parsed.status().code() != Status::Code::kInvalidArgument) {
+      return "ParseImportLine failed with " + parsed.status().ToString() +
+             ", not kInvalidArgument";
+    }
+    return {};
+  }
+  std::string exported;
+  if (const auto* record = std::get_if<Record>(&*parsed)) {
+    exported = cli::RecordToExportJson(*record);
+  } else {
+    const auto& value = std::get<cli::ExportedTableValue>(*parsed);
+    exported = cli::TableValueToExportJson(value.table, value.key,
+                                           TableValue{.value = value.value,
+                                                      .version = value.version});
+  }
+  Result<cli::ImportLine> again = cli::ParseImportLine(exported, now);
+  if (!again.ok()) {
+    return "an accepted line, exported, is refused: " + again.status().message() + "\n" +
+           exported;
+  }
+  if (const auto* record = std::get_if<Record>(&*parsed)) {
+    const auto* record_again = std::get_if<Record>(&*again);
+    if (record_again == nullptr || !(*record_again == *record)) {
+      return "an accepted record, exported, reads back different:\n" + exported;
+    }
+    return {};
+  }
+  const auto& value = std::get<cli::ExportedTableValue>(*parsed);
+  const auto* value_again = std::get_if<cli::ExportedTableValue>(&*again);
+  if (value_again == nullptr || value_again->table != value.table ||
+      value_again->key != value.key || value_again->value != value.value ||
+      value_again->version != value.version) {
+    return "an accepted table value, exported, reads back different:\n" + exported;
+  }
+  return {};
 }
 
 // ---- The command line ------------------------------------------------------------------------

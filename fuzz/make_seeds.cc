@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   if (argc != 2) {
     std::cerr << "usage: fuzz_make_seeds DIR (writes DIR/record_decoder, DIR/frame_decoder, "
                  "DIR/record_counts, "
-                 "DIR/cli)\n";
+                 "DIR/import_line, DIR/cli)\n";
     return 2;
   }
   const fs::path root = argv[1];

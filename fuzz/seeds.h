@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "backend/record_counts.h"
+#include "cli.h"
+#include "export_format.h"
 #include "idem/record.h"
 #include "sharing/protocol.h"
 #include "storage/rocksdb/record_codec.h"
@@ -23,7 +25,7 @@ namespace idem::fuzz {
 
 struct Seed {
   std::string target;  // the fuzz target's corpus directory: record_decoder, frame_decoder,
-                       // record_counts, cli
+                       // record_counts, import_line, cli
   std::string name;
   std::string bytes;
 };
@@ -255,6 +257,16 @@ inline std::vector<Seed> MakeSeeds() {
   }
   add("record_counts", "sample", counts.Encode());
   add("record_counts", "empty", idem::backend::RecordCounts().Encode());
+
+  // import_line: the sample records and a table value as `idem export` writes them, and the
+  // shortest line a person writes.
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    add("import_line", record_names[i], idem::cli::RecordToExportJson(records[i]));
+  }
+  add("import_line", "table_value",
+      idem::cli::TableValueToExportJson("balances", std::string("al\xffice", 6),
+                                        idem::TableValue{.value = "11", .version = 2}));
+  add("import_line", "short", R"({"key":"order-2","state":"done","result":"ok"})");
   return seeds;
 }
 

@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [--seconds N] [--target NAME]
 #
 #   --seconds N    how long each target runs (default 60)
-#   --target NAME  run only this target: record_decoder, frame_decoder, record_counts or cli
+#   --target NAME  run only this target: record_decoder, frame_decoder, record_counts, import_line or cli
 #                  (default: all)
 #
 # Each target starts from a temporary copy of its seed corpus (fuzz/corpus/<target>/), so a run
@@ -19,10 +19,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 jobs="${IDEM_JOBS:-2}"
 seconds=60
-targets=(record_decoder frame_decoder record_counts cli)
+targets=(record_decoder frame_decoder record_counts import_line cli)
 
 usage() {
-  echo "usage: scripts/fuzz.sh [--seconds N] [--target record_decoder|frame_decoder|record_counts|cli]" >&2
+  echo "usage: scripts/fuzz.sh [--seconds N] [--target record_decoder|frame_decoder|record_counts|import_line|cli]" >&2
   exit 2
 }
 

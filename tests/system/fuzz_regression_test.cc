@@ -79,6 +79,11 @@ TEST(FuzzRegression, FrameDecoderInputs) {
       << "no seeds under " << IDEM_FUZZ_DIR;
 }
 
+TEST(FuzzRegression, ImportLineInputs) {
+  EXPECT_GT(ReplayAll("import_line", idem::fuzz::CheckImportLine), 0)
+      << "no seeds under " << IDEM_FUZZ_DIR;
+}
+
 TEST(FuzzRegression, CliInputs) {
   EXPECT_GT(ReplayAll("cli", idem::fuzz::CheckCli), 0) << "no seeds under " << IDEM_FUZZ_DIR;
 }
