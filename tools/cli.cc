@@ -23,6 +23,7 @@
 
 #include "commands.h"
 #include "flag_values.h"
+#include "summary.h"
 #include "text.h"
 #include "util/escape.h"
 #include "util/pg_uri.h"
@@ -135,6 +136,15 @@ CLI::App* AddStats(CLI::App& app, Arguments& args) {
   return command;
 }
 
+// --format of the commands whose output is a summary (summary.h).
+void AddSummaryFormat(CLI::App* command, std::string& format) {
+  command
+      ->add_option("--format", format,
+                   "The summary: text (a sentence, the default) or json (one object of the same "
+                   "figures, for scripts)")
+      ->check(CLI::IsMember({std::string(kSummaryText), std::string(kSummaryJson)}));
+}
+
 CLI::App* AddPurge(CLI::App& app, Arguments& args) {
   PurgeArgs& purge = args.purge;
   CLI::App* command = app.add_subcommand(
@@ -146,6 +156,7 @@ CLI::App* AddPurge(CLI::App& app, Arguments& args) {
   command->add_flag("--quiet", purge.quiet,
                     "Print nothing on success (errors still go to "
                     "stderr)");
+  AddSummaryFormat(command, purge.format);
   return command;
 }
 
@@ -169,6 +180,7 @@ CLI::App* AddForget(CLI::App& app, Arguments& args) {
   command->add_option("--keys-from", forget.keys_from,
                       "Remove the keys of FILE, one a line (-: stdin)");
   command->add_flag("--dry-run", forget.dry_run, "Count what would be removed; remove nothing");
+  AddSummaryFormat(command, forget.format);
   return command;
 }
 
@@ -184,6 +196,7 @@ CLI::App* AddBackup(CLI::App& app, BackupArgs& backup, std::string& timeout) {
   command->add_flag("--verify", backup.verify,
                     "Then read the whole copy as 'idem check' does; exit 7, listing the "
                     "problems, when it is not clean (the copy is kept, to be looked at)");
+  AddSummaryFormat(command, backup.format);
   AddTimeout(command, timeout);
   return command;
 }
@@ -198,6 +211,7 @@ CLI::App* AddExport(CLI::App& app, Arguments& args) {
   command->add_option("--output", export_args.output,
                       "Write to FILE (mode 0600) instead of standard output, replacing it "
                       "atomically once complete");
+  AddSummaryFormat(command, export_args.format);
   return command;
 }
 
@@ -226,6 +240,7 @@ CLI::App* AddImport(CLI::App& app, Arguments& args) {
   command->add_flag("--skip-existing", import.skip_existing,
                     "Leave a record the store holds as it is and go on, instead of refusing "
                     "the input");
+  AddSummaryFormat(command, import.format);
   return command;
 }
 

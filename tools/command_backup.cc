@@ -5,6 +5,7 @@
 #include <fmt/ostream.h>
 
 #include "commands.h"
+#include "summary.h"
 #include "text.h"
 #include "util/escape.h"
 
@@ -37,15 +38,29 @@ int Backup(const Context& ctx, const BackupArgs& args) {
                     DisplayEscape(args.destination), backed_up.ToString()));
   }
   store->reset();
-  fmt::print(ctx.out, "backed up {} to {}\n", DisplayEscape(ctx.StoreName(path)),
-             DisplayEscape(args.destination));
-  if (!args.verify) return ctx.FinishOutput(kExitOk);
+  Summary summary(ctx, path);
+  summary.Text("destination", args.destination).Flag("verified", args.verify);
+  const std::string sentence = fmt::format("backed up {} to {}", DisplayEscape(ctx.StoreName(path)),
+                                           DisplayEscape(args.destination));
+  if (!args.verify) {
+    summary.Print(args.format, sentence);
+    return ctx.FinishOutput(kExitOk);
+  }
   // No process owns the new copy: this one reads its files.
   auto copy = ctx.OpenStore(args.destination, /*read_only=*/true);
   if (!copy.ok()) return ctx.StoreError(args.destination, copy.status());
   const Result<CheckReport> report = (*copy)->Check();
   if (!report.ok()) return ctx.StoreError(args.destination, report.status());
-  PrintCheckTable(ctx, args.destination, *report, "");
+  if (args.format == kSummaryJson) {
+    // The findings as `idem check --format jsonl` writes them, then the summary.
+    PrintCheckFindingsJson(ctx, *report);
+    summary.Flag("clean", report->clean())
+        .Count("problems", report->findings.size() + report->findings_left_out)
+        .Print(args.format, sentence);
+  } else {
+    summary.Print(args.format, sentence);
+    PrintCheckTable(ctx, args.destination, *report, "");
+  }
   return ctx.FinishOutput(report->clean() ? kExitOk : kExitProblemsFound);
 }
 

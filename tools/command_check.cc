@@ -43,22 +43,11 @@ struct Copy {
   }
 };
 
-// One object a finding, then one for the store.
+// One object a finding (PrintCheckFindingsJson), then one for the store.
 void PrintJsonLines(const Context& ctx, const std::string& name, const CheckReport& report,
                     bool through_copy) {
+  PrintCheckFindingsJson(ctx, report);
   std::string text;
-  for (const CheckFinding& finding : report.findings) {
-    JsonWriter json(text);
-    json.BeginObject();
-    json.Key("part");
-    json.String(finding.part);
-    json.Key("subject");
-    json.String(finding.subject);
-    json.Key("problem");
-    json.String(finding.problem);
-    json.EndObject();
-    text += '\n';
-  }
   JsonWriter json(text);
   json.BeginObject();
   json.Key("store");
@@ -83,6 +72,23 @@ void PrintJsonLines(const Context& ctx, const std::string& name, const CheckRepo
 }
 
 }  // namespace
+
+void PrintCheckFindingsJson(const Context& ctx, const CheckReport& report) {
+  std::string text;
+  for (const CheckFinding& finding : report.findings) {
+    JsonWriter json(text);
+    json.BeginObject();
+    json.Key("part");
+    json.String(finding.part);
+    json.Key("subject");
+    json.String(finding.subject);
+    json.Key("problem");
+    json.String(finding.problem);
+    json.EndObject();
+    text += '\n';
+  }
+  ctx.out << text;
+}
 
 void PrintCheckTable(const Context& ctx, const std::string& name, const CheckReport& report,
                      std::string_view note) {

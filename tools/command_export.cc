@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "export_format.h"
 #include "progress_line.h"
+#include "summary.h"
 #include "text.h"
 #include "util/escape.h"
 
@@ -63,9 +64,13 @@ int Export(const Context& ctx, const ExportArgs& args) {
   }
   if (!file) return ctx.FinishOutput(kExitOk);
   if (const int committed = file->Commit(); committed != kExitOk) return committed;
-  fmt::print(ctx.out, "exported {} records{} to {}\n", exported,
-             values > 0 ? fmt::format(" and {} table values", values) : "",
-             DisplayEscape(args.output));
+  Summary(ctx, args.path)
+      .Count("records", exported)
+      .Count("table_values", values)
+      .Text("output", args.output)
+      .Print(args.format, fmt::format("exported {} records{} to {}", exported,
+                                      values > 0 ? fmt::format(" and {} table values", values) : "",
+                                      DisplayEscape(args.output)));
   return ctx.FinishOutput(kExitOk);
 }
 

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "import_input.h"
 #include "records.h"
+#include "summary.h"
 #include "text.h"
 #include "util/escape.h"
 #include "util/hex.h"
@@ -28,15 +29,25 @@ bool SelectionGiven(const ForgetArgs& args) {
   return !args.state.empty() || args.has_type || !args.prefix.empty() || args.age.count() > 0;
 }
 
-// The summary line, and exit 1 when nothing was removed.
+// The summary: `sentence`, or its figures; `finished` false when an error or a bad line stopped
+// a bulk forget part way.
+void Summarize(const Context& ctx, const ForgetArgs& args, const Tally& tally, bool finished,
+               std::string_view sentence) {
+  Summary(ctx, args.path)
+      .Flag("dry_run", args.dry_run)
+      .Count("forgotten", tally.forgotten)
+      .Count("kept", tally.kept)
+      .Flag("finished", finished)
+      .Print(args.format, sentence);
+}
+
+// The summary of a whole bulk forget, and exit 1 when nothing was removed.
 int Report(const Context& ctx, const ForgetArgs& args, const Tally& tally,
            std::string_view kept_why) {
-  const char* verb = args.dry_run ? "would forget" : "forgot";
-  if (tally.kept == 0) {
-    fmt::print(ctx.out, "{} {} records\n", verb, tally.forgotten);
-  } else {
-    fmt::print(ctx.out, "{} {} records ({} {})\n", verb, tally.forgotten, tally.kept, kept_why);
-  }
+  std::string sentence =
+      fmt::format("{} {} records", args.dry_run ? "would forget" : "forgot", tally.forgotten);
+  if (tally.kept > 0) sentence += fmt::format(" ({} {})", tally.kept, kept_why);
+  Summarize(ctx, args, tally, /*finished=*/true, sentence);
   return ctx.FinishOutput(tally.forgotten == 0 ? kExitNotFound : kExitOk);
 }
 
@@ -68,7 +79,8 @@ int ForgetSelected(const Context& ctx, const ForgetArgs& args, Store& store) {
     return true;
   });
   if (!failed.ok() || !scanned.ok()) {
-    fmt::print(ctx.out, "forgot {} records before the error\n", tally.forgotten);
+    Summarize(ctx, args, tally, /*finished=*/false,
+              fmt::format("forgot {} records before the error", tally.forgotten));
     return ctx.StoreError(args.path, failed.ok() ? scanned : failed);
   }
   return Report(ctx, args, tally, "changed since listed: kept");
@@ -101,7 +113,8 @@ int ForgetListed(const Context& ctx, const ForgetArgs& args, Store& store) {
     const ImportInput::Read read = input.Next(line, number);
     if (read == ImportInput::Read::kEnd) break;
     if (read == ImportInput::Read::kError) {
-      fmt::print(ctx.out, "forgot {} records before the error\n", tally.forgotten);
+      Summarize(ctx, args, tally, /*finished=*/false,
+                fmt::format("forgot {} records before the error", tally.forgotten));
       return ctx.Fail(kExitStoreError, fmt::format("cannot read {}: {}", input.Shown(),
                                                    std::strerror(input.error())));
     }
@@ -110,7 +123,8 @@ int ForgetListed(const Context& ctx, const ForgetArgs& args, Store& store) {
       key = args.hex_key ? util::FromHex(line) : std::optional<std::string>(line);
     }
     if (!key) {
-      fmt::print(ctx.out, "forgot {} records before line {}\n", tally.forgotten, number);
+      Summarize(ctx, args, tally, /*finished=*/false,
+                fmt::format("forgot {} records before line {}", tally.forgotten, number));
       return ctx.Usage(fmt::format(
           "{} line {}: {}", input.Shown(), number,
           read == ImportInput::Read::kTooLong
@@ -119,7 +133,8 @@ int ForgetListed(const Context& ctx, const ForgetArgs& args, Store& store) {
     }
     const Result<bool> forgotten = ForgetKey(store, *key, args.dry_run);
     if (!forgotten.ok()) {
-      fmt::print(ctx.out, "forgot {} records before line {}\n", tally.forgotten, number);
+      Summarize(ctx, args, tally, /*finished=*/false,
+                fmt::format("forgot {} records before line {}", tally.forgotten, number));
       if (forgotten.status().code() == Status::Code::kInvalidArgument) {
         return ctx.Usage(
             fmt::format("{} line {}: {}", input.Shown(), number, forgotten.status().message()));
@@ -164,7 +179,13 @@ int Forget(const Context& ctx, const ForgetArgs& args) {
   }
   if (!forgotten.ok()) return ctx.StoreError(path, forgotten);
   store->reset();
-  fmt::print(ctx.out, "forgot {}\n", DisplayEscape(*key));
+  Summary(ctx, path)
+      .Text("key", *key)
+      .Flag("dry_run", false)
+      .Count("forgotten", 1)
+      .Count("kept", 0)
+      .Flag("finished", true)
+      .Print(args.format, fmt::format("forgot {}", DisplayEscape(*key)));
   return ctx.FinishOutput(kExitOk);
 }
 

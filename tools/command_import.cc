@@ -26,6 +26,7 @@
 #include "import_input.h"
 #include "import_store.h"
 #include "progress_line.h"
+#include "summary.h"
 #include "text.h"
 #include "util/escape.h"
 #include "util/pg_uri.h"
@@ -239,17 +240,28 @@ class Stager {
   ProgressLine& progress_;
 };
 
-std::string Summary(uint64_t imported, uint64_t present, uint64_t expired, uint64_t values_imported,
-                    uint64_t values_present) {
-  std::string summary = fmt::format("imported {} records", imported);
-  if (present > 0) summary += fmt::format("; {} left as they were (key in the store)", present);
-  if (expired > 0) summary += fmt::format("; {} not imported (retention passed)", expired);
-  if (values_imported > 0) summary += fmt::format("; {} table values", values_imported);
-  if (values_present > 0) {
-    summary +=
-        fmt::format("; {} table values left as they were (written in the store)", values_present);
+// The summary of an import that wrote what it was given.
+void PrintImported(const Context& ctx, const ImportArgs& args, const CopyCounts& counts) {
+  std::string sentence = fmt::format("imported {} records", counts.imported);
+  if (counts.present > 0) {
+    sentence += fmt::format("; {} left as they were (key in the store)", counts.present);
   }
-  return summary;
+  if (counts.expired > 0) {
+    sentence += fmt::format("; {} not imported (retention passed)", counts.expired);
+  }
+  if (counts.values_imported > 0)
+    sentence += fmt::format("; {} table values", counts.values_imported);
+  if (counts.values_present > 0) {
+    sentence += fmt::format("; {} table values left as they were (written in the store)",
+                            counts.values_present);
+  }
+  Summary(ctx, args.path)
+      .Count("records", counts.imported)
+      .Count("present", counts.present)
+      .Count("expired", counts.expired)
+      .Count("table_values", counts.values_imported)
+      .Count("table_values_present", counts.values_present)
+      .Print(args.format, sentence);
 }
 
 // Opens the store the import writes into.
@@ -289,29 +301,11 @@ int ImportIntoNewStore(const Context& ctx, const ImportArgs& args, const std::st
     static_cast<void>(RemoveStaging(aside));  // a half-made store must not pass for one
     return code != kExitOk ? code : ctx.StoreError(path, installed);
   }
-  fmt::print(ctx.out, "{}\n",
-             Summary(stager.imported, 0, stager.expired, stager.values_imported, 0));
+  PrintImported(ctx, args,
+                CopyCounts{.imported = stager.imported,
+                           .expired = stager.expired,
+                           .values_imported = stager.values_imported});
   return ctx.FinishOutput(kExitOk);
-}
-
-// Where the staging store of an import into an existing store goes: inside the store directory
-// (kept there with the mark until the import is finished), or a private temporary directory for
-// a store in PostgreSQL.
-Result<std::string> StagingPath(const std::string& path) {
-  if (!util::IsPostgresUri(path)) return (fs::path(path) / kStagingDirectory).string();
-  const char* tmpdir = std::getenv("TMPDIR");
-  std::string pattern =
-      std::string(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp") + "/idem-import-XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    return Status::IOError(fmt::format("cannot make a temporary directory {}: {}",
-                                       DisplayEscape(pattern), std::strerror(errno)));
-  }
-  return pattern + "/" + kStagingDirectory;
-}
-
-void RemoveStagingAndTemporary(const std::string& path, const std::string& staging) {
-  static_cast<void>(RemoveStaging(staging));
-  if (util::IsPostgresUri(path)) ::rmdir(fs::path(staging).parent_path().c_str());
 }
 
 // Writes the mark of an unfinished import into the store directory at `path` (an exit code).
@@ -382,14 +376,14 @@ int ImportIntoStore(const Context& ctx, const ImportArgs& args, const std::strin
   }
   staging->reset();
   RemoveStagingAndTemporary(path, *staging_path);
-  fmt::print(ctx.out, "{}\n",
-             Summary(counts.imported, counts.present, stager.expired + counts.expired,
-                     counts.values_imported, counts.values_present));
+  counts.expired += stager.expired;
+  PrintImported(ctx, args, counts);
   return ctx.FinishOutput(kExitOk);
 }
 
 // --finish: copies what an interrupted import left staged, then removes the mark.
-int FinishImport(const Context& ctx, const std::string& path, Options options) {
+int FinishImport(const Context& ctx, const std::string& path, Options options,
+                 std::string_view format) {
   if (util::IsPostgresUri(path)) {
     return ctx.Usage(
         "--finish is for a store directory: an import into PostgreSQL leaves no "
@@ -416,10 +410,16 @@ int FinishImport(const Context& ctx, const std::string& path, Options options) {
   if (!copied.ok()) return ctx.StoreError(path, copied);
   staging->reset();
   static_cast<void>(RemoveStaging(staging_path));
-  fmt::print(ctx.out,
-             "finished the import: {} records and {} table values written now; {} records and "
-             "{} table values were written before it stopped\n",
-             counts.imported, counts.values_imported, counts.present, counts.values_present);
+  Summary(ctx, path)
+      .Count("records", counts.imported)
+      .Count("table_values", counts.values_imported)
+      .Count("records_written_before", counts.present)
+      .Count("table_values_written_before", counts.values_present)
+      .Print(format, fmt::format("finished the import: {} records and {} table values written "
+                                 "now; {} records and {} table values were written before it "
+                                 "stopped",
+                                 counts.imported, counts.values_imported, counts.present,
+                                 counts.values_present));
   return ctx.FinishOutput(kExitOk);
 }
 
@@ -433,7 +433,7 @@ int Import(const Context& ctx, const ImportArgs& args) {
   // write stays true, and no application sees part of an import. (A store in PostgreSQL has no
   // owner to exclude others: a key an application takes meanwhile is left as it is.)
   options.sharing = Sharing::kExclusive;
-  if (args.finish) return FinishImport(ctx, path, options);
+  if (args.finish) return FinishImport(ctx, path, options, args.format);
   options.create_if_missing = args.create;
   ImportInput input(args.input, LongestLine(options));
   if (!input.Open()) {

@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "progress_line.h"
+#include "summary.h"
 #include "text.h"
 #include "util/escape.h"
 
@@ -60,7 +61,11 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
   if (!purged.ok()) return ctx.StoreError(path, purged.status());
   store->reset();
   if (!quiet) {
-    fmt::print(ctx.out, "{} {} records\n", dry_run ? "would purge" : "purged", *purged);
+    Summary(ctx, path)
+        .Flag("dry_run", dry_run)
+        .Count("records", *purged)
+        .Print(args.format,
+               fmt::format("{} {} records", dry_run ? "would purge" : "purged", *purged));
   }
   return ctx.FinishOutput(kExitOk);
 }

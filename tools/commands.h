@@ -42,6 +42,7 @@ struct PurgeArgs {
   std::string path;
   bool dry_run = false;
   bool quiet = false;
+  std::string format = "text";  // the summary's: text or json (summary.h)
 };
 
 struct ForgetArgs {
@@ -57,25 +58,29 @@ struct ForgetArgs {
   std::chrono::milliseconds age{0};  // 0: any age
   std::string keys_from;             // a file of keys, one a line, or "-": standard input
   bool dry_run = false;
+  std::string format = "text";  // the summary's: text or json (summary.h)
 };
 
 struct BackupArgs {
   std::string path;
   std::string destination;
-  bool verify = false;  // --verify: check the copy (Store::Check) once it is made
+  bool verify = false;          // --verify: check the copy (Store::Check) once it is made
+  std::string format = "text";  // the summary's: text or json (summary.h)
 };
 
 struct ExportArgs {
   std::string path;
-  std::string output;  // --output FILE: replaced atomically; empty: standard output
+  std::string output;           // --output FILE: replaced atomically; empty: standard output
+  std::string format = "text";  // the summary's: text or json (summary.h)
 };
 
 struct ImportArgs {
   std::string path;
   std::string input = "-";  // a file, or "-": standard input
   bool skip_existing = false;
-  bool create = false;  // --create: make the store when PATH has none
-  bool finish = false;  // --finish: finish an import that was stopped part way
+  bool create = false;          // --create: make the store when PATH has none
+  bool finish = false;          // --finish: finish an import that was stopped part way
+  std::string format = "text";  // the summary's: text or json (summary.h)
 };
 
 struct CheckArgs {
@@ -104,6 +109,8 @@ int Check(const Context& ctx, const CheckArgs& args);
 // summary line ending with `note`, then one line a finding.
 void PrintCheckTable(const Context& ctx, const std::string& name, const CheckReport& report,
                      std::string_view note);
+// Its findings in the JSON Lines format (check, backup --verify --format json): one object each.
+void PrintCheckFindingsJson(const Context& ctx, const CheckReport& report);
 
 }  // namespace idem::cli
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -16,6 +17,7 @@
 
 #include "text.h"
 #include "util/escape.h"
+#include "util/pg_uri.h"
 #include "util/sync_directory.h"
 
 namespace idem::cli {
@@ -139,6 +141,23 @@ Status RemoveUnfinishedMark(const std::string& directory) {
         fmt::format("cannot remove {}: {}", DisplayEscape(mark.string()), std::strerror(errno)));
   }
   return SyncDirectory(directory);
+}
+
+Result<std::string> StagingPath(const std::string& path) {
+  if (!util::IsPostgresUri(path)) return (fs::path(path) / kStagingDirectory).string();
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp") + "/idem-import-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return Status::IOError(fmt::format("cannot make a temporary directory {}: {}",
+                                       DisplayEscape(pattern), std::strerror(errno)));
+  }
+  return pattern + "/" + kStagingDirectory;
+}
+
+void RemoveStagingAndTemporary(const std::string& path, const std::string& staging) {
+  static_cast<void>(RemoveStaging(staging));
+  if (util::IsPostgresUri(path)) ::rmdir(fs::path(staging).parent_path().c_str());
 }
 
 namespace {

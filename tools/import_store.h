@@ -49,6 +49,15 @@ Result<std::unique_ptr<Store>> OpenEmptyStaging(const std::string& staging, Opti
 // Removes the staging directory (nothing when it is absent).
 Status RemoveStaging(const std::string& staging);
 
+// Where the staging store of an import into an existing store goes: inside the store directory
+// (kept there with the mark until the import is finished), or a private temporary directory for
+// a store in PostgreSQL.
+Result<std::string> StagingPath(const std::string& path);
+
+// Removes the staging store at `staging` of the import into `path`, and the temporary directory
+// that held it for a store in PostgreSQL.
+void RemoveStagingAndTemporary(const std::string& path, const std::string& staging);
+
 // Renames the whole new store `aside` to `path` (which must still be missing, or the empty
 // directory it was: never replacing a store made meanwhile) and syncs the parent directory.
 Status InstallNewStore(const std::string& aside, const std::string& path);

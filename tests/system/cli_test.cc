@@ -1360,6 +1360,59 @@ TEST_F(CliTest, ForgetRemovesOneRecord) {
   EXPECT_EQ(RunCli({"forget", path(), ""}).code, 2);
 }
 
+// --format json on the commands that write or copy a store: their summary as one JSON object of
+// the sentence's figures (docs/operations.md, "Summaries"), with the command and the store.
+TEST_F(CliTest, SummariesInJsonAreOneObjectOfTheFigures) {
+  Populate();
+  const auto summary = [](const CliResult& result) {
+    EXPECT_EQ(Lines(result.out).size(), 1u) << result.out;
+    return Json::parse(result.out);
+  };
+  CliResult result = RunCli({"purge", path(), "--dry-run", "--format", "json"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(summary(result), Json::parse(R"({"command":"purge","store":")" + path() +
+                                         R"(","dry_run":true,"records":0})"));
+
+  result = RunCli({"forget", path(), "--type", "pay", "--dry-run", "--format", "json"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  Json forget = summary(result);
+  EXPECT_EQ(forget["command"], "forget");
+  EXPECT_EQ(forget["dry_run"], true);
+  EXPECT_EQ(forget["forgotten"], 3);  // order-1, order-2, long
+  EXPECT_EQ(forget["kept"], 0);
+  EXPECT_EQ(forget["finished"], true);
+  result = RunCli({"forget", path(), "6f726465722d33", "--hex-key", "--format=json"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  forget = summary(result);
+  EXPECT_EQ(forget["key"], "order-3");
+  EXPECT_EQ(forget["forgotten"], 1);
+
+  const std::string exported = dir_.Sub("records.jsonl");
+  result = RunCli({"export", path(), "--output", exported, "--format", "json"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(summary(result),
+            Json::parse(R"({"command":"export","store":")" + path() +
+                        R"(","records":5,"table_values":0,"output":")" + exported + R"("})"));
+
+  const std::string restored = dir_.Sub("restored");
+  result = RunCli({"import", restored, exported, "--create", "--format", "json"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(summary(result), Json::parse(R"({"command":"import","store":")" + restored +
+                                         R"(","records":5,"present":0,"expired":0,)"
+                                         R"("table_values":0,"table_values_present":0})"));
+
+  const std::string copy = dir_.Sub("copy");
+  result = RunCli({"backup", path(), copy, "--verify", "--format", "json"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(summary(result),
+            Json::parse(R"({"command":"backup","store":")" + path() + R"(","destination":")" +
+                        copy + R"(","verified":true,"clean":true,"problems":0})"));
+
+  result = RunCli({"purge", path(), "--format", "xml"});
+  EXPECT_EQ(result.code, 2);
+  EXPECT_NE(result.err.find("--format"), std::string::npos) << result.err;
+}
+
 // A selection (--state, --type, --prefix, --older-than, together) removes what it matches in one
 // process; --dry-run only counts; exit 1 when nothing matched.
 TEST_F(CliTest, ForgetBySelectionRemovesWhatItMatches) {
