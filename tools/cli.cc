@@ -136,13 +136,15 @@ CLI::App* AddStats(CLI::App& app, Arguments& args) {
   return command;
 }
 
-// --format of the commands whose output is a summary (summary.h).
-void AddSummaryFormat(CLI::App* command, std::string& format) {
+// --format and --quiet of the commands whose output is a summary (summary.h).
+void AddSummaryOptions(CLI::App* command, SummaryArgs& summary) {
   command
-      ->add_option("--format", format,
+      ->add_option("--format", summary.format,
                    "The summary: text (a sentence, the default) or json (one object of the same "
                    "figures, for scripts)")
       ->check(CLI::IsMember({std::string(kSummaryText), std::string(kSummaryJson)}));
+  command->add_flag("--quiet", summary.quiet,
+                    "Print nothing on success (errors still go to stderr)");
 }
 
 CLI::App* AddPurge(CLI::App& app, Arguments& args) {
@@ -153,10 +155,7 @@ CLI::App* AddPurge(CLI::App& app, Arguments& args) {
       "'purged N records' ('would purge N records' with --dry-run).");
   AddStore(command, purge.path, args.table, args.timeout);
   command->add_flag("--dry-run", purge.dry_run, "Count what would be removed; remove nothing");
-  command->add_flag("--quiet", purge.quiet,
-                    "Print nothing on success (errors still go to "
-                    "stderr)");
-  AddSummaryFormat(command, purge.format);
+  AddSummaryOptions(command, purge.summary);
   return command;
 }
 
@@ -180,7 +179,7 @@ CLI::App* AddForget(CLI::App& app, Arguments& args) {
   command->add_option("--keys-from", forget.keys_from,
                       "Remove the keys of FILE, one a line (-: stdin)");
   command->add_flag("--dry-run", forget.dry_run, "Count what would be removed; remove nothing");
-  AddSummaryFormat(command, forget.format);
+  AddSummaryOptions(command, forget.summary);
   return command;
 }
 
@@ -196,7 +195,7 @@ CLI::App* AddBackup(CLI::App& app, BackupArgs& backup, std::string& timeout) {
   command->add_flag("--verify", backup.verify,
                     "Then read the whole copy as 'idem check' does; exit 7, listing the "
                     "problems, when it is not clean (the copy is kept, to be looked at)");
-  AddSummaryFormat(command, backup.format);
+  AddSummaryOptions(command, backup.summary);
   AddTimeout(command, timeout);
   return command;
 }
@@ -211,7 +210,7 @@ CLI::App* AddExport(CLI::App& app, Arguments& args) {
   command->add_option("--output", export_args.output,
                       "Write to FILE (mode 0600) instead of standard output, replacing it "
                       "atomically once complete");
-  AddSummaryFormat(command, export_args.format);
+  AddSummaryOptions(command, export_args.summary);
   return command;
 }
 
@@ -240,7 +239,7 @@ CLI::App* AddImport(CLI::App& app, Arguments& args) {
   command->add_flag("--skip-existing", import.skip_existing,
                     "Leave a record the store holds as it is and go on, instead of refusing "
                     "the input");
-  AddSummaryFormat(command, import.format);
+  AddSummaryOptions(command, import.summary);
   return command;
 }
 

@@ -43,7 +43,7 @@ int Backup(const Context& ctx, const BackupArgs& args) {
   const std::string sentence = fmt::format("backed up {} to {}", DisplayEscape(ctx.StoreName(path)),
                                            DisplayEscape(args.destination));
   if (!args.verify) {
-    summary.Print(args.format, sentence);
+    summary.Print(args.summary, sentence);
     return ctx.FinishOutput(kExitOk);
   }
   // No process owns the new copy: this one reads its files.
@@ -51,15 +51,17 @@ int Backup(const Context& ctx, const BackupArgs& args) {
   if (!copy.ok()) return ctx.StoreError(args.destination, copy.status());
   const Result<CheckReport> report = (*copy)->Check();
   if (!report.ok()) return ctx.StoreError(args.destination, report.status());
-  if (args.format == kSummaryJson) {
+  if (args.summary.format == kSummaryJson) {
     // The findings as `idem check --format jsonl` writes them, then the summary.
     PrintCheckFindingsJson(ctx, *report);
     summary.Flag("clean", report->clean())
         .Count("problems", report->findings.size() + report->findings_left_out)
-        .Print(args.format, sentence);
+        .Print(args.summary, sentence);
   } else {
-    summary.Print(args.format, sentence);
-    PrintCheckTable(ctx, args.destination, *report, "");
+    summary.Print(args.summary, sentence);
+    if (!args.summary.quiet || !report->clean()) {
+      PrintCheckTable(ctx, args.destination, *report, "");
+    }
   }
   return ctx.FinishOutput(report->clean() ? kExitOk : kExitProblemsFound);
 }

@@ -28,7 +28,8 @@ int Export(const Context& ctx, const ExportArgs& args) {
   }
   uint64_t exported = 0, values = 0;
   // On a terminal, while the lines go to a file or a pipe: how many are written so far.
-  ProgressLine progress(ctx.err, ctx.ErrIsTerminal() && (file || !ctx.OutIsTerminal()));
+  ProgressLine progress(
+      ctx.err, !args.summary.quiet && ctx.ErrIsTerminal() && (file || !ctx.OutIsTerminal()));
   std::string line;
   const auto emit = [&]() {
     if ((exported + values) % 1024 == 1 && progress.Due()) {
@@ -68,9 +69,10 @@ int Export(const Context& ctx, const ExportArgs& args) {
       .Count("records", exported)
       .Count("table_values", values)
       .Text("output", args.output)
-      .Print(args.format, fmt::format("exported {} records{} to {}", exported,
-                                      values > 0 ? fmt::format(" and {} table values", values) : "",
-                                      DisplayEscape(args.output)));
+      .Print(args.summary,
+             fmt::format("exported {} records{} to {}", exported,
+                         values > 0 ? fmt::format(" and {} table values", values) : "",
+                         DisplayEscape(args.output)));
   return ctx.FinishOutput(kExitOk);
 }
 

@@ -38,7 +38,7 @@ void Summarize(const Context& ctx, const ForgetArgs& args, const Tally& tally, b
       .Count("forgotten", tally.forgotten)
       .Count("kept", tally.kept)
       .Flag("finished", finished)
-      .Print(args.format, sentence);
+      .Print(args.summary, sentence);
 }
 
 // The summary of a whole bulk forget, and exit 1 when nothing was removed.
@@ -185,7 +185,7 @@ int Forget(const Context& ctx, const ForgetArgs& args) {
       .Count("forgotten", 1)
       .Count("kept", 0)
       .Flag("finished", true)
-      .Print(args.format, fmt::format("forgot {}", DisplayEscape(*key)));
+      .Print(args.summary, fmt::format("forgot {}", DisplayEscape(*key)));
   return ctx.FinishOutput(kExitOk);
 }
 

@@ -261,7 +261,7 @@ void PrintImported(const Context& ctx, const ImportArgs& args, const CopyCounts&
       .Count("expired", counts.expired)
       .Count("table_values", counts.values_imported)
       .Count("table_values_present", counts.values_present)
-      .Print(args.format, sentence);
+      .Print(args.summary, sentence);
 }
 
 // Opens the store the import writes into.
@@ -291,7 +291,7 @@ int ImportIntoNewStore(const Context& ctx, const ImportArgs& args, const std::st
   const std::string aside = path + kNewStoreSuffix;
   Result<std::unique_ptr<Store>> staging = OpenEmptyStaging(aside, options);
   if (!staging.ok()) return ctx.StoreError(aside, staging.status());
-  ProgressLine progress(ctx.err, ctx.ErrIsTerminal());
+  ProgressLine progress(ctx.err, !args.summary.quiet && ctx.ErrIsTerminal());
   Stager stager(ctx, args, input, **staging, nullptr, progress);
   const int code = stager.Run();
   progress.Erase();
@@ -336,7 +336,7 @@ int ImportIntoStore(const Context& ctx, const ImportArgs& args, const std::strin
     if (util::IsPostgresUri(path)) RemoveStagingAndTemporary(path, *staging_path);
     return ctx.StoreError(*staging_path, staging.status());
   }
-  ProgressLine progress(ctx.err, ctx.ErrIsTerminal());
+  ProgressLine progress(ctx.err, !args.summary.quiet && ctx.ErrIsTerminal());
   Stager stager(ctx, args, input, **staging, store->get(), progress);
   code = stager.Run();
   if (code != kExitOk) {
@@ -383,7 +383,7 @@ int ImportIntoStore(const Context& ctx, const ImportArgs& args, const std::strin
 
 // --finish: copies what an interrupted import left staged, then removes the mark.
 int FinishImport(const Context& ctx, const std::string& path, Options options,
-                 std::string_view format) {
+                 const SummaryArgs& summary) {
   if (util::IsPostgresUri(path)) {
     return ctx.Usage(
         "--finish is for a store directory: an import into PostgreSQL leaves no "
@@ -404,7 +404,7 @@ int FinishImport(const Context& ctx, const std::string& path, Options options,
   Result<std::unique_ptr<Store>> staging = Store::Open(staging_path, options);
   if (!staging.ok()) return ctx.StoreError(staging_path, staging.status());
   CopyCounts counts;
-  ProgressLine progress(ctx.err, ctx.ErrIsTerminal());
+  ProgressLine progress(ctx.err, !summary.quiet && ctx.ErrIsTerminal());
   Status copied = CopyStaged(**staging, **store, counts, progress, 0);
   if (copied.ok()) copied = RemoveUnfinishedMark(path);
   if (!copied.ok()) return ctx.StoreError(path, copied);
@@ -415,11 +415,11 @@ int FinishImport(const Context& ctx, const std::string& path, Options options,
       .Count("table_values", counts.values_imported)
       .Count("records_written_before", counts.present)
       .Count("table_values_written_before", counts.values_present)
-      .Print(format, fmt::format("finished the import: {} records and {} table values written "
-                                 "now; {} records and {} table values were written before it "
-                                 "stopped",
-                                 counts.imported, counts.values_imported, counts.present,
-                                 counts.values_present));
+      .Print(summary, fmt::format("finished the import: {} records and {} table values written "
+                                  "now; {} records and {} table values were written before it "
+                                  "stopped",
+                                  counts.imported, counts.values_imported, counts.present,
+                                  counts.values_present));
   return ctx.FinishOutput(kExitOk);
 }
 
@@ -433,7 +433,7 @@ int Import(const Context& ctx, const ImportArgs& args) {
   // write stays true, and no application sees part of an import. (A store in PostgreSQL has no
   // owner to exclude others: a key an application takes meanwhile is left as it is.)
   options.sharing = Sharing::kExclusive;
-  if (args.finish) return FinishImport(ctx, path, options, args.format);
+  if (args.finish) return FinishImport(ctx, path, options, args.summary);
   options.create_if_missing = args.create;
   ImportInput input(args.input, LongestLine(options));
   if (!input.Open()) {

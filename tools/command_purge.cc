@@ -18,14 +18,13 @@ namespace idem::cli {
 int Purge(const Context& ctx, const PurgeArgs& args) {
   const std::string& path = args.path;
   const bool dry_run = args.dry_run;
-  const bool quiet = args.quiet;
   // A dry run only reads: it never writes nor takes the store from its owner.
   auto store = ctx.OpenStore(path, /*read_only=*/dry_run);
   if (!store.ok()) return ctx.StoreError(path, store.status());
   // On a terminal, say what is going on: the running count, of how many (the due entries of the
   // expiry index, counted first) and the percentage. Through another owner they arrive about
   // once a second.
-  ProgressLine progress(ctx.err, !quiet && ctx.ErrIsTerminal());
+  ProgressLine progress(ctx.err, !args.summary.quiet && ctx.ErrIsTerminal());
   const char* verb = dry_run ? "counted" : "removed";
   std::optional<uint64_t> total;
   int last_percent = -1;
@@ -60,13 +59,11 @@ int Purge(const Context& ctx, const PurgeArgs& args) {
   progress.Erase();
   if (!purged.ok()) return ctx.StoreError(path, purged.status());
   store->reset();
-  if (!quiet) {
-    Summary(ctx, path)
-        .Flag("dry_run", dry_run)
-        .Count("records", *purged)
-        .Print(args.format,
-               fmt::format("{} {} records", dry_run ? "would purge" : "purged", *purged));
-  }
+  Summary(ctx, path)
+      .Flag("dry_run", dry_run)
+      .Count("records", *purged)
+      .Print(args.summary,
+             fmt::format("{} {} records", dry_run ? "would purge" : "purged", *purged));
   return ctx.FinishOutput(kExitOk);
 }
 

@@ -13,6 +13,12 @@
 
 namespace idem::cli {
 
+// How the commands that write or copy a store end (summary.h): --format and --quiet.
+struct SummaryArgs {
+  std::string format = "text";  // text or json
+  bool quiet = false;           // print nothing on success
+};
+
 struct DumpArgs {
   std::string path;
   std::string app_table;  // --table with a store directory: list this application table
@@ -41,8 +47,7 @@ struct StatsArgs {
 struct PurgeArgs {
   std::string path;
   bool dry_run = false;
-  bool quiet = false;
-  std::string format = "text";  // the summary's: text or json (summary.h)
+  SummaryArgs summary;
 };
 
 struct ForgetArgs {
@@ -58,29 +63,29 @@ struct ForgetArgs {
   std::chrono::milliseconds age{0};  // 0: any age
   std::string keys_from;             // a file of keys, one a line, or "-": standard input
   bool dry_run = false;
-  std::string format = "text";  // the summary's: text or json (summary.h)
+  SummaryArgs summary;
 };
 
 struct BackupArgs {
   std::string path;
   std::string destination;
-  bool verify = false;          // --verify: check the copy (Store::Check) once it is made
-  std::string format = "text";  // the summary's: text or json (summary.h)
+  bool verify = false;  // --verify: check the copy (Store::Check) once it is made
+  SummaryArgs summary;
 };
 
 struct ExportArgs {
   std::string path;
-  std::string output;           // --output FILE: replaced atomically; empty: standard output
-  std::string format = "text";  // the summary's: text or json (summary.h)
+  std::string output;  // --output FILE: replaced atomically; empty: standard output
+  SummaryArgs summary;
 };
 
 struct ImportArgs {
   std::string path;
   std::string input = "-";  // a file, or "-": standard input
   bool skip_existing = false;
-  bool create = false;          // --create: make the store when PATH has none
-  bool finish = false;          // --finish: finish an import that was stopped part way
-  std::string format = "text";  // the summary's: text or json (summary.h)
+  bool create = false;  // --create: make the store when PATH has none
+  bool finish = false;  // --finish: finish an import that was stopped part way
+  SummaryArgs summary;
 };
 
 struct CheckArgs {

@@ -29,8 +29,9 @@ Summary& Summary::Text(std::string_view name, std::string_view value) {
   return *this;
 }
 
-void Summary::Print(std::string_view format, std::string_view sentence) {
-  if (format != kSummaryJson) {
+void Summary::Print(const SummaryArgs& how, std::string_view sentence) {
+  if (how.quiet) return;
+  if (how.format != kSummaryJson) {
     fmt::print(ctx_.out, "{}\n", sentence);
     return;
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "commands.h"
 #include "context.h"
 #include "json_writer.h"
 
@@ -30,8 +31,9 @@ class Summary {
   // Bytes as JsonWriter writes them (a byte that is not UTF-8 as \u00XX).
   Summary& Text(std::string_view name, std::string_view value);
 
-  // Writes `sentence`, or the object when `format` is json, and a newline, on ctx.out. Once.
-  void Print(std::string_view format, std::string_view sentence);
+  // Writes `sentence`, or the object when `how` says json, and a newline, on ctx.out; nothing
+  // when `how` is quiet. Once.
+  void Print(const SummaryArgs& how, std::string_view sentence);
 
  private:
   const Context& ctx_;

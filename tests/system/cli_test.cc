@@ -1361,7 +1361,8 @@ TEST_F(CliTest, ForgetRemovesOneRecord) {
 }
 
 // --format json on the commands that write or copy a store: their summary as one JSON object of
-// the sentence's figures (docs/operations.md, "Summaries"), with the command and the store.
+// the sentence's figures (docs/operations.md, "Summaries"), with the command and the store;
+// --quiet: nothing.
 TEST_F(CliTest, SummariesInJsonAreOneObjectOfTheFigures) {
   Populate();
   const auto summary = [](const CliResult& result) {
@@ -1407,6 +1408,21 @@ TEST_F(CliTest, SummariesInJsonAreOneObjectOfTheFigures) {
   EXPECT_EQ(summary(result),
             Json::parse(R"({"command":"backup","store":")" + path() + R"(","destination":")" +
                         copy + R"(","verified":true,"clean":true,"problems":0})"));
+
+  // --quiet: nothing on success, in either format.
+  for (const char* format : {"text", "json"}) {
+    result = RunCli({"export", path(), "--output", exported, "--quiet", "--format", format});
+    EXPECT_EQ(result.code, 0) << result.err;
+    EXPECT_EQ(result.out, "") << format;
+    result = RunCli({"backup", path(), dir_.Sub(std::string("quiet-") + format), "--verify",
+                     "--quiet", "--format", format});
+    EXPECT_EQ(result.code, 0) << result.err;
+    EXPECT_EQ(result.out, "") << format;
+    result = RunCli(
+        {"forget", path(), "--prefix", "order-", "--dry-run", "--quiet", "--format", format});
+    EXPECT_EQ(result.code, 0) << result.err;
+    EXPECT_EQ(result.out, "") << format;
+  }
 
   result = RunCli({"purge", path(), "--format", "xml"});
   EXPECT_EQ(result.code, 2);
