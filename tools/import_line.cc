@@ -2,12 +2,11 @@
 //
 // The line is read with nlohmann's SAX interface, straight into a Record (or a table value), field
 // by field as its members come: no JSON tree is built, so a line costs its lexing and the record's
-// own strings. A member's value reaches the field's reader as a JsonScalar; bytes given as
-// {"hex":"..."} arrive whole, once their object closes.
+// own strings. A member's value reaches the field's reader (import_field.h) as a JsonScalar;
+// bytes given as {"hex":"..."} arrive whole, once their object closes.
 
 #include <fmt/format.h>
 
-#include <array>
 #include <bitset>
 #include <cstddef>
 #include <cstdint>
@@ -18,8 +17,7 @@
 
 #include "cli.h"
 #include "export_format.h"
-#include "records.h"
-#include "util/hex.h"
+#include "import_field.h"
 #include "util/record_fields.h"
 
 namespace idem::cli {
@@ -29,128 +27,9 @@ namespace {
 // after `created`.
 constexpr std::chrono::hours kDefaultRetention{24 * 30};
 
-Status Bad(std::string_view field, std::string_view why) {
-  return Status::InvalidArgument(fmt::format("{}: {}", field, why));
-}
-
-// A member's value as the field readers see it. kOther: what no field takes (a fraction, an
-// array, an object that is not {"hex": string}).
-struct JsonScalar {
-  enum class Kind { kNull, kBool, kWhole, kNegative, kString, kHex, kOther };
-  Kind kind = Kind::kOther;
-  bool boolean = false;
-  uint64_t whole = 0;
-  std::string* text = nullptr;  // kString, kHex: the string, which a reader may move from
-};
-
-Result<std::string> ReadBytes(const JsonScalar& value, std::string_view field) {
-  if (value.kind == JsonScalar::Kind::kString) return std::move(*value.text);
-  if (value.kind == JsonScalar::Kind::kHex) {
-    std::optional<std::string> bytes = util::FromHex(*value.text);
-    if (!bytes) return Bad(field, "\"hex\" is not pairs of hex digits");
-    return std::move(*bytes);
-  }
-  return Bad(field, "must be a string, or {\"hex\":\"...\"} for bytes that are not UTF-8");
-}
-
-Result<uint64_t> ReadWhole(const JsonScalar& value, std::string_view field, uint64_t largest) {
-  if (value.kind != JsonScalar::Kind::kWhole) {
-    return Bad(field, fmt::format("must be a whole number from 0 to {}", largest));
-  }
-  if (value.whole > largest) {
-    return Bad(field, fmt::format("{} is above the largest, {}", value.whole, largest));
-  }
-  return value.whole;
-}
-
-// A time: RFC 3339, or null for a time never set (the epoch).
-Result<TimePoint> ReadTime(const JsonScalar& value, std::string_view field) {
-  if (value.kind == JsonScalar::Kind::kNull) return TimePoint();
-  if (value.kind == JsonScalar::Kind::kString) {
-    if (std::optional<TimePoint> time = ParseRfc3339(*value.text)) return *time;
-  }
-  return Bad(field,
-             "must be an RFC 3339 time such as \"2026-11-30T01:02:03.123456Z\" (years 1678 to "
-             "2261), or null");
-}
-
-// A record's "state": "timeout" is derived, a pending record.
-Result<State> ReadState(const JsonScalar& value, std::string_view name) {
-  if (value.kind == JsonScalar::Kind::kString) {
-    const std::string& state = *value.text;
-    if (state == "pending" || state == "timeout") return State::kPending;
-    if (state == "done") return State::kDone;
-    if (state == "failed") return State::kFailed;
-  }
-  return Bad(name, "must be \"pending\", \"done\" or \"failed\" (or \"timeout\")");
-}
-
-// Reads `value` into the field of `record` that `Row` is, by the field's type.
-template <class Row>
-Status ReadField(const JsonScalar& value, Record& record) {
-  constexpr std::string_view name = Row::field.name;
-  auto& out = Row::field.Of(record);
-  using Type = std::remove_cvref_t<decltype(out)>;
-  if constexpr (std::is_same_v<Type, std::string>) {
-    IDEM_ASSIGN_OR_RETURN(out, ReadBytes(value, name));
-  } else if constexpr (std::is_same_v<Type, State>) {
-    IDEM_ASSIGN_OR_RETURN(out, ReadState(value, name));
-  } else if constexpr (std::is_same_v<Type, bool>) {
-    if (value.kind != JsonScalar::Kind::kBool) return Bad(name, "must be true or false");
-    out = value.boolean;
-  } else if constexpr (std::is_integral_v<Type>) {
-    IDEM_ASSIGN_OR_RETURN(const uint64_t number, ReadWhole(value, name, Row::field.Largest()));
-    if constexpr (name == "attempts") {
-      if (number == 0) return Bad(name, "must be at least 1 (a record was acquired once)");
-    }
-    out = static_cast<Type>(number);
-  } else {
-    static_assert(std::is_same_v<Type, TimePoint>, "a field of a type the export cannot read");
-    IDEM_ASSIGN_OR_RETURN(out, ReadTime(value, name));
-  }
-  return Status::OK();
-}
-
-constexpr std::size_t kFieldCount = util::kRecordFieldCount;
-
-// Where a line may give each of util::kRecordFields: in the record's object, in its holder's, or
-// nowhere (a field the export does not write).
-enum class Place { kNowhere, kRecord, kHolder };
-constexpr std::array<Place, kFieldCount> kPlaces = [] {
-  std::array<Place, kFieldCount> places{};
-  util::ForEachRecordField<util::kTableOrder>([&](auto row) {
-    using Row = decltype(row);
-    places[Row::kIndex] = !Row::field.exported   ? Place::kNowhere
-                          : Row::field.kInHolder ? Place::kHolder
-                                                 : Place::kRecord;
-  });
-  return places;
-}();
-
-// Reads `value` into the field in row `row` of util::kRecordFields; a holder field's message
-// names it "holder.NAME".
-Status ReadRow(std::size_t row, const JsonScalar& value, Record& record) {
-  Status read;
-  util::ForEachRecordField<util::kTableOrder>([&](auto each) {
-    using Row = decltype(each);
-    if constexpr (Row::field.exported) {
-      if (Row::kIndex == row) read = ReadField<Row>(value, record);
-    }
-  });
-  if (read.ok() || kPlaces[row] != Place::kHolder) return read;
-  return Status::InvalidArgument("holder." + read.message());
-}
-
-// "pid, process_start, pid_scope, request_id, took_over".
-std::string HolderFieldNames() {
-  std::string names;
-  util::ForEachRecordField<util::kTableOrder>([&](auto row) {
-    if constexpr (decltype(row)::field.kInHolder) {
-      if (!names.empty()) names += ", ";
-      names += decltype(row)::field.name;
-    }
-  });
-  return names;
+Status NotAField(std::string_view name, std::string_view of_what) {
+  return FieldError(
+      name, fmt::format("is not a field of {} (see docs/format.md, \"Export format\")", of_what));
 }
 
 // The members a line's objects may have: a record field by its row, or one of these.
@@ -223,19 +102,21 @@ class LineReader {
   bool Value(JsonScalar value);
   bool Close();
   void ReadLineMember(const JsonScalar& value);
+  // The first reason the line is not a record (or not a table value) is kept: a Status, or the
+  // name of a member that kind has not, whose message is made only if the line turns out to be
+  // of that kind (every record's line has fields no table value has). Such a name outlives the
+  // reader: a literal, or one of kFieldNames.
   void KeepRecordError(Status status) {
-    if (record_error_.ok()) record_error_ = std::move(status);
+    if (record_error_.ok() && record_not_field_.empty()) record_error_ = std::move(status);
   }
   void KeepTableError(Status status) {
-    if (table_error_.ok()) table_error_ = std::move(status);
+    if (table_error_.ok() && table_not_field_.empty()) table_error_ = std::move(status);
   }
-  void NotOfATableValue(std::string_view name) {
-    KeepTableError(
-        Bad(name, "is not a field of a table value (see docs/format.md, \"Export format\")"));
+  void NotOfATableValue(std::string_view lasting_name) {
+    if (table_error_.ok() && table_not_field_.empty()) table_not_field_ = lasting_name;
   }
-  void NotOfARecord(std::string_view name) {
-    KeepRecordError(
-        Bad(name, "is not a field of a record (see docs/format.md, \"Export format\")"));
+  void NotOfARecord(std::string_view lasting_name) {
+    if (record_error_.ok() && record_not_field_.empty()) record_not_field_ = lasting_name;
   }
   void Repeated(std::string_view name) {
     if (!repeated_) repeated_ = std::string(name);
@@ -260,6 +141,8 @@ class LineReader {
   ExportedTableValue table_;
   Status record_error_;
   Status table_error_;
+  std::string_view record_not_field_;
+  std::string_view table_not_field_;
   std::optional<std::string> repeated_;
   std::optional<std::string> syntax_error_;
 };
@@ -332,8 +215,9 @@ bool LineReader::Value(JsonScalar value) {
       break;
     case Scope::kHolder:
       if (member_ == kUnknownMember) {
-        KeepRecordError(Bad("holder." + member_name_,
-                            fmt::format("is not a field of the holder ({})", HolderFieldNames())));
+        KeepRecordError(
+            FieldError("holder." + member_name_,
+                       fmt::format("is not a field of the holder ({})", HolderFieldNames())));
       } else {
         KeepRecordError(ReadRow(member_, value, record_));
       }
@@ -348,14 +232,14 @@ bool LineReader::Value(JsonScalar value) {
 void LineReader::ReadLineMember(const JsonScalar& value) {
   switch (member_) {
     case kHolderMember:
-      KeepRecordError(Bad("holder", "must be an object"));
+      KeepRecordError(FieldError("holder", "must be an object"));
       NotOfATableValue("holder");
       return;
     case kTableMember:
       if (value.kind == Kind::kString) {
         table_.table = std::move(*value.text);
       } else {
-        KeepTableError(Bad("table", "must be a string, the table's name"));
+        KeepTableError(FieldError("table", "must be a string, the table's name"));
       }
       return;
     case kValueMember:
@@ -371,22 +255,22 @@ void LineReader::ReadLineMember(const JsonScalar& value) {
           !version.ok()) {
         KeepTableError(version.status());
       } else if (*version == 0) {
-        KeepTableError(Bad("version", "must be at least 1 (the value was written)"));
+        KeepTableError(FieldError("version", "must be at least 1 (the value was written)"));
       } else {
         table_.version = *version;
       }
       NotOfARecord("version");
       return;
     case kUnknownMember:
-      NotOfARecord(member_name_);
-      NotOfATableValue(member_name_);
+      KeepRecordError(NotAField(member_name_, "a record"));
+      KeepTableError(NotAField(member_name_, "a table value"));
       return;
     default: {
       Status read = ReadRow(member_, value, record_);
       if (member_ == kKeyRow) {
         KeepTableError(read);
       } else {
-        NotOfATableValue(member_name_);
+        NotOfATableValue(kFieldNames[member_]);
       }
       KeepRecordError(std::move(read));
     }
@@ -395,16 +279,17 @@ void LineReader::ReadLineMember(const JsonScalar& value) {
 
 Result<ImportLine> LineReader::Finish() {
   if (syntax_error_) return Status::InvalidArgument(fmt::format("not JSON: {}", *syntax_error_));
-  if (repeated_) return Bad(*repeated_, "is given twice");
+  if (repeated_) return FieldError(*repeated_, "is given twice");
   if (not_object_) return Status::InvalidArgument("not a JSON object");
   return given_[kTableMember] ? FinishTableValue() : FinishRecord();
 }
 
 Result<ImportLine> LineReader::FinishTableValue() {
+  if (!table_not_field_.empty()) return NotAField(table_not_field_, "a table value");
   IDEM_RETURN_IF_ERROR(table_error_);
   if (!given_[kKeyRow]) return Status::InvalidArgument("key: missing");
   table_.key = std::move(record_.key);
-  if (table_.key.empty()) return Bad("key", "is empty");
+  if (table_.key.empty()) return FieldError("key", "is empty");
   if (!given_[kValueMember]) return Status::InvalidArgument("value: missing");
   if (!given_[kVersionMember]) return Status::InvalidArgument("version: missing");
   return ImportLine(std::move(table_));
@@ -412,14 +297,15 @@ Result<ImportLine> LineReader::FinishTableValue() {
 
 // The import's own rules: what a record's line must give, and what it may leave out.
 Result<ImportLine> LineReader::FinishRecord() {
+  if (!record_not_field_.empty()) return NotAField(record_not_field_, "a record");
   IDEM_RETURN_IF_ERROR(record_error_);
   Record& record = record_;
   const auto given = [&](std::string_view name) { return given_[util::RecordFieldIndex(name)]; };
   if (!given("key")) return Status::InvalidArgument("key: missing");
-  if (record.key.empty()) return Bad("key", "is empty");
+  if (record.key.empty()) return FieldError("key", "is empty");
   if (!given("state")) return Status::InvalidArgument("state: missing");
   if (record.retryable && record.state != State::kFailed) {
-    return Bad("retryable", "may be true only when state is \"failed\"");
+    return FieldError("retryable", "may be true only when state is \"failed\"");
   }
   if (!given("created")) {
     record.created = std::chrono::time_point_cast<TimePoint::duration>(
