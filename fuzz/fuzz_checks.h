@@ -234,8 +234,7 @@ inline std::string CheckImportLine(std::string_view data) {
   Result<cli::ImportLine> parsed = cli::ParseImportLine(data, now);
   if (!parsed.ok()) {
     if (parsed.status().code() != Status::Code::kInvalidArgument) {
-      return "ParseImportLine failed with " + parsed.status().ToString() +
-             ", not kInvalidArgument";
+      return "ParseImportLine failed with " + parsed.status().ToString() + ", not kInvalidArgument";
     }
     return {};
   }
@@ -244,14 +243,12 @@ inline std::string CheckImportLine(std::string_view data) {
     exported = cli::RecordToExportJson(*record);
   } else {
     const auto& value = std::get<cli::ExportedTableValue>(*parsed);
-    exported = cli::TableValueToExportJson(value.table, value.key,
-                                           TableValue{.value = value.value,
-                                                      .version = value.version});
+    exported = cli::TableValueToExportJson(
+        value.table, value.key, TableValue{.value = value.value, .version = value.version});
   }
   Result<cli::ImportLine> again = cli::ParseImportLine(exported, now);
   if (!again.ok()) {
-    return "an accepted line, exported, is refused: " + again.status().message() + "\n" +
-           exported;
+    return "an accepted line, exported, is refused: " + again.status().message() + "\n" + exported;
   }
   if (const auto* record = std::get_if<Record>(&*parsed)) {
     const auto* record_again = std::get_if<Record>(&*again);

@@ -249,8 +249,9 @@ void PrintImported(const Context& ctx, const ImportArgs& args, const CopyCounts&
   if (counts.expired > 0) {
     sentence += fmt::format("; {} not imported (retention passed)", counts.expired);
   }
-  if (counts.values_imported > 0)
+  if (counts.values_imported > 0) {
     sentence += fmt::format("; {} table values", counts.values_imported);
+  }
   if (counts.values_present > 0) {
     sentence += fmt::format("; {} table values left as they were (written in the store)",
                             counts.values_present);

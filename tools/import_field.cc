@@ -6,7 +6,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "records.h"
 #include "text.h"
 #include "util/hex.h"
 

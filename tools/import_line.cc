@@ -15,7 +15,6 @@
 #include <string>
 #include <utility>
 
-#include "cli.h"
 #include "export_format.h"
 #include "import_field.h"
 #include "util/record_fields.h"
@@ -129,8 +128,8 @@ class LineReader {
   std::size_t open_ = 0;
   std::size_t skipping_ = 0;  // containers open inside a value no field takes
   bool not_object_ = false;
-  Member member_ = kUnknownMember;  // whose value comes next, in the line's or holder's object
-  std::string member_name_;
+  Member member_ = kUnknownMember;     // whose value comes next, in the line's or holder's object
+  std::string member_name_;            // when member_ is kUnknownMember
   std::bitset<kUnknownMember> given_;  // the members given, to refuse one given twice
   // The bytes object being read: whether its member so far is one "hex" with a string.
   bool bytes_ok_ = false;
@@ -180,8 +179,9 @@ bool LineReader::key(std::string& name) {
     return true;
   }
   member_ = MemberNamed(name, scope);
-  member_name_ = name;
-  if (member_ != kUnknownMember) {
+  if (member_ == kUnknownMember) {
+    member_name_ = name;  // its message quotes it
+  } else {
     if (given_[member_]) Repeated(name);
     given_.set(member_);
   }
