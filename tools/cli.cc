@@ -71,8 +71,9 @@ void AddStore(CLI::App* command, std::string& path, std::string& table, std::str
 
 // The arguments of every subcommand; Parse fills the one given.
 struct Arguments {
-  std::string table;    // --table
-  std::string timeout;  // --timeout, checked by DurationValidator; empty: the library's default
+  std::string table;     // --table
+  std::string timeout;   // --timeout, checked by DurationValidator; empty: the library's default
+  bool verbose = false;  // --verbose
   DumpArgs dump;
   CLI::Option* dump_type = nullptr;  // --type given, even as empty
   GetArgs get;
@@ -337,7 +338,7 @@ int Dispatch(const Commands& commands, Arguments& args, std::ostream& out, std::
       args.timeout.empty() ? std::chrono::milliseconds(0)
                            : ParseDuration(args.timeout, kLongestTimeout).value();
   const auto context = [&](std::string command) {
-    return Context{std::move(command), out, err, clock, args.table, timeout};
+    return Context{std::move(command), out, err, clock, args.table, timeout, args.verbose};
   };
   // For the other commands --table names a table of a PostgreSQL store: with a directory it
   // would be ignored.
@@ -407,6 +408,9 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
                              AddExport(app, args), AddImport(app, args),
                              AddPing(app, args),   AddCheck(app, args)};
   for (CLI::App* command : commands) {
+    command->add_flag("--verbose", args.verbose,
+                      "Also show the store's info lines (a failover, a recovery), each with its "
+                      "event name; warnings and errors are always shown");
     command->footer("Exit codes and examples: 'man idem' (docs/idem.1) and docs/operations.md.");
   }
   if (const std::optional<int> code = Parse(app, commands, argc, argv, out, err)) return *code;

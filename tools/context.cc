@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 
 #include "text.h"
 #include "util/escape.h"
@@ -139,6 +140,19 @@ Options Context::StoreOptions(bool read_only) const {
   options.read_only = read_only;
   options.auto_purge_interval = std::chrono::milliseconds(0);
   if (!table.empty()) options.table = table;
+  options.log = [command = command, &err = err, verbose = verbose](const LogLine& line) {
+    if (line.severity == LogSeverity::kInfo && !verbose) return;
+    // From the store's background threads too: one line at a time.
+    static std::mutex mu;
+    const std::string event = verbose ? fmt::format(" [{}]", line.event) : std::string();
+    // On a terminal the line may hold a command's progress (ProgressLine): the log line replaces
+    // it, and the progress is drawn again at its next update.
+    const char* erase = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1 ? "\r\033[K" : "";
+    const std::lock_guard lock(mu);
+    fmt::print(err, "{}idem {}: {}: {}{}\n", erase, command, LogSeverityName(line.severity),
+               line.message, event);
+    err.flush();
+  };
   if (request_timeout > std::chrono::milliseconds(0)) {
     // Waiting for a new owner or a server to come back is waiting for an answer too.
     options.request_timeout = request_timeout;

@@ -29,13 +29,16 @@ struct Context {
   // --timeout: Options::request_timeout, each wait for the store's owner or server; 0: the
   // library's default.
   std::chrono::milliseconds request_timeout{0};
+  // --verbose: the store's info lines are shown too, and every line names its event.
+  bool verbose = false;
 
   // How messages and output name the store at `path`: a directory as it is; a PostgreSQL URI
   // without its secrets (DisplayStoreName), and its table when --table names one. Not escaped.
   std::string StoreName(const std::string& path) const;
 
   // The options the commands open a store with: never created, never purged in the background,
-  // on this context's clock, with `table` and `request_timeout` when given.
+  // on this context's clock, with `table` and `request_timeout` when given, and a log that
+  // writes the store's warnings and errors (its info lines too when `verbose`) to `err`.
   Options StoreOptions(bool read_only) const;
   // The store at `path` (a directory, or a PostgreSQL URI) opened with StoreOptions(read_only).
   Result<std::unique_ptr<Store>> OpenStore(const std::string& path, bool read_only) const;

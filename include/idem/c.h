@@ -183,11 +183,20 @@ IDEM_EXPORT void idem_options_set_renewal_grace_ms(idem_options_t* options, int6
 IDEM_EXPORT void idem_options_set_failover_timeout_ms(idem_options_t* options, int64_t ms);
 /* How long a call waits for the store's owner or server to answer. Default: 10000. */
 IDEM_EXPORT void idem_options_set_request_timeout_ms(idem_options_t* options, int64_t ms);
-/* Receives the warnings that no call returns (idem::Options::log): log(arg, line) with a line
- * valid during the call only, read with idem_log_line_message. Called from background threads:
- * it must be thread-safe. NULL (default): written to stderr as "idem: <message>". */
+/* Receives what no call returns (idem::Options::log): log(arg, line) with a line valid during
+ * the call only, read with idem_log_line_severity, idem_log_line_event and
+ * idem_log_line_message. Called from background threads: it must be thread-safe. NULL
+ * (default): written to stderr as "idem: <severity>: <message> [<event>]". */
 typedef void (*idem_log_fn)(void* arg, const idem_log_line_t* line);
 IDEM_EXPORT void idem_options_set_log(idem_options_t* options, idem_log_fn log, void* arg);
+/* A log line's severity (idem::LogSeverity). */
+#define IDEM_LOG_INFO 0
+#define IDEM_LOG_WARNING 1
+#define IDEM_LOG_ERROR 2
+IDEM_EXPORT int idem_log_line_severity(const idem_log_line_t* line);
+/* A log line's event: a stable snake_case name ("foreign_uid"; docs/operations.md, "Log
+ * events"), to match on instead of the message. */
+IDEM_EXPORT const char* idem_log_line_event(const idem_log_line_t* line, size_t* len);
 /* The text of a log line: one line, control characters escaped. */
 IDEM_EXPORT const char* idem_log_line_message(const idem_log_line_t* line, size_t* len);
 /* The wall clock that judges leases and retention (idem::Options::clock), for tests:

@@ -5,6 +5,7 @@
 
 #include "idem/counters.h"
 #include "idem/function_ref.h"
+#include "idem/log.h"
 #include "idem/options.h"
 #include "idem/record.h"
 #include "idem/retry.h"

@@ -7,12 +7,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "idem/export.h"
+#include "idem/log.h"
 
 namespace idem {
 
@@ -198,13 +198,15 @@ struct Options {
   // positive. Default: 10 s.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
 
-  // Receives warnings that no call returns: a refused or malformed connection to the store's
-  // socket, a failover, a background purge that failed. Socket and failover warnings are
-  // rate-limited by cause (one line per cause per 10 s, counting the ones left out). Called from
-  // background threads; must be thread-safe. Null: written to stderr as "idem: <message>". What
-  // it throws goes no further: the line is written to stderr instead, with what was thrown, and
-  // the call or thread that had it to say goes on (docs/operations.md).
-  std::function<void(std::string_view)> log;
+  // Receives what no call returns: a refused or malformed connection to the store's socket, a
+  // failover, a disk quota crossed, a disk error and its recovery. Each line has a severity and
+  // a stable event name (idem/log.h; docs/operations.md, "Log events"); a sink that takes a
+  // std::string_view gets the message only. Socket and failover lines are rate-limited by event
+  // (one line per event per 10 s, counting the ones left out). Called from background threads;
+  // must be thread-safe. Null: written to stderr as "idem: <severity>: <message> [<event>]".
+  // What it throws goes no further: the line is written to stderr instead, with what was
+  // thrown, and the call or thread that had it to say goes on (docs/operations.md).
+  LogSink log;
 
   // Wall-clock source; null means the system clock. See Clock. A store kept in PostgreSQL
   // (Store::Open with a postgresql:// URI) ignores it: the database server's clock judges leases

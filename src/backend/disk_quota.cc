@@ -13,8 +13,7 @@
 
 namespace idem::backend {
 
-DiskQuota::DiskQuota(uint64_t limit, std::filesystem::path database,
-                     std::function<void(std::string_view)> log)
+DiskQuota::DiskQuota(uint64_t limit, std::filesystem::path database, LogSink log)
     : limit_(limit), database_(std::move(database)), log_(std::move(log)) {}
 
 bool DiskQuota::Exceeded() {
@@ -50,15 +49,20 @@ std::optional<bool> DiskQuota::Measure(int64_t now) {
 void DiskQuota::LogCrossing(bool over) const {
   if (!log_) return;
   const uint64_t used = used_.load(std::memory_order_relaxed);
-  log_(over ? fmt::format("store {} reached its disk quota: its database takes {} bytes of "
-                          "max_disk_bytes {}; new claims are refused (kUnavailable) until "
-                          "expired records are purged (`idem purge` gives their space back at "
-                          "once) or the quota is raised; replays, Complete, Fail, Extend and "
-                          "Forget still work",
-                          EscapeControls(database_.parent_path().string()), used, limit_)
-            : fmt::format("store {} is back under its disk quota: its database takes {} bytes of "
-                          "max_disk_bytes {}; new claims are taken again",
-                          EscapeControls(database_.parent_path().string()), used, limit_));
+  const std::string message =
+      over ? fmt::format(
+                 "store {} reached its disk quota: its database takes {} bytes of "
+                 "max_disk_bytes {}; new claims are refused (kUnavailable) until "
+                 "expired records are purged (`idem purge` gives their space back at "
+                 "once) or the quota is raised; replays, Complete, Fail, Extend and "
+                 "Forget still work",
+                 EscapeControls(database_.parent_path().string()), used, limit_)
+           : fmt::format(
+                 "store {} is back under its disk quota: its database takes {} bytes of "
+                 "max_disk_bytes {}; new claims are taken again",
+                 EscapeControls(database_.parent_path().string()), used, limit_);
+  log_({over ? LogSeverity::kWarning : LogSeverity::kInfo,
+        over ? "disk_quota_reached" : "disk_quota_cleared", message});
 }
 
 Status DiskQuota::Refusal() const {

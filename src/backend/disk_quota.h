@@ -10,10 +10,10 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <optional>
 #include <string_view>
 
+#include "idem/log.h"
 #include "idem/status.h"
 #include "util/mutex.h"
 
@@ -23,8 +23,7 @@ class DiskQuota {
  public:
   // The quota of the database in `database` (a store's PATH/db): `limit` bytes, positive. `log`
   // hears the quota crossed and the store back under it, once each time.
-  DiskQuota(uint64_t limit, std::filesystem::path database,
-            std::function<void(std::string_view)> log);
+  DiskQuota(uint64_t limit, std::filesystem::path database, LogSink log);
 
   // Whether the database takes `limit` bytes or more, as last measured. It is measured again by
   // the first call a second after the last measure (or after MeasureSoon), the others meanwhile
@@ -54,7 +53,7 @@ class DiskQuota {
 
   const uint64_t limit_;
   const std::filesystem::path database_;
-  const std::function<void(std::string_view)> log_;
+  const LogSink log_;
   std::atomic<int64_t> measured_at_{kNever};  // steady clock, nanoseconds since its epoch
   std::atomic<uint64_t> used_{0};
   std::atomic<bool> exceeded_{false};

@@ -69,7 +69,7 @@ Result<std::shared_ptr<engine::Backend>> DirectoryStoreCore::Failover(
     const std::shared_ptr<engine::Backend>& lost, const util::Deadline& deadline) {
   util::MutexLock lock(mu_);
   if (backend_ == lost) {
-    log_.Log("failover",
+    log_.Log(LogSeverity::kInfo, "failover",
              fmt::format("lost the owner of store {}; failing over", directory_.string()));
     IDEM_ASSIGN_OR_RETURN(auto backend, AcquireBackend(deadline));
     SetBackendLocked(std::move(backend));
@@ -187,7 +187,7 @@ Result<std::shared_ptr<engine::Backend>> DirectoryStoreCore::BecomeOwner(
     sharing::OwnerServerOptions server_options;
     server_options.max_frame = sharing::MaxRequestFrame(
         options_.max_key_size, options_.max_label_size, options_.max_result_size);
-    server_options.log = [this](std::string_view message) { Log(message); };
+    server_options.log = [this](const LogLine& line) { Log(line); };
     IDEM_ASSIGN_OR_RETURN(ownership->server, sharing::OwnerServer::Start(
                                                  address_, *ownership->backend, server_options));
   }
@@ -217,7 +217,7 @@ std::shared_ptr<backend::EngineBackend> DirectoryStoreCore::NewBackend(
     if (options_.max_disk_bytes != 0) {
       disk_quota =
           std::make_unique<backend::DiskQuota>(options_.max_disk_bytes, directory_ / kDatabaseDir,
-                                               [this](std::string_view message) { Log(message); });
+                                               [this](const LogLine& line) { Log(line); });
     }
   }
   return std::make_shared<backend::EngineBackend>(
@@ -231,29 +231,31 @@ Result<std::unique_ptr<storage::Storage>> DirectoryStoreCore::OpenStorage() {
   config.memory_budget = options_.memory_budget;
   config.sync_interval = options_.sync_interval;
   config.clock = options_.clock;
-  config.log = [this](std::string_view message) { Log(message); };
+  config.log = [this](const LogLine& line) { Log(line); };
   IDEM_ASSIGN_OR_RETURN(auto storage, OpenStoreDatabase(directory_, std::move(config)));
   return std::unique_ptr<storage::Storage>(std::move(storage));
 }
 
-void DirectoryStoreCore::LogTo(const Options& options, std::string_view message) {
-  const std::string line = EscapeControls(message);
+void DirectoryStoreCore::LogTo(const Options& options, const LogLine& line) {
+  const std::string message = EscapeControls(line.message);
+  const std::string shown =
+      fmt::format("idem: {}: {} [{}]", LogSeverityName(line.severity), message, line.event);
   if (!options.log) {
-    std::cerr << "idem: " << line << '\n';
+    std::cerr << shown << '\n';
     return;
   }
   // The log is the application's. What it throws must neither fail the call that had something
   // to say nor end a background thread (and with it the process): the line goes to stderr.
   std::string thrown;
   try {
-    options.log(line);
+    options.log(LogLine{line.severity, line.event, message});
     return;
   } catch (const std::exception& error) {
     thrown = EscapeControls(error.what());
   } catch (...) {
     thrown = "an exception that is not a std::exception";
   }
-  std::cerr << "idem: " << line << " (the application's log threw: " << thrown << ")\n";
+  std::cerr << shown << " (the application's log threw: " << thrown << ")\n";
 }
 
 }  // namespace idem::core

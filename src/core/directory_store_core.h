@@ -80,10 +80,11 @@ class DirectoryStoreCore {
   // (DifferencesFromTheFirstOpen in store.cc) apply to every handle.
   const Options& options() const { return options_; }
 
-  // Writes a warning to `options.log`, or to standard error as "idem: <message>" when it is
-  // null. One line each: control characters in the message (from a path, or from RocksDB
-  // quoting one) are escaped, so a message can neither forge a line nor send a terminal escape.
-  static void LogTo(const Options& options, std::string_view message);
+  // Gives `line` to `options.log`, or writes it to standard error as "idem: <severity>:
+  // <message> [<event>]" when that is null. One line each: control characters in the message
+  // (from a path, or from RocksDB quoting one) are escaped, so a message can neither forge a line
+  // nor send a terminal escape.
+  static void LogTo(const Options& options, const LogLine& line);
   // The last failure a call on the store met in this process (StoreHealth::last_error).
   ErrorMemory& errors() { return errors_; }
   // True in a child of fork(): this core belongs to the parent.
@@ -168,7 +169,7 @@ class DirectoryStoreCore {
       std::unique_ptr<storage::Storage> storage) const;
 
   // LogTo with the first opener's options.
-  void Log(std::string_view message) const { LogTo(options_, message); }
+  void Log(const LogLine& line) const { LogTo(options_, line); }
 
   // Constant after construction.
   const uint64_t creator_generation_ = util::ForkGeneration();
@@ -176,7 +177,7 @@ class DirectoryStoreCore {
   const sharing::SocketAddress address_;
   const Options options_;  // the first opener's
   ErrorMemory errors_;
-  sharing::LogLimiter log_{[this](std::string_view message) { Log(message); }};
+  sharing::LogLimiter log_{[this](const LogLine& line) { Log(line); }};
 
   // Sets backend_, and permanent_ once it is a permanent backend.
   void SetBackendLocked(std::shared_ptr<engine::Backend> backend) IDEM_REQUIRES(mu_);

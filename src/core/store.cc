@@ -66,10 +66,11 @@ Result<std::unique_ptr<Store>> ShareOrOpen(std::map<Key, std::weak_ptr<Core>>& r
     }
     if (auto differences = DifferencesFromTheFirstOpen(existing->options(), options);
         !differences.empty()) {
-      DirectoryStoreCore::LogTo(options,
-                                fmt::format("store {} is already open in this process: these "
-                                            "options are the first Open's, not this one's: {}",
-                                            shown, fmt::join(differences, "; ")));
+      const std::string message = fmt::format(
+          "store {} is already open in this process: these options are the first "
+          "Open's, not this one's: {}",
+          shown, fmt::join(differences, "; "));
+      DirectoryStoreCore::LogTo(options, {LogSeverity::kWarning, "options_ignored", message});
     }
     return NewHandle(std::move(existing), options);
   }

@@ -317,11 +317,12 @@ Result<std::unique_ptr<storage::RocksDbStorage>> OpenStoreDatabase(const fs::pat
   Result<std::unique_ptr<RocksDbStorage>> opened = open();
   if (!opened.ok() && IsNoSpace(opened.status()) && SpendReserve(directory)) {
     if (config.log) {
-      config.log(fmt::format(
+      const std::string message = fmt::format(
           "store {}: the disk is full ({}); deleted the store's reserve {} ({} bytes) to open it, "
           "and it is made again by an open with room: free space on the disk",
           Shown(directory), opened.status().message(), Shown(directory / kReserveFile),
-          kReserveBytes));
+          kReserveBytes);
+      config.log({LogSeverity::kWarning, "disk_reserve_used", message});
     }
     opened = open();
   }

@@ -169,11 +169,26 @@ void idem_options_set_log(idem_options_t* options, idem_log_fn log, void* arg) {
     options->options.log = nullptr;
     return;
   }
-  // The message arrives as a view: the line hands it out NUL-terminated.
-  options->options.log = [log, arg](std::string_view message) {
-    const idem_log_line_t line{std::string(message)};
+  // The event and message arrive as views: the line hands them out NUL-terminated.
+  options->options.log = [log, arg](const idem::LogLine& given) {
+    const idem_log_line_t line{given.severity, std::string(given.event),
+                               std::string(given.message)};
     log(arg, &line);
   };
+}
+int idem_log_line_severity(const idem_log_line_t* line) {
+  switch (line->severity) {
+    case idem::LogSeverity::kInfo:
+      return IDEM_LOG_INFO;
+    case idem::LogSeverity::kWarning:
+      return IDEM_LOG_WARNING;
+    case idem::LogSeverity::kError:
+      return IDEM_LOG_ERROR;
+  }
+  return IDEM_LOG_ERROR;
+}
+const char* idem_log_line_event(const idem_log_line_t* line, size_t* len) {
+  return Out(line->event, len);
 }
 const char* idem_log_line_message(const idem_log_line_t* line, size_t* len) {
   return Out(line->message, len);

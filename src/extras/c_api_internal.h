@@ -40,6 +40,8 @@ struct idem_value_t {
 };
 
 struct idem_log_line_t {
+  idem::LogSeverity severity;
+  std::string event;
   std::string message;
 };
 

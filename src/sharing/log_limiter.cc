@@ -4,13 +4,13 @@
 
 namespace idem::sharing {
 
-void LogLimiter::Log(std::string_view cause, std::string message) {
+void LogLimiter::Log(LogSeverity severity, std::string_view event, std::string message) {
   const auto now = std::chrono::steady_clock::now();
   {
     util::MutexLock lock(mu_);
-    auto it = causes_.find(cause);
-    if (it == causes_.end()) it = causes_.emplace(std::string(cause), Cause{}).first;
-    Cause& seen = it->second;
+    auto it = events_.find(event);
+    if (it == events_.end()) it = events_.emplace(std::string(event), Event{}).first;
+    Event& seen = it->second;
     if (seen.last && now - *seen.last < interval_) {
       ++seen.skipped;
       return;
@@ -21,7 +21,7 @@ void LogLimiter::Log(std::string_view cause, std::string message) {
     seen.last = now;
     seen.skipped = 0;
   }
-  sink_(message);
+  sink_({severity, event, message});
 }
 
 }  // namespace idem::sharing

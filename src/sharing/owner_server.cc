@@ -71,9 +71,10 @@ Result<std::unique_ptr<OwnerServer>> OwnerServer::Start(const SocketAddress& add
   IDEM_ASSIGN_OR_RETURN(server->listener_, Listen(address));
   const int listen_fd = server->listener_.fd.get();
   if (!server->listener_.not_in_store.empty()) {
-    server->options_.log(
+    const std::string message =
         fmt::format("the store's socket cannot be in its directory ({}): serving at {}",
-                    server->listener_.not_in_store, server->listener_.place.shown));
+                    server->listener_.not_in_store, server->listener_.place.shown);
+    server->options_.log({LogSeverity::kInfo, "socket_elsewhere", message});
   }
   const int flags = ::fcntl(listen_fd, F_GETFL);
   if (flags < 0 || ::fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) != 0) {
@@ -130,8 +131,9 @@ void OwnerServer::RunThread() {
     waiting_threads_.fetch_sub(1);
     if (ready < 0) {
       if (errno == EINTR) continue;
-      log_.Log("epoll", fmt::format("the store's socket server stopped a thread: epoll_wait: {}",
-                                    std::strerror(errno)));
+      log_.Log(LogSeverity::kError, "socket_thread_stopped",
+               fmt::format("the store's socket server stopped a thread: epoll_wait: {}",
+                           std::strerror(errno)));
       return;
     }
     if (ready == 0) continue;
@@ -209,7 +211,7 @@ void OwnerServer::Sweep() {
   }
   for (const auto& connection : stalled) {
     log_.Log(
-        "stalled",
+        LogSeverity::kWarning, "client_stalled",
         fmt::format("dropped the connection of pid {}: {} for {} ms", connection->pid,
                     connection->phase == Phase::kReading ? "it stalled in the middle of a request"
                                                          : "it did not read its answer",

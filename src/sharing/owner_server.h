@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "idem/log.h"
 #include "sharing/log_limiter.h"
 #include "sharing/protocol.h"
 #include "sharing/socket_address.h"
@@ -71,7 +72,7 @@ struct OwnerServerOptions {
   std::size_t max_connections = 1024;
   // Threads serving requests: two at first, more while every one is busy, up to this many.
   std::size_t max_threads = 16;
-  std::function<void(std::string_view)> log;  // never null
+  LogSink log;  // never null
 };
 
 class OwnerServer {

@@ -27,8 +27,9 @@ void OwnerServer::AcceptAll() {
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
     if (errno != EMFILE && errno != ENFILE) {
-      log_.Log("accept", fmt::format("cannot accept connections to the store's socket: {}",
-                                     std::strerror(errno)));
+      log_.Log(
+          LogSeverity::kError, "socket_accept_failed",
+          fmt::format("cannot accept connections to the store's socket: {}", std::strerror(errno)));
       break;
     }
     if (!ShedForDescriptors()) break;
@@ -47,7 +48,7 @@ bool OwnerServer::ShedForDescriptors() {
     idle = TakeLongestIdle();
   }
   if (idle) {
-    log_.Log("descriptors",
+    log_.Log(LogSeverity::kWarning, "out_of_descriptors",
              fmt::format("the process is out of file descriptors: closed its longest idle "
                          "connection to the store's socket, of pid {}",
                          idle->pid));
@@ -68,7 +69,7 @@ bool OwnerServer::ShedForDescriptors() {
     }
     spare_fd_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   }
-  log_.Log("descriptors",
+  log_.Log(LogSeverity::kWarning, "out_of_descriptors",
            "the process is out of file descriptors: refused a connection to the store's socket");
   return refused >= 0;
 }
@@ -77,15 +78,16 @@ bool OwnerServer::Admit(int fd) {
   ucred peer{};
   socklen_t size = sizeof(peer);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
-    log_.Log("credentials",
+    log_.Log(LogSeverity::kWarning, "no_peer_credentials",
              fmt::format("dropped a connection: no peer credentials: {}", std::strerror(errno)));
     ::close(fd);
     return true;
   }
   if (peer.uid != ::geteuid()) {
-    log_.Log("uid", fmt::format("refused a connection from pid {} of uid {}: only uid {} may use "
-                                "this store",
-                                peer.pid, peer.uid, ::geteuid()));
+    log_.Log(LogSeverity::kWarning, "foreign_uid",
+             fmt::format("refused a connection from pid {} of uid {}: only uid {} may use "
+                         "this store",
+                         peer.pid, peer.uid, ::geteuid()));
     Say(fd, ResponseKind::kRefusal,
         Status::Busy(fmt::format("{} refuses uid {}: only uid {} may use this store",
                                  OwnerName(::getpid()), peer.uid, ::geteuid())));
@@ -108,7 +110,7 @@ bool OwnerServer::Admit(int fd) {
     }
   }
   if (displaced) {
-    log_.Log("displaced",
+    log_.Log(LogSeverity::kWarning, "idle_connection_closed",
              fmt::format("at the limit of {} connections: closed the longest idle one, of pid {}, "
                          "to serve pid {}",
                          max_connections_, displaced->pid, peer.pid));
@@ -132,9 +134,10 @@ void OwnerServer::AddConnection(int fd, pid_t pid, Holder holder) {
 }
 
 void OwnerServer::RefuseAtCap(int fd, pid_t pid) {
-  log_.Log("cap", fmt::format("refused a connection from pid {}: all {} connections have a "
-                              "request running",
-                              pid, max_connections_));
+  log_.Log(LogSeverity::kWarning, "connections_busy",
+           fmt::format("refused a connection from pid {}: all {} connections have a "
+                       "request running",
+                       pid, max_connections_));
   Say(fd, ResponseKind::kRefusal,
       Status::Busy(fmt::format("{} is serving its limit of {} connections, each with a request "
                                "running",

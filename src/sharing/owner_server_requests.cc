@@ -119,7 +119,7 @@ bool OwnerServer::ReceiveRequest(Connection& connection, bool& closed) {
 
 void OwnerServer::RefuseOversized(Connection& connection, uint32_t size) {
   log_.Log(
-      "oversized frame",
+      LogSeverity::kWarning, "frame_too_large",
       fmt::format("dropped the connection of pid {}: frame of {} bytes is over the limit of {}",
                   connection.pid, size, options_.max_frame));
   // Said, not only dropped: a client whose limits are larger than this owner's would take a
@@ -144,13 +144,14 @@ void OwnerServer::TurnAway(const Connection& connection, std::string_view frame,
                            const Status& why) {
   const uint8_t version = RequestVersion(frame);
   if (version == 0 || version == kProtocolVersion) {
-    log_.Log("malformed request",
+    log_.Log(LogSeverity::kWarning, "malformed_request",
              fmt::format("dropped the connection of pid {}: {}", connection.pid, why.ToString()));
     return;
   }
-  log_.Log("version", fmt::format("refused the connection of pid {}: it speaks protocol version "
-                                  "{}, this owner {}",
-                                  connection.pid, version, kProtocolVersion));
+  log_.Log(LogSeverity::kWarning, "protocol_version",
+           fmt::format("refused the connection of pid {}: it speaks protocol version "
+                       "{}, this owner {}",
+                       connection.pid, version, kProtocolVersion));
   Say(connection.fd.get(), ResponseKind::kRefusal,
       Status::Busy(fmt::format("{} speaks protocol version {}, this process {}: every process "
                                "sharing a store must run the same idem release",

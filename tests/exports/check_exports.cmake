@@ -9,9 +9,10 @@
 # on the allow-list, the public API: a C function idem_*, or a name in namespace idem (with the
 # type information and virtual table of its classes) outside the internal ones. So no RocksDB,
 # fmt or standard library symbol, nor any internal of idem. The list is in WORK_DIR/exported.txt.
+# And every one has the version IDEM_<SOVERSION> (src/idem.map.in), its default.
 #
 #   cmake -DLIBRARY=libidem.a|libidem.so -DREADELF=readelf -DNM=nm -DCXXFILT=c++filt
-#         -DWORK_DIR=dir -P check_exports.cmake
+#         -DSOVERSION=0.1 -DWORK_DIR=dir -P check_exports.cmake
 
 cmake_minimum_required(VERSION 3.25)
 
@@ -21,17 +22,24 @@ if(LIBRARY MATCHES "\\.so(\\.[0-9]+)*$")
   set(shared TRUE)
 endif()
 
+set(unversioned "")
 if(shared)
-  execute_process(COMMAND ${NM} -D --defined-only ${LIBRARY} OUTPUT_VARIABLE table
-                  RESULT_VARIABLE failed)
+  execute_process(COMMAND ${NM} -D --defined-only --with-symbol-versions ${LIBRARY}
+                  OUTPUT_VARIABLE table RESULT_VARIABLE failed)
   if(failed)
     message(FATAL_ERROR "${NM} -D --defined-only ${LIBRARY} failed")
   endif()
-  #   Value Type Name
-  string(REGEX MATCHALL "[0-9a-f]+ [A-Za-z] [^\n]+" lines "${table}")
+  #   Value Type Name@@VERSION; the version's own definition is an absolute symbol (A), not API.
+  string(REGEX MATCHALL "[0-9a-f]+ [B-Zb-z] [^\n]+" lines "${table}")
   set(names "")
   foreach(line IN LISTS lines)
     string(REGEX REPLACE "^[0-9a-f]+ [A-Za-z] " "" name "${line}")
+    if(name MATCHES "^(.*)@@IDEM_${SOVERSION}$")
+      set(name "${CMAKE_MATCH_1}")
+    else()
+      string(APPEND unversioned "${name}\n")
+      string(REGEX REPLACE "@.*$" "" name "${name}")
+    endif()
     string(APPEND names "${name}\n")
   endforeach()
 else()
@@ -63,6 +71,9 @@ string(REPLACE ";" "," demangled "${demangled}")
 string(REPLACE "\n" ";" exported "${demangled}")
 
 set(problems "")
+if(unversioned)
+  string(APPEND problems "  without the version IDEM_${SOVERSION}:\n${unversioned}")
+endif()
 foreach(required IN ITEMS "idem_open" "idem_record_retryable" "idem_version"
                           "idem_last_error_code" "idem::Store::Open(" "idem::Status::ToString"
                           "idem::NewRequestId" "idem::IsRetryable(" "typeinfo for idem::Store")
@@ -118,7 +129,8 @@ if(problems)
                       "${WORK_DIR}/exported.txt:\n${problems}")
 endif()
 if(shared)
-  message(STATUS "${LIBRARY}: ${count} exported symbols, every one public API")
+  message(STATUS "${LIBRARY}: ${count} exported symbols, every one public API, of version "
+                 "IDEM_${SOVERSION}")
 else()
   message(STATUS "${LIBRARY}: ${count} exported symbols, the public API among them; no internals")
 endif()

@@ -335,31 +335,47 @@ inline std::map<std::string, std::string> TreeSnapshot(const std::string& root) 
 // Collects the lines given to Options::log (or a server's log), from any thread.
 class CapturedLog {
  public:
-  std::function<void(std::string_view)> Sink() {
-    return [this](std::string_view line) {
+  idem::LogSink Sink() {
+    return [this](const idem::LogLine& line) {
       std::lock_guard lock(mu_);
-      lines_.emplace_back(line);
+      lines_.push_back({line.severity, std::string(line.event), std::string(line.message)});
     };
   }
-  // How many lines hold `text`.
+  // How many lines' messages hold `text`.
   int Count(std::string_view text) const {
     std::lock_guard lock(mu_);
     int count = 0;
-    for (const auto& line : lines_) count += line.find(text) != std::string::npos;
+    for (const auto& line : lines_) count += line.message.find(text) != std::string::npos;
     return count;
   }
   bool Contains(std::string_view text) const { return Count(text) > 0; }
-  // Every line, each ended by a newline (for a failure's message).
+  // How many lines are of `event` with `severity`.
+  int CountEvent(std::string_view event, idem::LogSeverity severity) const {
+    std::lock_guard lock(mu_);
+    int count = 0;
+    for (const auto& line : lines_) count += line.event == event && line.severity == severity;
+    return count;
+  }
+  // Every line as "<severity> <event>: <message>", each ended by a newline (for a failure's
+  // message).
   std::string All() const {
     std::lock_guard lock(mu_);
     std::string all;
-    for (const auto& line : lines_) all += line + "\n";
+    for (const auto& line : lines_) {
+      all += std::string(idem::LogSeverityName(line.severity)) + " " + line.event + ": " +
+             line.message + "\n";
+    }
     return all;
   }
 
  private:
+  struct Line {
+    idem::LogSeverity severity;
+    std::string event;
+    std::string message;
+  };
   mutable std::mutex mu_;
-  std::vector<std::string> lines_;
+  std::vector<Line> lines_;
 };
 
 // A child process forked when this is made, before the test opens a store (a child forked from

@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "context.h"
 #include "idem/idem.h"
 #include "support/cli_run.h"
 #include "support/file_text.h"
@@ -1363,6 +1364,42 @@ TEST_F(CliTest, ForgetRemovesOneRecord) {
 // --format json on the commands that write or copy a store: their summary as one JSON object of
 // the sentence's figures (docs/operations.md, "Summaries"), with the command and the store;
 // --quiet: nothing.
+// The store's warnings and errors reach the command's stderr; --verbose adds its info lines and
+// each line's event; --quiet (nothing on success) keeps them.
+TEST_F(CliTest, TheStoresLogLinesReachStderrAndVerboseAddsInfoAndEvents) {
+  Populate();
+  // Held open in this process with another key limit: the command's Open is told which of its
+  // options are not applied, a warning of the library.
+  idem::Options options = idem_test::TestOptions(clock_);
+  options.max_key_size = 64;
+  auto held = idem::Store::Open(path(), options);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  CliResult result = RunCli({"purge", path(), "--dry-run", "--quiet"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "");
+  EXPECT_EQ(result.err.rfind("idem purge: warning: store ", 0), 0u) << result.err;
+  EXPECT_NE(result.err.find("already open in this process"), std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find("[options_ignored]"), std::string::npos) << result.err;
+  result = RunCli({"purge", path(), "--dry-run", "--quiet", "--verbose"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.err.find(" [options_ignored]\n"), std::string::npos) << result.err;
+  held->reset();
+
+  // Info lines (a failover, a recovery) only with --verbose.
+  for (const bool verbose : {false, true}) {
+    std::ostringstream out;
+    std::ostringstream err;
+    const idem::cli::Context ctx{"stats", out, err, nullptr, "", std::chrono::milliseconds(0),
+                                 verbose};
+    const idem::Options options = ctx.StoreOptions(/*read_only=*/true);
+    options.log({idem::LogSeverity::kInfo, "failover", "lost the owner"});
+    options.log({idem::LogSeverity::kError, "writes_stopped", "stopped writing"});
+    EXPECT_EQ(err.str(), verbose ? "idem stats: info: lost the owner [failover]\n"
+                                   "idem stats: error: stopped writing [writes_stopped]\n"
+                                 : "idem stats: error: stopped writing\n");
+  }
+}
+
 TEST_F(CliTest, SummariesInJsonAreOneObjectOfTheFigures) {
   Populate();
   const auto summary = [](const CliResult& result) {

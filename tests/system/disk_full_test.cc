@@ -284,6 +284,7 @@ TEST(DiskFull, WritesFailWithTheCauseAndResumeByThemselvesOnceSpaceIsFreed) {
     }
     ExpectDone(*store, acknowledged);
     EXPECT_TRUE(log.Contains("stopped writing")) << log.All();
+    EXPECT_GE(log.CountEvent("writes_stopped", idem::LogSeverity::kError), 1) << log.All();
     EXPECT_TRUE(log.Contains(kNoSpace)) << log.All();
     // The health probe tells the same without writing: reads answered, claims refused with the
     // cause, which is also the last error a call met.
@@ -310,6 +311,7 @@ TEST(DiskFull, WritesFailWithTheCauseAndResumeByThemselvesOnceSpaceIsFreed) {
     acknowledged.push_back("after");
     ExpectDone(*store, acknowledged);
     EXPECT_TRUE(log.Contains("writes again")) << log.All();
+    EXPECT_EQ(log.CountEvent("writes_resumed", idem::LogSeverity::kInfo), 1) << log.All();
     EXPECT_TRUE(store->Health().can_write);
   }
   IDEM_ASSERT_OPEN(reopened, store_path, options);
@@ -440,6 +442,7 @@ TEST(DiskFull, AStoreOnADiskFullToTheLastByteOpensThroughItsReserve) {
   {
     IDEM_ASSERT_OPEN(store, store_path, options);
     EXPECT_TRUE(log.Contains("deleted the store's reserve")) << "the operator is told";
+    EXPECT_EQ(log.CountEvent("disk_reserve_used", idem::LogSeverity::kWarning), 1) << log.All();
     EXPECT_TRUE(log.Contains("free space on the disk"));
     ExpectDone(*store, acknowledged);
   }
@@ -516,6 +519,7 @@ TEST(DiskFull, AFileSystemTurningReadOnlyIsAnErrorAndTheStoreReopensAfterRepair)
     }
     ExpectDone(*store, acknowledged);
     EXPECT_TRUE(log.Contains("stopped writing")) << log.All();
+    EXPECT_GE(log.CountEvent("writes_stopped", idem::LogSeverity::kError), 1) << log.All();
   }
   {
     idem::Options read_only = options;

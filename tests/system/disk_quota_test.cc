@@ -117,6 +117,7 @@ TEST(DiskQuota, PastItNewClaimsAreRefusedAndEverythingElseWorksUntilSpaceIsGiven
   EXPECT_GE(counters.counters.quota_refusals, 2u);
   EXPECT_EQ(counters.counters.quota_exceeded, 1u);
   EXPECT_EQ(log.Count("reached its disk quota"), 1);
+  EXPECT_EQ(log.CountEvent("disk_quota_reached", idem::LogSeverity::kWarning), 1) << log.All();
 
   // The filling records expire; a purge removes them and compacts their files away (as `idem
   // purge --compact` does), and the next claim is taken.
@@ -132,6 +133,7 @@ TEST(DiskQuota, PastItNewClaimsAreRefusedAndEverythingElseWorksUntilSpaceIsGiven
                           << Listing(dir.StorePath() + "/db") << ")";
   EXPECT_EQ(after->outcome, Outcome::kAcquired);
   EXPECT_EQ(log.Count("back under its disk quota"), 1);
+  EXPECT_EQ(log.CountEvent("disk_quota_cleared", idem::LogSeverity::kInfo), 1) << log.All();
   EXPECT_EQ(log.Count("reached its disk quota"), 1) << "logged once per crossing";
   ASSERT_OK_AND_ASSIGN(counters, store->GetOwnerCounters());
   EXPECT_EQ(counters.counters.quota_exceeded, 1u);

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "idem/store.h"
@@ -41,6 +42,7 @@ struct Recorder {
   std::mutex mu;
   std::vector<Clock::time_point> syncs;
   std::vector<std::string> lines;
+  std::vector<std::pair<idem::LogSeverity, std::string>> events;
   int failures_left = 0;  // the next syncs that fail
 
   std::function<Status()> Sync() {
@@ -54,10 +56,11 @@ struct Recorder {
       return Status::OK();
     };
   }
-  std::function<void(std::string_view)> Log() {
-    return [this](std::string_view line) {
+  idem::LogSink Log() {
+    return [this](const idem::LogLine& line) {
       std::lock_guard lock(mu);
-      lines.emplace_back(line);
+      lines.emplace_back(line.message);
+      events.emplace_back(line.severity, line.event);
     };
   }
   std::size_t SyncCount() {
@@ -106,6 +109,9 @@ TEST(PeriodicSync, AFailedSyncStaysDueIsReportedOnceAndItsRecoveryOnce) {
   EXPECT_NE(recorder.lines[0].find("the disk said no"), std::string::npos) << recorder.lines[0];
   EXPECT_NE(recorder.lines[0].find("retrying every 20 ms"), std::string::npos) << recorder.lines[0];
   EXPECT_EQ(recorder.lines[1], "the periodic sync of its log works again");
+  using Event = std::pair<idem::LogSeverity, std::string>;
+  EXPECT_EQ(recorder.events[0], Event(idem::LogSeverity::kError, "periodic_sync_failed"));
+  EXPECT_EQ(recorder.events[1], Event(idem::LogSeverity::kInfo, "periodic_sync_recovered"));
   // Each retry came an interval after the failure before it.
   for (std::size_t i = 1; i < recorder.syncs.size(); ++i) {
     EXPECT_GE(recorder.syncs[i] - recorder.syncs[i - 1], 20ms) << "sync " << i;

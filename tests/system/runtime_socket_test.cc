@@ -223,6 +223,8 @@ TEST(RuntimeSocket, ProcessesShareAStoreWhoseDirectoryCannotHoldASocketAndFailOv
   EXPECT_TRUE(IsSocket(socket)) << "the new owner serves no runtime socket";
   EXPECT_TRUE(Contains(log.All(), "the store's socket cannot be in its directory (")) << log.All();
   EXPECT_TRUE(Contains(log.All(), "serving at " + socket)) << log.All();
+  EXPECT_EQ(log.CountEvent("socket_elsewhere", idem::LogSeverity::kInfo), 1) << log.All();
+  EXPECT_EQ(log.CountEvent("failover", idem::LogSeverity::kInfo), 1) << log.All();
 
   // A third process reaches the new owner.
   Worker third({"hold", store, "third"});

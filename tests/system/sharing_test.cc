@@ -457,6 +457,7 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
     close(fd);
   }
   EXPECT_TRUE(log.Contains("dropped the connection"));
+  EXPECT_GE(log.CountEvent("malformed_request", idem::LogSeverity::kWarning), 1) << log.All();
 
   // A frame over the owner's limit (2 GiB announced) is refused with a status naming the limit
   // before the close: a client whose Options allow more than the owner's must not take the
@@ -541,6 +542,7 @@ TEST(Sharing, AnotherUsersConnectionIsRefused) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_TRUE(log.Contains("uid 65534"));
+  EXPECT_GE(log.CountEvent("foreign_uid", idem::LogSeverity::kWarning), 1) << log.All();
 }
 
 TEST(Sharing, AStorePathTooLongForASocketAddressStillWorks) {
@@ -978,6 +980,8 @@ TEST(Sharing, ACrowdOfIdleConnectionsNeitherLocksOutANewProcessNorMakesTheOwnerS
   const int room_lines = log.Count("to serve pid");
   EXPECT_GE(room_lines, 1);
   EXPECT_LE(room_lines, 3);
+  EXPECT_EQ(log.CountEvent("idle_connection_closed", idem::LogSeverity::kWarning), room_lines)
+      << log.All();
 }
 
 }  // namespace

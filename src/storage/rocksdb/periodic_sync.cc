@@ -5,7 +5,7 @@
 namespace idem::storage {
 
 PeriodicSync::PeriodicSync(std::chrono::milliseconds interval, std::function<Status()> sync,
-                           std::function<void(std::string_view)> log)
+                           LogSink log)
     : interval_(interval), sync_(std::move(sync)), log_(std::move(log)) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -58,7 +58,10 @@ void PeriodicSync::SyncDue() {
   util::MutexLock lock(mu_);
   ++counts_.syncs;
   if (synced.ok()) {
-    if (failing_ && log_) log_("the periodic sync of its log works again");
+    if (failing_ && log_) {
+      log_({LogSeverity::kInfo, "periodic_sync_recovered",
+            "the periodic sync of its log works again"});
+    }
     failing_ = false;
     return;
   }
@@ -68,10 +71,11 @@ void PeriodicSync::SyncDue() {
   woken_ = true;
   due_since_ = std::chrono::steady_clock::now();
   if (!failing_ && log_) {
-    log_(fmt::format(
+    const std::string message = fmt::format(
         "a periodic sync of its log failed ({}): calls made with kPeriodic since the last sync "
         "are not durable yet; retrying every {} ms",
-        synced.ToString(), interval_.count()));
+        synced.ToString(), interval_.count());
+    log_({LogSeverity::kError, "periodic_sync_failed", message});
   }
   failing_ = true;
 }

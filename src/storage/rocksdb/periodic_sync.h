@@ -13,6 +13,7 @@
 #include <string_view>
 #include <thread>
 
+#include "idem/log.h"
 #include "idem/status.h"
 #include "util/mutex.h"
 
@@ -23,8 +24,7 @@ class PeriodicSync {
   // `sync` makes every write that returned before it was called durable (RocksDB's SyncWAL);
   // `log` hears a failed sync, once until a sync works again, and then that it works again.
   // `interval` must be positive.
-  PeriodicSync(std::chrono::milliseconds interval, std::function<Status()> sync,
-               std::function<void(std::string_view)> log);
+  PeriodicSync(std::chrono::milliseconds interval, std::function<Status()> sync, LogSink log);
   // Stop().
   ~PeriodicSync();
   PeriodicSync(const PeriodicSync&) = delete;
@@ -51,7 +51,7 @@ class PeriodicSync {
 
   const std::chrono::milliseconds interval_;
   const std::function<Status()> sync_;
-  const std::function<void(std::string_view)> log_;
+  const LogSink log_;
   // Set by a write (Note), cleared by the thread just before it syncs: a write noted after the
   // clear is synced by the next sync. Both sides exchange it, so that a write whose note found it
   // set happened before the clear, and its bytes before the sync that follows.

@@ -7,11 +7,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "idem/log.h"
 #include "idem/options.h"
 
 namespace rocksdb {
@@ -40,7 +40,7 @@ struct RocksDbConfig {
   // Receives what an operator must hear and no call returns: the store stopped writing after a
   // disk error, and started again (Options::log). Called from the caller's thread of a write,
   // never from RocksDB's. Null: dropped.
-  std::function<void(std::string_view)> log;
+  LogSink log;
 };
 
 }  // namespace idem::storage

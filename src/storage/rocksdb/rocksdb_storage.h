@@ -313,7 +313,7 @@ class RocksDbStorage final : public Storage {
   void WriteResumeGuard();
   // The number of the write-ahead log file RocksDB writes now.
   std::optional<uint64_t> CurrentLogNumber();
-  void Report(const std::string& message) const;
+  void Report(const LogLine& line) const;
   std::size_t StripeIndex(std::string_view key) const;
   // Deletes the due records among `entries` (each an index entry's expiry and key), reading first
   // those expiring at or before `verify_up_to`; `seen_at`: the entries' snapshot's sequence.
@@ -360,9 +360,9 @@ class RocksDbStorage final : public Storage {
   rocksdb::ColumnFamilyHandle* records_ = nullptr;
   rocksdb::ColumnFamilyHandle* by_expiry_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
-  std::shared_ptr<void> keep_alive_;           // block cache and write-buffer manager
-  std::function<void(std::string_view)> log_;  // RocksDbConfig::log
-  WriteWatcher* watcher_ = nullptr;            // WatchWrites: set before any write
+  std::shared_ptr<void> keep_alive_;  // block cache and write-buffer manager
+  LogSink log_;                       // RocksDbConfig::log
+  WriteWatcher* watcher_ = nullptr;   // WatchWrites: set before any write
   // Syncs the log after writes made with kPeriodic; null in a read-only instance. Stopped
   // (syncing what is due) before the database closes.
   std::unique_ptr<PeriodicSync> periodic_sync_;

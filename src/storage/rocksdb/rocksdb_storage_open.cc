@@ -100,11 +100,14 @@ rocksdb::ColumnFamilyOptions MakeTableOptions(const RocksDbOptions& engine) {
   return options;
 }
 
-// Writes what the open's preparation cut off the logs (PrepareFilesForOpen) into the info log: a
-// power cut's as warnings.
-void LogCutLogs(const LogTailCuts& cut_logs, InfoLog& info_log) {
+// Writes what the open's preparation cut off the logs (PrepareFilesForOpen) of the store at
+// `path` into the info log: a power cut's as warnings, which `log` hears too.
+void LogCutLogs(const LogTailCuts& cut_logs, InfoLog& info_log, const std::string& path,
+                const LogSink& log) {
   for (const std::string& line : cut_logs.power_cut) {
     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, &info_log, "idem: %s", line.c_str());
+    const std::string message = fmt::format("store {}: {}", EscapeControls(path), line);
+    if (log) log({LogSeverity::kWarning, "power_cut_repaired", message});
   }
   for (const std::string& line : cut_logs.tails) {
     rocksdb::Log(rocksdb::InfoLogLevel::INFO_LEVEL, &info_log, "idem: %s", line.c_str());
@@ -187,10 +190,7 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   rocksdb::DBOptions db_options = MakeDbOptions(*engine, config, env_.get(), verifier_);
   const std::shared_ptr<InfoLog> info_log = StartInfoLog(*file_system, config);
   db_options.info_log = info_log;
-  LogCutLogs(cut_logs, *info_log);
-  for (const std::string& line : cut_logs.power_cut) {
-    Report(fmt::format("store {}: {}", EscapeControls(path_), line));
-  }
+  LogCutLogs(cut_logs, *info_log, path_, log_);
   std::vector<rocksdb::ColumnFamilyDescriptor> families =
       MakeColumnFamilies(*engine, NewExpiredRecordFilterFactory(config.clock, filter_horizon_));
   table_options_ = std::make_unique<rocksdb::ColumnFamilyOptions>(MakeTableOptions(*engine));
@@ -209,7 +209,10 @@ Status RocksDbStorage::Initialize(const RocksDbConfig& config) {
   IDEM_RETURN_IF_ERROR(LoadFilterHorizon(now));
   periodic_sync_ = std::make_unique<PeriodicSync>(
       config.sync_interval, [this] { return Sync(); },
-      [this](std::string_view message) { Report(fmt::format("store {}: {}", path_, message)); });
+      [this](const LogLine& line) {
+        const std::string message = fmt::format("store {}: {}", path_, line.message);
+        Report({line.severity, line.event, message});
+      });
   return Status::OK();
 }
 

@@ -86,8 +86,8 @@ void RocksDbStorage::WriteResumeGuard() {
   }
 }
 
-void RocksDbStorage::Report(const std::string& message) const {
-  if (log_) log_(message);
+void RocksDbStorage::Report(const LogLine& line) const {
+  if (log_) log_(line);
 }
 
 std::optional<uint64_t> RocksDbStorage::CurrentLogNumber() {
@@ -119,7 +119,7 @@ Status RocksDbStorage::ResumeAfterDiskError() {
     if (!current || *current == failed) {
       last_resume_error_ = write_stops_->LogFailed();
       next_resume_ = std::chrono::steady_clock::time_point::max();  // for good
-      Report(last_resume_error_.message());
+      Report({LogSeverity::kError, "log_write_failed", last_resume_error_.message()});
       return last_resume_error_;
     }
     // Unless another log write failed meanwhile.

@@ -121,10 +121,11 @@ bool TableFileVerifier::VerifyOne(const rocksdb::LiveFileMetaData& file) {
   if (!damaged_.insert(file.file_number).second || !first_damage_.empty()) return true;
   first_damage_ = verified.message();
   if (report_) {
-    report_(
-        fmt::format("store {}: {}; purges, forgets and imports are refused until the store is "
-                    "restored from a backup (`idem check` lists what is damaged)",
-                    EscapeControls(store_path_), verified.message()));
+    const std::string message = fmt::format(
+        "store {}: {}; purges, forgets and imports are refused until the store is "
+        "restored from a backup (`idem check` lists what is damaged)",
+        EscapeControls(store_path_), verified.message());
+    report_({LogSeverity::kError, "table_file_damaged", message});
   }
   return true;
 }

@@ -15,13 +15,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <set>
 #include <string>
 #include <string_view>
 
 #include "idem/function_ref.h"
+#include "idem/log.h"
 #include "idem/status.h"
 #include "util/mutex.h"
 
@@ -47,8 +47,7 @@ class TableFileVerifier final : public rocksdb::EventListener {
   using Steady = std::chrono::steady_clock;
 
   // `report` (may be empty) logs the first damaged file found.
-  TableFileVerifier(rocksdb::Env* env, std::string store_path,
-                    std::function<void(std::string_view)> report)
+  TableFileVerifier(rocksdb::Env* env, std::string store_path, LogSink report)
       : env_(env), store_path_(std::move(store_path)), report_(std::move(report)) {}
 
   // Verifies every live table file of `db` not verified yet (all of them at the first call; the
@@ -74,7 +73,7 @@ class TableFileVerifier final : public rocksdb::EventListener {
 
   rocksdb::Env* const env_;
   const std::string store_path_;
-  const std::function<void(std::string_view)> report_;
+  const LogSink report_;
 
   util::Mutex pass_mu_;  // one verification at a time
   // The jobs that added table files since the instance opened, and how many of them the last

@@ -31,7 +31,7 @@ void WriteStops::NoteStopped(const rocksdb::Status& cause) {
     fmt::format_to(std::back_inserter(line),
                    " (it stopped {} more times since the last such message)", unreported_stops_);
   }
-  Report(line);
+  Report(LogSeverity::kError, "writes_stopped", line);
   stop_reported_ever_ = true;
   stop_reported_ = true;
   last_stop_report_ = now;
@@ -43,7 +43,8 @@ void WriteStops::NoteResumed(Clock::time_point now) {
   if (stop_noted_ && stop_reported_) {
     const auto stopped_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - stopped_since_).count();
-    Report(fmt::format("store {} writes again, after {} ms stopped by a disk error", path_,
+    Report(LogSeverity::kInfo, "writes_resumed",
+           fmt::format("store {} writes again, after {} ms stopped by a disk error", path_,
                        stopped_ms));
   }
   stop_noted_ = false;

@@ -9,11 +9,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "idem/log.h"
 #include "idem/status.h"
 
 namespace rocksdb {
@@ -34,8 +34,7 @@ class WriteStops {
   // flush queued before the error that runs before the resume loses its scheduling slot, and
   // the resume then waits forever for a flush never scheduled (seen on a full tmpfs). RocksDB's
   // own recovery counts as in progress from the error on, so no flush runs in that window.
-  WriteStops(std::string path, std::function<void(std::string_view)> report,
-             std::size_t resume_free_bytes)
+  WriteStops(std::string path, LogSink report, std::size_t resume_free_bytes)
       : path_(std::move(path)), report_(std::move(report)), resume_free_bytes_(resume_free_bytes) {}
   // Keeps `cause` as the last one, and reports (rate-limited) that writes stopped, once per stop.
   void NoteStopped(const rocksdb::Status& cause);
@@ -52,12 +51,12 @@ class WriteStops {
   static constexpr std::chrono::seconds kStopReportInterval{60};
 
   std::string FreeSpaceAdvice() const;
-  void Report(const std::string& message) const {
-    if (report_) report_(message);
+  void Report(LogSeverity severity, std::string_view event, const std::string& message) const {
+    if (report_) report_({severity, event, message});
   }
 
   const std::string path_;
-  const std::function<void(std::string_view)> report_;
+  const LogSink report_;
   const std::size_t resume_free_bytes_;
   std::string last_cause_;  // what made the last write fail
   bool last_cause_no_space_ = false;

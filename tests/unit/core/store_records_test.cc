@@ -340,6 +340,44 @@ TEST(StoreDirectory, ALogThatThrowsFailsNothingAndTheLineGoesToStderr) {
   EXPECT_EQ(claim.outcome, Outcome::kAcquired);
 }
 
+// Options::log takes the whole line (severity, event, message) or, as before events, only the
+// message; a null sink of either form stays null, and the line then reaches stderr with its
+// severity and event.
+TEST(StoreDirectory, ALogTakesTheWholeLineOrItsMessageAndNullMeansStderr) {
+  EXPECT_FALSE(idem::LogSink(std::function<void(std::string_view)>()));
+  EXPECT_FALSE(idem::LogSink(std::function<void(const idem::LogLine&)>()));
+  EXPECT_FALSE(idem::LogSink(static_cast<void (*)(std::string_view)>(nullptr)));
+  EXPECT_FALSE(idem::LogSink(nullptr));
+
+  TempDir dir;
+  idem::Options first = TestOptions();
+  first.max_key_size = 64;
+  IDEM_ASSERT_OPEN(a, dir.StorePath(), first);
+  idem::Options other = first;
+  other.max_key_size = 4096;  // a difference the second Open tells the log of
+
+  std::vector<idem::LogLine> lines;
+  std::vector<std::string> messages;
+  other.log = [&](const idem::LogLine& line) {
+    lines.push_back(line);
+    messages.emplace_back(line.message);  // the line's views last the call only
+  };
+  IDEM_ASSERT_OPEN(b, dir.StorePath(), other);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].severity, idem::LogSeverity::kWarning);
+  EXPECT_EQ(std::string(lines[0].event), "options_ignored");  // a literal: it outlives the call
+  EXPECT_NE(messages[0].find("max_key_size 64 (this Open asked 4096)"), std::string::npos);
+
+  other.log = nullptr;
+  testing::internal::CaptureStderr();
+  IDEM_ASSERT_OPEN(c, dir.StorePath(), other);
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said.rfind("idem: warning: store ", 0), 0u) << said;
+  EXPECT_NE(said.find("max_key_size 64 (this Open asked 4096) [options_ignored]\n"),
+            std::string::npos)
+      << said;
+}
+
 TEST(StoreDirectory, OpensASymlinkedDirectoryAsTheSameStore) {
   TempDir dir;
   IDEM_ASSERT_OPEN(a, dir.StorePath());

@@ -176,11 +176,19 @@ static void* fail_on_another_thread(void* store) {
 /* The clock of test_clock_log_and_setters, in microseconds since the epoch. */
 static int64_t now_us(void* arg) { return *(const int64_t*)arg; }
 
-/* Counts the log lines that mention the disk quota (arg: an int), checking each is one line. */
+/* Counts the log lines that mention the disk quota (arg: an int), checking each is one line
+ * and that the quota's crossing is a warning of its event. */
 static void count_quota_lines(void* arg, const idem_log_line_t* line) {
   size_t len = 0;
+  size_t event_len = 0;
   const char* message = idem_log_line_message(line, &len);
+  const char* event = idem_log_line_event(line, &event_len);
   CHECK(strlen(message) == len && strchr(message, '\n') == NULL);
+  CHECK(strlen(event) == event_len);
+  if (strstr(message, "reached its disk quota") != NULL) {
+    CHECK(strcmp(event, "disk_quota_reached") == 0);
+    CHECK(idem_log_line_severity(line) == IDEM_LOG_WARNING);
+  }
   if (strstr(message, "disk quota") != NULL) ++*(int*)arg;
 }
 

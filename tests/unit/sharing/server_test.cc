@@ -175,6 +175,7 @@ TEST_F(ServerTest, AConnectionOverTheCapIsRefusedWithAStatusNotTakenForALostOwne
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // at once, not at the deadline
   EXPECT_FALSE(third->lost());                              // the owner is there: no failover
   EXPECT_EQ(log_.Count("connections have a request running"), 1);
+  EXPECT_EQ(log_.CountEvent("connections_busy", idem::LogSeverity::kWarning), 1) << log_.All();
 
   backend_.Release();
   EXPECT_TRUE(slow1.get().ok());
@@ -361,24 +362,34 @@ TEST_F(ServerTest, ARequestOverTheFrameLimitIsRefusedNotTakenForALostOwner) {
     EXPECT_FALSE(client->lost());
   }
   EXPECT_GE(log_.Count("over the limit of 1024"), 1);
+  EXPECT_GE(log_.CountEvent("frame_too_large", idem::LogSeverity::kWarning), 1) << log_.All();
   // The owner goes on serving, the client on a new connection.
   ASSERT_OK_AND_ASSIGN(auto record, client->Get("k"));
   EXPECT_TRUE(record.has_value());
 }
 
-TEST(LogLimiter, RepeatsOfACauseAreCountedNotWritten) {
+TEST(LogLimiter, RepeatsOfAnEventAreCountedNotWritten) {
   std::vector<std::string> lines;
-  idem::sharing::LogLimiter limiter([&](std::string_view line) { lines.emplace_back(line); },
-                                    std::chrono::hours(1));
-  for (int i = 0; i < 1000; ++i) limiter.Log("refused", "refused pid " + std::to_string(i));
-  limiter.Log("other", "another cause");
+  std::vector<std::string> events;
+  idem::sharing::LogLimiter limiter(
+      [&](const idem::LogLine& line) {
+        lines.emplace_back(line.message);
+        events.emplace_back(line.event);
+      },
+      std::chrono::hours(1));
+  const auto warning = idem::LogSeverity::kWarning;
+  for (int i = 0; i < 1000; ++i) {
+    limiter.Log(warning, "foreign_uid", "refused pid " + std::to_string(i));
+  }
+  limiter.Log(warning, "connections_busy", "another event");
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0], "refused pid 0");
-  EXPECT_EQ(lines[1], "another cause");
+  EXPECT_EQ(lines[1], "another event");
+  EXPECT_EQ(events, (std::vector<std::string>{"foreign_uid", "connections_busy"}));
   idem::sharing::LogLimiter quick([&](std::string_view line) { lines.emplace_back(line); },
                                   std::chrono::milliseconds(0));
-  quick.Log("a", "one");
-  quick.Log("a", "two");
+  quick.Log(warning, "a", "one");
+  quick.Log(warning, "a", "two");
   EXPECT_EQ(lines.back(), "two");
 }
 
