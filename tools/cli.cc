@@ -414,7 +414,11 @@ int Run(int argc, char** argv, std::ostream& out, std::ostream& err,
     command->footer("Exit codes and examples: 'man idem' (docs/idem.1) and docs/operations.md.");
   }
   if (const std::optional<int> code = Parse(app, commands, argc, argv, out, err)) return *code;
-  return Dispatch(commands, args, out, err, clock);
+  // The store's log writes to err from the store's own threads too (Context::StoreOptions).
+  // std::cerr may be written from several threads at once; another stream (a test's) is made so.
+  LockedStreamBuf locked(err.rdbuf());
+  std::ostream shared_err(&locked);
+  return Dispatch(commands, args, out, &err == &std::cerr ? err : shared_err, clock);
 }
 
 }  // namespace idem::cli

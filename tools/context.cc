@@ -19,6 +19,23 @@
 
 namespace idem::cli {
 
+LockedStreamBuf::int_type LockedStreamBuf::overflow(int_type c) {
+  const std::lock_guard lock(mu_);
+  return traits_type::eq_int_type(c, traits_type::eof())
+             ? traits_type::not_eof(c)
+             : target_->sputc(traits_type::to_char_type(c));
+}
+
+std::streamsize LockedStreamBuf::xsputn(const char* text, std::streamsize size) {
+  const std::lock_guard lock(mu_);
+  return target_->sputn(text, size);
+}
+
+int LockedStreamBuf::sync() {
+  const std::lock_guard lock(mu_);
+  return target_->pubsync();
+}
+
 int Context::Fail(int code, std::string_view message) const {
   // On a terminal the line may hold a command's progress (ProgressLine): the message replaces it.
   if (ErrIsTerminal()) err << "\r\033[K";
@@ -142,13 +159,12 @@ Options Context::StoreOptions(bool read_only) const {
   if (!table.empty()) options.table = table;
   options.log = [command = command, &err = err, verbose = verbose](const LogLine& line) {
     if (line.severity == LogSeverity::kInfo && !verbose) return;
-    // From the store's background threads too: one line at a time.
-    static std::mutex mu;
     const std::string event = verbose ? fmt::format(" [{}]", line.event) : std::string();
     // On a terminal the line may hold a command's progress (ProgressLine): the log line replaces
     // it, and the progress is drawn again at its next update.
     const char* erase = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1 ? "\r\033[K" : "";
-    const std::lock_guard lock(mu);
+    // One write: from the store's threads too, err is written whole lines at a time (std::cerr,
+    // or Run's LockedStreamBuf).
     fmt::print(err, "{}idem {}: {}: {}{}\n", erase, command, LogSeverityName(line.severity),
                line.message, event);
     err.flush();

@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
+#include <streambuf>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -70,6 +72,22 @@ struct Context {
 
   bool OutIsTerminal() const;
   bool ErrIsTerminal() const;
+};
+
+// A stream buffer that forwards every write to `target` under a lock, so that a stream over it
+// can be written from several threads, as std::cerr can. Each write (one fmt::print) goes whole.
+class LockedStreamBuf final : public std::streambuf {
+ public:
+  explicit LockedStreamBuf(std::streambuf* target) : target_(target) {}
+
+ protected:
+  int_type overflow(int_type c) override;
+  std::streamsize xsputn(const char* text, std::streamsize size) override;
+  int sync() override;
+
+ private:
+  std::mutex mu_;
+  std::streambuf* const target_;
 };
 
 // True when `status` says that the store's owner (or server) could not be asked: it did not
