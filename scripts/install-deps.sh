@@ -25,6 +25,14 @@ packages=(
                     # the package's own cluster, if it makes one, is not used
   pgbouncer         # PgBouncer in transaction pooling mode in front of those servers
   groff-base        # the man_page test renders docs/idem.1 with groff -man -ww
+  # scripts/package.sh: CPack's DEB generator needs dpkg-shlibdeps (dpkg-dev) and file; lintian
+  # checks the packages; mmdebstrap makes the clean chroot they are installed in (also the
+  # cross builds' sysroots); systemd-analyze (systemd) verifies the units
+  dpkg-dev
+  file
+  lintian
+  mmdebstrap
+  systemd
   # runtime_socket_test mounts a file system without socket inodes: a kernel vfat image
   # (mkfs.vfat) where the kernel has vfat, else an exFAT image through FUSE (mkfs.exfat and
   # mount.exfat-fuse; CI's kernel has no vfat)

@@ -4,7 +4,8 @@
 #   1. build/       RelWithDebInfo: all tests (ctest); then build-shared/: the library as a
 #                   shared library (BUILD_SHARED_LIBS=ON), only it, the idem command and the C
 #                   API test built, and only the tests a shared build changes run (exports,
-#                   C API, installed package); then each fuzzer for 15 s (scripts/fuzz.sh, in
+#                   C API, installed package); then the Debian packages (scripts/package.sh
+#                   --test, in build-deb/); then each fuzzer for 15 s (scripts/fuzz.sh, in
 #                   build-fuzz/) and a smoke run of the benchmark (scripts/bench.sh --smoke,
 #                   in build-bench/); then the core tests cross-built for arm64 and run under
 #                   qemu (scripts/cross.sh arm64 --quick, in build-cross-arm64/)
@@ -70,6 +71,12 @@ step "build-shared/: the shared library, its exports and its installed package"
 cmake --preset shared
 cmake --build --preset shared -j "$jobs"
 ctest --preset shared -j "$jobs"
+
+# The Debian packages, from the shared build's objects (build-deb/, configured for /usr: ccache
+# makes it links only): lintian must find no errors or warnings, and the packages are installed
+# with apt in a clean Debian 12 chroot and used there (root; skipped with a message otherwise).
+step "package: the Debian packages, lintian, and an install in a clean chroot"
+scripts/package.sh --test
 
 # A brief run of each libFuzzer target (clang, in build-fuzz/): any crash fails the run and is
 # kept in fuzz/regressions/ (see fuzz/README.md).

@@ -221,7 +221,7 @@ int RunConsumer(const ConsumerConfig& config) {
   options.log = [prefix = "          " + config.name + " (pid " + std::to_string(::getpid()) +
                           "): idem: "](std::string_view message) {
     const std::string line = prefix + std::string(message) + "\n";
-    static_cast<void>(::write(STDOUT_FILENO, line.data(), line.size()));
+    [[maybe_unused]] const ssize_t written = ::write(STDOUT_FILENO, line.data(), line.size());
   };
   auto opened = idem::Store::Open(config.store_path, options);
   if (!opened.ok()) {
@@ -277,7 +277,8 @@ int RunConsumer(const ConsumerConfig& config) {
         const std::string last_words = "          " + config.name + " (pid " + pid +
                                        "): crashing after applying the effect of " + message_id +
                                        ", before recording it in the store\n";
-        static_cast<void>(::write(STDOUT_FILENO, last_words.data(), last_words.size()));
+        [[maybe_unused]] const ssize_t written =
+            ::write(STDOUT_FILENO, last_words.data(), last_words.size());
         ::kill(::getpid(), SIGKILL);
       }
       return effect;

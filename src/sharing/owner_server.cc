@@ -105,7 +105,9 @@ OwnerServer::~OwnerServer() {
     threads.swap(threads_);
   }
   const uint64_t one = 1;
-  static_cast<void>(::write(stop_fd_.get(), &one, sizeof one));
+  // Wakes every thread's epoll_wait (the eventfd stays readable). It cannot fail: the counter
+  // is far from its limit, and a destructor could do nothing about it anyway.
+  [[maybe_unused]] const ssize_t woken = ::write(stop_fd_.get(), &one, sizeof one);
   // A thread running a request finishes it (its client gets the answer) before it stops.
   for (std::thread& thread : threads) thread.join();
   std::map<uint64_t, std::shared_ptr<Job>> jobs;
@@ -181,7 +183,8 @@ void OwnerServer::ArmTimer(bool on) {
 
 void OwnerServer::Sweep() {
   uint64_t expirations = 0;
-  static_cast<void>(::read(timer_fd_.get(), &expirations, sizeof expirations));
+  // Resets the timer's count. EAGAIN (another thread's sweep read it first) changes nothing.
+  [[maybe_unused]] const ssize_t reset = ::read(timer_fd_.get(), &expirations, sizeof expirations);
   const auto now = Clock::now();
   std::vector<std::shared_ptr<Connection>> idle, stalled;
   {

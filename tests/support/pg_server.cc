@@ -189,7 +189,8 @@ idem::Result<pid_t> Spawn(const std::vector<std::string>& argv, const std::strin
     }
     ::execv(args[0], args.data());
     const char message[] = "exec failed\n";
-    static_cast<void>(::write(2, message, sizeof message - 1));
+    [[maybe_unused]] const ssize_t written =
+        ::write(2, message, sizeof message - 1);  // best effort
     ::_exit(127);
   }
   return pid;

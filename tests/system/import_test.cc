@@ -334,7 +334,10 @@ ImportRun ImportFromStdinMeasuringPeak(const TempDir& dir, const std::string& st
     std::string chunk = R"({"key":"a","state":"done"})"
                         "\n"
                         R"({"key":"b","result":")";
-    ::write(fd, chunk.data(), chunk.size());
+    if (::write(fd, chunk.data(), chunk.size()) < 0) {  // the import stopped reading already
+      ::close(fd);
+      return;
+    }
     const std::string filler(1 << 20, 'x');
     for (int mib = 0; mib < filler_mib; ++mib) {
       if (::write(fd, filler.data(), filler.size()) < 0) break;  // the import stopped reading
