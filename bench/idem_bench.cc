@@ -37,6 +37,9 @@
 //               kSync calls would take minutes); after a VACUUM ANALYZE, as autovacuum would
 //               have run on a table that grew over days, Store::Purge is timed against a
 //               sequential scan of the same table (SELECT count(*), index scans off)
+//   restore     --restore-records done records exported and imported into a new store by the idem
+//               command, beside pg_dump and pg_restore of the same rows with --postgres
+//               (bench/restore.h)
 // The PostgreSQL systems (idem-pg, pg-sql, pg-sql-read-first) run in lifecycle and replay when
 // --postgres names a server (scripts/bench.sh starts one); each measurement uses a table of its
 // own, dropped first. Their rows also carry the statements the server ran (pg_stat_statements,
@@ -69,6 +72,7 @@
 #include "harness.h"
 #include "idem/idem.h"
 #include "pg.h"
+#include "restore.h"
 #include "subjects.h"
 
 extern char** environ;
@@ -96,6 +100,8 @@ struct Flags {
   int pg_pool_size = 0;
   std::size_t memory_budget = Options{}.memory_budget;
   uint64_t wear_lifecycles = 100'000;
+  uint64_t restore_records = 1'000'000;
+  std::string pg_bin = "/usr/lib/postgresql/15/bin";  // pg_dump and pg_restore, for restore
   std::string serve;  // internal: be the owner process of this store until stdin closes
   int64_t serve_clock_offset_ms = 0;  // internal: the owner's clock runs this far ahead
 };
@@ -851,6 +857,19 @@ Status PgPurge(const Flags& flags, ResultsFile& results) {
   return DropPgTables(*admin, table);
 }
 
+// bench/restore.h. Without --postgres, idem's side only.
+Status RestoreWorkload(const Flags& flags, ResultsFile& results) {
+  IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "restore"));
+  const Status status = Restore(RestoreConfig{.directory = dir,
+                                              .records = flags.restore_records,
+                                              .idem_command = IDEM_COMMAND_PATH,
+                                              .postgres = flags.postgres,
+                                              .pg_bin = flags.pg_bin},
+                                results);
+  RemoveDirectory(dir);
+  return status;
+}
+
 Status Fsync(const Flags& flags, ResultsFile& results) {
   IDEM_ASSIGN_OR_RETURN(std::string dir, FreshDirectory(flags, "fsync"));
   const std::string path = dir + "/probe";
@@ -884,7 +903,7 @@ int Main(int argc, char** argv) {
       "Run it through scripts/bench.sh, which starts Redis and writes docs/benchmarks.md."};
   const std::vector<std::string> workloads = {"lifecycle", "replay", "contention", "client",
                                               "scale",     "fsync",  "pg-purge",   "effects",
-                                              "wear",      "device"};
+                                              "wear",      "device", "restore"};
   app.add_option("--workload", flags.workload, "What to measure")->check(CLI::IsMember(workloads));
   app.add_option("--systems", flags.systems, "Systems, comma-separated (default: all)")
       ->delimiter(',')
@@ -919,6 +938,11 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--wear-lifecycles", flags.wear_lifecycles,
                  "Lifecycles each system runs in the wear workload")
+      ->capture_default_str();
+  app.add_option("--restore-records", flags.restore_records,
+                 "Records exported and restored by the restore workload")
+      ->capture_default_str();
+  app.add_option("--pg-bin", flags.pg_bin, "Directory of pg_dump and pg_restore (restore)")
       ->capture_default_str();
   app.add_option("--serve", flags.serve, "Internal: own this store until stdin closes");
   app.add_option("--serve-clock-offset-ms", flags.serve_clock_offset_ms,
@@ -955,6 +979,7 @@ int Main(int argc, char** argv) {
   if (flags.workload == "pg-purge") status = PgPurge(flags, results);
   if (flags.workload == "wear") status = Wear(flags, results);
   if (flags.workload == "device") status = Device(flags, results);
+  if (flags.workload == "restore") status = RestoreWorkload(flags, results);
   if (!status.ok()) {
     std::cerr << "idem_bench --workload " << flags.workload << ": " << status.ToString()
               << std::endl;

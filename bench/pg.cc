@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <utility>
 
 namespace idem::bench {
 
@@ -69,9 +70,10 @@ Result<PgResultPtr> PgConnection::ExecPrepared(std::string_view sql,
                  found->first);
 }
 
-Result<PgResultPtr> PgConnection::Checked(PgResultPtr result, const std::string& sql) {
+Result<PgResultPtr> PgConnection::Checked(PgResultPtr result, const std::string& sql,
+                                          ExecStatusType expected) {
   const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
-  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+  if (status != expected && status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     return Status::IOError("PostgreSQL: " + sql.substr(0, 80) + ": " + PQerrorMessage(connection_));
   }
   return result;
@@ -82,6 +84,28 @@ Result<double> PgConnection::Number(std::string_view sql,
   IDEM_ASSIGN_OR_RETURN(PgResultPtr result, Exec(sql, params));
   if (PQntuples(result.get()) < 1 || PQgetisnull(result.get(), 0, 0)) return 0.0;
   return std::strtod(PQgetvalue(result.get(), 0, 0), nullptr);
+}
+
+Status PgConnection::CopyIn(std::string_view table,
+                            const std::function<Status(const SendRows&)>& produce) {
+  const std::string sql = "COPY " + std::string(table) + " FROM STDIN";
+  IDEM_RETURN_IF_ERROR(
+      Checked(PgResultPtr(PQexec(connection_, sql.c_str()), &PQclear), sql, PGRES_COPY_IN)
+          .status());
+  const Status produced = produce([&](std::string_view rows) -> Status {
+    if (PQputCopyData(connection_, rows.data(), static_cast<int>(rows.size())) != 1) {
+      return Status::IOError("PostgreSQL: " + sql + ": " + PQerrorMessage(connection_));
+    }
+    return Status::OK();
+  });
+  // With an error message, the server abandons the COPY.
+  if (PQputCopyEnd(connection_, produced.ok() ? nullptr : "abandoned by the benchmark") != 1) {
+    return Status::IOError("PostgreSQL: " + sql + ": " + PQerrorMessage(connection_));
+  }
+  PgResultPtr result(PQgetResult(connection_), &PQclear);
+  while (PGresult* after = PQgetResult(connection_)) PQclear(after);  // the connection is idle
+  IDEM_RETURN_IF_ERROR(produced);
+  return Checked(std::move(result), sql).status();
 }
 
 std::string PgTableName(std::string_view name) {

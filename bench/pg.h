@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,11 +41,17 @@ class PgConnection {
                                    bool binary_results = false);
   // The first column of the first row of a text result, as a number.
   Result<double> Number(std::string_view sql, const std::vector<std::string_view>& params = {});
+  // `COPY table FROM STDIN` in the text format: `produce` calls its argument with the rows, in
+  // chunks of whole lines; an error it returns abandons the COPY (nothing is loaded).
+  using SendRows = std::function<Status(std::string_view rows)>;
+  Status CopyIn(std::string_view table, const std::function<Status(const SendRows&)>& produce);
 
  private:
   explicit PgConnection(PGconn* connection) : connection_(connection) {}
   // The result `result` of `sql`, or an error naming it when the statement failed.
-  Result<PgResultPtr> Checked(PgResultPtr result, const std::string& sql);
+  // `expected` is a status accepted besides PGRES_COMMAND_OK and PGRES_TUPLES_OK.
+  Result<PgResultPtr> Checked(PgResultPtr result, const std::string& sql,
+                              ExecStatusType expected = PGRES_COMMAND_OK);
   PGconn* connection_;
   std::map<std::string, std::string, std::less<>> prepared_;  // SQL -> statement name
 };

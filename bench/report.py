@@ -217,6 +217,12 @@ def targets(rows, figures):
         if took:
             out.append((f"Stats of {records:,.0f} records, {how} (time)",
                         f"{took[0] * 1000:.2f} ms", "< 50 ms", took[0] < 0.05, ""))
+    restored = figures.get(("restore", "idem", "records"), (0, ""))[0]
+    idem_import = figures.get(("restore", "idem", "import_seconds"))
+    pg_restore = figures.get(("restore", "postgresql", "restore_seconds"))
+    if idem_import and pg_restore:
+        at_least(f"Restore: `idem import --create` of {restored:,.0f} records vs pg_restore of "
+                 "the same rows (speed)", ratio(pg_restore[0], idem_import[0]), 1)
     worn = lambda system: figures.get(("wear", system, "device_bytes_per_lifecycle"),
                                       (None, ""))[0]
     for system, anchor, label in [("idem-sync", "rocksdb-sync", "kSync, vs raw RocksDB (sync)"),
@@ -820,6 +826,16 @@ def markdown(rows, figures, command, note, plot_name, run_time):
             f"and in {fig('stats', 'idem-client', 'stats_seconds') * 1000:.2f} ms from another "
             "process through the owner; before the counts were kept, `idem stats` was the scan "
             "above.")
+    if ("restore", "postgresql", "restore_seconds") in figures:
+        mb = lambda system: fig("restore", system, "file_bytes") / 1e6
+        add(f"- Restore of {fig('restore', 'idem', 'records'):,.0f} done records, each side as an "
+            f"operator runs it: `idem export` wrote {mb('idem'):.0f} MB of JSON Lines in "
+            f"{fig('restore', 'idem', 'export_seconds'):.2f} s and `idem import --create` read "
+            f"them into a new store in {fig('restore', 'idem', 'import_seconds'):.2f} s; "
+            f"pg_dump -Fc of a table of the same rows (the export's fields as columns) wrote "
+            f"{mb('postgresql'):.0f} MB in {fig('restore', 'postgresql', 'dump_seconds'):.2f} s "
+            f"and pg_restore --single-transaction loaded it in "
+            f"{fig('restore', 'postgresql', 'restore_seconds'):.2f} s (bench/restore.h).")
     if ("stats", "idem-client", "count_after_a_kill_seconds") in figures:
         add("- A new owner process took the counts its predecessor kept at its clean close and "
             "answered from them "

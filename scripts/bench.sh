@@ -48,7 +48,10 @@ pg_purge_records=1000000
 # The edge workloads: lifecycles per system for the bytes written, records of the 8 MiB device.
 wear_lifecycles=100000
 device_records=1000000
+# The restore workload's store: the 1,000,000 records of issue 43's pg_restore anchor.
+restore_records=1000000
 if [[ $smoke -eq 1 ]]; then
+  restore_records=2000
   wear_lifecycles=300
   device_records=2000
   records=2000
@@ -196,6 +199,8 @@ if [[ $postgres_only -eq 0 ]]; then
   workload contention --systems idem-buffered,rocksdb,sqlite-off,redis
   workload client
   workload scale --records "$records"
+  # idem export and import --create beside pg_dump and pg_restore of the same rows.
+  workload restore --restore-records "$restore_records" --postgres "$pg_uri" --pg-bin "$pg_bin"
 fi
 # The same server and synchronous_commit=on for both sides of each ratio; a table per subject.
 workload lifecycle --systems idem-pg,pg-sql,pg-sql-prepared --postgres "$pg_uri"
