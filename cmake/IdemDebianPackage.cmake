@@ -13,7 +13,8 @@
 # IDEM_DEBIAN_PACKAGE (the preset package sets it) adds what Debian wants in each package's
 # /usr/share/doc/<package>: its copyright and changelog.Debian.gz, and its lintian overrides;
 # cmake/IdemDebianStage.cmake compresses the man page and the changelog in the staging
-# directory, as policy 12.3 asks; cmake/IdemDebianLdconfig.cmake gives the library's package
+# directory, as policy 12.3 asks, and drops the ELF files' .comment section;
+# cmake/IdemDebianLdconfig.cmake gives the library's package
 # the ldconfig trigger in place of the scripts CPack writes.
 
 option(IDEM_DEBIAN_PACKAGE "Install what the Debian packages need besides the files (copyright, \
