@@ -18,7 +18,7 @@
 # the ldconfig trigger in place of the scripts CPack writes.
 
 option(IDEM_DEBIAN_PACKAGE "Install what the Debian packages need besides the files (copyright, \
-changelog per package; scripts/package.sh)" OFF)
+changelog and lintian overrides per package; scripts/package.sh)" OFF)
 set(IDEM_PACKAGE_MAINTAINER "idem developers <idem@example.org>" CACHE STRING
     "The Maintainer of the Debian packages")
 

@@ -48,7 +48,8 @@ for deb in "${debs[@]}" "${ddebs[@]}"; do
 done
 
 # lintian, run as Debian's archive runs it: errors and warnings fail; each tag left is named,
-# with why, in the package's overrides (cmake/lintian/) and docs/operations.md.
+# with why, in the packages' overrides (written by cmake/IdemDebianPackage.cmake) and
+# docs/operations.md.
 lintian --fail-on error,warning --display-info --tag-display-limit 0 "${debs[@]}"
 echo "package.sh: lintian passed (no errors or warnings)"
 
