@@ -6,6 +6,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <sstream>
@@ -37,6 +38,39 @@ uint64_t DirectorySize(const std::string& path) {
     }
   }
   return total;
+}
+
+// The owner's latency histograms in `idem stats --format jsonl`, in integers: each histogram's
+// bucket counts (not cumulative) under the bounds in nanoseconds (one bucket more: over the
+// last), the calls and their sum; null when no owner answered.
+void WriteLatencyJson(JsonWriter& json, const StatsReport& stats) {
+  json.Key("latency");
+  if (!stats.owner.live) {
+    json.Null();
+    return;
+  }
+  json.BeginObject();
+  json.Key("bounds_ns");
+  json.BeginArray();
+  for (std::chrono::nanoseconds bound : kLatencyBounds) {
+    json.Number(static_cast<uint64_t>(bound.count()));
+  }
+  json.EndArray();
+  for (const LatencyInfo& latency : kLatencies) {
+    const LatencyHistogram& histogram = stats.owner.latencies.*latency.field;
+    json.Key(latency.name);
+    json.BeginObject();
+    json.Key("buckets");
+    json.BeginArray();
+    for (uint64_t bucket : histogram.buckets) json.Number(bucket);
+    json.EndArray();
+    json.Key("count");
+    json.Number(histogram.count());
+    json.Key("sum_ns");
+    json.Number(histogram.sum_nanoseconds);
+    json.EndObject();
+  }
+  json.EndObject();
 }
 
 // The owner's part of `idem stats --format jsonl`: whether it answered, who it is, its counts.
@@ -72,6 +106,7 @@ void WriteOwnerJson(JsonWriter& json, const StatsReport& stats) {
   } else {
     json.Null();
   }
+  WriteLatencyJson(json, stats);
 }
 
 // The engine's health in `idem stats --format jsonl`; null for a store in PostgreSQL.
@@ -161,6 +196,73 @@ std::string EngineLine(const idem::EngineHealth& engine) {
   return line;
 }
 
+// A duration in three significant digits and the unit that suits it: "870 ns", "87.5 us",
+// "2.5 ms", "1 s".
+std::string HumanDuration(std::chrono::nanoseconds duration) {
+  const auto ns = static_cast<double>(duration.count());
+  if (ns < 1e3) return fmt::format("{:.3g} ns", ns);
+  if (ns < 1e6) return fmt::format("{:.3g} us", ns / 1e3);
+  if (ns < 1e9) return fmt::format("{:.3g} ms", ns / 1e6);
+  return fmt::format("{:.3g} s", ns / 1e9);
+}
+
+// A histogram in the table: "p50 <= 100 us, p99 <= 2.5 ms, max <= 5 ms; 1234 calls, mean
+// 87.5 us", each quantile the bound of the bucket it falls in; or "no calls".
+std::string LatencyLine(const LatencyHistogram& histogram) {
+  const uint64_t calls = histogram.count();
+  if (calls == 0) return "no calls";
+  const auto quantile = [&](double q) {
+    // The bucket of the call ranked ceil(q * calls) from the fastest.
+    const auto rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * calls)));
+    uint64_t seen = 0;
+    std::size_t bucket = 0;
+    while (bucket + 1 < kLatencyBucketCount && (seen += histogram.buckets[bucket]) < rank) ++bucket;
+    return bucket < std::size(kLatencyBounds)
+               ? fmt::format("<= {}", HumanDuration(kLatencyBounds[bucket]))
+               : fmt::format("> {}", HumanDuration(std::end(kLatencyBounds)[-1]));
+  };
+  return fmt::format("p50 {}, p99 {}, max {}; {} calls, mean {}", quantile(0.5), quantile(0.99),
+                     quantile(1.0), calls,
+                     HumanDuration(std::chrono::nanoseconds(histogram.sum_nanoseconds / calls)));
+}
+
+// The table's lines: a field (16 columns) and its value; an item indented under a heading, its
+// name padded to `width` display columns.
+template <typename Value>
+void PrintField(std::ostream& out, std::string_view name, const Value& value) {
+  fmt::print(out, "{:<16}{}\n", name, value);
+}
+template <typename Value>
+void PrintItem(std::ostream& out, std::size_t width, std::string_view name, const Value& value) {
+  fmt::print(out, "  {}{}\n", PadRight(std::string(name), width), value);
+}
+
+// The owner's part of the table: its counters and latency histograms, or why there are none.
+void WriteOwnerTable(std::ostream& out, const StatsReport& stats, std::size_t item_width) {
+  if (stats.owner.live) {
+    PrintField(
+        out, "counters",
+        fmt::format("of the owner, pid {}, since {} ({} ago)",
+                    stats.owner.pid != 0 ? std::to_string(stats.owner.pid) : "unknown",
+                    FormatLocalTime(stats.owner.since), HumanAge(stats.now - stats.owner.since)));
+    for (const CounterInfo& counter : kCounters) {
+      PrintItem(out, item_width, counter.name, stats.owner.counters.*counter.field);
+    }
+    PrintField(out, "latency",
+               "of the same owners (the bounds of the buckets the quantiles fall in)");
+    for (const LatencyInfo& latency : kLatencies) {
+      PrintItem(out, item_width, latency.name, LatencyLine(stats.owner.latencies.*latency.field));
+    }
+  } else if (stats.owner_unreachable) {
+    PrintField(out, "counters", "unknown: the owner could not be asked (see the warning)");
+  } else if (stats.in_postgres) {
+    PrintField(out, "counters",
+               "none: a store in PostgreSQL has no owner (each process counts its own)");
+  } else {
+    PrintField(out, "counters", "none: no process owns the store (the owner counts while it runs)");
+  }
+}
+
 void WriteStatsTable(std::ostream& out, const std::string& name, const StatsReport& stats) {
   // A field (16 columns) and its value; an indented one (2 + 14, wider when a type needs it:
   // its name, two spaces, its count) under a heading. A type may be in any script: the names
@@ -173,10 +275,10 @@ void WriteStatsTable(std::ostream& out, const std::string& name, const StatsRepo
     types.emplace_back(std::move(shown), count);
   }
   const auto field = [&out](std::string_view name, const auto& value) {
-    fmt::print(out, "{:<16}{}\n", name, value);
+    PrintField(out, name, value);
   };
   const auto item = [&out, item_width](std::string_view name, uint64_t count) {
-    fmt::print(out, "  {}{}\n", PadRight(std::string(name), item_width), count);
+    PrintItem(out, item_width, name, count);
   };
   field("store", DisplayEscape(name));
   if (stats.disk_bytes) {
@@ -202,21 +304,7 @@ void WriteStatsTable(std::ostream& out, const std::string& name, const StatsRepo
   fmt::print(out, "by type\n");
   if (stats.by_type.empty()) fmt::print(out, "  -\n");
   for (const auto& [shown, count] : types) item(shown, count);
-  if (stats.owner.live) {
-    field("counters",
-          fmt::format("of the owner, pid {}, since {} ({} ago)",
-                      stats.owner.pid != 0 ? std::to_string(stats.owner.pid) : "unknown",
-                      FormatLocalTime(stats.owner.since), HumanAge(stats.now - stats.owner.since)));
-    for (const CounterInfo& counter : kCounters) {
-      item(counter.name, stats.owner.counters.*counter.field);
-    }
-  } else if (stats.owner_unreachable) {
-    field("counters", "unknown: the owner could not be asked (see the warning)");
-  } else if (stats.in_postgres) {
-    field("counters", "none: a store in PostgreSQL has no owner (each process counts its own)");
-  } else {
-    field("counters", "none: no process owns the store (the owner counts while it runs)");
-  }
+  WriteOwnerTable(out, stats, item_width);
 }
 
 // Says on stderr that `missing` could not be read: the owner could not be asked (OwnerNotAsked).

@@ -29,6 +29,15 @@ class JsonWriter {
     out_ += '}';
     first_ = false;
   }
+  void BeginArray() {
+    Separate();
+    out_ += '[';
+    first_ = true;
+  }
+  void EndArray() {
+    out_ += ']';
+    first_ = false;
+  }
   // A member's name; its value is written next.
   void Key(std::string_view name) {
     Separate();

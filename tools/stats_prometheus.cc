@@ -34,6 +34,28 @@ std::string SecondsSinceEpoch(std::chrono::system_clock::time_point t) {
   return fmt::format("{}.{:06}", micros / 1000000, micros % 1000000);
 }
 
+// One histogram as Prometheus's histogram type: the cumulative `le` buckets in seconds (the
+// last +Inf, equal to _count), _sum in seconds and _count.
+void WriteLatencyPrometheus(std::ostream& out, std::string_view store, const LatencyInfo& latency,
+                            const LatencyHistogram& histogram) {
+  const std::string metric = fmt::format("idem_{}_duration_seconds", latency.name);
+  fmt::print(out, "# HELP {0} {1} Timed by the store's owners, the current one idem_owner_pid.\n",
+             metric, latency.help);
+  fmt::print(out, "# TYPE {} histogram\n", metric);
+  uint64_t calls = 0;
+  for (std::size_t bucket = 0; bucket < kLatencyBucketCount; ++bucket) {
+    calls += histogram.buckets[bucket];
+    const std::string le =
+        bucket < std::size(kLatencyBounds)
+            ? fmt::format("{}", std::chrono::duration<double>(kLatencyBounds[bucket]).count())
+            : "+Inf";
+    fmt::print(out, "{}_bucket{{{},le=\"{}\"}} {}\n", metric, store, le, calls);
+  }
+  fmt::print(out, "{}_sum{{{}}} {}\n", metric, store,
+             static_cast<double>(histogram.sum_nanoseconds) / 1e9);
+  fmt::print(out, "{}_count{{{}}} {}\n", metric, store, calls);
+}
+
 }  // namespace
 
 // The owner's gauges and, when it answered, its counters.
@@ -69,6 +91,9 @@ void WriteOwnerPrometheus(std::ostream& out, const std::string& name, const Stat
            fmt::format("{} Counted by the store's owners, the current one idem_owner_pid.",
                        counter.help));
     sample(metric, stats.owner.counters.*counter.field);
+  }
+  for (const LatencyInfo& latency : kLatencies) {
+    WriteLatencyPrometheus(out, store, latency, stats.owner.latencies.*latency.field);
   }
 }
 

@@ -286,6 +286,23 @@ IDEM_EXPORT const char* idem_counter_help(size_t index);
 IDEM_EXPORT size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count,
                                  char** errptr);
 
+/* The latency histograms (idem::Latencies): how many there are, and the name and help text of
+ * histogram `which` (NULL past the last), the rows of idem::kLatencies ("begin", "complete").
+ * Their buckets' upper bounds in nanoseconds, the same for every histogram and every release:
+ * idem_latency_bound_count() of them, bound `index` (0 past the last); one more bucket counts
+ * the calls over the last bound. */
+IDEM_EXPORT size_t idem_latency_count(void);
+IDEM_EXPORT const char* idem_latency_name(size_t which);
+IDEM_EXPORT const char* idem_latency_help(size_t which);
+IDEM_EXPORT size_t idem_latency_bound_count(void);
+IDEM_EXPORT uint64_t idem_latency_bound_ns(size_t index);
+/* Histogram `which` of the process that owns the store (as idem_counters): writes
+ * min(count, idem_latency_bound_count() + 1) bucket counts (not cumulative) to buckets[0..],
+ * sets *sum_ns to the calls' total time in nanoseconds, and returns how many it wrote. Returns 0
+ * and sets *errptr when the owner cannot be asked or `which` is not a histogram. */
+IDEM_EXPORT size_t idem_latency(idem_store_t* store, size_t which, uint64_t* buckets, size_t count,
+                                uint64_t* sum_ns, char** errptr);
+
 /* Writes a copy of the store, consistent as of one moment, into the new directory
  * `destination` (idem::Store::Backup: it must not exist, its parent must). IDEM_OK, or the
  * error (*errptr set). */

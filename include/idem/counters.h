@@ -3,6 +3,7 @@
 #ifndef IDEM_COUNTERS_H_
 #define IDEM_COUNTERS_H_
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -42,9 +43,49 @@ struct Counters {
   friend bool operator==(const Counters&, const Counters&) = default;
 };
 
+// The upper bounds of the latency histograms' buckets, the same in every release (a bucket's
+// meaning never moves under a dashboard). Log-spaced from 50 us (a buffered write) to 1 s.
+inline constexpr std::chrono::nanoseconds kLatencyBounds[] = {
+    std::chrono::microseconds(50),  std::chrono::microseconds(100), std::chrono::microseconds(250),
+    std::chrono::microseconds(500), std::chrono::milliseconds(1),   std::chrono::microseconds(2500),
+    std::chrono::milliseconds(5),   std::chrono::milliseconds(10),  std::chrono::milliseconds(25),
+    std::chrono::milliseconds(50),  std::chrono::milliseconds(100), std::chrono::milliseconds(250),
+    std::chrono::seconds(1),
+};
+// One bucket per bound, and the last for the calls that took longer than every bound.
+inline constexpr std::size_t kLatencyBucketCount = std::size(kLatencyBounds) + 1;
+
+// How long the calls of one kind took, counted as Counters are (by the store's owner, kept
+// across owners). Each call is in one bucket: buckets[i] counts the calls that took at most
+// kLatencyBounds[i] and more than the bound before it (not cumulative: Prometheus's `le`
+// buckets are the running sums).
+struct LatencyHistogram {
+  std::array<uint64_t, kLatencyBucketCount> buckets{};
+  uint64_t sum_nanoseconds = 0;  // of every call counted (wraps after 584 years of calls)
+
+  uint64_t count() const {
+    uint64_t calls = 0;
+    for (uint64_t bucket : buckets) calls += bucket;
+    return calls;
+  }
+  friend bool operator==(const LatencyHistogram&, const LatencyHistogram&) = default;
+};
+
+// The owner's time from taking a call to having its answer: the checks, the decision and the
+// write (a group's write included, for calls whose writes are grouped), not the trip over a
+// socket to a client process. Each field is described in kLatencies.
+struct Latencies {
+  LatencyHistogram begin;
+  LatencyHistogram complete;
+
+  friend bool operator==(const Latencies&, const Latencies&) = default;
+};
+
 // A Counters value and whose counts they are (Store::GetOwnerCounters).
 struct OwnerCounters {
   Counters counters;
+  // Counted alongside `counters`, by the same processes.
+  Latencies latencies;
   // True when the store's owner answered: this process when it owns the store, otherwise the
   // owner it shares the store through. False for a read-only handle that reads the files itself
   // because no owner runs: nobody is counting, and `counters` are zeros.
@@ -114,6 +155,26 @@ static_assert(
       return true;
     }(),
     "a field of Counters has two rows in kCounters");
+
+// One latency histogram: its name (in `idem stats` output; the metric is
+// idem_<name>_duration_seconds), what it times, its field. Rows are numbered as kCounters' are:
+// add at the end, never reorder or remove.
+struct LatencyInfo {
+  std::string_view name;
+  std::string_view help;
+  LatencyHistogram Latencies::*field;
+};
+
+inline constexpr LatencyInfo kLatencies[] = {
+    {"begin", "Time the owner took to answer a Begin with an outcome.", &Latencies::begin},
+    {"complete", "Time the owner took to answer a Complete with OK (stored or repeated).",
+     &Latencies::complete},
+};
+
+inline constexpr std::size_t kLatencyCount = std::size(kLatencies);
+
+static_assert(sizeof(Latencies) == kLatencyCount * sizeof(LatencyHistogram),
+              "every field of Latencies needs a row in kLatencies");
 
 }  // namespace idem
 

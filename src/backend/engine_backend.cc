@@ -62,8 +62,9 @@ EngineBackend::EngineBackend(std::unique_ptr<storage::Storage> storage, const Op
       live_counts_(options_.read_only ? nullptr : LiveRecordCounts::Start(*storage_)),
       saved_([this] {
         // Monitoring figures: saved counters that cannot be read are started again from zeros.
-        Result<Counters> saved = options_.read_only ? Counters{} : storage_->LoadCounters();
-        return saved.ok() ? *saved : Counters{};
+        Result<storage::KeptCounters> saved =
+            options_.read_only ? storage::KeptCounters{} : storage_->LoadCounters();
+        return saved.ok() ? *saved : storage::KeptCounters{};
       }()),
       last_saved_(saved_) {
   if (!options_.read_only) housekeeping_ = std::thread([this] { Housekeeping(); });
@@ -198,6 +199,14 @@ Result<engine::BeginRequest> EngineBackend::CheckedBeginRequest(const engine::Be
 }
 
 Result<Claim> EngineBackend::Begin(const engine::BeginCall& call, const Holder& holder) {
+  const LatencyRecorder::Clock::time_point started = LatencyRecorder::Clock::now();
+  const std::size_t grouped_before = storage_->GroupedWrites();
+  Result<Claim> claim = DecideBegin(call, holder);
+  if (claim.ok()) TimeCall(LatencyRow(&Latencies::begin), started, grouped_before);
+  return claim;
+}
+
+Result<Claim> EngineBackend::DecideBegin(const engine::BeginCall& call, const Holder& holder) {
   IDEM_ASSIGN_OR_RETURN(const engine::BeginRequest request, CheckedBeginRequest(call, holder));
   // A replay, a terminal failure and a mismatch write nothing, and only Forget or expiry can
   // change them: answer them from a plain read, without the key's lock. (A storage on a server
@@ -282,7 +291,12 @@ Status EngineBackend::CheckTableWrite(std::string_view table, std::string_view k
 }
 
 Status EngineBackend::Transition(const engine::TransitionCall& call) {
+  const LatencyRecorder::Clock::time_point started = LatencyRecorder::Clock::now();
+  const std::size_t grouped_before = storage_->GroupedWrites();
   const Status status = ApplyTransition(call);
+  if (status.ok() && call.request.kind == engine::TransitionKind::kComplete) {
+    TimeCall(LatencyRow(&Latencies::complete), started, grouped_before);
+  }
   if (EndsReservation(call.request.kind, status)) {
     reservations_.Release(call.key, call.request.token);
   }

@@ -14,6 +14,7 @@
 
 #include "backend/disk_quota.h"
 #include "backend/key_reservations.h"
+#include "backend/latency_recorder.h"
 #include "backend/live_record_counts.h"
 #include "backend/read_views.h"
 #include "backend/stall_watch.h"
@@ -82,12 +83,17 @@ class EngineBackend final : public engine::Backend {
   Result<Stats> GetStats() override;
   Result<CheckReport> Check() override { return storage_->Check(); }
   // The storage's (storage.h). A call is counted when it is decided: one whose grouped write
-  // then fails is counted as if written.
-  void StartWriteGroup() override { storage_->StartWriteGroup(); }
+  // then fails is counted as if written. Its latency is measured when the group is written, and
+  // only if its write succeeded.
+  void StartWriteGroup() override {
+    latencies_.StartGroup();
+    storage_->StartWriteGroup();
+  }
   std::size_t GroupedWrites() const override { return storage_->GroupedWrites(); }
   std::vector<Status> FinishWriteGroup() override {
     std::vector<Status> outcomes = storage_->FinishWriteGroup();
     for (const Status& outcome : outcomes) CountedError(outcome);
+    latencies_.Settle(outcomes);
     return outcomes;
   }
   // Counts a call whose token was stale (lease_lost). Transition counts its own; this is for a
@@ -129,8 +135,16 @@ class EngineBackend final : public engine::Backend {
 
   using TimePoint = std::chrono::system_clock::time_point;
 
-  // The counters: the earlier owners' and this one's, with the quota's crossings and the stalls.
-  Counters CountersNow() const;
+  // The counters: the earlier owners' and this one's, with the quota's crossings and the stalls;
+  // and the latency histograms, the earlier owners' and this one's.
+  storage::KeptCounters CountersNow() const;
+  // Times a call of histogram `row` taken at `started`, answered now or, when its write went into
+  // the thread's write group (the group had taken `grouped_before` writes before it), once the
+  // group is written.
+  void TimeCall(std::size_t row, LatencyRecorder::Clock::time_point started,
+                std::size_t grouped_before);
+  // Begin's work, which Begin times.
+  Result<Claim> DecideBegin(const engine::BeginCall& call, const Holder& holder);
   // Counts a storage's error by its cause (io_errors, corruption_errors, timeout_errors,
   // busy_errors, unavailable_errors); returns it.
   const Status& CountedError(const Status& status);
@@ -190,14 +204,15 @@ class EngineBackend final : public engine::Backend {
   const BackupWriter write_backup_;
 
   AtomicCounters counters_;
+  LatencyRecorder latencies_;
   KeyReservations reservations_;
   // After storage_: closed before it.
   ReadViews views_{*storage_};
   // Null unless this backend writes a store directory (LiveRecordCounts::Start). After storage_.
   const std::unique_ptr<LiveRecordCounts> live_counts_;
   // The counts of the store's earlier owners (Storage::LoadCounters), added to this one's.
-  const Counters saved_;
-  Counters last_saved_;  // what SaveCounters last kept; its caller's alone
+  const storage::KeptCounters saved_;
+  storage::KeptCounters last_saved_;  // what SaveCounters last kept; its caller's alone
 
   util::Mutex mu_;
   util::CondVar stop_;

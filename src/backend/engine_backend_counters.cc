@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "backend/engine_backend.h"
+#include "util/thread_shard.h"
 
 namespace idem::backend {
 
@@ -65,10 +66,7 @@ void EngineBackend::AtomicCounters::Count(const Claim& claim) {
 }
 
 EngineBackend::AtomicCounters::Shard& EngineBackend::AtomicCounters::ThreadShard() {
-  static std::atomic<std::size_t> threads_seen{0};
-  thread_local const std::size_t shard =
-      threads_seen.fetch_add(1, std::memory_order_relaxed) % kShards;
-  return shards_[shard];
+  return shards_[util::ThreadShard(kShards)];
 }
 
 Counters EngineBackend::AtomicCounters::Snapshot() const {
@@ -82,25 +80,47 @@ Counters EngineBackend::AtomicCounters::Snapshot() const {
 }
 
 void EngineBackend::SaveCounters() {
-  const Counters counters = CountersNow();
-  if (counters == last_saved_) return;
+  const storage::KeptCounters now = CountersNow();
+  if (now == last_saved_) return;
   // Not saved (a full disk, say): tried again at the next interval.
-  if (storage_->SaveCounters(counters).ok()) last_saved_ = counters;
+  if (storage_->SaveCounters(now).ok()) last_saved_ = now;
 }
 
-Counters EngineBackend::CountersNow() const {
-  Counters counters = counters_.Snapshot();
+storage::KeptCounters EngineBackend::CountersNow() const {
+  storage::KeptCounters now{.counters = counters_.Snapshot(), .latencies = latencies_.Snapshot()};
+  Counters& counters = now.counters;
   if (disk_quota_) counters.quota_exceeded = disk_quota_->crossings();
   if (stall_watch_) counters.stalls = stall_watch_->stalls();
-  for (const CounterInfo& counter : kCounters) counters.*counter.field += saved_.*counter.field;
-  return counters;
+  for (const CounterInfo& counter : kCounters) {
+    counters.*counter.field += saved_.counters.*counter.field;
+  }
+  for (const LatencyInfo& latency : kLatencies) {
+    LatencyHistogram& histogram = now.latencies.*latency.field;
+    const LatencyHistogram& saved = saved_.latencies.*latency.field;
+    for (std::size_t bucket = 0; bucket < kLatencyBucketCount; ++bucket) {
+      histogram.buckets[bucket] += saved.buckets[bucket];
+    }
+    histogram.sum_nanoseconds += saved.sum_nanoseconds;
+  }
+  return now;
 }
 
-Result<Counters> EngineBackend::GetCounters() { return CountersNow(); }
+void EngineBackend::TimeCall(std::size_t row, LatencyRecorder::Clock::time_point started,
+                             std::size_t grouped_before) {
+  if (storage_->GroupedWrites() > grouped_before) {
+    latencies_.Defer(row, started, grouped_before);
+  } else {
+    latencies_.Observe(row, started);
+  }
+}
+
+Result<Counters> EngineBackend::GetCounters() { return CountersNow().counters; }
 
 Result<OwnerCounters> EngineBackend::GetOwnerCounters() {
   OwnerCounters answer;
-  answer.counters = CountersNow();
+  const storage::KeptCounters now = CountersNow();
+  answer.counters = now.counters;
+  answer.latencies = now.latencies;
   if (!options_.read_only) {
     answer.live = true;
     answer.pid = ::getpid();

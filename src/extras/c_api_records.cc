@@ -56,6 +56,38 @@ size_t idem_counters(idem_store_t* store, uint64_t* values, size_t count, char**
   });
 }
 
+size_t idem_latency_count(void) { return idem::kLatencyCount; }
+const char* idem_latency_name(size_t which) {
+  return which < idem::kLatencyCount ? idem::kLatencies[which].name.data() : nullptr;
+}
+const char* idem_latency_help(size_t which) {
+  return which < idem::kLatencyCount ? idem::kLatencies[which].help.data() : nullptr;
+}
+size_t idem_latency_bound_count(void) { return std::size(idem::kLatencyBounds); }
+uint64_t idem_latency_bound_ns(size_t index) {
+  return index < std::size(idem::kLatencyBounds)
+             ? static_cast<uint64_t>(idem::kLatencyBounds[index].count())
+             : 0;
+}
+
+size_t idem_latency(idem_store_t* store, size_t which, uint64_t* buckets, size_t count,
+                    uint64_t* sum_ns, char** errptr) {
+  return Guard(errptr, size_t{0}, [&]() -> size_t {
+    if (which >= idem::kLatencyCount) {
+      SaveError(errptr, idem::Status::InvalidArgument(fmt::format(
+                            "no latency histogram {}: there are {}", which, idem::kLatencyCount)));
+      return 0;
+    }
+    auto owner = store->store->GetOwnerCounters();
+    if (SaveError(errptr, owner.status())) return 0;
+    const idem::LatencyHistogram& histogram = owner->latencies.*idem::kLatencies[which].field;
+    const size_t written = std::min(count, idem::kLatencyBucketCount);
+    std::copy_n(histogram.buckets.begin(), written, buckets);
+    if (sum_ns != nullptr) *sum_ns = histogram.sum_nanoseconds;
+    return written;
+  });
+}
+
 // ---- Scan and import ----
 
 int idem_scan(idem_store_t* store, const char* prefix, size_t prefixlen, const char* start_after,

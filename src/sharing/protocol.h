@@ -65,7 +65,9 @@ namespace idem::sharing {
 // writes them, and its engine's health.
 // Version 14: the engine's health in a Stats answer ends with the damaged table files the owner
 // found (a count and the first one in words), which Store::Health reports.
-inline constexpr uint8_t kProtocolVersion = 14;
+// Version 15: the counters answer ends with the owner's latency histograms (OwnerCounters::
+// latencies).
+inline constexpr uint8_t kProtocolVersion = 15;
 // The largest response frame a client reads. Answers are bounded by the owner's own limits; this
 // only guards against a broken peer.
 inline constexpr std::size_t kMaxResponseFrame = std::size_t{1} << 30;

@@ -173,6 +173,13 @@ std::string EncodeCounters(const OwnerCounters& c) {
   Writer w;
   w.CounterFields(c.counters);
   w.Time(c.since);
+  // The histograms in kLatencies' order, each its buckets then its sum: the exact version match
+  // makes both ends agree on how many of each.
+  for (const LatencyInfo& latency : kLatencies) {
+    const LatencyHistogram& histogram = c.latencies.*latency.field;
+    for (uint64_t bucket : histogram.buckets) w.U64(bucket);
+    w.U64(histogram.sum_nanoseconds);
+  }
   return std::move(w.buffer());
 }
 
@@ -181,6 +188,11 @@ Result<OwnerCounters> DecodeCounters(std::string_view body) {
   OwnerCounters c;
   c.counters = r.CounterFields();
   c.since = r.Time();
+  for (const LatencyInfo& latency : kLatencies) {
+    LatencyHistogram& histogram = c.latencies.*latency.field;
+    for (uint64_t& bucket : histogram.buckets) bucket = r.U64();
+    histogram.sum_nanoseconds = r.U64();
+  }
   if (!r.done()) return Status::Unavailable("malformed counters from owner");
   return c;
 }

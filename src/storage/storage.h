@@ -29,6 +29,15 @@
 
 namespace idem::storage {
 
+// What a store's owners keep for the next one (Storage::SaveCounters): their counts go on across
+// owners.
+struct KeptCounters {
+  Counters counters;
+  Latencies latencies;
+
+  friend bool operator==(const KeptCounters&, const KeptCounters&) = default;
+};
+
 // A view of a storage as of one moment (Storage::OpenView): the Scan and ScanValues calls given it
 // all read that moment, whatever was written since. What it pins (RocksDB's snapshot, which keeps
 // compaction from dropping what was overwritten since; PostgreSQL's transaction, with its
@@ -248,11 +257,12 @@ class Storage {
     return Status::InvalidArgument("this storage is written by other processes too");
   }
 
-  // The counters the store's owners kept before this one (SaveCounters), to go on from: zeros
-  // when none were saved. The default: a storage that keeps none (every process counts its own).
-  virtual Result<Counters> LoadCounters() { return Counters{}; }
+  // The counters and latency histograms the store's owners kept before this one (SaveCounters),
+  // to go on from: zeros when none were saved. The default: a storage that keeps none (every
+  // process counts its own).
+  virtual Result<KeptCounters> LoadCounters() { return KeptCounters{}; }
   // Keeps `counters` for the next owner (a buffered write). The default keeps nothing.
-  virtual Status SaveCounters(const Counters& counters) {
+  virtual Status SaveCounters(const KeptCounters& counters) {
     static_cast<void>(counters);
     return Status::OK();
   }

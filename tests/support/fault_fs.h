@@ -17,10 +17,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace idem_test {
 
@@ -60,9 +62,12 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
     countdown_error_ = error;
     countdown_.store(n);
   }
+  // From now on, every write and sync takes at least `delay` more (zero: none): a slow disk.
+  void DelayWritesAndSyncs(std::chrono::microseconds delay) { delay_us_.store(delay.count()); }
   // The disk is healthy again (counters are kept).
   void Clear() {
     countdown_.store(0);
+    delay_us_.store(0);
     FailWrites(kNone);
     FailSyncs(kNone);
     FailCreates(kNone);
@@ -119,7 +124,13 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
       sync_error_ = {countdown_error_, ""};
     }
   }
+  void Delay() {
+    if (const int64_t us = delay_us_.load(); us > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+    }
+  }
   rocksdb::IOStatus CheckWrite(const std::string& file, bool created_under_new_file_fault = false) {
+    Delay();
     CountDown();
     writes_.fetch_add(1);
     if (created_under_new_file_fault) {
@@ -138,6 +149,7 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
            (new_file_error_.only.empty() || file.find(new_file_error_.only) != std::string::npos);
   }
   rocksdb::IOStatus CheckSync(const std::string& file) {
+    Delay();
     CountDown();
     syncs_.fetch_add(1);
     return Check(1, "While fsync:", file);
@@ -271,6 +283,7 @@ class FaultFs : public rocksdb::FileSystemWrapper, public std::enable_shared_fro
   std::atomic<uint64_t> failed_writes_{0}, failed_syncs_{0}, failed_creates_{0}, failed_reads_{0};
   std::atomic<uint64_t> writes_{0}, syncs_{0};
   std::atomic<int64_t> countdown_{0};
+  std::atomic<int64_t> delay_us_{0};
   Error countdown_error_ = kNone;  // guarded by mu_
 };
 

@@ -957,6 +957,33 @@ TEST_F(CliTest, StatsTable) {
   EXPECT_EQ(result.out.find("  claims        "), std::string::npos) << result.out;
 }
 
+// Prometheus's histogram `metric` of the store at `path` in `text`: a bucket per bound and +Inf,
+// cumulative (never decreasing), +Inf equal to _count, which is `calls`, and a _sum.
+void ExpectPrometheusHistogram(const std::string& text, const std::string& metric,
+                               const std::string& path, uint64_t calls) {
+  EXPECT_NE(text.find("# TYPE " + metric + " histogram\n"), std::string::npos) << text;
+  const std::regex bucket_line(metric + "_bucket\\{store=\"[^\"]*\",le=\"([^\"]+)\"\\} ([0-9]+)\n");
+  std::vector<std::string> bounds;
+  uint64_t previous = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), bucket_line);
+       it != std::sregex_iterator(); ++it) {
+    bounds.push_back((*it)[1]);
+    const uint64_t cumulative = std::stoull((*it)[2]);
+    EXPECT_GE(cumulative, previous) << metric << " le=" << bounds.back();
+    previous = cumulative;
+  }
+  ASSERT_EQ(bounds.size(), idem::kLatencyBucketCount) << text;
+  EXPECT_EQ(bounds.front(), "5e-05");
+  EXPECT_EQ(bounds[12], "1");
+  EXPECT_EQ(bounds.back(), "+Inf");
+  EXPECT_EQ(previous, calls) << metric;
+  const std::string store = "{store=\"" + path + "\"}";
+  EXPECT_NE(text.find(metric + "_count" + store + " " + std::to_string(calls) + "\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(metric + "_sum" + store + " "), std::string::npos) << text;
+}
+
 // The counters are the live owner's: its pid and since when it owns the store are shown, in
 // every format, and no HELP line says they are this process's.
 TEST_F(CliTest, StatsCountersAreTheLiveOwnersAndSaySo) {
@@ -992,6 +1019,21 @@ TEST_F(CliTest, StatsCountersAreTheLiveOwnersAndSaySo) {
   for (const auto& item : kept["by_state"].items()) in_states += item.value().get<uint64_t>();
   EXPECT_EQ(kept["records"].get<uint64_t>(), in_states);
   EXPECT_EQ(kept["engine"]["writes_stopped"], false);
+  // The latency histograms, counted with the counters: every Begin answered is in one bucket.
+  const Json& latency = stats["latency"];
+  EXPECT_EQ(latency["bounds_ns"].size(), std::size(idem::kLatencyBounds)) << latency.dump();
+  EXPECT_EQ(latency["bounds_ns"][0], 50000);
+  for (const char* which : {"begin", "complete"}) {
+    uint64_t in_buckets = 0;
+    for (const auto& bucket : latency[which]["buckets"]) in_buckets += bucket.get<uint64_t>();
+    EXPECT_EQ(latency[which]["buckets"].size(), idem::kLatencyBucketCount);
+    EXPECT_EQ(latency[which]["count"].get<uint64_t>(), in_buckets) << which;
+  }
+  const Json& counted = stats["counters"];
+  const uint64_t begins = counted["claims"].get<uint64_t>() + counted["replays"].get<uint64_t>() +
+                          counted["in_progress"].get<uint64_t>() +
+                          counted["failed"].get<uint64_t>() + counted["mismatches"].get<uint64_t>();
+  EXPECT_EQ(latency["begin"]["count"], begins) << stats.dump();
 
   result = RunCli({"stats", path(), "--format", "table"});
   ASSERT_EQ(result.code, 0) << result.err;
@@ -999,6 +1041,10 @@ TEST_F(CliTest, StatsCountersAreTheLiveOwnersAndSaySo) {
             std::string::npos)
       << result.out;
   EXPECT_NE(result.out.find("  claims        7\n"), std::string::npos) << result.out;
+  EXPECT_TRUE(std::regex_search(result.out, std::regex("\n  begin         p50 <= [0-9.]+ [mun]?s, "
+                                                       "p99 <= [0-9.]+ [mun]?s, max [<>]=? "
+                                                       "[0-9.]+ [mun]?s; [0-9]+ calls, mean ")))
+      << result.out;
 
   result = RunCli({"stats", path(), "--format", "prometheus"});
   ASSERT_EQ(result.code, 0) << result.err;
@@ -1009,6 +1055,9 @@ TEST_F(CliTest, StatsCountersAreTheLiveOwnersAndSaySo) {
   EXPECT_NE(result.out.find("idem_owner_start_time_seconds" + store + " "), std::string::npos);
   EXPECT_NE(result.out.find("idem_claims_total" + store + " 7\n"), std::string::npos);
   EXPECT_EQ(result.out.find("the process that ran"), std::string::npos) << result.out;
+  ExpectPrometheusHistogram(result.out, "idem_begin_duration_seconds", path(), begins);
+  ExpectPrometheusHistogram(result.out, "idem_complete_duration_seconds", path(),
+                            stats["counters"]["completes"].get<uint64_t>());
   holder.CloseStdin();
   EXPECT_EQ(holder.Wait(), 0) << holder.Stderr();
 

@@ -480,10 +480,10 @@ TEST(Sharing, MalformedFramesAreDroppedAndTheOwnerKeepsServing) {
   // A request of another protocol version (a process of another idem release: version 2 sent
   // records in the store's disk format, version 9 Completes without their required keys, 10
   // knows no key reservations, 11 no conditional Forget, 12 no Stats, 13 no damaged files in the
-  // engine's health, 15 is a later release's) is refused with a status that process can read, not
-  // dropped: it must not take the owner for lost.
+  // engine's health, 14 no latency histograms, 16 is a later release's) is refused with a status
+  // that process can read, not dropped: it must not take the owner for lost.
   for (const char version :
-       {'\x01', '\x02', '\x04', '\x08', '\x09', '\x0a', '\x0b', '\x0c', '\x0d', '\x0f'}) {
+       {'\x01', '\x02', '\x04', '\x08', '\x09', '\x0a', '\x0b', '\x0c', '\x0d', '\x0e', '\x10'}) {
     const int fd = RawConnect(dir.StorePath());
     ASSERT_GE(fd, 0);
     const std::string get = std::string("\x07\x00\x00\x00", 4) + version + kGetK;

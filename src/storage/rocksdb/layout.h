@@ -36,6 +36,10 @@ inline constexpr char kFilterHorizonKey[] = "filter_horizon";
 // The owners' counters (idem/counters.h), kept for the next owner: u32 count, then count times
 // (u8 number, u64 value), a counter's number its row in kCounters from 1 (as on the wire).
 inline constexpr char kOwnerCountersKey[] = "owner_counters";
+// Their latency histograms, beside: u32 count, then count times (u8 number, u8 bucket count,
+// that many u64 buckets, u64 sum of nanoseconds), a histogram's number its row in kLatencies
+// from 1.
+inline constexpr char kOwnerLatencyKey[] = "owner_latency";
 // The record counts of the owner's clean close (RecordCounts::Encode), after the sequence number
 // the database has once they are written (u64): valid while it has that one still.
 inline constexpr char kRecordCountsKey[] = "record_counts";

@@ -121,8 +121,8 @@ class RocksDbStorage final : public Storage {
   Status VerifyNewFiles(FunctionRef<bool()> go_on) override;  // TableFileVerifier's
   bool ReverifyOneFile(std::chrono::steady_clock::time_point due) override;
   std::optional<EngineHealth> ReadEngineHealth() override;  // RocksDB's properties
-  Result<Counters> LoadCounters() override;                 // meta owner_counters (layout.h)
-  Status SaveCounters(const Counters& counters) override;
+  Result<KeptCounters> LoadCounters() override;  // meta owner_counters, owner_latency (layout.h)
+  Status SaveCounters(const KeptCounters& counters) override;
   Status KeepRecordCounts(std::string_view counts) override;  // meta record_counts (layout.h)
   std::optional<std::string> TakeKeptRecordCounts() override;
   // Write groups hold their keys' stripes; a group takes a stripe only by try_lock and writes

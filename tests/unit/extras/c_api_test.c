@@ -704,6 +704,38 @@ int main(void) {
     CHECK(values[1] == 12345);
   }
 
+  /* Latency histograms: their names and bounds, and this store's Begin times, one bucket per
+   * call (every Begin above was answered with an outcome). */
+  {
+    uint64_t buckets[20];
+    uint64_t sum_ns = 0;
+    uint64_t calls = 0;
+    size_t i;
+    size_t written;
+    CHECK(idem_latency_count() == 2);
+    CHECK(strcmp(idem_latency_name(0), "begin") == 0);
+    CHECK(strcmp(idem_latency_name(1), "complete") == 0);
+    CHECK(idem_latency_name(2) == NULL);
+    CHECK(strstr(idem_latency_help(0), "Begin") != NULL);
+    CHECK(idem_latency_bound_count() == 13);
+    CHECK(idem_latency_bound_ns(0) == 50000);
+    CHECK(idem_latency_bound_ns(12) == 1000000000);
+    CHECK(idem_latency_bound_ns(13) == 0);
+    for (i = 0; i < 20; ++i) buckets[i] = 12345;
+    written = idem_latency(store, 0, buckets, 20, &sum_ns, &err);
+    CHECK_NO_ERROR(err);
+    CHECK(written == idem_latency_bound_count() + 1);
+    CHECK(buckets[written] == 12345);
+    for (i = 0; i < written; ++i) calls += buckets[i];
+    CHECK(calls >= 1);
+    CHECK(sum_ns > 0);
+    /* No such histogram: an error that says so. */
+    CHECK(idem_latency(store, 2, buckets, 20, &sum_ns, &err) == 0);
+    CHECK(err != NULL && strstr(err, "no latency histogram 2") != NULL);
+    idem_free(err);
+    err = NULL;
+  }
+
   /* Health: this process owns the store, which reads and writes; no call has failed. */
   {
     idem_health_t* health = idem_health(store, &err);

@@ -135,9 +135,14 @@ TEST(Protocol, ARecordWithAFieldOutOfRangeIsMalformed) {
   EXPECT_FALSE(DecodeOptionalRecord(good + "x").ok()) << "trailing byte";
 }
 
+// The latency histograms after the counters (version 15), all empty: per histogram, its buckets
+// and its sum, each a u64.
+const std::string kNoLatencies(idem::kLatencyCount*(idem::kLatencyBucketCount + 1) * 8, '\0');
+
 // Counters travel as numbered fields: u32 count, then (u8 number, u64 value) for each; then
-// (version 5) since when the owner has owned the store, in microseconds since the epoch.
-TEST(Protocol, CountersAreNumberedFieldsThenTheOwnersStart) {
+// (version 5) since when the owner has owned the store, in microseconds since the epoch; then
+// (version 15) the latency histograms.
+TEST(Protocol, CountersAreNumberedFieldsThenTheOwnersStartThenTheHistograms) {
   const Counters counters{.claims = 1,
                           .replays = 2,
                           .in_progress = 3,
@@ -164,21 +169,32 @@ TEST(Protocol, CountersAreNumberedFieldsThenTheOwnersStart) {
         id == 8 ? Bytes("\x02\x01\0\0\0\0\0\0", 8) : static_cast<char>(id) + std::string(7, '\0');
   }
   expected += Bytes("\x03\x02\0\0\0\0\0\0", 8);  // since: 0x0203 us
+  const std::size_t version_14_size = expected.size();
+  std::string latencies = kNoLatencies;
+  latencies[0] = '\x07';                                        // begin's first bucket: 7 calls
+  latencies[(idem::kLatencyBucketCount + 1) * 8 - 8] = '\x2a';  // begin's sum: 42 ns
+  expected += latencies;
   idem::OwnerCounters owner;
   owner.counters = counters;
   owner.since = std::chrono::system_clock::time_point(std::chrono::microseconds(0x0203));
+  owner.latencies.begin.buckets[0] = 7;
+  owner.latencies.begin.sum_nanoseconds = 42;
   EXPECT_EQ(EncodeCounters(owner), expected);
   Result<idem::OwnerCounters> decoded = DecodeCounters(expected);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_EQ(decoded->counters, counters);
   EXPECT_EQ(decoded->since, owner.since);
-  // Version 4's answer, without the time, is malformed.
+  EXPECT_EQ(decoded->latencies, owner.latencies);
+  // Version 14's answer, without the histograms, and version 4's, without the time, are
+  // malformed, as is one cut inside a histogram.
+  EXPECT_FALSE(DecodeCounters(expected.substr(0, version_14_size)).ok());
+  EXPECT_FALSE(DecodeCounters(expected.substr(0, version_14_size - 8)).ok());
   EXPECT_FALSE(DecodeCounters(expected.substr(0, expected.size() - 8)).ok());
 }
 
 TEST(Protocol, CountersSkipUnknownNumbersAndRefuseRepeatedOnes) {
   // Number 200 (a counter of a later release) is skipped; absent counters read 0.
-  const std::string since(8, '\0');
+  const std::string since = std::string(8, '\0') + kNoLatencies;
   const std::string known_and_unknown = Bytes(
                                             "\x02\0\0\0"
                                             "\x02\x05\0\0\0\0\0\0\0"

@@ -11,12 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "backend/engine_backend.h"
 #include "storage/rocksdb/rocksdb_storage.h"
-#include "support/fault_fs.h"
+#include "support/fault_backend.h"
 #include "support/index_check.h"
-#include "support/owner_backend.h"
-#include "support/test_util.h"
 
 namespace {
 
@@ -26,41 +23,8 @@ using idem_test::FaultFs;
 using idem_test::TempDir;
 using namespace std::chrono_literals;
 
-class WriteGroupTest : public ::testing::Test {
+class WriteGroupTest : public idem_test::FaultBackendTest {
  protected:
-  void SetUp() override { Open(); }
-
-  void Open() {
-    backend_.reset();
-    idem::storage::RocksDbConfig config;
-    config.path = dir_.Sub("db");
-    config.clock = clock_;
-    config.env = fs_->env();
-    auto storage = idem::storage::RocksDbStorage::Open(config);
-    ASSERT_TRUE(storage.ok()) << storage.status().ToString();
-    storage_ = storage->get();
-    backend_ = idem_test::OwnerBackend(std::move(storage).value(), idem_test::TestOptions(clock_));
-  }
-
-  idem::Result<idem::Claim> Begin(std::string_view key,
-                                  idem::Durability durability = idem::Durability::kBuffered) {
-    return backend_->Begin({.key = key,
-                            .lease = 30s,
-                            .retention = 24h,
-                            .request_id = ++request_id_,
-                            .durability = durability},
-                           idem::Holder{});
-  }
-
-  Status Complete(std::string_view key, uint64_t token,
-                  idem::Durability durability = idem::Durability::kBuffered) {
-    return backend_->Transition({.key = key,
-                                 .request = {.kind = idem::engine::TransitionKind::kComplete,
-                                             .token = token,
-                                             .payload = "result"},
-                                 .durability = durability});
-  }
-
   std::optional<idem::Record> Stored(std::string_view key) {
     auto stored = backend_->Get(key);
     EXPECT_TRUE(stored.ok()) << stored.status().ToString();
@@ -73,13 +37,6 @@ class WriteGroupTest : public ::testing::Test {
     storage_ = nullptr;
     static_cast<void>(idem_test::CheckIndexMatchesRecords(dir_.Sub("db")));
   }
-
-  TempDir dir_;
-  std::shared_ptr<FaultFs> fs_ = std::make_shared<FaultFs>();
-  std::shared_ptr<idem_test::ManualClock> clock_ = std::make_shared<idem_test::ManualClock>();
-  idem::storage::RocksDbStorage* storage_ = nullptr;
-  std::unique_ptr<idem::backend::EngineBackend> backend_;
-  std::atomic<uint64_t> request_id_ = 0;
 };
 
 TEST_F(WriteGroupTest, AGroupsWritesAreStoredTogetherWhenItEnds) {
