@@ -96,9 +96,14 @@ class EngineBackend final : public engine::Backend {
     latencies_.Settle(outcomes);
     return outcomes;
   }
-  // Counts a call whose token was stale (lease_lost). Transition counts its own; this is for a
-  // commit decided beside the backend: ExecuteInTransaction's on PostgreSQL.
+  // Counts a call whose token was stale (lease_lost), and a Complete committed, taken at
+  // `started` (completes, and its time). Transition counts its own; these are for a commit
+  // decided beside the backend: ExecuteInTransaction's on PostgreSQL.
   void CountLeaseLost() { counters_.Add<&Counters::lease_lost>(1); }
+  void CountCommittedComplete(LatencyRecorder::Clock::time_point started) {
+    counters_.Add<&Counters::completes>(1);
+    latencies_.Observe(LatencyRow(&Latencies::complete), started);
+  }
 
  private:
   // The counters, kept in shards so that calls on different cores do not write one cache line:

@@ -119,6 +119,7 @@ class PgClaimTransaction final : public ClaimTransaction {
   }
 
   Status CompleteAndCommit(std::string_view result) override {
+    const auto started = backend::LatencyRecorder::Clock::now();
     if (result.size() > max_result_size_) {
       open_->RollBack();
       return Status::InvalidArgument(
@@ -126,7 +127,10 @@ class PgClaimTransaction final : public ClaimTransaction {
     }
     IDEM_ASSIGN_OR_RETURN(const bool applied,
                           storage_.CompleteIn(*open_, key_, token_, result, durability_));
-    if (applied) return Status::OK();
+    if (applied) {
+      backend_.CountCommittedComplete(started);
+      return Status::OK();
+    }
     backend_.CountLeaseLost();
     return Status::LeaseLost(fmt::format(
         "the claim of token {} is no longer this attempt's (taken over, forgotten or expired); "
@@ -138,7 +142,7 @@ class PgClaimTransaction final : public ClaimTransaction {
 
  private:
   storage::PgStorage& storage_;
-  backend::EngineBackend& backend_;  // counts a stale commit
+  backend::EngineBackend& backend_;  // counts the commit, or a stale one
   const std::unique_ptr<storage::PgOpenTransaction> open_;
   const std::string key_;
   const uint64_t token_;

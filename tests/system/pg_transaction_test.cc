@@ -133,6 +133,7 @@ TEST(PgTransaction, TheApplicationsRowsCommitWithTheRecordOnce) {
   auto store = OpenStore(server->Uri());
   ASSERT_NE(store, nullptr);
   MakeAccounts(*store);
+  ASSERT_OK_AND_ASSIGN(const idem::OwnerCounters before, store->GetOwnerCounters());
   int runs = 0;
   for (int i = 0; i < 3; ++i) {
     ASSERT_OK_AND_ASSIGN(auto paid,
@@ -147,6 +148,11 @@ TEST(PgTransaction, TheApplicationsRowsCommitWithTheRecordOnce) {
     EXPECT_EQ(paid.replayed, i > 0);
   }
   EXPECT_EQ(runs, 1);
+  // The commit is counted and timed as a Complete is; the replays as Begins.
+  ASSERT_OK_AND_ASSIGN(const idem::OwnerCounters after, store->GetOwnerCounters());
+  EXPECT_EQ(after.counters.completes, before.counters.completes + 1);
+  EXPECT_EQ(after.latencies.complete.count(), before.latencies.complete.count() + 1);
+  EXPECT_EQ(after.counters.replays, before.counters.replays + 2);
   EXPECT_EQ(Accounts(*store)["alice"], std::make_pair(10LL, 1LL));
   ASSERT_OK_AND_ASSIGN(auto record, store->Get("pay-1"));
   ASSERT_TRUE(record.has_value());
