@@ -12,6 +12,8 @@
 
 #include "backend/latency_recorder.h"
 #include "support/fault_backend.h"
+#include "support/raw_db.h"
+#include "util/coding.h"
 
 namespace {
 
@@ -169,6 +171,30 @@ TEST_F(LatencyTest, TheHistogramsAreKeptForTheNextOwner) {
   EXPECT_EQ(after.begin.count(), 6u);
   EXPECT_GE(after.begin.sum_nanoseconds, before.begin.sum_nanoseconds);
   EXPECT_EQ(after.complete, before.complete);
+}
+
+// Histograms kept by another release (docs/format.md, meta owner_latency): one this release does
+// not know (number 9) and one whose buckets are not this release's (begin, with 20) are skipped;
+// complete, in this release's layout, is read.
+TEST_F(LatencyTest, KeptHistogramsOfAnotherLayoutAreSkipped) {
+  backend_.reset();
+  std::string kept;
+  idem::util::PutFixed32(kept, 3);
+  const auto histogram = [&kept](uint8_t number, uint8_t buckets, uint64_t each) {
+    kept += static_cast<char>(number);
+    kept += static_cast<char>(buckets);
+    for (uint8_t b = 0; b < buckets; ++b) idem::util::PutFixed64(kept, each);
+    idem::util::PutFixed64(kept, 1000);  // the sum
+  };
+  histogram(9, idem::kLatencyBucketCount, 5);
+  histogram(1, 20, 6);
+  histogram(2, idem::kLatencyBucketCount, 7);
+  idem_test::PutRaw(dir_.path(), "meta", "owner_latency", kept);
+  Open();
+  const Latencies loaded = Owner().latencies;
+  EXPECT_EQ(loaded.begin, LatencyHistogram{});
+  EXPECT_EQ(loaded.complete.count(), idem::kLatencyBucketCount * 7);
+  EXPECT_EQ(loaded.complete.sum_nanoseconds, 1000u);
 }
 
 }  // namespace
