@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -25,6 +26,7 @@
 #include "export_format.h"
 #include "idem/record.h"
 #include "idem/status.h"
+#include "quick_json.h"
 #include "sharing/protocol.h"
 #include "storage/rocksdb/record_codec.h"
 
@@ -227,9 +229,62 @@ inline std::string CheckFrameDecoder(std::string_view data) {
 // Input: one line of `idem import`'s input (tools/import_line.cc). ParseImportLine accepts it or
 // refuses it with kInvalidArgument. What it accepts, written again as `idem export` writes it
 // (RecordToExportJson, TableValueToExportJson), is accepted and reads back equal: import never
-// takes a line whose record export could not give back.
+// takes a line whose record export could not give back. And the quick JSON reader
+// (tools/quick_json.h) that reads most lines makes the same calls as nlohmann's sax_parse on
+// every text it takes (CheckQuickJson).
+
+namespace internal {
+
+// A SAX handler that writes down every call, one line each.
+struct JsonCalls {
+  std::string calls;
+  bool null() { return Add("null"); }
+  bool boolean(bool value) { return Add(value ? "true" : "false"); }
+  bool number_integer(int64_t value) { return Add("integer " + std::to_string(value)); }
+  bool number_unsigned(uint64_t value) { return Add("unsigned " + std::to_string(value)); }
+  bool number_float(double, const std::string& text) { return Add("float " + text); }
+  bool string(std::string& value) { return Add(Sized("string", value)); }
+  bool binary(nlohmann::json::binary_t&) { return Add("binary"); }
+  bool start_object(std::size_t size) { return Add("{ " + std::to_string(size)); }
+  bool end_object() { return Add("}"); }
+  bool start_array(std::size_t size) { return Add("[ " + std::to_string(size)); }
+  bool end_array() { return Add("]"); }
+  bool key(std::string& name) { return Add(Sized("key", name)); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return Add("error");
+  }
+  static std::string Sized(std::string_view call, std::string_view text) {
+    return std::string(call) + " " + std::to_string(text.size()) + " " + std::string(text);
+  }
+  bool Add(std::string call) {
+    calls += call;
+    calls += '\n';
+    return true;
+  }
+};
+
+}  // namespace internal
+
+// Empty when the quick reader leaves `data` to nlohmann (kUnsure), or reads it with the calls
+// nlohmann makes; else what differs.
+inline std::string CheckQuickJson(std::string_view data) {
+  internal::JsonCalls quick;
+  const cli::QuickJson read = cli::ReadQuickJson(data, quick);
+  if (read == cli::QuickJson::kUnsure) return {};
+  if (read != cli::QuickJson::kRead) return "the quick reader stopped, but no call returned false";
+  internal::JsonCalls slow;
+  if (!nlohmann::json::sax_parse(data, &slow)) {
+    return "the quick reader took a text nlohmann refuses:\n" + std::string(data);
+  }
+  if (quick.calls != slow.calls) {
+    return "the quick reader's calls differ from nlohmann's:\n" + quick.calls + "--- nlohmann:\n" +
+           slow.calls;
+  }
+  return {};
+}
 
 inline std::string CheckImportLine(std::string_view data) {
+  if (std::string quick = CheckQuickJson(data); !quick.empty()) return quick;
   const auto now = std::chrono::system_clock::time_point(std::chrono::hours(500'000));
   Result<cli::ImportLine> parsed = cli::ParseImportLine(data, now);
   if (!parsed.ok()) {

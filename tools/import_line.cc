@@ -1,9 +1,10 @@
 // Reading one line of the export format (docs/format.md, "Export format"), for `idem import`.
 //
-// The line is read with nlohmann's SAX interface, straight into a Record (or a table value), field
-// by field as its members come: no JSON tree is built, so a line costs its lexing and the record's
-// own strings. A member's value reaches the field's reader (import_field.h) as a JsonScalar;
-// bytes given as {"hex":"..."} arrive whole, once their object closes.
+// The line is read with a SAX interface (quick_json.h's, or nlohmann's for what that one does not
+// take), straight into a Record (or a table value), field by field as its members come: no JSON
+// tree is built, so a line costs its lexing and the record's own strings. A member's value
+// reaches the field's reader (import_field.h) as a JsonScalar; bytes given as {"hex":"..."}
+// arrive whole, once their object closes.
 
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@
 
 #include "export_format.h"
 #include "import_field.h"
+#include "quick_json.h"
 #include "util/record_fields.h"
 
 namespace idem::cli {
@@ -326,6 +328,10 @@ Result<ImportLine> ParseImportLine(std::string_view line, TimePoint now) {
   if (const std::size_t nul = line.find('\0'); nul != std::string_view::npos) {
     return Status::InvalidArgument(fmt::format("a NUL byte at byte {} of the line", nul + 1));
   }
+  // Most lines are read by the quick reader; a line it does not take whole is read again by
+  // nlohmann, from the start and into a fresh reader, so that its errors are nlohmann's.
+  LineReader quick(now);
+  if (ReadQuickJson(line, quick) != QuickJson::kUnsure) return quick.Finish();
   LineReader reader(now);
   nlohmann::json::sax_parse(line, &reader);
   return reader.Finish();
