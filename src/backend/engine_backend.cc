@@ -61,7 +61,8 @@ EngineBackend::EngineBackend(std::unique_ptr<storage::Storage> storage, const Op
       write_backup_(std::move(write_backup)),
       live_counts_(options_.read_only ? nullptr : LiveRecordCounts::Start(*storage_)),
       saved_([this] {
-        // Monitoring figures: saved counters that cannot be read are started again from zeros.
+        // Monitoring figures: when the saved ones cannot be read at all (an I/O error), this
+        // owner starts from zeros rather than not at all.
         Result<storage::KeptCounters> saved =
             options_.read_only ? storage::KeptCounters{} : storage_->LoadCounters();
         return saved.ok() ? *saved : storage::KeptCounters{};

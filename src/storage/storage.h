@@ -258,8 +258,8 @@ class Storage {
   }
 
   // The counters and latency histograms the store's owners kept before this one (SaveCounters),
-  // to go on from: zeros when none were saved. The default: a storage that keeps none (every
-  // process counts its own).
+  // to go on from: zeros when none were saved, and for a part that cannot be read (logged). The
+  // default: a storage that keeps none (every process counts its own).
   virtual Result<KeptCounters> LoadCounters() { return KeptCounters{}; }
   // Keeps `counters` for the next owner (a buffered write). The default keeps nothing.
   virtual Status SaveCounters(const KeptCounters& counters) {

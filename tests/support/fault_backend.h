@@ -31,6 +31,7 @@ class FaultBackendTest : public ::testing::Test {
     config.path = dir_.Sub("db");
     config.clock = clock_;
     config.env = fs_->env();
+    config.log = log_.Sink();
     auto storage = idem::storage::RocksDbStorage::Open(config);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     storage_ = storage->get();
@@ -58,6 +59,7 @@ class FaultBackendTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  CapturedLog log_;  // the storage's lines
   std::shared_ptr<FaultFs> fs_ = std::make_shared<FaultFs>();
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   idem::storage::RocksDbStorage* storage_ = nullptr;  // backend_'s

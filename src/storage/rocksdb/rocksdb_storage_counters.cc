@@ -67,21 +67,31 @@ bool DecodeKeptLatencies(std::string_view value, Latencies& latencies) {
 
 Result<KeptCounters> RocksDbStorage::LoadCounters() {
   KeptCounters kept;
-  const auto load = [&](const char* key, std::string_view what, auto decode) -> Status {
+  // Each key alone: a value that cannot be read (damaged, or of a layout this release does not
+  // know) starts its own figures again from zero, said once in the log, and leaves the other's.
+  // Decoded into a copy, so that a value read part way leaves nothing of itself.
+  const auto load = [&](const char* key, std::string_view what, auto& figures,
+                        auto decode) -> Status {
     std::string value;
     const rocksdb::Status read = db_->Get(rocksdb::ReadOptions(), meta_, key, &value);
     if (read.IsNotFound()) return Status::OK();
     if (!read.ok()) return FromRocksDb(read, fmt::format("reading the {} of {}", what, path_));
-    if (decode(value)) return Status::OK();
-    return Status::Corruption(
-        fmt::format("store {}: the saved {} ({} bytes) cannot be read", path_, what, value.size()));
+    auto decoded = figures;
+    if (decode(value, decoded)) {
+      figures = decoded;
+      return Status::OK();
+    }
+    const std::string message = fmt::format(
+        "store {}: the saved {} (meta {}, {} bytes) cannot be read: they start again from zero",
+        path_, what, key, value.size());
+    Report({.severity = LogSeverity::kWarning,
+            .event = "saved_counters_unreadable",
+            .message = message});
+    return Status::OK();
   };
-  IDEM_RETURN_IF_ERROR(load(kOwnerCountersKey, "counters", [&](std::string_view value) {
-    return DecodeKeptCounters(value, kept.counters);
-  }));
-  IDEM_RETURN_IF_ERROR(load(kOwnerLatencyKey, "latency histograms", [&](std::string_view value) {
-    return DecodeKeptLatencies(value, kept.latencies);
-  }));
+  IDEM_RETURN_IF_ERROR(load(kOwnerCountersKey, "counters", kept.counters, DecodeKeptCounters));
+  IDEM_RETURN_IF_ERROR(
+      load(kOwnerLatencyKey, "latency histograms", kept.latencies, DecodeKeptLatencies));
   return kept;
 }
 

@@ -197,4 +197,47 @@ TEST_F(LatencyTest, KeptHistogramsOfAnotherLayoutAreSkipped) {
   EXPECT_EQ(loaded.complete.sum_nanoseconds, 1000u);
 }
 
+// The counters and the histograms are kept under two keys, each read alone: a damaged one starts
+// its own figures again from zero, said once in the log, and the other's go on. The next save
+// writes it whole again.
+TEST_F(LatencyTest, ADamagedKeptPartLeavesTheOther) {
+  for (int i = 0; i < 3; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    ASSERT_OK_AND_ASSIGN(auto claim, Begin(key, idem::Durability::kBuffered));
+    ASSERT_OK(Complete(key, claim.token, idem::Durability::kBuffered));
+  }
+  const idem::OwnerCounters before = Owner();
+  ASSERT_EQ(before.counters.completes, 3u);
+  ASSERT_EQ(before.latencies.complete.count(), 3u);
+  backend_.reset();  // saves both
+  idem_test::PutRaw(dir_.path(), "meta", "owner_latency", "bad");
+  Open();
+  EXPECT_EQ(Owner().counters, before.counters);
+  EXPECT_EQ(Owner().latencies, Latencies{});
+  EXPECT_EQ(log_.CountEvent("saved_counters_unreadable", idem::LogSeverity::kWarning), 1)
+      << log_.All();
+  EXPECT_TRUE(log_.Contains("latency histograms (meta owner_latency, 3 bytes)")) << log_.All();
+
+  ASSERT_OK_AND_ASSIGN(auto claim, Begin("k8", idem::Durability::kBuffered));
+  ASSERT_OK(Complete("k8", claim.token, idem::Durability::kBuffered));
+  const Latencies kept = Owner().latencies;
+  ASSERT_EQ(kept.complete.count(), 1u);
+  backend_.reset();  // saves both again
+  idem_test::PutRaw(dir_.path(), "meta", "owner_counters", std::string(7, '\xff'));
+  Open();
+  EXPECT_EQ(Owner().counters, idem::Counters{});
+  EXPECT_EQ(Owner().latencies, kept);
+  EXPECT_EQ(log_.CountEvent("saved_counters_unreadable", idem::LogSeverity::kWarning), 2)
+      << log_.All();
+  ASSERT_OK_AND_ASSIGN(claim, Begin("k9", idem::Durability::kBuffered));
+  ASSERT_OK(Complete("k9", claim.token, idem::Durability::kBuffered));
+  const idem::OwnerCounters after = Owner();
+  EXPECT_EQ(after.counters.completes, 1u);
+  backend_.reset();
+  Open();  // both whole again
+  EXPECT_EQ(Owner().counters, after.counters);
+  EXPECT_EQ(Owner().latencies, after.latencies);
+  EXPECT_EQ(log_.CountEvent("saved_counters_unreadable", idem::LogSeverity::kWarning), 2);
+}
+
 }  // namespace
