@@ -59,7 +59,10 @@ if ! findings=$(cd "$work/units" &&
 fi
 
 step "no RUNPATH on the command (Debian's policy; lintian's custom-library-search-path)"
-if readelf -d "$work/idem-files/usr/bin/idem" | grep -Eq "RUNPATH|RPATH"; then
+# Outputs are read whole before grep -q looks at them: grep stops at its first match, and under
+# pipefail the writer's SIGPIPE would fail the pipeline (ldd's output is long enough for that).
+dynamic=$(readelf -d "$work/idem-files/usr/bin/idem")
+if grep -Eq "RUNPATH|RPATH" <<<"$dynamic"; then
   fail "/usr/bin/idem has a RUNPATH: $(readelf -d "$work/idem-files/usr/bin/idem" | grep PATH)"
 fi
 
@@ -134,8 +137,10 @@ dpkg -s idem libidem-dev >/dev/null
 idem --version
 [[ $(man -w idem) == /usr/share/man/man1/idem.1.gz ]] || fail "man -w idem: $(man -w idem)"
 # /lib is /usr/lib on Debian 12 (merged /usr): ldconfig's cache may name either.
-ldd /usr/bin/idem | grep -Eq "libidem\.so\.[0-9.]+ => /(usr/)?lib/" ||
-  fail "idem does not load the package's libidem: $(ldd /usr/bin/idem)"
+# Read whole first, as readelf's above: grep -q and pipefail.
+loads=$(ldd /usr/bin/idem)
+grep -Eq "libidem\.so\.[0-9.]+ => /(usr/)?lib/" <<<"$loads" ||
+  fail "idem does not load the package's libidem: $loads"
 bash -c 'source /usr/share/bash-completion/bash_completion
          _completion_loader idem
          complete -p idem' | grep -q "idem" || fail "bash completion for idem not found"
