@@ -48,7 +48,31 @@ static_assert(kKeyRow < kFieldCount);
 // {"hex": "..."}.
 enum class Scope { kLine, kHolder, kBytes };
 
-Member MemberNamed(std::string_view name, Scope scope) {
+// Each row's next row that a line may give (kFieldCount after the last).
+inline constexpr std::array<std::size_t, kFieldCount> kNextGivenRow = [] {
+  std::array<std::size_t, kFieldCount> next{};
+  std::size_t after = kFieldCount;
+  for (std::size_t row = kFieldCount; row-- > 0;) {
+    next[row] = after;
+    if (kPlaces[row] != Place::kNowhere) after = row;
+  }
+  return next;
+}();
+
+// No field bears a name the line's object gives another meaning, so the row tried first never
+// hides one.
+static_assert(util::RecordFieldIndex("holder") == kFieldCount &&
+              util::RecordFieldIndex("table") == kFieldCount &&
+              util::RecordFieldIndex("value") == kFieldCount &&
+              util::RecordFieldIndex("version") == kFieldCount);
+
+// `likely` is tried first: lines from `idem export` give the fields in their rows' order, so the
+// row after the last one named is usually the next.
+Member MemberNamed(std::string_view name, Scope scope, std::size_t likely) {
+  const Place place = scope == Scope::kLine ? Place::kRecord : Place::kHolder;
+  if (likely < kFieldCount && kPlaces[likely] == place && kFieldNames[likely] == name) {
+    return static_cast<Member>(likely);
+  }
   if (scope == Scope::kLine) {
     if (name == "holder") return kHolderMember;
     if (name == "table") return kTableMember;
@@ -56,7 +80,6 @@ Member MemberNamed(std::string_view name, Scope scope) {
     if (name == "version") return kVersionMember;
   }
   const std::size_t row = util::RecordFieldIndex(name);
-  const Place place = scope == Scope::kLine ? Place::kRecord : Place::kHolder;
   return row < kFieldCount && kPlaces[row] == place ? static_cast<Member>(row) : kUnknownMember;
 }
 
@@ -131,6 +154,7 @@ class LineReader {
   std::size_t skipping_ = 0;  // containers open inside a value no field takes
   bool not_object_ = false;
   Member member_ = kUnknownMember;     // whose value comes next, in the line's or holder's object
+  std::size_t likely_row_ = 0;         // the row the next member's name most likely names
   std::string member_name_;            // when member_ is kUnknownMember
   std::bitset<kUnknownMember> given_;  // the members given, to refuse one given twice
   // The bytes object being read: whether its member so far is one "hex" with a string.
@@ -180,7 +204,8 @@ bool LineReader::key(std::string& name) {
     bytes_named_hex_ = name == "hex";
     return true;
   }
-  member_ = MemberNamed(name, scope);
+  member_ = MemberNamed(name, scope, likely_row_);
+  if (member_ < kFieldCount) likely_row_ = kNextGivenRow[member_];
   if (member_ == kUnknownMember) {
     member_name_ = name;  // its message quotes it
   } else {
