@@ -1,11 +1,11 @@
 // A SAX reader for the JSON that `idem export` writes, several times faster than nlohmann's
 // lexer, which copies a string a character at a time (a fifth of an import's time went there:
 // docs/design/import-ingest-plan.md). It takes the common shapes only: objects, arrays, strings
-// of well-formed UTF-8 with the short escapes (\" \\ \/ \b \f \n \r \t), whole numbers from 0 to
-// 2^64-1, true, false and null. On anything else (a \u escape, a negative number or a fraction,
-// nesting deeper than kQuickJsonDepth, a syntax error) it stops and says so, and the caller reads
-// the text again with nlohmann, which reports the error or reads the rest: every error message
-// and every unusual shape stays nlohmann's.
+// of well-formed UTF-8 with JSON's escapes, whole numbers from 0 to 2^64-1, true, false and null.
+// On anything else (a negative number or a fraction, nesting deeper than kQuickJsonDepth, a
+// syntax error) it stops and says so, and the caller reads the text again with nlohmann, which
+// reports the error or reads the rest: every error message and every unusual shape stays
+// nlohmann's.
 //
 // The handler is nlohmann's SAX interface (json_sax), and on a text this reader takes it gets
 // exactly the calls nlohmann's sax_parse(text, handler) makes, in the same order (the import
@@ -61,6 +61,8 @@ class QuickJsonReader {
   Step Literal(std::string_view word);
   bool String();
   bool Escape();
+  bool Hex4(uint32_t& code);
+  bool UnicodeEscape();
   bool Utf8Sequence();
 
   const char* at_;
@@ -223,37 +225,66 @@ template <typename Handler>
 bool QuickJsonReader<Handler>::Escape() {
   ++at_;  // the backslash
   if (at_ == end_) return false;
-  char meant = 0;
-  switch (*at_) {
-    case '"':
-      meant = '"';
-      break;
-    case '\\':
-      meant = '\\';
-      break;
-    case '/':
-      meant = '/';
-      break;
-    case 'b':
-      meant = '\b';
-      break;
-    case 'f':
-      meant = '\f';
-      break;
-    case 'n':
-      meant = '\n';
-      break;
-    case 'r':
-      meant = '\r';
-      break;
-    case 't':
-      meant = '\t';
-      break;
-    default:
-      return false;  // \u, or not an escape: nlohmann's
+  constexpr std::string_view kLetters = "\"\\/bfnrt";
+  constexpr std::string_view kMeant = "\"\\/\b\f\n\r\t";
+  const char letter = *at_++;
+  if (letter == 'u') return UnicodeEscape();
+  const std::size_t which = kLetters.find(letter);
+  if (which == std::string_view::npos) return false;  // not an escape: nlohmann's error
+  text_.push_back(kMeant[which]);
+  return true;
+}
+
+// The four hex digits of a \u escape.
+template <typename Handler>
+bool QuickJsonReader<Handler>::Hex4(uint32_t& code) {
+  if (end_ - at_ < 4) return false;
+  code = 0;
+  for (int i = 0; i < 4; ++i, ++at_) {
+    const char digit = *at_;
+    uint32_t value = 0;
+    if (digit >= '0' && digit <= '9') {
+      value = static_cast<uint32_t>(digit - '0');
+    } else if ((digit | 0x20) >= 'a' && (digit | 0x20) <= 'f') {
+      value = static_cast<uint32_t>((digit | 0x20) - 'a' + 10);
+    } else {
+      return false;
+    }
+    code = code << 4 | value;
   }
-  ++at_;
-  text_.push_back(meant);
+  return true;
+}
+
+// After "\u": a character of the Basic Multilingual Plane, or a surrogate pair for one past it,
+// written as UTF-8, as nlohmann does (U+0000 too). A lone or reversed surrogate is nlohmann's
+// error.
+template <typename Handler>
+bool QuickJsonReader<Handler>::UnicodeEscape() {
+  uint32_t code = 0;
+  if (!Hex4(code) || (code >= 0xDC00 && code <= 0xDFFF)) return false;
+  if (code >= 0xD800 && code <= 0xDBFF) {
+    uint32_t low = 0;
+    if (end_ - at_ < 2 || at_[0] != '\\' || at_[1] != 'u') return false;
+    at_ += 2;
+    if (!Hex4(low) || low < 0xDC00 || low > 0xDFFF) return false;
+    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+  }
+  const auto byte = [this](uint32_t value) { text_.push_back(static_cast<char>(value)); };
+  if (code < 0x80) {
+    byte(code);
+  } else if (code < 0x800) {
+    byte(0xC0 | code >> 6);
+    byte(0x80 | (code & 0x3F));
+  } else if (code < 0x10000) {
+    byte(0xE0 | code >> 12);
+    byte(0x80 | (code >> 6 & 0x3F));
+    byte(0x80 | (code & 0x3F));
+  } else {
+    byte(0xF0 | code >> 18);
+    byte(0x80 | (code >> 12 & 0x3F));
+    byte(0x80 | (code >> 6 & 0x3F));
+    byte(0x80 | (code & 0x3F));
+  }
   return true;
 }
 

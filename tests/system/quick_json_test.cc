@@ -28,6 +28,7 @@ TEST(QuickJson, ReadsWhatExportWritesWithNlohmannsCalls) {
       R"({"key":{"hex":"00ff"},"result":"a \"quoted\" \\ \/ \b\f\n\r\t text"})",
       "{\"key\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xef\xbf\xbf \xf4\x8f\xbf\xbf\"}",
       " \t{ \"a\" : [ 1 , [ ] , { } , [ true , false , null ] ] , \"b\" : 0 }\r\n ",
+      R"({"key":"\u0041\u00e9\u20AC\ud83d\ude00 \u0000 \u001f \uFFFF"})",
       "7",
       "\"just a string\"",
       "[]",
@@ -44,7 +45,6 @@ TEST(QuickJson, ReadsWhatExportWritesWithNlohmannsCalls) {
 TEST(QuickJson, LeavesEverythingElseToNlohmann) {
   const std::string_view left[] = {
       // What nlohmann reads but the quick reader does not.
-      R"({"key":"\u0041"})",
       R"({"token":-1})",
       R"({"token":1.5})",
       R"({"token":1e3})",
@@ -77,6 +77,14 @@ TEST(QuickJson, LeavesEverythingElseToNlohmann) {
       "[1 2]",
       "{\"a\" 1}",
       "{1:2}",
+      // \u escapes that are not characters: a lone or reversed surrogate, too few or bad digits.
+      R"(["\ud83d"])",
+      R"(["\ude00\ud83d"])",
+      R"(["\ud83d\u0041"])",
+      R"(["\ud83dx"])",
+      R"(["\u12"])",
+      R"(["\u12G4"])",
+      R"(["\u"])",
   };
   for (std::string_view text : left) {
     EXPECT_EQ(QuickRead(text), QuickJson::kUnsure) << text;
