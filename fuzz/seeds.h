@@ -268,8 +268,8 @@ inline std::vector<Seed> MakeSeeds() {
                                         idem::TableValue{.value = "11", .version = 2}));
   add("import_line", "short", R"({"key":"order-2","state":"done","result":"ok"})");
   // Shapes for the two JSON readers (tools/quick_json.h, and nlohmann's for what it leaves):
-  // escapes, UTF-8 of two to four bytes, nesting, the largest whole number; then \u escapes, a
-  // negative number and a fraction, which only nlohmann reads.
+  // escapes, UTF-8 of two to four bytes, nesting, the largest whole number; then \u escapes with
+  // a surrogate pair, and a negative number and a fraction, which only nlohmann reads.
   add("import_line", "quick_shapes",
       "{\"key\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \\\"q\\\" \\\\ \\/ \\b\\f\\n\\r\\t\","
       "\"state\":\"done\",\"token\":18446744073709551615,\"extra\":[[[]],{},true,false,null]}");
